@@ -1,0 +1,261 @@
+"""The ``patchspec`` command line. Each command is a thin shell over the engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+
+import click
+
+from . import __version__
+from .engine import Engine, RunReport
+from .errors import EXIT_INTERNAL, Interrupted, PatchspecError, UsageError
+from .plugins import PluginRegistry
+from .spec import Spec, combined_schema, load_spec
+
+EXAMPLES = """
+\b
+Typical use:
+  patchspec validate specs/scrfd_b32.yaml     check the spec, no model needed
+  patchspec plan specs/scrfd_b32.yaml         show what each patch would change
+  patchspec apply specs/scrfd_b32.yaml        write the patched model, verified
+  patchspec inspect model.onnx --shape input.1=1,3,640,640
+
+Exit codes: 0 ok or up to date, 1 verification failed, 2 invalid spec or command line,
+3 a file cannot be used, 4 a patch cannot apply to this model, 5 internal error (a bug).
+"""
+
+
+class _State:
+    def __init__(self, verbosity: int) -> None:
+        self.verbosity = verbosity
+
+    def echo(self, text: str) -> None:
+        if self.verbosity >= 0:
+            click.echo(text)
+
+
+@click.group(epilog=EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="patchspec")
+@click.option("-v", "--verbose", count=True, help="More detail; tracebacks on errors.")
+@click.option("-q", "--quiet", is_flag=True, help="Only errors.")
+@click.pass_context
+def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
+    """Patch ONNX models declaratively from a reviewed YAML spec."""
+    ctx.obj = _State(-1 if quiet else verbose)
+
+
+def _registry() -> PluginRegistry:
+    return PluginRegistry.load()
+
+
+def _engine(state: _State, registry: PluginRegistry, strict_paths: bool = False) -> Engine:
+    return Engine(registry, state.echo, verbose=state.verbosity > 0, strict_paths=strict_paths)
+
+
+@cli.command()
+@click.argument("specs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--model", type=click.Path(path_type=Path), help="Input model instead of the spec's (one spec only).")
+@click.option("--output", type=click.Path(path_type=Path), help="Output path instead of the spec's (one spec only).")
+@click.option("--force", is_flag=True, help="Rebuild even when the output is up to date.")
+@click.option("--no-verify", is_flag=True, help="Skip the spec's verifiers.")
+@click.option("--depfile", type=click.Path(path_type=Path), help="Write a Make-format dependency file.")
+@click.option("--report", "report_path", type=click.Path(path_type=Path), help="Write a JSON report of the run.")
+@click.option("--strict-paths", is_flag=True, help="Refuse symlinked external data files.")
+@click.pass_obj
+def apply(state: _State, specs, model, output, force, no_verify, depfile, report_path, strict_paths) -> None:
+    """Apply SPEC(s): patch, verify, and write the output atomically.
+
+    The output is written to a temporary folder beside it and moved into place only when every
+    patch and verifier passed. If the output already carries the digest of this spec, input and
+    plugin versions, nothing is done ("up to date").
+    """
+    if (model or output) and len(specs) != 1:
+        raise UsageError("--model and --output need exactly one spec")
+    registry = _registry()
+    engine = _engine(state, registry, strict_paths)
+    loaded_specs = [load_spec(path, registry) for path in specs]  # every spec valid before any work
+    reports = []
+    for spec in loaded_specs:
+        report = RunReport(str(spec.path), str(model or spec.model), str(output or spec.output))
+        reports.append(report)
+        state.echo(f"patchspec {spec.path}")
+        try:
+            engine.apply(spec, model=model, output=output, force=force, no_verify=no_verify, report=report)
+        except PatchspecError as exc:
+            report.status, report.error = "failed", str(exc)
+            _write_report(report_path, reports)
+            raise
+        if report.status in ("written", "unchanged"):
+            state.echo(f"wrote {report.output}" if report.status == "written" else f"{report.output}: unchanged (identical bytes)")
+        if depfile:
+            _write_depfile(depfile, engine, spec, model, output)
+    _write_report(report_path, reports)
+
+
+@cli.command()
+@click.argument("specs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.pass_obj
+def validate(state: _State, specs) -> None:
+    """Check SPEC(s) against the schema and each plugin's rules; no model is read."""
+    registry = _registry()
+    problems = []
+    for path in specs:
+        try:
+            load_spec(path, registry)
+            state.echo(f"{path}: ok")
+        except PatchspecError as exc:
+            problems.append(exc)
+    if problems:
+        raise UsageError("\n".join(str(p) for p in problems))
+
+
+@cli.command()
+@click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
+@click.option("--model", type=click.Path(path_type=Path), help="Input model instead of the spec's.")
+@click.pass_obj
+def plan(state: _State, spec_path, model) -> None:
+    """Load the model and say what each patch would change; writes nothing."""
+    registry = _registry()
+    spec = load_spec(spec_path, registry)
+    engine = Engine(registry, state.echo, verbose=True)
+    loaded = engine.load_input(spec, model)
+    report = RunReport(str(spec.path), str(loaded.model_path), str(loaded.output_path), status="planned")
+    state.echo(f"plan for {spec.path} ({loaded.model_path.name} -> {loaded.output_path}); nothing is written")
+    engine.patch(loaded, report)
+
+
+@cli.command()
+@click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
+@click.option("--output", type=click.Path(path_type=Path), help="Model to verify instead of the spec's output.")
+@click.pass_obj
+def verify(state: _State, spec_path, output) -> None:
+    """Run only the spec's verifiers against the existing output."""
+    registry = _registry()
+    spec = load_spec(spec_path, registry)
+    engine = _engine(state, registry)
+    target = (output or spec.output).absolute()
+    report = RunReport(str(spec.path), str(spec.model), str(target))
+    engine.verify(spec, target, spec.model, report)
+    state.echo(f"{target}: verified")
+
+
+@cli.command()
+@click.pass_obj
+def schema(state: _State) -> None:
+    """Print the JSON Schema of specs (core + every installed plugin), for editors."""
+    click.echo(json.dumps(combined_schema(_registry()), indent=2, sort_keys=True))
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def plugins(state: _State, as_json: bool) -> None:
+    """List installed plugins: name, version, what each provides, where it was loaded from."""
+    registry = _registry()
+    if as_json:
+        click.echo(json.dumps([vars(p) for p in registry.plugins], indent=2))
+        return
+    for info in registry.plugins:
+        kind = "built-in" if info.builtin else info.distribution
+        click.echo(f"{info.name} ({kind} {info.version})")
+        if info.patch_types:
+            click.echo(f"  patch types: {', '.join(info.patch_types)}")
+        if info.verifiers:
+            click.echo(f"  verifiers:   {', '.join(info.verifiers)}")
+        click.echo(f"  from: {info.location or info.module}")
+        if info.error:
+            click.echo(f"  BROKEN: {info.error}")
+
+
+@cli.command()
+@click.pass_obj
+def env(state: _State) -> None:
+    """Versions of patchspec, onnx and every ONNX Runtime distribution; available providers."""
+    from .envinfo import environment_lines
+
+    for line in environment_lines():
+        click.echo(line)
+
+
+def _write_depfile(depfile: Path, engine: Engine, spec: Spec, model, output) -> None:
+    loaded = engine.load_input(spec, model, output)
+    deps = [spec.path.absolute(), loaded.model_path, *loaded.data_paths]
+    text = f"{_make_escape(loaded.output_path)}: " + " ".join(_make_escape(p) for p in deps) + "\n"
+    _atomic_write_text(depfile, text)
+
+
+def _make_escape(path: Path) -> str:
+    return str(path).replace("\\", "\\\\").replace(" ", "\\ ").replace("#", "\\#").replace("$", "$$")
+
+
+def _write_report(report_path: Path | None, reports: list[RunReport]) -> None:
+    if report_path is None:
+        return
+    payload = reports[0].to_json() if len(reports) == 1 else {"runs": [r.to_json() for r in reports]}
+    _atomic_write_text(report_path, json.dumps(payload, indent=2) + "\n")
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _raise_interrupt(signum, frame):
+    raise Interrupted(signum)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the CLI, turn errors into one message and the contract's exit code."""
+    verbose = any(a in ("-v", "--verbose") or (a.startswith("-v") and set(a[1:]) == {"v"}) for a in (argv or sys.argv[1:]))
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        cli.main(args=argv, prog_name="patchspec", standalone_mode=False)
+        return 0
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        return 2
+    except click.exceptions.Abort:
+        click.echo("interrupted", err=True)
+        return 130
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return 130
+    except Interrupted as exc:
+        click.echo("interrupted", err=True)
+        return exc.exit_code
+    except PatchspecError as exc:
+        if verbose:
+            traceback.print_exc()
+        click.echo(str(exc), err=True)
+        return exc.exit_code
+    except Exception as exc:  # a bug: one line unless -v
+        if verbose:
+            traceback.print_exc()
+        click.echo(f"internal error: {type(exc).__name__}: {exc}\n{_bug_line()}", err=True)
+        return EXIT_INTERNAL
+
+
+def _bug_line() -> str:
+    import platform
+
+    import onnx
+
+    try:
+        import onnxruntime
+        ort = onnxruntime.__version__
+    except Exception:  # pragma: no cover - reported, not fatal
+        ort = "not importable"
+    return (f"this is a bug in patchspec {__version__} (python {platform.python_version()}, onnx {onnx.__version__}, "
+            f"onnxruntime {ort}); rerun with -v for the traceback and report it")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

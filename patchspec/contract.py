@@ -1,0 +1,130 @@
+"""What a plugin implements: patch types and verifiers, and what the engine hands them.
+
+A patch type is a class with its parameters declared as data (``params_schema``, a JSON Schema
+with ``additionalProperties: false`` and a ``description`` per field) and an ``apply`` method that
+changes the model in place and says what it did. A verifier looks at the written output and
+returns a verdict; it never changes anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Literal, NoReturn
+
+from .errors import PatchError
+
+if TYPE_CHECKING:
+    import onnx
+
+    from .spec import Spec, Step
+
+#: a problem found in a step's parameters without the model: (key path inside the params, message)
+ParamProblem = tuple[tuple, str]
+
+
+@dataclass(frozen=True)
+class PatchResult:
+    """What one patch did: ``modified`` is the truth about the model, ``summary`` one line for humans."""
+
+    modified: bool
+    summary: str
+    details: tuple[str, ...] = ()
+
+
+class PatchType:
+    """Base class of every patch type (built-in or third-party)."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    params_schema: ClassVar[dict]
+    #: ``set_batch: 32`` means ``set_batch: {size: 32}`` when ``shorthand = "size"``
+    shorthand: ClassVar[str | None] = None
+
+    def check_params(self, params: dict) -> Iterable[ParamProblem]:
+        """Checks JSON Schema cannot express (expression syntax, regexes); no model needed."""
+        return ()
+
+    def apply(self, model: onnx.ModelProto, params: dict, context: PatchContext) -> PatchResult:
+        """Change ``model`` in place as ``params`` say; raise via ``context.fail`` when it cannot."""
+        raise NotImplementedError(f"patch type {self.name!r} does not implement apply()")
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """A verifier's verdict on the patched model."""
+
+    status: Literal["passed", "failed", "skipped"]
+    summary: str
+    details: tuple[str, ...] = ()
+    data: dict = field(default_factory=dict)  # machine-readable detail for --report
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "failed"
+
+
+class Verifier:
+    """Base class of every verifier. Verifiers never change the model or any file."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    params_schema: ClassVar[dict]
+    shorthand: ClassVar[str | None] = None
+
+    def check_params(self, params: dict) -> Iterable[ParamProblem]:
+        return ()
+
+    def verify(self, params: dict, context: VerifyContext) -> VerifyResult:
+        raise NotImplementedError(f"verifier {self.name!r} does not implement verify()")
+
+
+@dataclass
+class StepContext:
+    """Where a step comes from, so its errors can point at the spec."""
+
+    spec: Spec
+    step: Step
+
+    def where(self, key: tuple = ()) -> str:
+        """``file:line:col: patches[1] (rename_dims) > axes.2`` for a key inside the step's params."""
+        return self.spec.locate(self.step, key)
+
+    def fail(self, message: str, *, key: tuple = (), hint: str | None = None) -> NoReturn:
+        """Stop the run: this patch cannot apply to this model (exit 4)."""
+        raise PatchError(f"{self.where(key)}: {message}", hint)
+
+    def resolve(self, relative: str) -> Path:
+        """A path written in the spec, relative to the spec's folder."""
+        return (self.spec.folder / relative).resolve()
+
+
+@dataclass
+class PatchContext(StepContext):
+    """What a patch gets besides the model and its parameters."""
+
+    model_dir: Path = Path(".")  # folder of the input model: base of its external data
+    #: dims named by rename_dims, re-applied after any later shape re-derivation:
+    #: {tensor name: {axis: name or size}}
+    pinned_dims: dict[str, dict[int, Any]] = field(default_factory=dict)
+
+
+@dataclass
+class VerifyContext(StepContext):
+    """What a verifier gets: paths to the staged output and the original, and the patched graph."""
+
+    output_path: Path = Path(".")
+    original_path: Path = Path(".")
+    model: Any = None  # onnx.ModelProto of the output, graph only; do not modify
+
+
+__all__ = [
+    "ParamProblem",
+    "PatchContext",
+    "PatchResult",
+    "PatchType",
+    "StepContext",
+    "Verifier",
+    "VerifyContext",
+    "VerifyResult",
+]

@@ -1,0 +1,243 @@
+"""Run a spec: validated spec -> loaded model -> patched model -> staged output -> verdicts -> commit.
+
+Data flows one way; no stage reaches back. Patches run in the order the spec lists them. Plugin
+failures are wrapped with the plugin's name and version; nothing is committed unless every patch
+and verifier passed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import onnx
+
+from . import __version__
+from .contract import PatchContext, PatchResult, VerifyContext, VerifyResult
+from .errors import PatchspecError, PluginError, UsageError, VerificationFailed
+from .extdata import Layout, data_files, default_layout, validate_external_data, write_model
+from .modelio import FileStamp, load_model
+from .plugins import PluginRegistry
+from .spec import Spec, Step
+from .staging import Staging
+
+VERSION_KEY = "patchspec.version"
+DIGEST_KEY = "patchspec.digest"
+
+
+@dataclass
+class StepOutcome:
+    label: str
+    status: str  # modified | unchanged | passed | failed | skipped
+    summary: str
+    details: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    data: dict = field(default_factory=dict)
+
+
+@dataclass
+class RunReport:
+    spec: str
+    model: str
+    output: str
+    status: str = "running"  # written | up to date | unchanged | planned | verified | failed
+    patches: list[StepOutcome] = field(default_factory=list)
+    verifiers: list[StepOutcome] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class LoadedInput:
+    """The input model, graph only, with what is needed to prove it did not change."""
+
+    spec: Spec
+    model_path: Path
+    output_path: Path
+    model: onnx.ModelProto
+    data_paths: list[Path]
+    stamps: list[FileStamp]
+
+    def unchanged(self) -> bool:
+        return all(stamp.unchanged() for stamp in self.stamps)
+
+
+Echo = Callable[[str], None]
+
+
+class Engine:
+    def __init__(self, registry: PluginRegistry, echo: Echo = print, *, verbose: bool = False, strict_paths: bool = False):
+        self.registry = registry
+        self.echo = echo
+        self.verbose = verbose
+        self.strict_paths = strict_paths
+
+    # -- stages ---------------------------------------------------------------------------------
+    def load_input(self, spec: Spec, model: Path | None = None, output: Path | None = None) -> LoadedInput:
+        model_path = (model or spec.model).absolute()
+        output_path = (output or spec.output).absolute()
+        _refuse_same_file(model_path, output_path)
+        proto = load_model(model_path)
+        refs = validate_external_data(proto, model_path, strict_paths=self.strict_paths)
+        paths = data_files(refs)
+        stamps = [FileStamp.of(p) for p in [model_path, *paths]]
+        return LoadedInput(spec, model_path, output_path, proto, paths, stamps)
+
+    def patch(self, loaded: LoadedInput, report: RunReport) -> tuple[onnx.ModelProto, Layout | None]:
+        """Apply every patch in spec order to a copy of the input; returns the model and output layout."""
+        model = onnx.ModelProto()
+        model.CopyFrom(loaded.model)
+        pinned: dict = {}
+        layout = None
+        for step in loaded.spec.patches:
+            context = PatchContext(loaded.spec, step, model_dir=loaded.model_path.parent, pinned_dims=pinned)
+            outcome = self._run_patch(step, model, context)
+            layout = getattr(context, "output_layout", None) or layout
+            report.patches.append(outcome)
+            self._print_step(step, outcome)
+        return model, layout
+
+    def _run_patch(self, step: Step, model: onnx.ModelProto, context: PatchContext) -> StepOutcome:
+        patch_type = self.registry.patch_types[step.type_name]()
+        started = time.perf_counter()
+        result = self._call_plugin("patch type", step, lambda: patch_type.apply(model, step.params, context))
+        if not isinstance(result, PatchResult):
+            raise self._plugin_bug("patch type", step, f"apply() returned {type(result).__name__}, not a PatchResult")
+        status = "modified" if result.modified else "unchanged"
+        return StepOutcome(step.label, status, result.summary, list(result.details), time.perf_counter() - started)
+
+    def verify(self, spec: Spec, output: Path, original: Path, report: RunReport) -> None:
+        """Run every verifier on the file at ``output``; raise VerificationFailed if any failed."""
+        model = load_model(output)
+        for step in spec.verify:
+            verifier = self.registry.verifiers[step.type_name]()
+            context = VerifyContext(spec, step, output_path=output, original_path=original, model=model)
+            started = time.perf_counter()
+            result = self._call_plugin("verifier", step, lambda: verifier.verify(step.params, context))
+            if not isinstance(result, VerifyResult):
+                raise self._plugin_bug("verifier", step, f"verify() returned {type(result).__name__}, not a VerifyResult")
+            outcome = StepOutcome(step.label, result.status, result.summary, list(result.details),
+                                  time.perf_counter() - started, dict(result.data))
+            report.verifiers.append(outcome)
+            self._print_step(step, outcome)
+        failed = [o for o in report.verifiers if o.status == "failed"]
+        if failed:
+            lines = [f"{o.label}: {o.summary}" + "".join(f"\n    {d}" for d in o.details) for o in failed]
+            raise VerificationFailed("verification failed; nothing was written\n  " + "\n  ".join(lines))
+
+    # -- commands ---------------------------------------------------------------------------------
+    def apply(self, spec: Spec, *, model: Path | None = None, output: Path | None = None,
+              force: bool = False, no_verify: bool = False, report: RunReport | None = None) -> RunReport:
+        loaded = self.load_input(spec, model, output)
+        report = report or RunReport(str(spec.path), str(loaded.model_path), str(loaded.output_path))
+        digest = self.digest(loaded, no_verify)
+        if not force and _existing_digest(loaded.output_path) == digest:
+            report.status = "up to date"
+            self.echo(f"{loaded.output_path}: up to date")
+            return report
+        patched, layout = self.patch(loaded, report)
+        _stamp(patched, digest)
+        layout = layout or default_layout(patched, loaded.output_path)
+        with Staging(loaded.output_path) as staging:
+            staged_model = staging.path(loaded.output_path)
+            try:
+                files = write_model(patched, staged_model, loaded.model_path.parent, layout)
+            except OSError as exc:
+                from .errors import ModelFileError
+                raise ModelFileError(f"{loaded.output_path}: cannot write: {exc.strerror or exc}") from None
+            if not no_verify:
+                self.verify(spec, staged_model, loaded.model_path, report)
+            if not loaded.unchanged():
+                raise PatchspecError(f"{loaded.model_path}: the input changed while patchspec was running; nothing was written")
+            changed = staging.commit(files)
+        report.files = [str(loaded.output_path.parent / f.name) for f in files]
+        report.status = "written" if changed else "unchanged"
+        return report
+
+    def digest(self, loaded: LoadedInput, no_verify: bool) -> str:
+        """Hash of everything the output depends on: spec text, model and data bytes, versions."""
+        sha = hashlib.sha256()
+        sha.update(f"patchspec {__version__}\nno_verify {no_verify}\n".encode())
+        sha.update(loaded.spec.text_digest.encode())
+        for path in [loaded.model_path, *loaded.data_paths]:
+            sha.update(f"\n{path.name}\n".encode())
+            with open(path, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    sha.update(block)
+        for step in (*loaded.spec.patches, *loaded.spec.verify):
+            kind = "patch type" if step.section == "patches" else "verifier"
+            owner = self.registry.owner(kind, step.type_name)
+            sha.update(f"\n{step.type_name}={owner.distribution if owner else '?'} {owner.version if owner else '?'}".encode())
+        return sha.hexdigest()
+
+    # -- plugin calls ---------------------------------------------------------------------------------
+    def _call_plugin(self, kind: str, step: Step, call):
+        try:
+            return call()
+        except PatchspecError:
+            raise
+        except (KeyboardInterrupt, SystemExit, MemoryError):
+            raise
+        except Exception as exc:
+            raise self._plugin_bug(kind, step, f"raised {type(exc).__name__}: {exc}") from exc
+
+    def _plugin_bug(self, kind: str, step: Step, what: str) -> PluginError:
+        owner = self.registry.owner(kind, step.type_name)
+        who = f"patchspec {__version__}" if owner is None or owner.builtin else f"{owner.label}"
+        where = f"{step.label} at {step_position(step)}"
+        return PluginError(f"{where}: {kind} {step.type_name!r} {what}; this is a bug in {who} "
+                           f"(onnx {onnx.__version__}); nothing was written")
+
+    def _print_step(self, step: Step, outcome: StepOutcome) -> None:
+        name = step.type_name
+        dots = "." * max(2, 24 - len(name))
+        self.echo(f"  {name} {dots} {outcome.status:<9} {outcome.summary}")
+        if self.verbose or outcome.status == "failed":
+            for line in outcome.details:
+                self.echo(f"      {line}")
+
+
+def step_position(step: Step) -> str:
+    return f"{step.section}[{step.index}]"
+
+
+def _refuse_same_file(model: Path, output: Path) -> None:
+    same = model.resolve() == output.resolve()
+    if not same and output.exists():
+        try:
+            same = model.samefile(output)
+        except OSError:
+            same = False
+    if same:
+        raise UsageError(f"{output}: the output is the input model; patchspec never modifies its input",
+                         "choose another 'output' (e.g. under build/)")
+
+
+def _stamp(model: onnx.ModelProto, digest: str) -> None:
+    keep = [p for p in model.metadata_props if p.key not in (VERSION_KEY, DIGEST_KEY)]
+    del model.metadata_props[:]
+    model.metadata_props.extend(keep)
+    for key, value in ((VERSION_KEY, __version__), (DIGEST_KEY, digest)):
+        entry = model.metadata_props.add()
+        entry.key, entry.value = key, value
+
+
+def _existing_digest(output: Path) -> str | None:
+    """The digest stamped in an existing output, if it and its data files look complete."""
+    if not output.is_file():
+        return None
+    try:
+        model = onnx.load(str(output), load_external_data=False)
+        validate_external_data(model, output)
+    except Exception:
+        return None
+    for prop in model.metadata_props:
+        if prop.key == DIGEST_KEY:
+            return prop.value
+    return None

@@ -1,0 +1,128 @@
+"""Errors patchspec reports to users, each with the exit code of the contract.
+
+Every error carries a message written for the user (lowercase, no trailing period, what was
+expected, what was found, where, and what to do next). The CLI prints ``str(error)`` and exits with
+``error.exit_code``; no traceback unless ``-v``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+EXIT_OK = 0
+EXIT_VERIFY_FAILED = 1
+EXIT_INVALID_SPEC = 2
+EXIT_BAD_FILE = 3
+EXIT_PATCH_FAILED = 4
+EXIT_INTERNAL = 5
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143
+
+
+class PatchspecError(Exception):
+    """Base class: a failure patchspec explains to the user."""
+
+    exit_code = EXIT_INTERNAL
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        if self.hint:
+            return f"{self.message}\n  hint: {self.hint}"
+        return self.message
+
+
+class VerificationFailed(PatchspecError):
+    """A verifier rejected the patched model; nothing was written."""
+
+    exit_code = EXIT_VERIFY_FAILED
+
+
+class UsageError(PatchspecError):
+    """The command line is invalid (detectable without the model)."""
+
+    exit_code = EXIT_INVALID_SPEC
+
+
+@dataclass(frozen=True, order=True)
+class SpecProblem:
+    """One located problem in a spec file: ``file:line:col: where: message``."""
+
+    line: int
+    column: int
+    where: str
+    message: str
+    hint: str | None = None
+    file: str = ""
+
+    def __str__(self) -> str:
+        place = f"{self.file}:{self.line}:{self.column}" if self.line else self.file
+        parts = [part for part in (place, self.where, self.message) if part]
+        text = ": ".join(parts)
+        if self.hint:
+            text += f"\n  hint: {self.hint}"
+        return text
+
+
+class SpecError(PatchspecError):
+    """The spec is invalid; carries every problem found, sorted by position."""
+
+    exit_code = EXIT_INVALID_SPEC
+
+    def __init__(self, problems: list[SpecProblem] | str, hint: str | None = None) -> None:
+        if isinstance(problems, str):
+            problems = [SpecProblem(0, 0, "", problems, hint)]
+        self.problems = sorted(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ModelFileError(PatchspecError):
+    """A file cannot be used: input missing/corrupt/too new, bad external data, output unwritable."""
+
+    exit_code = EXIT_BAD_FILE
+
+
+class PatchError(PatchspecError):
+    """A patch cannot apply to this model (selector count, missing tensor, non-constant target)."""
+
+    exit_code = EXIT_PATCH_FAILED
+
+
+class PluginError(PatchspecError):
+    """A plugin broke its contract or raised; the message names the plugin and its version."""
+
+    exit_code = EXIT_INTERNAL
+
+
+class Interrupted(PatchspecError):
+    """SIGINT or SIGTERM arrived; staging was removed."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__("interrupted")
+        self.exit_code = EXIT_SIGINT if signum == 2 else EXIT_SIGTERM
+
+
+def close_matches(word: str, candidates, limit: int = 3) -> list[str]:
+    """Names among ``candidates`` that look like ``word``, best first (for 'did you mean')."""
+    import difflib
+
+    pool = sorted(set(candidates))
+    found = difflib.get_close_matches(word, pool, n=limit, cutoff=0.6)
+    if not found:
+        lowered = {c.lower(): c for c in pool}
+        found = [lowered[c] for c in difflib.get_close_matches(word.lower(), list(lowered), n=limit, cutoff=0.5)]
+    return found
+
+
+def did_you_mean(word: str, candidates, limit: int = 3) -> str:
+    """`` (did you mean 'x'?)`` or an empty string."""
+    found = close_matches(word, candidates, limit)
+    if not found:
+        return ""
+    return " (did you mean " + " or ".join(repr(f) for f in found) + "?)"

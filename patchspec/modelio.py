@@ -1,0 +1,83 @@
+"""Load an input model, graph only, with one clear error for each way a file can be unusable."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from .errors import ModelFileError
+
+
+@dataclass(frozen=True)
+class FileStamp:
+    """Identity of a file at a moment: if any field changes, the file changed under us."""
+
+    path: Path
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, path: Path) -> "FileStamp":
+        st = os.stat(path)
+        return cls(path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def unchanged(self) -> bool:
+        try:
+            return FileStamp.of(self.path) == self
+        except OSError:
+            return False
+
+
+def load_model(path: Path) -> onnx.ModelProto:
+    """Parse ``path`` without reading external weights; refuse what is not a usable ONNX model."""
+    if not path.exists():
+        raise ModelFileError(f"{path}: No such file or directory")
+    if path.is_dir():
+        raise ModelFileError(f"{path}: is a directory, not an ONNX model")
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ModelFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if not raw:
+        raise ModelFileError(f"{path}: not an ONNX model (0 bytes)")
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(raw)
+    except (DecodeError, RuntimeError, ValueError):
+        hint = "is it a Git LFS pointer? run: git lfs pull" if raw.startswith(b"version https://git-lfs") else None
+        raise ModelFileError(f"{path}: not an ONNX model (parse failed)", hint) from None
+    _check_complete(model, path, len(raw))
+    _check_versions(model, path)
+    return model
+
+
+def _check_complete(model: onnx.ModelProto, path: Path, size: int) -> None:
+    if not model.HasField("graph") or not model.graph.node and not model.graph.output:
+        raise ModelFileError(f"{path}: not an ONNX model (no graph in {size} bytes)")
+    if model.ir_version >= 3 and not model.opset_import:
+        raise ModelFileError(f"{path}: not an ONNX model (no opset_import; the file may be truncated)")
+
+
+def _check_versions(model: onnx.ModelProto, path: Path) -> None:
+    if model.ir_version > onnx.IR_VERSION:
+        msg = f"{path}: IR version {model.ir_version} is newer than the installed onnx {onnx.__version__} supports ({onnx.IR_VERSION})"
+        raise ModelFileError(msg, "upgrade onnx and onnxruntime, or export the model with an older IR version")
+    newest = onnx.defs.onnx_opset_version()
+    for opset in model.opset_import:
+        if opset.domain in ("", "ai.onnx") and opset.version > newest:
+            msg = f"{path}: opset {opset.version} is newer than the installed onnx {onnx.__version__} supports ({newest})"
+            raise ModelFileError(msg, "upgrade onnx and onnxruntime")
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    """The model's version of the default ONNX domain."""
+    for opset in model.opset_import:
+        if opset.domain in ("", "ai.onnx"):
+            return opset.version
+    return 1

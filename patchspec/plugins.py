@@ -1,0 +1,159 @@
+"""Load plugins from the ``patchspec`` entry-point group into a fresh registry.
+
+One list of plugins: built-ins (distribution ``patchspec``) are found through the same entry
+points as third-party ones. Each entry point is loaded inside a try, so a broken plugin is
+reported with its name and version and does not break ``validate`` or ``plugins``.
+Nothing happens at import time; every run builds its own :class:`PluginRegistry`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Iterable
+
+import pluggy
+
+from . import hookspecs
+from .contract import PatchType, Verifier
+from .errors import PluginError
+
+DISABLE_ENV = "PATCHSPEC_DISABLE_PLUGINS"  # comma-separated entry-point names not to load
+BUILTIN_DISTRIBUTION = "patchspec"
+
+
+@dataclass
+class PluginInfo:
+    """One installed plugin as ``patchspec plugins`` shows it."""
+
+    name: str
+    distribution: str
+    version: str
+    module: str
+    location: str = ""
+    patch_types: list[str] = field(default_factory=list)
+    verifiers: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def builtin(self) -> bool:
+        return self.distribution == BUILTIN_DISTRIBUTION
+
+    @property
+    def label(self) -> str:
+        return f"plugin '{self.name}' ({self.distribution} {self.version})"
+
+
+@dataclass
+class PluginRegistry:
+    """Every patch type and verifier available in this run, and which plugin gave it."""
+
+    plugins: list[PluginInfo]
+    patch_types: dict[str, type[PatchType]]
+    verifiers: dict[str, type[Verifier]]
+    owners: dict[tuple[str, str], PluginInfo]  # (kind, name) -> plugin
+
+    @classmethod
+    def load(cls, extra: Iterable[tuple[str, object]] = (), *, entry_points=None) -> "PluginRegistry":
+        """Load entry points (and ``extra`` (name, module) pairs, for tests) into a new registry."""
+        registry = cls([], {}, {}, {})
+        manager = pluggy.PluginManager(hookspecs.NAME)
+        manager.add_hookspecs(hookspecs)
+        blocked = {n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()}
+        found = sorted(entry_points if entry_points is not None else _patchspec_entry_points(), key=lambda e: e.name)
+        for entry_point in found:
+            if entry_point.name in blocked:
+                continue
+            registry._load_entry_point(manager, entry_point)
+        for name, module in extra:
+            info = PluginInfo(name, "(registered in process)", "", getattr(module, "__name__", repr(module)))
+            registry._register_object(manager, info, module)
+        if not any(p.builtin and not p.error for p in registry.plugins) and entry_points is None:
+            msg = "patchspec's built-in plugins are not registered: this checkout was never installed"
+            raise PluginError(msg, "run: pip install -e .  (or: make demo)")
+        return registry
+
+    def _load_entry_point(self, manager: pluggy.PluginManager, entry_point) -> None:
+        dist = getattr(entry_point, "dist", None)
+        info = PluginInfo(
+            name=entry_point.name,
+            distribution=dist.name if dist else "?",
+            version=dist.version if dist else "?",
+            module=entry_point.value,
+        )
+        try:
+            module = entry_point.load()
+        except Exception as exc:  # a broken third-party plugin must not break the tool
+            info.error = f"failed to import {entry_point.value}: {type(exc).__name__}: {exc}"
+            self.plugins.append(info)
+            return
+        self._register_object(manager, info, module)
+
+    def _register_object(self, manager: pluggy.PluginManager, info: PluginInfo, module: object) -> None:
+        info.location = getattr(module, "__file__", "") or ""
+        self.plugins.append(info)
+        try:
+            manager.register(module, name=info.name)
+            manager.check_pending()
+        except Exception as exc:
+            info.error = f"invalid hooks: {exc}"
+            if manager.is_registered(module):
+                manager.unregister(module)
+            return
+        for hook_name, kind, table in (
+            ("register_patch_types", "patch type", self.patch_types),
+            ("register_verifiers", "verifier", self.verifiers),
+        ):
+            for impl in getattr(manager.hook, hook_name).get_hookimpls():
+                if impl.plugin is module:
+                    self._call_register_hook(info, impl.function, kind, table)
+
+    def _call_register_hook(self, info: PluginInfo, function, kind: str, table: dict) -> None:
+        base = PatchType if kind == "patch type" else Verifier
+        listed = info.patch_types if kind == "patch type" else info.verifiers
+
+        def register(cls_: type) -> None:
+            self._add(info, cls_, kind, base, table)
+            listed.append(cls_.name)
+
+        try:
+            function(register=register)
+        except PluginError as exc:
+            info.error = exc.message
+        except Exception as exc:
+            info.error = f"{kind} registration raised {type(exc).__name__}: {exc}"
+
+    def _add(self, info: PluginInfo, cls_: type, kind: str, base: type, table: dict) -> None:
+        if not (isinstance(cls_, type) and issubclass(cls_, base)):
+            msg = f"{info.label} registered {cls_!r}, which is not a {base.__name__} subclass"
+            raise PluginError(msg)
+        name = getattr(cls_, "name", None)
+        if not isinstance(name, str) or not name:
+            raise PluginError(f"{info.label}: {cls_.__name__} has no 'name'")
+        for attr in ("description", "params_schema"):
+            if not hasattr(cls_, attr):
+                raise PluginError(f"{info.label}: {kind} {name!r} has no '{attr}'")
+        if not info.builtin and not name.startswith(info.name + "."):
+            msg = f"{info.label}: {kind} name {name!r} must start with '{info.name}.'; bare names are built-ins'"
+            raise PluginError(msg)
+        key = (kind, name)
+        if key in self.owners:
+            other = self.owners[key]
+            raise PluginError(f"{kind} {name!r} is registered by both {other.label} and {info.label}")
+        self.owners[key] = info
+        table[name] = cls_
+
+    def owner(self, kind: str, name: str) -> PluginInfo | None:
+        return self.owners.get((kind, name))
+
+    def broken(self) -> list[PluginInfo]:
+        return [p for p in self.plugins if p.error]
+
+    def versions(self) -> dict[str, str]:
+        """Name -> version of every loaded plugin (part of the output digest)."""
+        return {f"{p.distribution}:{p.name}": p.version for p in self.plugins if not p.error}
+
+
+def _patchspec_entry_points():
+    return list(metadata.entry_points(group=hookspecs.NAME))

@@ -1,0 +1,254 @@
+"""Spec file -> validated :class:`Spec`, in two phases, before any model is touched.
+
+Phase 1 checks the envelope (format version first, then ``model``, ``output``, ``patches``,
+``verify``, one key per item). Phase 2 checks each item against the JSON Schema of the plugin that
+provides it, then the plugin's own static checks. Every problem is collected and reported sorted
+by position: ``specs/x.yaml:8:10: patches[1] (rename_dims) > axes.2: 12.5 is not of type 'string'``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import jsonschema
+from jsonschema.exceptions import best_match
+
+from .errors import SpecError, SpecProblem, did_you_mean
+from .plugins import PluginRegistry
+from .yamlread import YamlDocument, load_yaml
+
+FORMAT_VERSION = 1
+
+ENVELOPE_KEYS = ("patchspec", "model", "output", "patches", "verify")
+
+ENVELOPE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "patchspec": {"description": "spec format version", "const": FORMAT_VERSION},
+        "model": {"description": "input model, relative to the spec file", "type": "string", "minLength": 1},
+        "output": {"description": "output model, relative to the spec file", "type": "string", "minLength": 1},
+        "patches": {
+            "description": "patches, applied in order; each item has exactly one key: the patch type",
+            "type": "array",
+            "items": {"type": "object", "minProperties": 1, "maxProperties": 1},
+        },
+        "verify": {
+            "description": "verifiers, run in order on the output; default: [check: {}]",
+            "type": "array",
+            "items": {"type": "object", "minProperties": 1, "maxProperties": 1},
+        },
+    },
+    "required": ["patchspec", "model", "output", "patches"],
+    "additionalProperties": False,
+}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One item of ``patches`` or ``verify``: its type, its parameters and where it was written."""
+
+    section: str  # "patches" | "verify"
+    index: int
+    type_name: str
+    params: dict
+    shorthand_used: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"{self.section}[{self.index}] ({self.type_name})"
+
+    @property
+    def path(self) -> tuple:
+        return (self.section, self.index, self.type_name)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A validated spec. Paths are absolute, resolved against the spec's folder."""
+
+    path: Path
+    document: YamlDocument
+    model: Path
+    output: Path
+    patches: tuple[Step, ...]
+    verify: tuple[Step, ...]
+
+    @property
+    def folder(self) -> Path:
+        return self.path.resolve().parent
+
+    @property
+    def text_digest(self) -> str:
+        return hashlib.sha256(self.document.text.encode("utf-8")).hexdigest()
+
+    def locate(self, step: Step, key: tuple = ()) -> str:
+        """``file:line:col: patches[1] (rename_dims) > axes.2`` for a key inside a step."""
+        key = tuple(key)
+        doc_path = step.path if step.shorthand_used else step.path + key
+        pos = self.document.position(doc_path)
+        where = step.label + (" > " + ".".join(str(k) for k in key) if key else "")
+        return f"{self.path}:{pos.line}:{pos.column}: {where}"
+
+
+def load_spec(path: Path | str, registry: PluginRegistry, *, text: str | None = None) -> Spec:
+    """Read, parse and validate a spec file; raise :class:`SpecError` listing every problem."""
+    path = Path(path)
+    document = load_yaml(path, text)
+    _check_envelope(document)
+    data = document.data
+    problems: list[SpecProblem] = []
+    patches = tuple(_steps(document, "patches", registry, problems))
+    verify = tuple(_steps(document, "verify", registry, problems))
+    if problems:
+        raise SpecError(problems)
+    if "verify" not in data:
+        verify = (Step("verify", 0, "check", {}),)
+    folder = path.resolve().parent
+    return Spec(path, document, (folder / data["model"]).resolve(), (folder / data["output"]).resolve(), patches, verify)
+
+
+def _check_envelope(document: YamlDocument) -> None:
+    data = document.data
+    if not isinstance(data, dict):
+        raise SpecError([document.problem((), "", "a spec is a mapping with keys 'patchspec', 'model', 'output', 'patches'")])
+    version = data.get("patchspec")
+    if version != FORMAT_VERSION:
+        if "patchspec" not in data:
+            message = f"missing 'patchspec: {FORMAT_VERSION}' (the spec format version)"
+        elif isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
+            message = f"spec format {version} is newer than this patchspec supports ({FORMAT_VERSION}); upgrade patchspec"
+        else:
+            message = f"'patchspec' must be the integer {FORMAT_VERSION}, got {version!r}"
+        raise SpecError([document.problem(("patchspec",), "patchspec", message)])
+    problems = []
+    for key in data:
+        if key not in ENVELOPE_KEYS:
+            problems.append(document.problem((key,), "", f"unknown key '{key}'" + did_you_mean(str(key), ENVELOPE_KEYS), of_key=True))
+    validator = jsonschema.Draft202012Validator(ENVELOPE_SCHEMA)
+    for error in validator.iter_errors(data):
+        if error.validator == "additionalProperties":
+            continue  # reported above, with suggestions
+        problems.append(_schema_problem(document, (), "", error))
+    if problems:
+        raise SpecError(problems)
+
+
+def _steps(document: YamlDocument, section: str, registry: PluginRegistry, problems: list):
+    kind = "patch type" if section == "patches" else "verifier"
+    table = registry.patch_types if section == "patches" else registry.verifiers
+    for index, item in enumerate(document.data.get(section) or []):
+        (type_name, raw), = item.items()
+        step_path = (section, index, type_name)
+        if type_name not in table:
+            problems.append(_unknown_type(document, registry, section, index, kind, str(type_name), table))
+            continue
+        cls_ = table[type_name]
+        params, shorthand_used = _normalize(cls_, raw)
+        step = Step(section, index, type_name, params, shorthand_used)
+        before = len(problems)
+        validator = jsonschema.Draft202012Validator(cls_.params_schema)
+        for error in validator.iter_errors(params):
+            problems.extend(_param_problems(document, step, error, cls_.params_schema))
+        if len(problems) == before:
+            for key, message in cls_().check_params(params):
+                doc_path = step_path if shorthand_used else step_path + tuple(key)
+                where = step.label + (" > " + ".".join(map(str, key)) if key else "")
+                problems.append(document.problem(doc_path, where, message))
+        yield step
+
+
+def _normalize(cls_, raw) -> tuple[dict, bool]:
+    if raw is None:
+        return {}, False
+    if cls_.shorthand and not isinstance(raw, dict):
+        return {cls_.shorthand: raw}, True
+    return raw, False
+
+
+def _unknown_type(document, registry, section, index, kind, type_name, table) -> SpecProblem:
+    message = f"unknown {kind} '{type_name}'" + did_you_mean(type_name, table)
+    hint = None
+    prefix = type_name.split(".")[0]
+    broken = {p.name: p for p in registry.broken()}
+    if prefix in broken:
+        hint = f"{broken[prefix].label} failed to load: {broken[prefix].error}"
+    elif not did_you_mean(type_name, table):
+        hint = f"known {kind}s: {', '.join(sorted(table))}; 'patchspec plugins' lists where they come from"
+    return document.problem((section, index, type_name), f"{section}[{index}]", message, hint, of_key=True)
+
+
+def _param_problems(document, step: Step, error, schema) -> list[SpecProblem]:
+    path = tuple(error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        known = _schema_at(schema, error.schema_path).get("properties", {})
+        problems = []
+        for key in error.instance:
+            if key in known:
+                continue
+            where = step.label + (" > " + ".".join(map(str, path)) if path else "")
+            message = f"unknown key '{key}'" + did_you_mean(str(key), known)
+            problems.append(document.problem(step.path + path + (key,), where, message, of_key=True))
+        return problems
+    if step.shorthand_used:
+        path = ()
+    return [_schema_problem(document, step.path + path, step.label, error, step.shorthand_used)]
+
+
+def _schema_at(schema: dict, schema_path) -> dict:
+    node = schema
+    for part in list(schema_path)[:-1]:
+        node = node[part]
+    return node
+
+
+def _schema_problem(document, doc_path: tuple, label: str, error, shorthand=False) -> SpecProblem:
+    if error.context:
+        error = best_match(error.context)
+    rel = tuple(error.absolute_path) if not shorthand else ()
+    where = label + (" > " + ".".join(map(str, rel)) if rel and label else "")
+    if not label:
+        where = ".".join(map(str, rel))
+    full_path = doc_path if label else doc_path + rel
+    return document.problem(full_path, where, _short_message(error))
+
+
+def _short_message(error) -> str:
+    if error.validator == "const":
+        return f"expected {error.validator_value!r}, got {error.instance!r}"
+    if error.validator == "required":
+        return error.message.replace("is a required property", "is required")
+    if error.validator in ("minProperties", "maxProperties") and isinstance(error.instance, dict):
+        return f"each item has exactly one key (the type), got {len(error.instance)}: {', '.join(map(str, error.instance))}"
+    return error.message
+
+
+def combined_schema(registry: PluginRegistry) -> dict:
+    """One JSON Schema for specs: the envelope plus every installed plugin's fragment (for editors)."""
+
+    def items(table: dict) -> dict:
+        branches = []
+        for name in sorted(table):
+            cls_ = table[name]
+            value = cls_.params_schema
+            if cls_.shorthand:
+                short = cls_.params_schema.get("properties", {}).get(cls_.shorthand, {})
+                value = {"anyOf": [value, short]}
+            branches.append({
+                "type": "object",
+                "description": cls_.description,
+                "properties": {name: value},
+                "required": [name],
+                "additionalProperties": False,
+            })
+        return {"oneOf": branches}
+
+    schema = dict(ENVELOPE_SCHEMA)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "patchspec spec (format 1)"
+    props = dict(schema["properties"])
+    props["patches"] = dict(props["patches"], items=items(registry.patch_types))
+    props["verify"] = dict(props["verify"], items=items(registry.verifiers))
+    schema["properties"] = props
+    return schema

@@ -1,0 +1,340 @@
+"""Read a spec file as YAML 1.2 would, with a position for every value.
+
+PyYAML alone keeps the last of two duplicate keys, reads ``1e-5`` as a string and ``no`` as
+``False``, and expands alias bombs without limit. This module walks PyYAML's event stream
+(iterative, so deep nesting cannot blow the stack) and builds plain Python data itself:
+
+- scalars are typed by the YAML 1.2 core schema (``1e-5`` is a float, ``no``/``on`` are strings);
+- duplicate keys, non-scalar keys, unknown tags, several documents are errors;
+- nesting depth, alias count, expanded size and file size are bounded;
+- every node's position is recorded under its key path, so later errors can say ``file:line:col``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from .errors import SpecError, SpecProblem
+
+MAX_FILE_BYTES = 16 * 1024 * 1024
+MAX_DEPTH = 64
+MAX_ALIASES = 100
+MAX_NODES = 100_000
+
+KeyPath = tuple  # of str | int
+
+_INT = re.compile(r"[-+]?[0-9]+\Z")
+_OCT = re.compile(r"0o[0-7]+\Z")
+_HEX = re.compile(r"0x[0-9a-fA-F]+\Z")
+_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?\Z")
+_INF = re.compile(r"[-+]?\.(inf|Inf|INF)\Z")
+_NAN = re.compile(r"\.(nan|NaN|NAN)\Z")
+_NULL = {"", "~", "null", "Null", "NULL"}
+_TRUE = {"true", "True", "TRUE"}
+_FALSE = {"false", "False", "FALSE"}
+_CORE_TAGS = {
+    "tag:yaml.org,2002:str": str,
+    "tag:yaml.org,2002:int": int,
+    "tag:yaml.org,2002:float": float,
+    "tag:yaml.org,2002:bool": bool,
+    "tag:yaml.org,2002:null": type(None),
+    "tag:yaml.org,2002:map": dict,
+    "tag:yaml.org,2002:seq": list,
+}
+
+
+@dataclass(frozen=True)
+class Position:
+    line: int  # 1-based
+    column: int  # 1-based
+
+
+@dataclass
+class YamlDocument:
+    """Plain data from one YAML document plus where each part of it was written."""
+
+    path: Path
+    data: object
+    text: str
+    positions: dict = field(default_factory=dict)  # KeyPath -> Position of the value
+    key_positions: dict = field(default_factory=dict)  # KeyPath -> Position of the key
+
+    def position(self, path: KeyPath, *, of_key: bool = False) -> Position:
+        """Position of ``path``, or of its nearest ancestor that has one (values inside aliases)."""
+        path = tuple(path)
+        table = self.key_positions if of_key else self.positions
+        while path:
+            if path in table:
+                return table[path]
+            if path in self.positions:
+                return self.positions[path]
+            path = path[:-1]
+        return self.positions.get((), Position(1, 1))
+
+    def problem(self, path: KeyPath, where: str, message: str, hint: str | None = None, *, of_key=False):
+        pos = self.position(path, of_key=of_key)
+        return SpecProblem(pos.line, pos.column, where, message, hint, file=str(self.path))
+
+
+def resolve_plain_scalar(text: str):
+    """Type a plain (unquoted) scalar by the YAML 1.2 core schema."""
+    if text in _NULL:
+        return None
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    if _INT.match(text):
+        return int(text)
+    if _OCT.match(text):
+        return int(text[2:], 8)
+    if _HEX.match(text):
+        return int(text[2:], 16)
+    if _FLOAT.match(text):
+        return float(text)
+    if _INF.match(text):
+        return -math.inf if text.startswith("-") else math.inf
+    if _NAN.match(text):
+        return math.nan
+    return text
+
+
+def read_spec_text(path: Path) -> str:
+    """Read a spec file as UTF-8 text, with one clear error for each way that can fail."""
+    name = str(path)
+    try:
+        if path.is_dir():
+            raise SpecError(f"{name}: is a directory, not a spec file")
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise SpecError(f"{name}: file is {size} bytes; specs are limited to 16 MiB")
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise SpecError(f"{name}: No such file or directory") from None
+    except PermissionError:
+        raise SpecError(f"{name}: permission denied") from None
+    except OSError as exc:
+        raise SpecError(f"{name}: cannot read: {exc.strerror or exc}") from None
+    nul = raw.find(b"\x00")
+    if nul >= 0:
+        raise SpecError(f"{name}: binary file (NUL byte at offset {nul}); a spec is UTF-8 YAML text")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{name}: not valid UTF-8 at byte {exc.start}") from None
+
+
+def load_yaml(path: Path, text: str | None = None) -> YamlDocument:
+    """Parse ``path`` (or ``text`` given for it) into a :class:`YamlDocument`."""
+    path = Path(path)
+    if text is None:
+        text = read_spec_text(path)
+    builder = _Builder(path, text)
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            builder.feed(event)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        problem = exc.problem or exc.context or "invalid YAML"
+        line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
+        raise SpecError([SpecProblem(line, col, "", f"YAML syntax error: {problem}", file=str(path))]) from None
+    except yaml.YAMLError as exc:  # reader errors (bad characters) carry no mark
+        raise SpecError(f"{path}: YAML error: {exc}") from None
+    return builder.result()
+
+
+class _Frame:
+    """A mapping or sequence under construction."""
+
+    def __init__(self, container, path: KeyPath, anchor: str | None, start: Position):
+        self.container = container
+        self.path = path
+        self.anchor = anchor
+        self.pending_key = None  # for mappings: key read, value not yet
+        self.pending_key_pos: Position | None = None
+        self.first_key_line: dict = {}
+        self.start = start
+        self.nodes_at_start = 0
+
+
+class _Builder:
+    def __init__(self, path: Path, text: str) -> None:
+        self.path = path
+        self.text = text
+        self.stack: list[_Frame] = []
+        self.anchors: dict[str, tuple[object, int]] = {}  # anchor -> (value, node count)
+        self.open_anchors: set[str] = set()
+        self.aliases = 0
+        self.nodes = 0
+        self.documents = 0
+        self.root = None
+        self.root_set = False
+        self.positions: dict = {}
+        self.key_positions: dict = {}
+
+    def fail(self, mark, message: str, hint: str | None = None):
+        line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
+        raise SpecError([SpecProblem(line, col, "", message, hint, file=str(self.path))])
+
+    def feed(self, event) -> None:
+        if isinstance(event, yaml.DocumentStartEvent):
+            self.documents += 1
+            if self.documents > 1:
+                self.fail(event.start_mark, "several YAML documents in one spec; keep one (remove '---')")
+        elif isinstance(event, yaml.ScalarEvent):
+            self.scalar(event)
+        elif isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            self.start_collection(event)
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            self.end_collection()
+        elif isinstance(event, yaml.AliasEvent):
+            self.alias(event)
+
+    def result(self) -> YamlDocument:
+        if not self.root_set or self.root is None:
+            raise SpecError(f"{self.path}: empty spec; it needs at least 'patchspec: 1', 'model', 'output' and 'patches'")
+        return YamlDocument(self.path, self.root, self.text, self.positions, self.key_positions)
+
+    # -- values -----------------------------------------------------------------------------
+    def child_path(self) -> KeyPath:
+        if not self.stack:
+            return ()
+        frame = self.stack[-1]
+        if isinstance(frame.container, list):
+            return frame.path + (len(frame.container),)
+        return frame.path + (frame.pending_key,)
+
+    def count_node(self, mark, amount: int = 1) -> None:
+        self.nodes += amount
+        if self.nodes > MAX_NODES:
+            self.fail(mark, f"spec expands to more than {MAX_NODES} values (alias bomb?); refusing it")
+
+    def check_tag(self, event, expected: type) -> None:
+        tag = event.tag
+        if tag in (None, "!"):
+            return
+        if _CORE_TAGS.get(tag) is not expected:
+            self.fail(event.start_mark, f"tag '{tag}' is not allowed in a spec; only plain YAML values are")
+
+    def scalar(self, event) -> None:
+        frame = self.stack[-1] if self.stack else None
+        if frame is not None and isinstance(frame.container, dict) and frame.pending_key is None:
+            self.key(event, frame)
+            return
+        value = self.scalar_value(event)
+        self.count_node(event.start_mark)
+        self.place(value, event.start_mark)
+        if event.anchor:
+            self.anchors[event.anchor] = (value, 1)
+
+    def scalar_value(self, event):
+        if event.tag not in (None, "!"):
+            kind = _CORE_TAGS.get(event.tag)
+            if kind not in (str, int, float, bool, type(None)):
+                self.fail(event.start_mark, f"tag '{event.tag}' is not allowed in a spec; only plain YAML values are")
+            value = resolve_plain_scalar(event.value)
+            if kind is str:
+                return event.value
+            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                self.fail(event.start_mark, f"{event.value!r} is not a valid {kind.__name__}")
+            return value
+        if event.style is None and event.implicit[0]:
+            return resolve_plain_scalar(event.value)
+        return event.value
+
+    def key(self, event, frame: _Frame) -> None:
+        if event.tag not in (None, "!", "tag:yaml.org,2002:str"):
+            self.fail(event.start_mark, f"tag '{event.tag}' is not allowed in a spec; only plain YAML values are")
+        key = self.scalar_value(event)
+        if isinstance(key, float) or key is None or isinstance(key, bool):
+            key = event.value  # keys stay as written: 'no', 'null', '1.0'
+        pos = Position(event.start_mark.line + 1, event.start_mark.column + 1)
+        if key in frame.first_key_line:
+            first = frame.first_key_line[key]
+            self.fail(event.start_mark, f"duplicate key '{key}' (first at line {first})",
+                      "YAML keeps only one of them; merge the two entries")
+        frame.first_key_line[key] = pos.line
+        frame.pending_key = key
+        frame.pending_key_pos = pos
+        self.key_positions[frame.path + (key,)] = pos
+
+    def place(self, value, mark) -> None:
+        pos = Position(mark.line + 1, mark.column + 1)
+        if not self.stack:
+            self.root, self.root_set = value, True
+            self.positions[()] = pos
+            return
+        frame = self.stack[-1]
+        path = self.child_path()
+        self.positions.setdefault(path, pos)
+        if isinstance(frame.container, list):
+            frame.container.append(value)
+        else:
+            frame.container[frame.pending_key] = value
+            frame.pending_key = None
+
+    # -- collections ------------------------------------------------------------------------
+    def start_collection(self, event) -> None:
+        frame = self.stack[-1] if self.stack else None
+        if frame is not None and isinstance(frame.container, dict) and frame.pending_key is None:
+            self.fail(event.start_mark, "a mapping key must be a plain value, not a list or mapping")
+        is_map = isinstance(event, yaml.MappingStartEvent)
+        self.check_tag(event, dict if is_map else list)
+        if len(self.stack) >= MAX_DEPTH:
+            self.fail(event.start_mark, f"nesting deeper than {MAX_DEPTH} levels; refusing the spec")
+        self.count_node(event.start_mark)
+        pos = Position(event.start_mark.line + 1, event.start_mark.column + 1)
+        path = self.child_path()
+        self.positions.setdefault(path, pos)
+        container: object = {} if is_map else []
+        if event.anchor:
+            self.open_anchors.add(event.anchor)
+        frame = _Frame(container, path, event.anchor, pos)
+        frame.nodes_at_start = self.nodes
+        self.stack.append(frame)
+
+    def end_collection(self) -> None:
+        frame = self.stack.pop()
+        size = self.nodes - frame.nodes_at_start + 1
+        if frame.anchor:
+            self.open_anchors.discard(frame.anchor)
+            self.anchors[frame.anchor] = (frame.container, size)
+        if not self.stack:
+            self.root, self.root_set = frame.container, True
+            self.positions[()] = frame.start
+            return
+        parent = self.stack[-1]
+        if isinstance(parent.container, list):
+            parent.container.append(frame.container)
+        else:
+            parent.container[parent.pending_key] = frame.container
+            parent.pending_key = None
+
+    def alias(self, event) -> None:
+        frame = self.stack[-1] if self.stack else None
+        if frame is not None and isinstance(frame.container, dict) and frame.pending_key is None:
+            self.fail(event.start_mark, "an alias cannot be used as a mapping key")
+        self.aliases += 1
+        if self.aliases > MAX_ALIASES:
+            self.fail(event.start_mark, f"more than {MAX_ALIASES} aliases; refusing the spec")
+        if event.anchor in self.open_anchors:
+            self.fail(event.start_mark, f"cyclic alias '*{event.anchor}' refers to a value that contains it")
+        if event.anchor not in self.anchors:
+            self.fail(event.start_mark, f"unknown alias '*{event.anchor}'")
+        value, size = self.anchors[event.anchor]
+        self.count_node(event.start_mark, size)
+        self.place(_deep_copy(value), event.start_mark)
+
+
+def _deep_copy(value):
+    """Copy aliased data so later edits of one use cannot change another (bounded by MAX_NODES)."""
+    if isinstance(value, dict):
+        return {k: _deep_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_deep_copy(v) for v in value]
+    return value
