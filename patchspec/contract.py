@@ -107,6 +107,8 @@ class PatchContext(StepContext):
     #: dims named by rename_dims, re-applied after any later shape re-derivation:
     #: {tensor name: {axis: name or size}}
     pinned_dims: dict[str, dict[int, Any]] = field(default_factory=dict)
+    #: set by the external_data patch: an extdata.Layout for the output (None: the default layout)
+    output_layout: Any = None
 
 
 @dataclass

@@ -98,7 +98,7 @@ class Engine:
         for step in loaded.spec.patches:
             context = PatchContext(loaded.spec, step, model_dir=loaded.model_path.parent, pinned_dims=pinned)
             outcome = self._run_patch(step, model, context)
-            layout = getattr(context, "output_layout", None) or layout
+            layout = context.output_layout or layout
             report.patches.append(outcome)
             self._print_step(step, outcome)
         return model, layout
