@@ -1,0 +1,89 @@
+"""Shared fixtures: the real PP-OCR models, a CLI runner, small model builders."""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper
+
+from patchspec.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def ppocr_model_paths() -> dict[str, Path]:
+    """det/rec/cls models shipped in the rapidocr-onnxruntime wheel (found without importing it)."""
+    spec = importlib.util.find_spec("rapidocr_onnxruntime")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    folder = Path(list(spec.submodule_search_locations)[0]) / "models"
+    found = {}
+    for path in glob.glob(str(folder / "*.onnx")):
+        for kind in ("det", "rec", "cls"):
+            if f"_{kind}_" in Path(path).name:
+                found[kind] = Path(path)
+    return found
+
+
+@pytest.fixture(scope="session")
+def ppocr_models() -> dict[str, Path]:
+    models = ppocr_model_paths()
+    if len(models) != 3:
+        pytest.skip("PP-OCR models not installed: pip install --no-deps rapidocr-onnxruntime==1.4.4 (make test does)")
+    return models
+
+
+@dataclass
+class CliResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+@pytest.fixture
+def run_cli():
+    """Run ``patchspec ARGS`` in-process from ``cwd``; returns exit code, stdout and stderr."""
+
+    def run(*args: str, cwd: Path | None = None) -> CliResult:
+        runner = CliRunner()
+        old = os.getcwd()
+        try:
+            if cwd:
+                os.chdir(cwd)
+            with runner.isolation() as (out, err, *_):
+                code = main([str(a) for a in args])
+                stdout, stderr = out.getvalue().decode(), err.getvalue().decode()
+        finally:
+            os.chdir(old)
+        return CliResult(code, stdout, stderr)
+
+    return run
+
+
+def make_model(nodes, inputs, outputs, initializers=(), opset=17, value_info=(), ir_version=8) -> onnx.ModelProto:
+    """A small model; IR version pinned (helper.make_model's default is too new for onnxruntime)."""
+    graph = helper.make_graph(list(nodes), "g", list(inputs), list(outputs), list(initializers), value_info=list(value_info))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = ir_version
+    return model
+
+
+def tensor_info(name: str, shape, dtype=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def write_spec(folder: Path, text: str, name: str = "spec.yaml") -> Path:
+    path = folder / name
+    path.write_text(text)
+    return path
