@@ -1,0 +1,315 @@
+"""ONNX Runtime for the ``run`` verifier: providers, sessions by path, inputs from cases, runs.
+
+Everything here raises :class:`RunFailure` with a message written for the user; the verifier turns
+it into a failed (or, for a provider that cannot be loaded, skipped) result. Nothing here knows
+about specs or plugins, so each piece is testable on its own.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+
+from .errors import did_you_mean
+
+DEFAULT_PROVIDERS = ("CPUExecutionProvider",)
+FILLS = ("random", "zeros", "ones", "arange")
+DTYPES = ("float32", "float16", "float64", "int8", "int16", "int32", "int64",
+          "uint8", "uint16", "uint32", "uint64", "bool")
+#: default [low, high) of ``fill: random``: floats in [-1, 1), integers in [0, 10)
+FLOAT_RANGE = (-1.0, 1.0)
+INTEGER_RANGE = (0, 10)
+_ORT_TYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
+              "tensor(int8)": "int8", "tensor(int16)": "int16", "tensor(int32)": "int32",
+              "tensor(int64)": "int64", "tensor(uint8)": "uint8", "tensor(uint16)": "uint16",
+              "tensor(uint32)": "uint32", "tensor(uint64)": "uint64", "tensor(bool)": "bool"}
+
+Feeds = dict[str, np.ndarray]
+
+
+class RunFailure(Exception):
+    """A session cannot be built, a case cannot be fed or run; ``message`` is for the user."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+class ProviderUnusable(RunFailure):
+    """The provider is listed as available but a session could not actually use it."""
+
+
+@dataclass(frozen=True)
+class TensorDecl:
+    """A graph input or output as a session declares it: dims are ints, names (str) or None."""
+
+    name: str
+    dtype: str | None
+    shape: tuple
+
+
+def provider_skip_reasons(providers: Iterable[str], available: list[str] | None = None) -> dict[str, str | None]:
+    """``{provider: None}`` when it can run here, else the reason it cannot."""
+    if available is None:
+        import onnxruntime
+
+        available = onnxruntime.get_available_providers()
+    reason = f"not available in this onnxruntime build; available: {', '.join(available)}"
+    return {provider: (None if provider in available else reason) for provider in providers}
+
+
+class Session:
+    """One ONNX Runtime session of one model file on one provider."""
+
+    def __init__(self, path: Path, provider: str) -> None:
+        self.path = Path(path)
+        self.provider = provider
+        self._session = _build_session(self.path, provider)
+        self.inputs = [_decl(arg) for arg in self._session.get_inputs()]
+        self.outputs = [_decl(arg) for arg in self._session.get_outputs()]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [o.name for o in self.outputs]
+
+    def run(self, feeds: Feeds) -> tuple[Feeds, float]:
+        """Run once; returns ``{output name: array}`` and the seconds it took."""
+        started = time.perf_counter()
+        try:
+            values = self._session.run(None, feeds)
+        except Exception as exc:  # ORT raises its own Fail/InvalidArgument/RuntimeException classes
+            msg = f"{self.provider}: onnxruntime failed to run {self.path}: {_ort_message(exc)}"
+            raise RunFailure(msg) from None
+        return dict(zip(self.output_names, values)), time.perf_counter() - started
+
+    def run_split(self, feeds: Feeds) -> tuple[Feeds, float]:
+        """Run once per sample of axis 0 of every input; join each output along axis 0."""
+        sizes = {name: (array.shape[0] if array.ndim else None) for name, array in feeds.items()}
+        batch = set(sizes.values())
+        if len(batch) != 1 or None in batch:
+            found = ", ".join(f"{name}: {size}" for name, size in sizes.items())
+            msg = f"split_batch needs every input to have the same size on axis 0; found {found}"
+            raise RunFailure(msg, "turn split_batch off for this model, or compare against a reference file")
+        parts, seconds = [], 0.0
+        for index in range(batch.pop()):
+            outputs, took = self.run({name: array[index:index + 1] for name, array in feeds.items()})
+            parts.append(outputs)
+            seconds += took
+        return {name: _join(name, [p[name] for p in parts]) for name in self.output_names}, seconds
+
+
+def _build_session(path: Path, provider: str):
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3  # errors only: ORT's warnings are not the user's business here
+    try:
+        session = onnxruntime.InferenceSession(str(path), sess_options=options, providers=[provider])
+    except Exception as exc:
+        message = _ort_message(exc)
+        msg = f"{provider}: onnxruntime {onnxruntime.__version__} cannot build a session for {path}: {message}"
+        hint = None
+        if "unknown exception" in message.lower():
+            hint = ("onnxruntime gave no detail; run 'patchspec inspect' on the output and add the 'check' "
+                    "verifier before 'run' to find the node it rejects")
+        raise RunFailure(msg, hint) from None
+    used = session.get_providers()
+    if not used or used[0] != provider:
+        msg = f"{provider} could not be loaded (onnxruntime fell back to {', '.join(used)})"
+        raise ProviderUnusable(msg, "check the provider's libraries (CUDA, cuDNN, drivers) with 'patchspec env'")
+    return session
+
+
+def _ort_message(exc: Exception) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+def _decl(arg) -> TensorDecl:
+    shape = arg.shape if isinstance(arg.shape, (list, tuple)) else ()
+    dims = tuple(d if isinstance(d, str) or (isinstance(d, int) and d >= 0) else None for d in shape)
+    return TensorDecl(arg.name, _ORT_TYPES.get(arg.type), dims)
+
+
+def _join(name: str, arrays: list[np.ndarray]) -> np.ndarray:
+    if any(a.ndim == 0 for a in arrays):
+        msg = f"split_batch cannot join output '{name}': it is a scalar"
+        raise RunFailure(msg, "turn split_batch off for this model")
+    return np.concatenate(arrays, axis=0)
+
+
+# -- inputs from a case ---------------------------------------------------------------------------
+
+def make_feeds(case_inputs: dict, declared: list[TensorDecl], resolve: Callable[[str], Path]) -> Feeds:
+    """Arrays for every declared input: from the case, or random for unlisted fully fixed inputs."""
+    names = [d.name for d in declared]
+    for name in case_inputs:
+        if name not in names:
+            msg = (f"case input '{name}' is not an input of the model{did_you_mean(str(name), names)}; "
+                   f"its inputs are: {', '.join(names)}")
+            raise RunFailure(msg)
+    feeds = {}
+    for position, decl in enumerate(declared):
+        if decl.name in case_inputs:
+            feeds[decl.name] = input_array(decl, case_inputs[decl.name], position, resolve)
+        elif all(isinstance(d, int) for d in decl.shape):
+            feeds[decl.name] = generate(decl.shape, decl.dtype or "float32", "random", position)
+        else:
+            msg = f"the case gives no shape for input '{decl.name}', declared {format_shape(decl.shape)}"
+            raise RunFailure(msg, f"add '{decl.name}: [sizes...]' to the case's inputs")
+    return feeds
+
+
+def input_array(decl: TensorDecl, item, position: int, resolve: Callable[[str], Path]) -> np.ndarray:
+    """One input from its case item: a shape list, or ``{shape, dtype, fill, seed, low, high, file}``."""
+    item = {"shape": item} if isinstance(item, list) else dict(item)
+    dtype = item.get("dtype") or decl.dtype
+    if dtype is None:
+        msg = f"input '{decl.name}' has a type numpy cannot hold; give 'dtype' in the case"
+        raise RunFailure(msg)
+    if "file" in item:
+        array = load_array(decl.name, resolve(item["file"]))
+        expected = {"shape": list(array.shape) if item.get("shape") is None else list(item["shape"]), "dtype": dtype}
+        if list(array.shape) != expected["shape"] or str(array.dtype) != dtype:
+            msg = (f"input '{decl.name}': {item['file']} holds {array.dtype} {list(array.shape)}, "
+                   f"expected {dtype} {expected['shape']}")
+            raise RunFailure(msg, f"save it with numpy as {dtype}, e.g. np.save(path, x.astype('{dtype}'))")
+        return array
+    return generate(tuple(item["shape"]), dtype, item.get("fill", "random"), item.get("seed", position),
+                    item.get("low"), item.get("high"))
+
+
+def load_array(name: str, path: Path) -> np.ndarray:
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        msg = f"input '{name}': cannot read {path}: {exc}"
+        raise RunFailure(msg, "give a .npy file written by numpy.save, relative to the spec's folder") from None
+    if not isinstance(array, np.ndarray):
+        msg = f"input '{name}': {path} is an .npz archive; 'file' takes one array saved as .npy"
+        raise RunFailure(msg)
+    return array
+
+
+def generate(shape: tuple, dtype: str, fill: str, seed: int = 0, low=None, high=None) -> np.ndarray:
+    """A deterministic array: ``numpy.random.default_rng(seed)`` for ``random``."""
+    np_dtype = np.dtype(dtype)
+    if fill == "zeros":
+        return np.zeros(shape, np_dtype)
+    if fill == "ones":
+        return np.ones(shape, np_dtype)
+    if fill == "arange":
+        values = np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.int64).reshape(shape)
+        if np_dtype.kind in "iu":
+            values = values % (min(np.iinfo(np_dtype).max, 2**31 - 1) + 1)
+        return (values % 2).astype(bool) if np_dtype.kind == "b" else values.astype(np_dtype)
+    rng = np.random.default_rng(seed)
+    if np_dtype.kind == "b":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    if np_dtype.kind in "iu":
+        lo = INTEGER_RANGE[0] if low is None else int(low)
+        hi = INTEGER_RANGE[1] if high is None else int(high)
+        return rng.integers(lo, hi, size=shape, dtype=np_dtype)
+    lo = FLOAT_RANGE[0] if low is None else float(low)
+    hi = FLOAT_RANGE[1] if high is None else float(high)
+    return rng.uniform(lo, hi, size=shape).astype(np_dtype)
+
+
+def feed_shape_problems(feeds: Feeds, declared: list[TensorDecl]) -> list[str]:
+    """Where the feeds disagree with the fixed sizes and ranks the model declares for its inputs."""
+    problems = []
+    for decl in declared:
+        array = feeds.get(decl.name)
+        if array is not None:
+            problems.extend(shape_problems("input", decl, array.shape))
+    return problems
+
+
+def shape_problems(kind: str, decl: TensorDecl, actual: tuple) -> list[str]:
+    """A declared fixed size (or rank) that differs from the actual shape, one line per axis."""
+    where = f"{kind} '{decl.name}' (declared {format_shape(decl.shape)}, actual {list(actual)})"
+    if len(decl.shape) != len(actual):
+        return [f"{where}: declared rank {len(decl.shape)}, actual rank {len(actual)}"]
+    return [f"{where}: axis {axis} declared {want}, actual {got}"
+            for axis, (want, got) in enumerate(zip(decl.shape, actual)) if isinstance(want, int) and want != got]
+
+
+def format_shape(shape: tuple) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+# -- comparison -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class OutputComparison:
+    """One output of one case on one provider, against its reference."""
+
+    name: str
+    passed: bool
+    max_abs: float
+    max_rel: float
+    message: str = ""
+    worst_index: tuple | None = None
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "status": "pass" if self.passed else "fail", "max_abs": self.max_abs,
+                "max_rel": self.max_rel, "worst_index": list(self.worst_index) if self.worst_index else None,
+                "message": self.message}
+
+
+def compare_output(name: str, actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float) -> OutputComparison:
+    """``|actual - expected| <= atol + rtol * |expected|`` everywhere; NaN/Inf only where the reference has them."""
+    if actual.shape != expected.shape:
+        msg = f"output '{name}' has shape {list(actual.shape)}, the reference {list(expected.shape)}"
+        return OutputComparison(name, False, float("inf"), float("inf"), msg)
+    got, want = _as_float(actual), _as_float(expected)
+    finite = np.isfinite(got) & np.isfinite(want)
+    same_special = (np.isnan(got) & np.isnan(want)) | (~np.isfinite(want) & (got == want))
+    stray = ~finite & ~same_special
+    if stray.any():
+        index = _index(np.argmax(stray), got.shape)
+        count = int(stray.sum())
+        msg = (f"output '{name}' has {count} NaN/Inf value(s) where the reference differs, "
+               f"first at index {index}: got {got[index]}, expected {want[index]}")
+        return OutputComparison(name, False, float("inf"), float("inf"), msg, index)
+    if not finite.any():
+        return OutputComparison(name, True, 0.0, 0.0)
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf positions are masked out below
+        error = np.where(finite, np.abs(got - want), 0.0)
+        scale = np.where(finite, np.abs(want), 0.0)
+    relative = np.divide(error, scale, out=np.zeros_like(error), where=scale > 0)
+    excess = error - (atol + rtol * scale)
+    worst = _index(np.argmax(np.where(finite, excess, -np.inf)), got.shape)
+    max_abs, max_rel = float(error.max()), float(relative.max())
+    if excess[worst] <= 0:
+        return OutputComparison(name, True, max_abs, max_rel, "", worst)
+    over = int((finite & (excess > 0)).sum())
+    msg = (f"output '{name}' differs beyond tolerance (rtol {rtol:g}, atol {atol:g}) in {over} of {got.size} "
+           f"elements; worst at index {worst}: got {got[worst]:.7g}, expected {want[worst]:.7g}, "
+           f"abs error {error[worst]:.3g}, rel error {relative[worst]:.3g}")
+    return OutputComparison(name, False, max_abs, max_rel, msg, worst)
+
+
+def nonfinite_problems(outputs: Feeds) -> list[str]:
+    """NaN/Inf in outputs when there is no reference to say they are expected."""
+    problems = []
+    for name, array in outputs.items():
+        values = _as_float(array)
+        bad = ~np.isfinite(values)
+        if bad.any():
+            index = _index(np.argmax(bad), values.shape)
+            problems.append(f"output '{name}' has {int(bad.sum())} NaN/Inf value(s), first at index {index}")
+    return problems
+
+
+def _as_float(array: np.ndarray) -> np.ndarray:
+    return np.asarray(array).astype(np.float64)
+
+
+def _index(flat: int | np.integer, shape: tuple) -> tuple:
+    return tuple(int(i) for i in np.unravel_index(int(flat), shape)) if shape else ()

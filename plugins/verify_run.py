@@ -1,0 +1,341 @@
+"""The ``run`` verifier: run the output on ONNX Runtime per provider and case, compare with a reference."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from patchspec import VerifyContext, VerifyResult, Verifier, hookimpl
+from patchspec.errors import close_matches, did_you_mean
+from patchspec.ortrun import (
+    DEFAULT_PROVIDERS, DTYPES, FILLS, OutputComparison, ProviderUnusable, RunFailure, Session, TensorDecl,
+    compare_output, feed_shape_problems, format_shape, make_feeds, nonfinite_problems,
+    provider_skip_reasons, shape_problems,
+)
+
+DEFAULT_RTOL = 1e-4
+DEFAULT_ATOL = 1e-5
+
+_DIM = {"type": ["integer", "string"], "description": "size of one axis: a number (symbolic names are not allowed here)"}
+_INPUT = {
+    "description": "a shape list, or how to make the input: {shape, dtype, fill, seed, low, high, file}",
+    "type": ["array", "object"],
+    "items": _DIM,
+    "properties": {
+        "shape": {"type": "array", "items": _DIM, "description": "sizes of the input's axes (numbers)"},
+        "dtype": {"type": "string", "description": f"numpy dtype; default: the model's ({', '.join(DTYPES)})"},
+        "fill": {"type": "string", "description": f"how to fill it: {' | '.join(FILLS)} (default random)"},
+        "seed": {"type": "integer", "description": "seed of numpy.random.default_rng for fill: random "
+                                                   "(default: the input's position among the model's inputs)"},
+        "low": {"type": "number", "description": "lowest random value (default -1.0 for floats, 0 for integers)"},
+        "high": {"type": "number", "description": "random values stay below this (default 1.0 for floats, 10 for integers)"},
+        "file": {"type": "string", "description": ".npy file with the input, relative to the spec's folder"},
+    },
+    "additionalProperties": False,
+}
+_AGAINST = {"type": "string", "description": "reference: original | none | PATH to a .onnx model or a .npz of "
+                                            "expected outputs keyed by output name (relative to the spec's folder)"}
+
+
+class RunVerifier(Verifier):
+    name = "run"
+    description = "Run the output on ONNX Runtime per provider and case; compare its outputs with a reference."
+    params_schema = {
+        "type": "object",
+        "properties": {
+            "providers": {"type": "array", "items": {"type": "string"}, "minItems": 1,
+                          "description": "execution providers to run on (default [CPUExecutionProvider]); "
+                                         "one not available here is skipped with the reason"},
+            "require": {"type": "array", "items": {"type": "string"},
+                        "description": "providers that must run: unavailable fails the verifier"},
+            "cases": {
+                "type": "array", "minItems": 1,
+                "description": "input sets to run; default: one case from the declared shapes when all are fixed",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "inputs": {"type": "object", "additionalProperties": _INPUT,
+                                   "description": "input name -> shape list or {shape, dtype, fill, seed, low, high, file}"},
+                        "against": dict(_AGAINST, description="this case's reference; default: compare.against"),
+                    },
+                    "required": ["inputs"],
+                    "additionalProperties": False,
+                },
+            },
+            "compare": {
+                "type": "object",
+                "description": "what the outputs are compared with, and how closely",
+                "properties": {
+                    "against": dict(_AGAINST, description=_AGAINST["description"] + "; default original"),
+                    "split_batch": {"type": "boolean", "description": "run the reference once per sample of axis 0 "
+                                                                      "and join its outputs along axis 0"},
+                    "rtol": {"type": "number", "minimum": 0, "description": f"relative tolerance (default {DEFAULT_RTOL:g})"},
+                    "atol": {"type": "number", "minimum": 0, "description": f"absolute tolerance (default {DEFAULT_ATOL:g})"},
+                },
+                "additionalProperties": False,
+            },
+        },
+        "additionalProperties": False,
+    }
+
+    def check_params(self, params: dict):
+        yield from _provider_problems(params)
+        for index, case in enumerate(params.get("cases") or []):
+            if "against" in case:
+                yield from _against_problems(case["against"], ("cases", index, "against"))
+            for name, item in case["inputs"].items():
+                yield from _input_problems(item, ("cases", index, "inputs", name))
+        if "against" in params.get("compare", {}):
+            yield from _against_problems(params["compare"]["against"], ("compare", "against"))
+
+    def dependencies(self, params: dict):
+        """Reference models, .npz outputs and .npy inputs: part of the digest and the depfile."""
+        compare_against = params.get("compare", {}).get("against", "original")
+        yield compare_against
+        for case in params.get("cases") or []:
+            yield case.get("against", compare_against)
+            for item in case["inputs"].values():
+                if isinstance(item, dict) and "file" in item:
+                    yield item["file"]
+
+    def verify(self, params: dict, context: VerifyContext) -> VerifyResult:
+        return _Run(params, context).result()
+
+
+# -- static checks of the parameters --------------------------------------------------------------
+
+def _provider_problems(params: dict):
+    import onnxruntime
+
+    known = onnxruntime.get_all_providers()
+    providers = params.get("providers") or list(DEFAULT_PROVIDERS)
+    for index, provider in enumerate(providers):
+        if provider not in known and close_matches(provider, known):
+            yield ("providers", index), f"unknown provider '{provider}'{did_you_mean(provider, known)}"
+    for index, provider in enumerate(params.get("require", [])):
+        if provider not in providers:
+            yield ("require", index), f"required provider '{provider}' is not in providers ({', '.join(providers)})"
+
+
+def _against_problems(against: str, key: tuple):
+    if against in ("original", "none") or against.endswith((".onnx", ".npz")):
+        return
+    yield key, f"against must be original, none, or a path ending in .onnx or .npz; got '{against}'"
+
+
+def _input_problems(item, key: tuple):
+    if isinstance(item, list):
+        yield from _shape_problems(item, key)
+        return
+    if "file" not in item and "shape" not in item:
+        yield key, "give 'shape' (a list of sizes) or 'file' (a .npy file)"
+    if "file" in item and ({"fill", "seed", "low", "high"} & set(item)):
+        yield key, "'file' gives the values: 'fill', 'seed', 'low' and 'high' do not apply to it"
+    yield from _shape_problems(item.get("shape") or [], key + ("shape",))
+    if "fill" in item and item["fill"] not in FILLS:
+        yield key + ("fill",), f"unknown fill '{item['fill']}'{did_you_mean(item['fill'], FILLS)}; expected one of {', '.join(FILLS)}"
+    if "dtype" in item and item["dtype"] not in DTYPES:
+        yield key + ("dtype",), f"unknown dtype '{item['dtype']}'{did_you_mean(item['dtype'], DTYPES)}; expected one of {', '.join(DTYPES)}"
+    if "low" in item and "high" in item and not item["low"] < item["high"]:
+        yield key, f"low ({item['low']}) must be below high ({item['high']})"
+
+
+def _shape_problems(shape: list, key: tuple):
+    for axis, dim in enumerate(shape):
+        if isinstance(dim, str):
+            yield key + (axis,), f"symbolic dim '{dim}' must be given as a number in a run case (e.g. 1)"
+        elif dim < 0:
+            yield key + (axis,), f"dim {dim} is negative; sizes in a run case are numbers >= 0"
+
+
+# -- running ----------------------------------------------------------------------------------------
+
+@dataclass
+class _Row:
+    """One provider x case: its verdict, timings, and one comparison per output."""
+
+    provider: str
+    case: int | None
+    status: str  # pass | fail | skip
+    messages: list[str] = field(default_factory=list)
+    outputs: list[OutputComparison] = field(default_factory=list)
+    seconds: float = 0.0
+    reference_seconds: float = 0.0
+
+    def lines(self) -> list[str]:
+        where = self.provider + ("" if self.case is None else f" case {self.case}")
+        lines = [f"{where} {o.name}: {'pass' if o.passed else 'FAIL'} max abs {o.max_abs:.3g} max rel "
+                 f"{o.max_rel:.3g} ({self.seconds * 1000:.1f} ms)" for o in self.outputs]
+        if self.status == "pass" and not self.outputs:
+            lines.append(f"{where}: ran, not compared ({self.seconds * 1000:.1f} ms)")
+        label = {"fail": "FAIL", "skip": "skipped"}.get(self.status, "note")
+        return lines + [f"{where}: {label}: {m}" for m in self.messages]
+
+    def to_json(self) -> dict:
+        return {"provider": self.provider, "case": self.case, "status": self.status, "seconds": self.seconds,
+                "reference_seconds": self.reference_seconds, "outputs": [o.to_json() for o in self.outputs],
+                "messages": list(self.messages)}
+
+
+class _Run:
+    def __init__(self, params: dict, context: VerifyContext) -> None:
+        self.params = params
+        self.context = context
+        compare = params.get("compare", {})
+        self.against = compare.get("against", "original")
+        self.split_batch = bool(compare.get("split_batch", False))
+        self.rtol = float(compare.get("rtol", DEFAULT_RTOL))
+        self.atol = float(compare.get("atol", DEFAULT_ATOL))
+        self.required = set(params.get("require", []))
+
+    def result(self) -> VerifyResult:
+        providers = self.params.get("providers") or list(DEFAULT_PROVIDERS)
+        reasons = provider_skip_reasons(providers)
+        rows: list[_Row] = []
+        for provider in providers:
+            if reasons[provider]:
+                rows.append(self._unavailable(provider, reasons[provider]))
+            else:
+                rows.extend(self._provider_rows(provider))
+        return self._verdict(providers, rows)
+
+    def _unavailable(self, provider: str, reason: str) -> _Row:
+        if provider in self.required:
+            return _Row(provider, None, "fail", [f"required provider {provider} cannot run: {reason}"])
+        return _Row(provider, None, "skip", [reason])
+
+    def _provider_rows(self, provider: str) -> list[_Row]:
+        try:
+            session = Session(self.context.output_path, provider)
+            cases = self.params.get("cases") or [_default_case(session.inputs)]
+        except ProviderUnusable as exc:
+            return [self._unavailable(provider, _text(exc))]
+        except RunFailure as exc:
+            return [_Row(provider, None, "fail", [_text(exc)])]
+        references: dict[Path, Session] = {}
+        return [self._case_row(session, index, case, references) for index, case in enumerate(cases)]
+
+    def _case_row(self, session: Session, index: int, case: dict, references: dict) -> _Row:
+        row = _Row(session.provider, index, "pass")
+        try:
+            feeds = make_feeds(case["inputs"], session.inputs, self.context.resolve)
+            misfit = feed_shape_problems(feeds, session.inputs)
+            if misfit:
+                raise RunFailure("the case does not fit the output's inputs: " + "; ".join(misfit))
+            outputs, row.seconds = session.run(feeds)
+            row.messages += _declared_shape_problems(session, outputs)
+            expected, row.reference_seconds = self._reference(case, session.provider, feeds, references)
+            if expected is None:
+                row.messages += nonfinite_problems(outputs)
+            else:
+                row.outputs, notes = self._compare(outputs, expected)
+                row.messages += notes
+        except RunFailure as exc:
+            row.messages.append(_text(exc))
+        if row.messages:  # every message is a reason to fail: a lie, a NaN, a difference, an error
+            row.status = "fail"
+        return row
+
+    def _compare(self, outputs: dict, expected: dict) -> tuple[list[OutputComparison], list[str]]:
+        compared = [compare_output(name, outputs[name], expected[name], self.rtol, self.atol)
+                    for name in outputs if name in expected]
+        notes = [o.message for o in compared if not o.passed]
+        if not compared:
+            msg = (f"nothing compared: the output's outputs ({', '.join(outputs)}) and the reference's "
+                   f"({', '.join(expected)}) share no name")
+            raise RunFailure(msg)
+        return compared, notes
+
+    def _reference(self, case: dict, provider: str, feeds: dict, references: dict) -> tuple[dict | None, float]:
+        against = case.get("against", self.against)
+        if against == "none":
+            return None, 0.0
+        path = self.context.original_path if against == "original" else self.context.resolve(against)
+        if path.suffix == ".npz":
+            return _load_expected(path), 0.0
+        if path not in references:
+            references[path] = _reference_session(path, provider)
+        return _run_reference(references[path], feeds, self.split_batch)
+
+    def _verdict(self, providers: list[str], rows: list[_Row]) -> VerifyResult:
+        details = tuple(line for row in rows for line in row.lines())
+        data = {"against": self.against, "split_batch": self.split_batch, "rtol": self.rtol, "atol": self.atol,
+                "results": [row.to_json() for row in rows]}
+        failed = [row for row in rows if row.status == "fail"]
+        ran = [row for row in rows if row.status == "pass"]
+        skipped = sorted({row.provider for row in rows if row.status == "skip"})
+        tail = f"; skipped {', '.join(skipped)}" if skipped else ""
+        if failed:
+            first = failed[0]
+            where = first.provider + ("" if first.case is None else f" case {first.case}")
+            summary = f"{len(failed)} of {len(rows)} runs failed; first: {where}: {first.messages[0]}"
+            return VerifyResult("failed", summary, details, data)
+        if not ran:
+            return VerifyResult("skipped", f"no listed provider can run here{tail}", details, data)
+        worst = max((o.max_abs for row in ran for o in row.outputs), default=None)
+        error = "" if worst is None else f", max abs error {worst:.3g} (rtol {self.rtol:g}, atol {self.atol:g})"
+        cases = len({row.case for row in ran})
+        return VerifyResult("passed", f"{cases} case(s) on {', '.join(sorted({r.provider for r in ran}))} "
+                                      f"against {self.against}{error}{tail}", details, data)
+
+
+def _declared_shape_problems(session: Session, outputs: dict) -> list[str]:
+    # only fixed sizes: a dim_param shared by tensors of different sizes is the lint verifier's business
+    # (exporters write '?' for "unknown" on several axes, which is not a lie about any one size)
+    problems = [p for decl in session.outputs for p in shape_problems("output", decl, outputs[decl.name].shape)]
+    return [f"the output declares a shape it does not produce: {p}" for p in problems]
+
+
+def _default_case(declared: list[TensorDecl]) -> dict:
+    for decl in declared:
+        if not all(isinstance(d, int) for d in decl.shape):
+            msg = f"no cases given and input '{decl.name}' is declared {format_shape(decl.shape)}"
+            raise RunFailure(msg, "add cases with numbers for every symbolic dim, e.g. cases: [{inputs: {x: [1, 3, 224, 224]}}]")
+    return {"inputs": {}}
+
+
+def _reference_session(path: Path, provider: str) -> Session:
+    if not path.is_file():
+        raise RunFailure(f"reference model {path} does not exist", "'against' paths are relative to the spec's folder")
+    try:
+        return Session(path, provider)
+    except RunFailure as exc:
+        raise RunFailure(f"reference: {exc.message}", exc.hint) from None
+
+
+def _run_reference(reference: Session, feeds: dict, split_batch: bool) -> tuple[dict, float]:
+    names = {d.name for d in reference.inputs}
+    missing = [d for d in reference.inputs if d.name not in feeds]
+    ref_feeds = {name: array for name, array in feeds.items() if name in names}
+    if missing:
+        ref_feeds.update(make_feeds({}, missing, lambda p: Path(p)))
+    if split_batch:
+        return reference.run_split(ref_feeds)
+    hint = f"if {reference.path.name} only runs one sample at a time, set 'split_batch: true' under compare"
+    misfit = feed_shape_problems(ref_feeds, reference.inputs)
+    if misfit:
+        raise RunFailure(f"the reference {reference.path} refuses this case: " + "; ".join(misfit), hint)
+    try:
+        return reference.run(ref_feeds)
+    except RunFailure as exc:
+        raise RunFailure(f"reference: {exc.message}", hint) from None
+
+
+def _load_expected(path: Path) -> dict:
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return {name: archive[name] for name in archive.files}
+    except (OSError, ValueError, AttributeError) as exc:
+        msg = f"cannot read expected outputs from {path}: {exc}"
+        raise RunFailure(msg, "give a .npz written by numpy.savez with one array per output name") from None
+
+
+def _text(exc: RunFailure) -> str:
+    return exc.message + (f" (hint: {exc.hint})" if exc.hint else "")
+
+
+@hookimpl
+def register_verifiers(register):
+    register(RunVerifier)

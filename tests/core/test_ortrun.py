@@ -1,0 +1,195 @@
+"""patchspec.ortrun without the plugin: input generation, sessions, shape checks, comparison."""
+
+import numpy as np
+import onnx
+import pytest
+from conftest import make_model, tensor_info
+from onnx import TensorProto, helper
+
+from patchspec.ortrun import (
+    RunFailure, Session, TensorDecl, compare_output, feed_shape_problems, generate,
+    make_feeds, nonfinite_problems, provider_skip_reasons, shape_problems,
+)
+
+
+def relu_model(tmp_path, in_shape=("N", 4), out_shape=("N", 4), name="m.onnx"):
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", list(in_shape))],
+                       [tensor_info("y", list(out_shape))])
+    path = tmp_path / name
+    onnx.save(model, path)
+    return path
+
+
+# -- inputs -----------------------------------------------------------------------------------------
+
+def test_random_fill_is_deterministic_per_seed_and_in_default_ranges():
+    first = generate((64, 8), "float32", "random", seed=3)
+    assert np.array_equal(first, generate((64, 8), "float32", "random", seed=3))
+    assert not np.array_equal(first, generate((64, 8), "float32", "random", seed=4))
+    assert first.dtype == np.float32 and first.min() >= -1.0 and first.max() < 1.0 and first.min() < -0.5
+    integers = generate((1000,), "int64", "random")
+    assert integers.dtype == np.int64 and integers.min() >= 0 and integers.max() <= 9
+    bounded = generate((1000,), "int32", "random", low=5, high=7)
+    assert set(np.unique(bounded)) == {5, 6}
+    assert generate((10,), "bool", "random").dtype == np.bool_
+
+
+def test_fills_zeros_ones_arange():
+    assert not generate((2, 3), "float16", "zeros").any()
+    assert generate((2, 3), "int64", "ones").sum() == 6
+    assert generate((2, 3), "float32", "arange").tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert generate((300,), "uint8", "arange")[256] == 0  # wraps instead of overflowing
+
+
+def test_make_feeds_names_unknown_input_with_close_matches():
+    declared = [TensorDecl("images", "float32", ("N", 3))]
+    with pytest.raises(RunFailure) as caught:
+        make_feeds({"image": [1, 3]}, declared, lambda p: p)
+    assert "'image' is not an input of the model" in caught.value.message
+    assert "did you mean 'images'" in caught.value.message
+
+
+def test_make_feeds_fills_fixed_inputs_the_case_leaves_out_and_refuses_symbolic_ones():
+    declared = [TensorDecl("x", "float32", ("N", 4)), TensorDecl("k", "int64", (2,))]
+    feeds = make_feeds({"x": {"shape": [3, 4], "fill": "ones"}}, declared, lambda p: p)
+    assert feeds["x"].shape == (3, 4) and feeds["k"].shape == (2,) and feeds["k"].dtype == np.int64
+    with pytest.raises(RunFailure, match="gives no shape for input 'x', declared \\[N, 4\\]"):
+        make_feeds({}, declared, lambda p: p)
+
+
+def test_file_input_checks_dtype_and_shape(tmp_path):
+    np.save(tmp_path / "x.npy", np.arange(8, dtype=np.float64).reshape(2, 4))
+    declared = [TensorDecl("x", "float32", ("N", 4))]
+    with pytest.raises(RunFailure, match="holds float64 \\[2, 4\\], expected float32 \\[2, 4\\]"):
+        make_feeds({"x": {"file": "x.npy"}}, declared, lambda p: tmp_path / p)
+    feeds = make_feeds({"x": {"file": "x.npy", "dtype": "float64"}}, declared, lambda p: tmp_path / p)
+    assert feeds["x"].tolist()[1] == [4, 5, 6, 7]
+
+
+# -- shapes -----------------------------------------------------------------------------------------
+
+def test_shape_problems_name_axis_declared_and_actual():
+    decl = TensorDecl("y", "float32", (1, 4))
+    assert shape_problems("output", decl, (1, 4)) == []
+    (problem,) = shape_problems("output", decl, (2, 4))
+    assert "output 'y'" in problem and "axis 0 declared 1, actual 2" in problem
+    assert "rank" in shape_problems("output", decl, (4,))[0]
+    assert feed_shape_problems({"y": np.zeros((1, 5))}, [decl])
+
+
+# -- comparison -------------------------------------------------------------------------------------
+
+def test_compare_passes_within_tolerance_and_reports_errors():
+    expected = np.array([1.0, 2.0, 0.0], np.float32)
+    result = compare_output("y", expected + np.float32(1e-6), expected, rtol=1e-4, atol=1e-5)
+    assert result.passed and 0 < result.max_abs < 1e-5
+
+
+def test_compare_fails_beyond_tolerance_naming_the_worst_element():
+    expected = np.zeros((2, 3), np.float32) + 1
+    actual = expected.copy()
+    actual[1, 2] = 1.5
+    actual[0, 0] = 1.001
+    result = compare_output("y", actual, expected, rtol=1e-4, atol=1e-5)
+    assert not result.passed
+    assert result.worst_index == (1, 2)
+    assert "output 'y'" in result.message and "index (1, 2)" in result.message
+    assert "abs error 0.5" in result.message and "rel error 0.5" in result.message and "2 of 6" in result.message
+    assert result.max_abs == pytest.approx(0.5)
+
+
+def test_compare_nan_only_where_reference_has_none_fails():
+    expected = np.array([1.0, np.nan, np.inf])
+    assert compare_output("y", expected.copy(), expected, 1e-4, 1e-5).passed
+    actual = np.array([np.nan, np.nan, np.inf])
+    result = compare_output("y", actual, expected, 1e-4, 1e-5)
+    assert not result.passed and "NaN/Inf" in result.message and "index (0,)" in result.message
+    assert nonfinite_problems({"y": actual}) and not nonfinite_problems({"y": np.ones(3)})
+
+
+def test_compare_shape_mismatch_fails():
+    result = compare_output("y", np.zeros((2, 4)), np.zeros((1, 4)), 1e-4, 1e-5)
+    assert not result.passed and "[2, 4]" in result.message and "[1, 4]" in result.message
+
+
+# -- providers and sessions -------------------------------------------------------------------------
+
+def test_unavailable_provider_gets_a_reason():
+    reasons = provider_skip_reasons(["CPUExecutionProvider", "CUDAExecutionProvider"], ["CPUExecutionProvider"])
+    assert reasons["CPUExecutionProvider"] is None
+    assert reasons["CUDAExecutionProvider"] == "not available in this onnxruntime build; available: CPUExecutionProvider"
+
+
+def test_session_runs_by_path_and_split_batch_joins(tmp_path):
+    session = Session(relu_model(tmp_path), "CPUExecutionProvider")
+    assert [d.shape for d in session.inputs] == [("N", 4)]
+    x = generate((3, 4), "float32", "random")
+    whole, _ = session.run({"x": x})
+    joined, _ = session.run_split({"x": x})
+    assert np.array_equal(whole["y"], np.maximum(x, 0)) and np.array_equal(joined["y"], whole["y"])
+
+
+def test_session_build_failure_names_provider_path_and_ort_message(tmp_path):
+    model = make_model([helper.make_node("NoSuchOp", ["x"], ["y"], domain="my.ops")],
+                       [tensor_info("x", [1])], [tensor_info("y", [1])])
+    model.opset_import.append(helper.make_opsetid("my.ops", 1))
+    path = tmp_path / "bad.onnx"
+    onnx.save(model, path)
+    with pytest.raises(RunFailure) as caught:
+        Session(path, "CPUExecutionProvider")
+    message = caught.value.message
+    assert message.startswith("CPUExecutionProvider: onnxruntime") and str(path) in message and "NoSuchOp" in message
+
+
+def test_run_failure_names_provider_and_path(tmp_path):
+    session = Session(relu_model(tmp_path, in_shape=(2, 4), out_shape=(2, 4)), "CPUExecutionProvider")
+    with pytest.raises(RunFailure, match="CPUExecutionProvider: onnxruntime failed to run .*m.onnx"):
+        session.run({"x": np.zeros((3, 4), np.float32)})
+    with pytest.raises(RunFailure, match="same size on axis 0"):
+        session.run_split({"x": np.zeros((2, 4), np.float32), "z": np.zeros((3,), np.int64)})
+
+
+def test_integer_model_types_are_read_from_the_session(tmp_path):
+    model = make_model([helper.make_node("Identity", ["k"], ["y"])], [tensor_info("k", [3], TensorProto.INT64)],
+                       [tensor_info("y", [3], TensorProto.INT64)])
+    onnx.save(model, tmp_path / "k.onnx")
+    session = Session(tmp_path / "k.onnx", "CPUExecutionProvider")
+    feeds = make_feeds({}, session.inputs, lambda p: p)
+    assert feeds["k"].dtype == np.int64
+
+
+class _FakeSession:
+    """Stands in for onnxruntime.InferenceSession to reach failures this CPU build cannot produce."""
+
+    error = None
+    providers = ["CPUExecutionProvider"]
+
+    def __init__(self, path, sess_options=None, providers=None):
+        assert sess_options.log_severity_level == 3
+        if self.error:
+            raise RuntimeError(self.error)
+
+    def get_providers(self):
+        return self.providers
+
+
+def test_opaque_initialize_error_gets_context_and_a_hint(tmp_path, monkeypatch):
+    import onnxruntime
+
+    monkeypatch.setattr(_FakeSession, "error", "[ONNXRuntimeError] : 6 : Encountered unknown exception in Initialize()")
+    monkeypatch.setattr(onnxruntime, "InferenceSession", _FakeSession)
+    with pytest.raises(RunFailure) as caught:
+        Session(tmp_path / "out.onnx", "CUDAExecutionProvider")
+    assert caught.value.message.startswith("CUDAExecutionProvider: onnxruntime")
+    assert str(tmp_path / "out.onnx") in caught.value.message and "unknown exception" in caught.value.message
+    assert "check" in caught.value.hint and "patchspec inspect" in caught.value.hint
+
+
+def test_provider_that_falls_back_to_cpu_is_unusable(tmp_path, monkeypatch):
+    import onnxruntime
+
+    from patchspec.ortrun import ProviderUnusable
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", _FakeSession)
+    with pytest.raises(ProviderUnusable, match="CUDAExecutionProvider could not be loaded .*fell back to CPUExecutionProvider"):
+        Session(tmp_path / "out.onnx", "CUDAExecutionProvider")

@@ -1,0 +1,295 @@
+"""The ``run`` verifier end to end: ``patchspec apply`` on a spec with ``patches: []`` and a run step."""
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from conftest import make_model, tensor_info, write_spec
+from onnx import helper, numpy_helper
+
+CUDA = "CUDAExecutionProvider"
+HAS_CUDA = CUDA in onnxruntime.get_available_providers()
+
+
+def unary_model(op="Relu", in_shape=("N", 4), out_shape=("N", 4), **attrs):
+    return make_model([helper.make_node(op, ["x"], ["y"], **attrs)], [tensor_info("x", list(in_shape))],
+                      [tensor_info("y", list(out_shape))])
+
+
+def scaled_model(factor, in_shape=("N", 4)):
+    """y = x * factor: a reference that differs from the identity by a known amount."""
+    scale = numpy_helper.from_array(np.array(factor, np.float32), "scale")
+    return make_model([helper.make_node("Mul", ["x", "scale"], ["y"])], [tensor_info("x", list(in_shape))],
+                      [tensor_info("y", list(in_shape))], initializers=[scale])
+
+
+def apply(tmp_path, run_cli, model, verify_yaml, extra=None):
+    """Write model (+ extra files), a spec verifying it with ``verify_yaml``, run apply; return (result, report).
+
+    Each call uses a fresh folder: the output's digest covers the spec and the model, not the files
+    a verifier reads, so a second apply in the same folder would say "up to date".
+    """
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, tmp_path / "m.onnx")
+    for name, value in (extra or {}).items():
+        if isinstance(value, onnx.ModelProto):
+            onnx.save(value, tmp_path / name)
+        elif isinstance(value, dict):
+            np.savez(tmp_path / name, **value)
+        else:
+            np.save(tmp_path / name, value)
+    spec = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches: []\nverify:\n" + verify_yaml)
+    report_path = tmp_path / "report.json"
+    result = run_cli("apply", spec, "--report", report_path, cwd=tmp_path.parent)  # not the spec's folder
+    report = json.loads(report_path.read_text()) if report_path.exists() else None
+    return result, report
+
+
+def run_data(report):
+    (step,) = [v for v in report["verifiers"] if v["label"].endswith("(run)")]
+    return step
+
+
+def assert_failed_without_output(tmp_path, result):
+    assert result.exit_code == 1, result.output
+    out = tmp_path / "out"
+    assert not out.exists() or not any(out.iterdir()), f"left behind: {list(out.iterdir())}"
+
+
+def test_compare_against_original_passes_and_reports_per_output(tmp_path, run_cli):
+    verify = "  - run:\n      cases:\n        - inputs: {x: [2, 4]}\n        - inputs: {x: {shape: [5, 4], fill: arange}}\n"
+    result, report = apply(tmp_path, run_cli, unary_model(), verify)
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out" / "m2.onnx").is_file()
+    step = run_data(report)
+    assert step["status"] == "passed"
+    rows = step["data"]["results"]
+    assert [(r["provider"], r["case"], r["status"]) for r in rows] == [("CPUExecutionProvider", 0, "pass"),
+                                                                       ("CPUExecutionProvider", 1, "pass")]
+    assert rows[0]["outputs"][0]["name"] == "y" and rows[0]["outputs"][0]["max_abs"] == 0.0
+    assert step["data"]["rtol"] == 1e-4 and step["data"]["atol"] == 1e-5
+    assert any(line.startswith("CPUExecutionProvider case 1 y: pass") for line in step["details"])
+
+
+def test_tolerance_failure_names_output_index_and_errors(tmp_path, run_cli):
+    verify = ("  - run:\n      cases: [{inputs: {x: [2, 4]}}]\n"
+              "      compare: {against: ref.onnx, rtol: 1.0e-4, atol: 0}\n")
+    result, report = apply(tmp_path, run_cli, scaled_model(1.0), verify, {"ref.onnx": scaled_model(1.01)})
+    assert_failed_without_output(tmp_path, result)
+    assert "output 'y' differs beyond tolerance" in result.stderr
+    assert "worst at index (" in result.stderr and "abs error" in result.stderr and "rel error" in result.stderr
+    outputs = run_data(report)["data"]["results"][0]["outputs"]
+    assert outputs[0]["status"] == "fail" and outputs[0]["max_rel"] == pytest.approx(0.01 / 1.01, rel=1e-3)
+
+
+def test_looser_tolerance_lets_the_same_difference_pass(tmp_path, run_cli):
+    verify = ("  - run:\n      cases: [{inputs: {x: [2, 4]}}]\n"
+              "      compare: {against: ref.onnx, rtol: 2.0e-2}\n")
+    result, _ = apply(tmp_path, run_cli, scaled_model(1.0), verify, {"ref.onnx": scaled_model(1.01)})
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out" / "m2.onnx").is_file()
+
+
+def test_nan_in_output_where_reference_has_none_fails(tmp_path, run_cli):
+    verify = "  - run:\n      cases: [{inputs: {x: [3, 4]}}]\n      compare: {against: ref.onnx}\n"
+    result, _ = apply(tmp_path, run_cli, unary_model("Log"), verify, {"ref.onnx": unary_model("Abs")})
+    assert_failed_without_output(tmp_path, result)
+    assert "NaN/Inf" in result.stderr and "output 'y'" in result.stderr
+
+
+def test_nan_fails_without_a_reference_too(tmp_path, run_cli):
+    verify = "  - run:\n      cases: [{inputs: {x: [3, 4]}}]\n      compare: {against: none}\n"
+    result, _ = apply(tmp_path, run_cli, unary_model("Log"), verify)
+    assert_failed_without_output(tmp_path, result)
+    assert "NaN/Inf" in result.stderr
+
+
+def test_declared_shape_that_the_model_does_not_produce_fails(tmp_path, run_cli):
+    lying = unary_model(in_shape=("N", 4), out_shape=(1, 4))
+    verify = "  - run:\n      cases: [{inputs: {x: [2, 4]}}]\n"
+    result, _ = apply(tmp_path, run_cli, lying, verify)
+    assert_failed_without_output(tmp_path, result)
+    assert "declares a shape it does not produce" in result.stderr
+    assert "output 'y'" in result.stderr and "axis 0 declared 1, actual 2" in result.stderr
+
+
+def test_batch_one_reference_needs_split_batch(tmp_path, run_cli):
+    extra = {"b1.onnx": unary_model(in_shape=(1, 4), out_shape=(1, 4))}
+    verify = "  - run:\n      cases: [{inputs: {x: [4, 4]}}]\n      compare: {against: b1.onnx}\n"
+    result, _ = apply(tmp_path, run_cli, unary_model(), verify, extra)
+    assert_failed_without_output(tmp_path, result)
+    assert "refuses this case" in result.stderr and "split_batch: true" in result.stderr
+    verify = verify.replace("against: b1.onnx", "against: b1.onnx, split_batch: true")
+    result, report = apply(tmp_path, run_cli, unary_model(), verify, extra)
+    assert result.exit_code == 0, result.output
+    assert run_data(report)["data"]["split_batch"] is True
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="CUDAExecutionProvider is available here, so it is not skipped")
+def test_unavailable_provider_is_skipped_with_the_reason(tmp_path, run_cli):
+    verify = f"  - run:\n      providers: [CPUExecutionProvider, {CUDA}, DmlExecutionProvider]\n      cases: [{{inputs: {{x: [1, 4]}}}}]\n"
+    result, report = apply(tmp_path, run_cli, unary_model(), verify)
+    assert result.exit_code == 0, result.output
+    rows = {r["provider"]: r for r in run_data(report)["data"]["results"]}
+    for provider in (CUDA, "DmlExecutionProvider"):
+        assert rows[provider]["status"] == "skip"
+        assert rows[provider]["messages"][0].startswith("not available in this onnxruntime build; available: ")
+        assert "CPUExecutionProvider" in rows[provider]["messages"][0]
+    assert rows["CPUExecutionProvider"]["status"] == "pass"
+    assert f"skipped {CUDA}" in run_data(report)["summary"]
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="CUDAExecutionProvider is available here, so require passes")
+def test_required_provider_that_is_unavailable_fails(tmp_path, run_cli):
+    verify = (f"  - run:\n      providers: [CPUExecutionProvider, {CUDA}]\n      require: [{CUDA}]\n"
+              "      cases: [{inputs: {x: [1, 4]}}]\n")
+    result, _ = apply(tmp_path, run_cli, unary_model(), verify)
+    assert_failed_without_output(tmp_path, result)
+    assert f"required provider {CUDA} cannot run: not available in this onnxruntime build" in result.stderr
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="CUDAExecutionProvider is not available in this onnxruntime build (CPU only)")
+def test_cuda_runs_and_compares_for_real(tmp_path, run_cli):
+    verify = f"  - run:\n      providers: [{CUDA}]\n      require: [{CUDA}]\n      cases: [{{inputs: {{x: [8, 4]}}}}]\n"
+    result, report = apply(tmp_path, run_cli, unary_model(), verify)
+    assert result.exit_code == 0, result.output
+    assert run_data(report)["data"]["results"][0]["status"] == "pass"
+
+
+def test_case_input_not_in_the_model_fails_with_close_matches(tmp_path, run_cli):
+    verify = "  - run:\n      cases: [{inputs: {xx: [1, 4]}}]\n"
+    result, _ = apply(tmp_path, run_cli, unary_model(), verify)
+    assert_failed_without_output(tmp_path, result)
+    assert "case input 'xx' is not an input of the model (did you mean 'x'?)" in result.stderr
+
+
+def test_file_inputs_are_read_relative_to_the_spec(tmp_path, run_cli):
+    x = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+    verify = "  - run:\n      cases: [{inputs: {x: {file: data/x.npy}}}]\n"
+    for folder, array in ((tmp_path / "good", x), (tmp_path / "bad", x.astype(np.float64))):
+        (folder / "data").mkdir(parents=True)
+        np.save(folder / "data" / "x.npy", array)
+    result, _ = apply(tmp_path / "good", run_cli, unary_model(), verify)
+    assert result.exit_code == 0, result.output
+    result, _ = apply(tmp_path / "bad", run_cli, unary_model(), verify)
+    assert_failed_without_output(tmp_path / "bad", result)
+    assert "holds float64 [3, 4], expected float32 [3, 4]" in result.stderr
+
+
+def test_against_npz_of_expected_outputs(tmp_path, run_cli):
+    x = np.linspace(-2, 2, 8, dtype=np.float32).reshape(2, 4)
+    verify = "  - run:\n      cases: [{inputs: {x: {file: x.npy}}}]\n      compare: {against: expected.npz}\n"
+    good = {"x.npy": x, "expected.npz": {"y": np.maximum(x, 0)}}
+    result, _ = apply(tmp_path / "good", run_cli, unary_model(), verify, good)
+    assert result.exit_code == 0, result.output
+    bad = {"x.npy": x, "expected.npz": {"y": np.maximum(x, 0) + 1}}
+    result, _ = apply(tmp_path / "bad", run_cli, unary_model(), verify, bad)
+    assert_failed_without_output(tmp_path / "bad", result)
+    assert "output 'y' differs beyond tolerance" in result.stderr
+
+
+def test_per_case_against_overrides_compare(tmp_path, run_cli):
+    x1, x2 = (np.full((n, 4), -1.0 + n, np.float32) for n in (1, 3))
+    verify = ("  - run:\n      cases:\n        - {inputs: {x: {file: x1.npy}}, against: y1.npz}\n"
+              "        - {inputs: {x: {file: x2.npy}}, against: y2.npz}\n")
+    extra = {"x1.npy": x1, "x2.npy": x2, "y1.npz": {"y": np.maximum(x1, 0)}, "y2.npz": {"y": np.maximum(x2, 0)}}
+    result, _ = apply(tmp_path, run_cli, unary_model(), verify, extra)
+    assert result.exit_code == 0, result.output
+
+
+def test_nothing_compared_fails(tmp_path, run_cli):
+    verify = "  - run:\n      cases: [{inputs: {x: [2, 4]}}]\n      compare: {against: expected.npz}\n"
+    result, _ = apply(tmp_path, run_cli, unary_model(), verify, {"expected.npz": {"other": np.zeros(3)}})
+    assert_failed_without_output(tmp_path, result)
+    assert "nothing compared" in result.stderr
+
+
+def test_session_that_cannot_be_built_names_provider_and_path(tmp_path, run_cli):
+    model = make_model([helper.make_node("NoSuchOp", ["x"], ["y"], domain="my.ops")],
+                       [tensor_info("x", [1])], [tensor_info("y", [1])])
+    model.opset_import.append(helper.make_opsetid("my.ops", 1))
+    result, _ = apply(tmp_path, run_cli, model, "  - run: {}\n")
+    assert_failed_without_output(tmp_path, result)
+    assert "CPUExecutionProvider: onnxruntime" in result.stderr and "cannot build a session for" in result.stderr
+    assert "m2.onnx" in result.stderr and "NoSuchOp" in result.stderr
+
+
+def test_static_model_needs_no_cases_and_symbolic_one_asks_for_them(tmp_path, run_cli):
+    result, _ = apply(tmp_path / "static", run_cli, unary_model(in_shape=(2, 4), out_shape=(2, 4)), "  - run: {}\n")
+    assert result.exit_code == 0, result.output
+    result, _ = apply(tmp_path / "dynamic", run_cli, unary_model(), "  - run: {}\n")
+    assert_failed_without_output(tmp_path / "dynamic", result)
+    assert "no cases given and input 'x' is declared [N, 4]" in result.stderr
+
+
+@pytest.mark.parametrize("case, message", [
+    ("{x: [N, 4]}", "symbolic dim 'N' must be given as a number"),
+    ("{x: [-1, 4]}", "dim -1 is negative"),
+    ("{x: {shape: [1, 4], fill: rand}}", "unknown fill 'rand' (did you mean 'random'"),
+    ("{x: {shape: [1, 4], dtype: float}}", "unknown dtype 'float'"),
+    ("{x: {shape: [1, 4], fil: zeros}}", "unknown key 'fil' (did you mean 'fill'"),
+    ("{x: {fill: zeros}}", "give 'shape'"),
+])
+def test_bad_cases_are_spec_errors_found_by_validate(tmp_path, run_cli, case, message):
+    spec = write_spec(tmp_path, "patchspec: 1\nmodel: absent.onnx\noutput: out.onnx\npatches: []\n"
+                                f"verify:\n  - run:\n      cases:\n        - inputs: {case}\n")
+    result = run_cli("validate", spec)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "spec.yaml:" in result.output and "verify[0] (run)" in result.output
+
+
+def test_provider_typo_and_require_outside_providers_are_spec_errors(tmp_path, run_cli):
+    spec = write_spec(tmp_path, "patchspec: 1\nmodel: absent.onnx\noutput: out.onnx\npatches: []\n"
+                                "verify:\n  - run:\n      providers: [CUDAExecutionProvidr]\n"
+                                "      require: [CPUExecutionProvider]\n      compare: {against: ref.txt}\n")
+    result = run_cli("validate", spec)
+    assert result.exit_code == 2
+    assert "did you mean 'CUDAExecutionProvider'" in result.output
+    assert "required provider 'CPUExecutionProvider' is not in providers" in result.output
+    assert "against must be original, none, or a path ending in .onnx or .npz" in result.output
+
+
+def test_real_ppocr_cls_runs_batched_and_split_against_original(tmp_path, run_cli, ppocr_models):
+    spec = write_spec(tmp_path, f"patchspec: 1\nmodel: {ppocr_models['cls']}\noutput: out/cls.onnx\npatches: []\n"
+                                "verify:\n  - run:\n      cases:\n        - inputs: {x: [3, 3, 48, 192]}\n"
+                                "        - inputs: {x: {shape: [2, 3, 48, 160], seed: 7}}\n"
+                                "      compare: {split_batch: true}\n")
+    result = run_cli("apply", spec, "--report", tmp_path / "r.json")
+    assert result.exit_code == 0, result.output
+    (step,) = json.loads((tmp_path / "r.json").read_text())["verifiers"]
+    assert [r["status"] for r in step["data"]["results"]] == ["pass", "pass"]
+    assert all(o["max_abs"] < 1e-4 for r in step["data"]["results"] for o in r["outputs"])
+
+
+def test_every_verify_example_in_the_docs_validates(tmp_path, run_cli):
+    import re
+    from conftest import REPO
+
+    text = (REPO / "docs" / "verifiers.md").read_text()
+    blocks = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if b.startswith("verify:")]
+    blocks.append(re.search(r"cat > spec.yaml <<'EOF'\n(.*?)EOF", text, re.S).group(1))
+    assert len(blocks) >= 5
+    for index, block in enumerate(blocks):
+        body = block if block.startswith("patchspec:") else f"patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches: []\n{block}"
+        result = run_cli("validate", write_spec(tmp_path, body, f"doc{index}.yaml"))
+        assert result.exit_code == 0, f"docs/verifiers.md example {index}:\n{block}\n{result.output}"
+
+
+@pytest.mark.parametrize("required, exit_code", [(False, 0), (True, 1)])
+def test_provider_listed_but_not_loadable_is_skipped_or_fails_when_required(tmp_path, run_cli, monkeypatch, required, exit_code):
+    real = onnxruntime.InferenceSession
+
+    def falls_back_to_cpu(path, sess_options=None, providers=None):  # what ORT does when CUDA libs are missing
+        return real(path, sess_options=sess_options, providers=["CPUExecutionProvider"])
+
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setattr(onnxruntime, "InferenceSession", falls_back_to_cpu)
+    require = f"      require: [{CUDA}]\n" if required else ""
+    verify = f"  - run:\n      providers: [CPUExecutionProvider, {CUDA}]\n{require}      cases: [{{inputs: {{x: [1, 4]}}}}]\n"
+    result, report = apply(tmp_path, run_cli, unary_model(), verify)
+    assert result.exit_code == exit_code, result.output
+    row = [r for r in run_data(report)["data"]["results"] if r["provider"] == CUDA][0]
+    assert row["status"] == ("fail" if required else "skip")
+    assert f"{CUDA} could not be loaded (onnxruntime fell back to CPUExecutionProvider)" in row["messages"][0]
