@@ -66,8 +66,10 @@ def _engine(state: _State, registry: PluginRegistry, strict_paths: bool = False)
 @click.option("--depfile", type=click.Path(path_type=Path), help="Write a Make-format dependency file.")
 @click.option("--report", "report_path", type=click.Path(path_type=Path), help="Write a JSON report of the run.")
 @click.option("--strict-paths", is_flag=True, help="Refuse symlinked external data files.")
+@click.option("-v", "--verbose", "verbose", count=True, help="More detail; tracebacks on errors.")
+@click.option("-q", "--quiet", "quiet", is_flag=True, help="Only errors.")
 @click.pass_obj
-def apply(state: _State, specs, model, output, force, no_verify, depfile, report_path, strict_paths) -> None:
+def apply(state: _State, specs, model, output, force, no_verify, depfile, report_path, strict_paths, verbose, quiet) -> None:
     """Apply SPEC(s): patch, verify, and write the output atomically.
 
     The output is written to a temporary folder beside it and moved into place only when every
@@ -76,6 +78,7 @@ def apply(state: _State, specs, model, output, force, no_verify, depfile, report
     """
     if (model or output) and len(specs) != 1:
         raise UsageError("--model and --output need exactly one spec")
+    state.verbosity = -1 if quiet else state.verbosity + verbose  # the contract puts -q/-v after 'apply' too
     registry = _registry()
     engine = _engine(state, registry, strict_paths)
     loaded_specs = [load_spec(path, registry) for path in specs]  # every spec valid before any work
@@ -172,6 +175,24 @@ def plugins(state: _State, as_json: bool) -> None:
             click.echo(f"  BROKEN: {info.error}")
 
 
+@cli.command("inspect")
+@click.argument("model_path", metavar="MODEL", type=click.Path(path_type=Path))
+@click.option("--shape", "shapes", multiple=True, metavar="NAME=D0,D1,...",
+              help="Input shape for the lint (repeatable); default: 1 on axis 0, 64, 96, ... elsewhere.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def inspect_command(state: _State, model_path: Path, shapes, as_json: bool) -> None:
+    """Inputs, outputs, dim_params and who shares them, external data, subgraphs, and lint findings.
+
+    The lint runs the model on ONNX Runtime at the given (or default) input shapes and reports every
+    dim_param that is bound to different sizes, with the patch that fixes it. Never writes anything.
+    """
+    from .inspection import format_inspection, inspect_model, parse_shape_options
+
+    data = inspect_model(model_path, parse_shape_options(shapes))
+    click.echo(json.dumps(data, indent=2) if as_json else format_inspection(data))
+
+
 @cli.command()
 @click.pass_obj
 def env(state: _State) -> None:
@@ -184,9 +205,20 @@ def env(state: _State) -> None:
 
 def _write_depfile(depfile: Path, engine: Engine, spec: Spec, model, output) -> None:
     loaded = engine.load_input(spec, model, output)
-    deps = [spec.path.absolute(), loaded.model_path, *loaded.data_paths]
-    text = f"{_make_escape(loaded.output_path)}: " + " ".join(_make_escape(p) for p in deps) + "\n"
+    # paths as the build tool names them: Make and Ninja match targets by their spelling
+    extra = [*loaded.data_paths, *engine.step_dependencies(spec)]
+    deps = [spec.path, model or _cwd_relative(loaded.model_path), *map(_cwd_relative, extra)]
+    target = output or _cwd_relative(loaded.output_path)
+    text = f"{_make_escape(target)}: " + " ".join(_make_escape(p) for p in deps) + "\n"
     _atomic_write_text(depfile, text)
+
+
+def _cwd_relative(path: Path) -> Path:
+    """``path`` relative to the current directory when inside it, else absolute."""
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
 
 
 def _make_escape(path: Path) -> str:

@@ -45,6 +45,10 @@ class PatchType:
         """Checks JSON Schema cannot express (expression syntax, regexes); no model needed."""
         return ()
 
+    def dependencies(self, params: dict) -> Iterable[str]:
+        """Files this patch reads besides the model (paths as written, relative to the spec)."""
+        return ()
+
     def apply(self, model: onnx.ModelProto, params: dict, context: PatchContext) -> PatchResult:
         """Change ``model`` in place as ``params`` say; raise via ``context.fail`` when it cannot."""
         raise NotImplementedError(f"patch type {self.name!r} does not implement apply()")
@@ -73,6 +77,13 @@ class Verifier:
     shorthand: ClassVar[str | None] = None
 
     def check_params(self, params: dict) -> Iterable[ParamProblem]:
+        return ()
+
+    def dependencies(self, params: dict) -> Iterable[str]:
+        """Files this verifier reads besides the models (paths as written, relative to the spec).
+
+        They are part of the output's digest and of ``--depfile``, so changing one re-runs ``apply``.
+        """
         return ()
 
     def verify(self, params: dict, context: VerifyContext) -> VerifyResult:

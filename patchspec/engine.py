@@ -18,7 +18,8 @@ import onnx
 from . import __version__
 from .contract import PatchContext, PatchResult, VerifyContext, VerifyResult
 from .errors import PatchspecError, PluginError, UsageError, VerificationFailed
-from .extdata import Layout, data_files, default_layout, validate_external_data, write_model
+from .extdata import (Layout, data_files, default_layout, refuse_input_overwrite, terminal_progress,
+                      validate_external_data, write_model)
 from .modelio import FileStamp, load_model
 from .plugins import PluginRegistry
 from .spec import Spec, Step
@@ -143,11 +144,12 @@ class Engine:
             return report
         patched, layout = self.patch(loaded, report)
         _stamp(patched, digest)
-        layout = layout or default_layout(patched, loaded.output_path)
+        layout = layout or default_layout(patched, loaded.output_path, original=loaded.model)
+        refuse_input_overwrite(layout, loaded.output_path, [loaded.model_path, *loaded.data_paths])
         with Staging(loaded.output_path) as staging:
             staged_model = staging.path(loaded.output_path)
             try:
-                files = write_model(patched, staged_model, loaded.model_path.parent, layout)
+                files = write_model(patched, staged_model, loaded.model_path.parent, layout, terminal_progress())
             except OSError as exc:
                 from .errors import ModelFileError
                 raise ModelFileError(f"{loaded.output_path}: cannot write: {exc.strerror or exc}") from None
@@ -167,14 +169,25 @@ class Engine:
         sha.update(loaded.spec.text_digest.encode())
         for path in [loaded.model_path, *loaded.data_paths]:
             sha.update(f"\n{path.name}\n".encode())
-            with open(path, "rb") as handle:
-                for block in iter(lambda: handle.read(1 << 20), b""):
-                    sha.update(block)
+            sha.update(_file_digest(path).encode())
+        for path in self.step_dependencies(loaded.spec):
+            sha.update(f"\n{path}\n".encode())
+            sha.update(_file_digest(path).encode())
         for step in (*loaded.spec.patches, *loaded.spec.verify):
             kind = "patch type" if step.section == "patches" else "verifier"
             owner = self.registry.owner(kind, step.type_name)
             sha.update(f"\n{step.type_name}={owner.distribution if owner else '?'} {owner.version if owner else '?'}".encode())
         return sha.hexdigest()
+
+    def step_dependencies(self, spec: Spec) -> list[Path]:
+        """Files the spec's patches and verifiers read besides the models (npy inputs, references)."""
+        found = []
+        for step in (*spec.patches, *spec.verify):
+            table = self.registry.patch_types if step.section == "patches" else self.registry.verifiers
+            for relative in table[step.type_name]().dependencies(step.params):
+                if relative not in ("original", "none"):
+                    found.append((spec.folder / relative).resolve())
+        return list(dict.fromkeys(found))
 
     # -- plugin calls ---------------------------------------------------------------------------------
     def _call_plugin(self, kind: str, step: Step, call):
@@ -217,6 +230,16 @@ def _refuse_same_file(model: Path, output: Path) -> None:
     if same:
         raise UsageError(f"{output}: the output is the input model; patchspec never modifies its input",
                          "choose another 'output' (e.g. under build/)")
+
+
+def _file_digest(path: Path) -> str:
+    if not path.is_file():
+        return "missing"
+    sha = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            sha.update(block)
+    return sha.hexdigest()
 
 
 def _stamp(model: onnx.ModelProto, digest: str) -> None:
