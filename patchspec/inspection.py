@@ -1,0 +1,420 @@
+"""``patchspec inspect`` and the ``lint`` verifier: what a model declares, and where it lies.
+
+The lint runs ONNX Runtime on a graph-only copy of the model whose annotated tensors (value_info)
+are exposed as extra outputs, reads the sizes every tensor actually has for the given input shapes,
+and reports each dim_param bound to different sizes: the cause of ONNX Runtime's "Shape mismatch
+attempting to re-use buffer". The copy drops every shape annotation (ORT would trip over the very
+aliasing being looked for); the list of annotated names maps the results back. External weights
+are read by ORT from the model's own folder (the probe itself stays in memory): nothing is
+written, and the input is never modified or loaded whole.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from .errors import UsageError, did_you_mean
+from .extdata import ExternalRef, is_external, iter_tensors, validate_external_data
+from .modelio import load_model
+
+#: symbolic or unknown size on axis 0 of an input (batch-like) when no shape is given
+DEFAULT_BATCH = 1
+#: sizes for the other symbolic or unknown input axes, one per distinct dim, in order of appearance:
+#: distinct (so height and width sharing a name shows up) and multiples of 32 (so strided FPNs run)
+DEFAULT_SIZES = (64, 96, 128, 160, 192, 224, 256, 288)
+SHAPE_OPTION = re.compile(r"^(?P<name>[^=]+)=(?P<dims>([0-9]+(,[0-9]+)*)?)$")
+
+
+@dataclass
+class Binding:
+    """A dim_param (or a fixed size) on one axis of one annotated tensor, and its size at run time."""
+
+    tensor: str
+    axis: int
+    size: int
+
+
+@dataclass
+class Conflict:
+    """One dim_param that ran at several sizes: {size: [tensor[axis], ...]}, in order of appearance."""
+
+    dim_param: str
+    sizes: dict[int, list[Binding]]
+
+    def parts(self, limit: int = 4) -> list[str]:
+        """``80 on /lat.0/Conv_output_0 (axes 2, 3), c3 (axes 2, 3) and 3 more``, one per size."""
+        parts = []
+        for size, bindings in self.sizes.items():
+            shown = _tensor_axes(bindings)
+            more = f" and {len(shown) - limit} more" if len(shown) > limit else ""
+            parts.append(f"{size} on {', '.join(shown[:limit])}{more}")
+        return parts
+
+    def text(self, limit: int = 4) -> str:
+        return f"'{self.dim_param}': " + "; ".join(self.parts(limit))
+
+
+@dataclass
+class LintResult:
+    """Sizes found by running the model, and what the annotations got wrong about them."""
+
+    input_shapes: dict[str, list[int]]
+    shapes_given: bool
+    conflicts: list[Conflict] = field(default_factory=list)
+    wrong_sizes: list[str] = field(default_factory=list)  # fixed annotations that ran differently
+    probed: int = 0  # annotated tensors whose sizes were read
+    not_probed: int = 0  # annotations inside subgraphs (cannot be exposed as outputs)
+    error: str | None = None  # ONNX Runtime could not run the probe
+
+    @property
+    def clean(self) -> bool:
+        return self.error is None and not self.conflicts and not self.wrong_sizes
+
+    def suggestions(self) -> list[str]:
+        if not self.conflicts:
+            return []
+        lines = ["- rename_dims: {unique: true}    # every symbolic dim gets its own name"]
+        for conflict in self.conflicts:
+            groups: dict[tuple, dict[int, int]] = {}  # tensors -> {axis: size}
+            for size, bindings in conflict.sizes.items():
+                for axis in sorted({b.axis for b in bindings}):
+                    names = tuple(sorted({b.tensor for b in bindings if b.axis == axis}))
+                    groups.setdefault(names, {})[axis] = size
+            for names, axes in groups.items():
+                renames = ", ".join(f"{axis}: {_yaml_str(_dim_name(conflict.dim_param, size, axis))}"
+                                    for axis, size in sorted(axes.items()))
+                lines.append(f"- rename_dims: {{tensor: [{', '.join(map(_yaml_str, names))}], axes: {{{renames}}}}}")
+        return lines
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["conflicts"] = [{"dim_param": c.dim_param, "sizes": {str(size): [asdict(b) for b in bindings]
+                                                                  for size, bindings in c.sizes.items()}}
+                             for c in self.conflicts]
+        data["suggested_patches"] = self.suggestions()
+        data["clean"] = self.clean
+        return data
+
+
+def _tensor_axes(bindings: list[Binding]) -> list[str]:
+    axes: dict[str, list[int]] = {}
+    for binding in bindings:
+        axes.setdefault(binding.tensor, []).append(binding.axis)
+    return [f"{name} (axis {', '.join(map(str, found))})" if len(found) == 1 else
+            f"{name} (axes {', '.join(map(str, found))})" for name, found in axes.items()]
+
+
+def _dim_name(dim_param: str, size: int, axis: int) -> str:
+    stem = re.sub(r"[^0-9A-Za-z_]", "", dim_param) or "dim"
+    return f"{stem}_axis{axis}_{size}"
+
+
+def _yaml_str(text: str) -> str:
+    return text if re.fullmatch(r"[A-Za-z_][0-9A-Za-z_.]*", text) else '"' + text.replace('"', '\\"') + '"'
+
+
+# -- shapes for the probe ------------------------------------------------------------------------------
+def parse_shape_options(values) -> dict[str, list[int]]:
+    """``["x=1,3,640,640"]`` -> ``{"x": [1, 3, 640, 640]}``; bad syntax is a usage error (exit 2)."""
+    shapes: dict[str, list[int]] = {}
+    for value in values:
+        found = SHAPE_OPTION.match(value.strip())
+        if not found:
+            msg = f"--shape {value!r}: expected NAME=D0,D1,... with non-negative integers, e.g. --shape input.1=1,3,640,640"
+            raise UsageError(msg)
+        dims = found.group("dims")
+        shapes[found.group("name")] = [int(d) for d in dims.split(",")] if dims else []
+    return shapes
+
+
+def model_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """Graph inputs that must be fed (initializers listed as inputs are not)."""
+    initializers = {t.name for t in model.graph.initializer}
+    return [v for v in model.graph.input if v.name not in initializers]
+
+
+def probe_shapes(model: onnx.ModelProto, given: dict[str, list] | None, split: bool = True) -> dict[str, list[int]]:
+    """Shapes to run: ``given`` ones, the rest from the declared dims with the documented defaults.
+
+    A dim_param shared by several inputs gets one size. With ``split``, one repeated on several
+    axes of the same input (``[1, 3, "?", "?"]``) gets a different size per axis, so that
+    height/width aliasing shows up.
+    """
+    given = dict(given or {})
+    inputs = model_inputs(model)
+    known = {v.name: v for v in inputs}
+    for name, dims in given.items():
+        if name not in known:
+            raise UsageError(f"--shape {name}: the model has no input {name!r}{did_you_mean(name, known)}; "
+                             f"its inputs: {', '.join(known)}")
+        rank = len(_dims(known[name]))
+        if len(dims) != rank:
+            raise UsageError(f"--shape {name}: the input has {rank} axes, got {len(dims)} sizes")
+    chosen: dict[str, tuple[int, str]] = {}  # dim_param -> (size, input that set it)
+    for name, dims in given.items():
+        for dim, size in zip(_dims(known[name]), dims):
+            if isinstance(dim, str):
+                chosen.setdefault(dim, (size, ""))
+    pool = iter(DEFAULT_SIZES)
+    shapes = {}
+    for value in inputs:
+        if value.name in given:
+            shapes[value.name] = [int(d) for d in given[value.name]]
+            continue
+        owner = value.name if split else ""
+        shapes[value.name] = [_default_size(dim, axis, chosen, pool, owner) for axis, dim in enumerate(_dims(value))]
+    return shapes
+
+
+def _default_size(dim, axis: int, chosen: dict[str, tuple[int, str]], pool, owner: str) -> int:
+    if isinstance(dim, int):
+        return dim
+    if isinstance(dim, str) and dim in chosen and not (owner and chosen[dim][1] == owner):
+        return chosen[dim][0]
+    size = DEFAULT_BATCH if axis == 0 else next(pool, DEFAULT_SIZES[-1])
+    if isinstance(dim, str):
+        chosen.setdefault(dim, (size, owner))
+    return size
+
+
+def _dims(value: onnx.ValueInfoProto) -> list:
+    """Declared dims: int for a fixed size, str for a dim_param, None when unknown."""
+    if not value.type.HasField("tensor_type") or not value.type.tensor_type.HasField("shape"):
+        return []
+    dims = []
+    for dim in value.type.tensor_type.shape.dim:
+        if dim.HasField("dim_value") and dim.dim_value >= 0:  # -1: "unknown" as some exporters write it
+            dims.append(dim.dim_value)
+        elif dim.HasField("dim_param"):
+            dims.append(dim.dim_param)
+        else:
+            dims.append(None)
+    return dims
+
+
+# -- the probe --------------------------------------------------------------------------------------
+def probe_model(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[onnx.ValueInfoProto]]:
+    """A copy without any shape annotation whose annotated main-graph tensors are extra outputs."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    graph = probe.graph
+    annotated = [*model.graph.input, *model.graph.value_info, *model.graph.output]
+    produced = {out for node in graph.node for out in node.output if out}
+    outputs = {v.name for v in graph.output}
+    extra = [v for v in model.graph.value_info
+             if v.name in produced and v.name not in outputs and v.type.HasField("tensor_type")]
+    _strip_annotations(graph)
+    for value in graph.output:
+        if value.type.HasField("tensor_type"):
+            value.type.tensor_type.ClearField("shape")
+    for value in extra:
+        graph.output.append(helper.make_tensor_value_info(value.name, value.type.tensor_type.elem_type, None))
+    return probe, annotated
+
+
+def _strip_annotations(graph: onnx.GraphProto) -> None:
+    del graph.value_info[:]
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                _strip_annotations(sub)
+
+
+def run_probe(model: onnx.ModelProto, model_dir: Path, shapes: dict[str, list[int]]) -> dict[str, list[int]]:
+    """Actual sizes of every output of the probe (and of the inputs fed), by tensor name."""
+    import onnxruntime as ort
+
+    probe, _ = probe_model(model)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    if any(is_external(t) for t in iter_tensors(model.graph)):
+        # weights stay where they are: ORT reads them from the model's folder; nothing is written
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(model_dir))
+    session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    feeds = {v.name: _feed(v, shapes[v.name]) for v in model_inputs(model)}
+    names = [o.name for o in session.get_outputs()]
+    results = session.run(names, feeds)
+    found = {name: list(np.shape(value)) for name, value in zip(names, results)}
+    found.update({name: list(value.shape) for name, value in feeds.items()})
+    return found
+
+
+def _feed(value: onnx.ValueInfoProto, shape: list[int]) -> np.ndarray:
+    dtype = helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
+    if np.issubdtype(dtype, np.floating):
+        return np.random.default_rng(0).random(shape).astype(dtype)
+    return np.zeros(shape, dtype=dtype)  # zeros are valid token ids, indices and flags
+
+
+def lint_model(model: onnx.ModelProto, model_dir: Path, given: dict[str, list] | None = None) -> LintResult:
+    """Run the probe and compare every annotation with the sizes the tensors actually had."""
+    attempts = [probe_shapes(model, given, split=True), probe_shapes(model, given, split=False)]
+    for shapes in attempts[:1] if attempts[0] == attempts[1] else attempts:
+        result = LintResult(shapes, bool(given))
+        result.not_probed = sum(len(g.value_info) for _, g in _subgraphs(model.graph))
+        try:
+            actual = run_probe(model, model_dir, shapes)
+            break
+        except Exception as exc:  # ORT raises its own Fail/RuntimeException types, each with a message
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            result.error = f"onnxruntime could not run the model at {_shapes_text(shapes)}: {first}"
+    if result.error:
+        return result
+    _, annotated = probe_model(model)
+    bindings: dict[str, dict[int, list[Binding]]] = {}
+    for value in annotated:
+        _compare(value, actual.get(value.name), bindings, result)
+    inputs = {v.name for v in model.graph.input}
+    result.conflicts = [Conflict(p, sizes) for p, sizes in bindings.items() if _aliased(sizes, inputs)]
+    return result
+
+
+def _aliased(sizes: dict[int, list[Binding]], inputs: set[str]) -> bool:
+    """Two sizes, at least one of them on a computed tensor: inputs differing among themselves are
+    what the caller chose to feed (the default shapes give each axis its own size on purpose)."""
+    computed = {size for size, bindings in sizes.items() if any(b.tensor not in inputs for b in bindings)}
+    return bool(computed) and len(sizes) > 1
+
+
+def _compare(value, sizes: list[int] | None, bindings: dict, result: LintResult) -> None:
+    declared = _dims(value)
+    if sizes is None or not declared:
+        return
+    result.probed += 1
+    if len(declared) != len(sizes):
+        result.wrong_sizes.append(f"{value.name}: declared rank {len(declared)}, ran with shape {sizes}")
+        return
+    for axis, (dim, size) in enumerate(zip(declared, sizes)):
+        if isinstance(dim, str):
+            bindings.setdefault(dim, {}).setdefault(size, []).append(Binding(value.name, axis, size))
+        elif isinstance(dim, int) and dim != size:
+            result.wrong_sizes.append(f"{value.name}: axis {axis} declared {dim}, ran as {size}")
+
+
+def _shapes_text(shapes: dict[str, list[int]]) -> str:
+    return " ".join(f"{name}={','.join(map(str, dims))}" for name, dims in shapes.items())
+
+
+# -- the whole inspection ---------------------------------------------------------------------------
+def _subgraphs(graph: onnx.GraphProto, path: str = "main"):
+    for position, node in enumerate(graph.node):
+        for attr in node.attribute:
+            for number, sub in enumerate(([attr.g] if attr.HasField("g") else []) + list(attr.graphs)):
+                suffix = f"[{number}]" if not attr.HasField("g") else ""
+                sub_path = f"{path}/{node.name or f'{node.op_type}#{position}'}.{attr.name}{suffix}"
+                yield sub_path, sub
+                yield from _subgraphs(sub, sub_path)
+
+
+def _value_json(value: onnx.ValueInfoProto) -> dict:
+    elem = value.type.tensor_type.elem_type if value.type.HasField("tensor_type") else 0
+    dtype = helper.tensor_dtype_to_string(elem).replace("TensorProto.", "").lower() if elem else "non-tensor"
+    return {"name": value.name, "dtype": dtype, "dims": _dims(value)}
+
+
+def dim_param_uses(model: onnx.ModelProto) -> dict[str, list[dict]]:
+    """Every dim_param and the (tensor, axis, graph) that carry it, in every graph."""
+    uses: dict[str, list[dict]] = {}
+    graphs = [("main", model.graph), *_subgraphs(model.graph)]
+    for path, graph in graphs:
+        for value in (*graph.input, *graph.value_info, *graph.output):
+            for axis, dim in enumerate(_dims(value)):
+                if isinstance(dim, str):
+                    uses.setdefault(dim, []).append({"tensor": value.name, "axis": axis, "graph": path})
+    return uses
+
+
+def external_summary(refs: list[ExternalRef]) -> dict:
+    files: dict[str, dict] = {}
+    for ref in refs:
+        entry = files.setdefault(ref.location, {"file": ref.location, "size": ref.path.stat().st_size,
+                                                "tensors": 0, "bytes": 0})
+        entry["tensors"] += 1
+        entry["bytes"] += ref.length
+    return {"tensors": len(refs), "files": list(files.values())}
+
+
+def inspect_model(path: Path, given: dict[str, list] | None = None) -> dict:
+    """Everything ``patchspec inspect`` shows, as JSON-ready data. Bad files raise ModelFileError (3)."""
+    model = load_model(path)
+    refs = validate_external_data(model, path)
+    subgraphs = [{"graph": p, "nodes": len(g.node), "annotated": len(g.value_info)} for p, g in _subgraphs(model.graph)]
+    lint = lint_model(model, path.resolve().parent, given)
+    return {
+        "model": str(path),
+        "ir_version": model.ir_version,
+        "opsets": {op.domain or "ai.onnx": op.version for op in model.opset_import},
+        "nodes": len(model.graph.node),
+        "inputs": [_value_json(v) for v in model_inputs(model)],
+        "outputs": [_value_json(v) for v in model.graph.output],
+        "dim_params": dim_param_uses(model),
+        "external_data": external_summary(refs),
+        "subgraphs": subgraphs,
+        "lint": lint.to_json(),
+    }
+
+
+def format_inspection(data: dict) -> str:
+    """The human-readable form of :func:`inspect_model`'s data."""
+    opsets = ", ".join(f"{domain} {version}" for domain, version in data["opsets"].items())
+    lines = [f"{data['model']}: ir_version {data['ir_version']}, opsets {opsets}, {data['nodes']} nodes"]
+    for title in ("inputs", "outputs"):
+        lines.append(f"{title}:")
+        lines += [f"  {v['name']}  {v['dtype']}  {_dims_text(v['dims'])}" for v in data[title]]
+    lines.append("dim_params:" if data["dim_params"] else "dim_params: none")
+    for param, uses in data["dim_params"].items():
+        shown = [f"{u['tensor']}[{u['axis']}]" for u in uses]
+        more = f" and {len(shown) - 8} more" if len(shown) > 8 else ""
+        lines.append(f"  {_quote(param)}: {len(uses)} uses: {', '.join(shown[:8])}{more}")
+    lines += _external_lines(data["external_data"])
+    lines.append("subgraphs:" if data["subgraphs"] else "subgraphs: none")
+    lines += [f"  {s['graph']}: {s['nodes']} nodes, {s['annotated']} annotated tensors" for s in data["subgraphs"]]
+    return "\n".join(lines + _lint_lines(data["lint"]))
+
+
+def _dims_text(dims: list) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) if isinstance(d, int) else _quote(d) for d in dims) + "]"
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace('"', '\\"') + '"'
+
+
+def _external_lines(summary: dict) -> list[str]:
+    if not summary["files"]:
+        return ["external data: none (every tensor is stored inside the model)"]
+    lines = [f"external data: {summary['tensors']} tensors in {len(summary['files'])} file(s)"]
+    lines += [f"  {f['file']}: {f['size']} bytes on disk, {f['tensors']} tensors, {f['bytes']} bytes referenced"
+              for f in summary["files"]]
+    return lines
+
+
+def _lint_lines(lint: dict) -> list[str]:
+    origin = "given" if lint["shapes_given"] else "defaults; pass --shape NAME=D0,D1,... for real sizes"
+    lines = [f"lint at {_shapes_text(lint['input_shapes'])} ({origin}):"]
+    if lint["error"]:
+        return lines + [f"  not run: {lint['error']}"]
+    for conflict in lint["conflicts"]:
+        sizes = {int(size): [Binding(**b) for b in bindings] for size, bindings in conflict["sizes"].items()}
+        lines.append(f"  dim_param {_quote(conflict['dim_param'])} is bound to {len(sizes)} different sizes:")
+        lines += [f"    {part}" for part in Conflict(conflict["dim_param"], sizes).parts()]
+    lines += [f"  wrong size: {line}" for line in lint["wrong_sizes"]]
+    if lint["suggested_patches"]:
+        lines.append("  fix: add one of these to the spec's patches (the first renames every symbolic dim):")
+        lines += [f"    {line}" for line in lint["suggested_patches"][:12]]
+    if lint["clean"]:
+        lines.append(f"  ok: {lint['probed']} annotated tensors agree with their sizes at run time")
+    if lint["not_probed"]:
+        lines.append(f"  note: {lint['not_probed']} annotated tensors inside subgraphs were not checked")
+    return lines
+
+
+__all__ = ["DEFAULT_BATCH", "DEFAULT_SIZES", "Conflict", "LintResult", "format_inspection", "inspect_model", "lint_model",
+           "parse_shape_options", "probe_shapes"]

@@ -1,0 +1,359 @@
+"""Node selectors (``select``): the one way every patch type picks nodes.
+
+All given fields must hold (AND); a list means any of (OR). Patterns are ``fnmatch`` globs; a
+pattern starting with ``re:`` is a Python regular expression matched in full. ``after`` and
+``before`` name tensors; each is resolved with one breadth-first traversal over a
+tensor -> consumers / tensor -> producer index, so selection stays linear in the graph's size.
+
+Tensors are identified by (scope, name): a name used in a subgraph resolves to the innermost
+graph that defines it, so If/Loop/Scan bodies that reuse a name do not leak into each other. A
+node that carries subgraphs reads every outer-scope tensor its bodies read, feeds its bodies'
+inputs and consumes their outputs, so reachability flows through it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator
+
+import onnx
+
+from .errors import close_matches, did_you_mean
+
+PATTERN_KEYS = ("op_type", "name", "domain", "consumes", "produces")
+TENSOR_KEYS = ("after", "before")
+DEFAULT_EXPECT = "1+"
+MAX_LISTED = 10
+_EXPECT_FORM = re.compile(r"^([0-9]+)\+$")
+
+
+def _patterns(description: str) -> dict:
+    return {
+        "description": description + "; a glob, or 're:' + a Python regex matched in full; a list means any of",
+        "anyOf": [
+            {"type": "string"},
+            {"type": "array", "items": {"type": "string"}, "minItems": 1},
+        ],
+    }
+
+
+def _tensor_names(description: str) -> dict:
+    return {
+        "description": description + "; one tensor name or a list of them (exact names)",
+        "anyOf": [
+            {"type": "string", "minLength": 1},
+            {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
+        ],
+    }
+
+
+SELECTOR_SCHEMA: dict = {
+    "description": "node selector: every given field must hold (AND); a list means any of (OR)",
+    "type": "object",
+    "properties": {
+        "op_type": _patterns("operator type of the node (Conv, Resize, ...)"),
+        "name": _patterns("name of the node"),
+        "domain": _patterns("operator domain of the node ('' is the default ONNX domain)"),
+        "consumes": _patterns("name of any input tensor of the node"),
+        "produces": _patterns("name of any output tensor of the node"),
+        "after": _tensor_names("nodes downstream of (reachable from) these tensors"),
+        "before": _tensor_names("nodes upstream of (reaching) these tensors"),
+        "graph": {
+            "description": "'main' (default): the main graph only; 'all': also nodes inside If/Loop/Scan subgraphs",
+            "enum": ["main", "all"],
+        },
+        "expect": {
+            "description": "how many nodes must match: an integer (exactly), or 'N+' (at least N); default '1+'",
+            "anyOf": [
+                {"type": "integer", "minimum": 0},
+                {"type": "string", "pattern": r"^[0-9]+\+$"},
+            ],
+        },
+    },
+    "additionalProperties": False,
+}
+
+
+@dataclass(frozen=True)
+class NodeRef:
+    """A selected node, the graph that holds it, and where that graph is (``main/If_0.then_branch``)."""
+
+    node: onnx.NodeProto
+    graph: onnx.GraphProto
+    graph_path: str
+
+
+# -- static checks ---------------------------------------------------------------------------------
+def check_selector(selector: Any) -> Iterator[tuple[tuple, str]]:
+    """Problems found without a model: unknown keys, invalid ``re:`` patterns, bad ``expect``."""
+    if not isinstance(selector, dict):
+        yield (), f"a selector is a mapping of {', '.join(SELECTOR_SCHEMA['properties'])}, got {type(selector).__name__}"
+        return
+    known = SELECTOR_SCHEMA["properties"]
+    for key in selector:
+        if key not in known:
+            yield (key,), f"unknown selector key '{key}'" + did_you_mean(str(key), known)
+    for key in PATTERN_KEYS:
+        for index, pattern in _indexed(selector.get(key)):
+            problem = _regex_problem(pattern)
+            if problem:
+                yield (key,) if index is None else (key, index), problem
+    if "expect" in selector:
+        try:
+            parse_expect(selector["expect"])
+        except ValueError as exc:
+            yield ("expect",), str(exc)
+
+
+def _indexed(value) -> Iterator[tuple[int | None, Any]]:
+    if value is None:
+        return
+    if isinstance(value, list):
+        yield from enumerate(value)
+    else:
+        yield None, value
+
+
+def _regex_problem(pattern) -> str | None:
+    if not isinstance(pattern, str) or not pattern.startswith("re:"):
+        return None
+    try:
+        re.compile(pattern[3:])
+    except re.error as exc:
+        return f"invalid regular expression {pattern[3:]!r}: {exc}; fix it or use a glob (without 're:')"
+    return None
+
+
+def parse_expect(expect: Any) -> tuple[int, bool]:
+    """``3`` -> (3, exact); ``"2+"`` -> (2, at least). Raises ValueError for anything else."""
+    if isinstance(expect, int) and not isinstance(expect, bool) and expect >= 0:
+        return expect, True
+    if isinstance(expect, str):
+        found = _EXPECT_FORM.match(expect.strip())
+        if found:
+            return int(found.group(1)), False
+    msg = f"'expect' must be a non-negative integer (exactly N) or a string 'N+' (at least N), got {expect!r}"
+    raise ValueError(msg)
+
+
+def _matcher(value) -> Callable[[str], bool]:
+    """One predicate for a pattern or a list of patterns (OR)."""
+    patterns = value if isinstance(value, list) else [value]
+    regexes = [re.compile(p[3:]) for p in patterns if p.startswith("re:")]
+    globs = [p for p in patterns if not p.startswith("re:")]
+
+    def matches(text: str) -> bool:
+        return any(fnmatch.fnmatchcase(text, g) for g in globs) or any(r.fullmatch(text) for r in regexes)
+
+    return matches
+
+
+# -- the graph index ---------------------------------------------------------------------------------
+TensorId = tuple[str, str]  # (graph path of the defining scope, tensor name)
+
+
+class GraphIndex:
+    """Every node (main graph first, bodies after their owner) and tensor->producer/consumers maps."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.nodes: list[NodeRef] = []
+        self.reads: list[list[TensorId]] = []
+        self.writes: list[list[TensorId]] = []
+        self.defined: dict[str, set[str]] = {}  # graph path -> names defined there
+        self.parent: dict[str, str | None] = {}
+        self._walk(model.graph, "main", None)
+        self.consumers: dict[TensorId, list[int]] = {}
+        self.producers: dict[TensorId, list[int]] = {}
+        for index in range(len(self.nodes)):
+            for tensor in self.reads[index]:
+                self.consumers.setdefault(tensor, []).append(index)
+            for tensor in self.writes[index]:
+                self.producers.setdefault(tensor, []).append(index)
+
+    def _walk(self, graph: onnx.GraphProto, path: str, parent: str | None) -> None:
+        self.parent[path] = parent
+        names = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+        names |= {t.values.name for t in graph.sparse_initializer}
+        names |= {out for node in graph.node for out in node.output if out}
+        self.defined[path] = names
+        for position, node in enumerate(graph.node):
+            index = len(self.nodes)
+            self.nodes.append(NodeRef(node, graph, path))
+            self.reads.append([self.resolve(path, name) for name in node.input if name])
+            self.writes.append([(path, name) for name in node.output if name])
+            for body_path, body in _bodies(node, path, position):
+                self._walk(body, body_path, path)
+                self._link_body(index, body, body_path, path)
+
+    def _link_body(self, index: int, body: onnx.GraphProto, body_path: str, owner_path: str) -> None:
+        self.writes[index].extend((body_path, v.name) for v in body.input if v.name)
+        self.reads[index].extend(self.resolve(body_path, v.name) for v in body.output if v.name)
+        for name in sorted(_free_names(body)):
+            self.reads[index].append(self.resolve(owner_path, name))
+
+    def resolve(self, path: str | None, name: str) -> TensorId:
+        """The scope that defines ``name`` as seen from ``path`` (the outermost unknown: main)."""
+        start = path
+        while path is not None:
+            if name in self.defined.get(path, ()):
+                return path, name
+            path = self.parent.get(path)
+        return (start or "main"), name
+
+    def tensor_ids(self, name: str) -> list[TensorId]:
+        return [(path, name) for path, names in self.defined.items() if name in names]
+
+    def all_tensor_names(self) -> set[str]:
+        return set().union(*self.defined.values())
+
+    def downstream(self, start: Iterable[TensorId]) -> set[int]:
+        """Nodes reachable from ``start`` (one BFS over tensor -> consumers)."""
+        return self._reach(start, self.consumers, self.writes)
+
+    def upstream(self, start: Iterable[TensorId]) -> set[int]:
+        """Nodes that reach ``start`` (one BFS over tensor -> producer)."""
+        return self._reach(start, self.producers, self.reads)
+
+    @staticmethod
+    def _reach(start, step: dict, onward: list) -> set[int]:
+        seen_tensors = set(start)
+        queue = deque(seen_tensors)
+        seen_nodes: set[int] = set()
+        while queue:
+            for index in step.get(queue.popleft(), ()):
+                if index in seen_nodes:
+                    continue
+                seen_nodes.add(index)
+                for tensor in onward[index]:
+                    if tensor not in seen_tensors:
+                        seen_tensors.add(tensor)
+                        queue.append(tensor)
+        return seen_nodes
+
+
+def _bodies(node: onnx.NodeProto, path: str, position: int) -> Iterator[tuple[str, onnx.GraphProto]]:
+    label = node.name or f"{node.op_type}#{position}"
+    for attr in node.attribute:
+        if attr.HasField("g"):
+            yield f"{path}/{label}.{attr.name}", attr.g
+        for number, sub in enumerate(attr.graphs):
+            yield f"{path}/{label}.{attr.name}[{number}]", sub
+
+
+def _free_names(graph: onnx.GraphProto) -> set[str]:
+    """Names a graph (and its own bodies) read from enclosing scopes."""
+    defined = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    defined |= {t.values.name for t in graph.sparse_initializer}
+    used: set[str] = set()
+    for node in graph.node:
+        defined.update(out for out in node.output if out)
+        used.update(name for name in node.input if name)
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                used |= _free_names(sub)
+    used.update(v.name for v in graph.output)
+    return used - defined
+
+
+# -- selection ---------------------------------------------------------------------------------------
+def select_nodes(model: onnx.ModelProto, selector: dict, context, key: tuple = ("select",),
+                 index: GraphIndex | None = None) -> list[NodeRef]:
+    """The nodes ``selector`` matches, in graph order; ``context.fail`` (exit 4) on a count mismatch.
+
+    ``context`` is anything with ``fail(message, *, key=(), hint=None)`` (a PatchContext).
+    Pass a prebuilt ``index`` to select several times from an unchanged model.
+    """
+    index = index or GraphIndex(model)
+    scope_all = selector.get("graph", "main") == "all"
+    tests = _field_tests(selector, index, context, key)
+    candidates = [i for i, ref in enumerate(index.nodes) if scope_all or ref.graph_path == "main"]
+    chosen = [i for i in candidates if all(test(i) for _, test in tests)]
+    minimum, exact = parse_expect(selector.get("expect", DEFAULT_EXPECT))
+    count_ok = len(chosen) == minimum if exact else len(chosen) >= minimum
+    if not count_ok:
+        _count_mismatch(selector, chosen, candidates, tests, index, context, key)
+    return [index.nodes[i] for i in chosen]
+
+
+def _field_tests(selector: dict, index: GraphIndex, context, key: tuple) -> list[tuple[str, Callable[[int], bool]]]:
+    tests: list[tuple[str, Callable[[int], bool]]] = []
+    nodes = index.nodes
+    for field in PATTERN_KEYS:
+        if field not in selector:
+            continue
+        matches = _matcher(selector[field])
+        tests.append((field, _pattern_test(field, matches, nodes)))
+    for field, walk in (("after", index.downstream), ("before", index.upstream)):
+        if field in selector:
+            reached = walk(_start_tensors(selector[field], index, context, key + (field,)))
+            tests.append((field, reached.__contains__))
+    return tests
+
+
+def _pattern_test(field: str, matches: Callable[[str], bool], nodes: list[NodeRef]) -> Callable[[int], bool]:
+    if field == "op_type":
+        return lambda i: matches(nodes[i].node.op_type)
+    if field == "name":
+        return lambda i: matches(nodes[i].node.name)
+    if field == "domain":
+        return lambda i: matches("" if nodes[i].node.domain == "ai.onnx" else nodes[i].node.domain)
+    if field == "consumes":
+        return lambda i: any(matches(name) for name in nodes[i].node.input if name)
+    return lambda i: any(matches(name) for name in nodes[i].node.output if name)
+
+
+def _start_tensors(value, index: GraphIndex, context, key: tuple) -> list[TensorId]:
+    names = value if isinstance(value, list) else [value]
+    found: list[TensorId] = []
+    for position, name in enumerate(names):
+        ids = index.tensor_ids(name)
+        if not ids:
+            where = key + (position,) if isinstance(value, list) else key
+            similar = close_matches(name, index.all_tensor_names(), 5)
+            hint = ("close matches: " + ", ".join(repr(s) for s in similar)) if similar else \
+                "'patchspec inspect MODEL' lists the model's tensors"
+            context.fail(f"tensor {name!r} named in '{key[-1]}' is not in the model", key=where, hint=hint)
+        found.extend(ids)
+    return found
+
+
+def _count_mismatch(selector, chosen, candidates, tests, index: GraphIndex, context, key) -> None:
+    minimum, exact = parse_expect(selector.get("expect", DEFAULT_EXPECT))
+    wanted = f"exactly {minimum}" if exact else f"at least {minimum}"
+    listed = ", ".join(describe_node(index.nodes[i]) for i in chosen[:MAX_LISTED])
+    more = f" and {len(chosen) - MAX_LISTED} more" if len(chosen) > MAX_LISTED else ""
+    found = f": {listed}{more}" if chosen else ""
+    noun = "node" if len(chosen) == 1 else "nodes"
+    msg = f"selector {describe_selector(selector)} matched {len(chosen)} {noun}, expected {wanted}{found}"
+    hint = _narrowing_hint(candidates, tests) if len(chosen) < minimum else \
+        "tighten the selector, or set 'expect' to the count this model should have"
+    context.fail(msg, key=key, hint=hint)
+
+
+def _narrowing_hint(candidates: list[int], tests) -> str:
+    """Which field alone rules nodes out, so an empty match is easy to debug."""
+    counts = [f"{field} alone matches {sum(1 for i in candidates if test(i))}" for field, test in tests]
+    scope = f"{len(candidates)} nodes in scope"
+    return "; ".join([scope, *counts]) + "; 'graph: all' also searches If/Loop/Scan bodies"
+
+
+def describe_node(ref: NodeRef) -> str:
+    name = ref.node.name or f"<unnamed, output {ref.node.output[0] if ref.node.output else '?'}>"
+    where = "" if ref.graph_path == "main" else f" in {ref.graph_path}"
+    return f"{name} ({ref.node.op_type}{where})"
+
+
+def describe_selector(selector: dict) -> str:
+    """``{op_type: Conv, after: x}``: compact, in the order the user wrote it."""
+    parts = []
+    for field, value in selector.items():
+        shown = "[" + ", ".join(map(str, value)) + "]" if isinstance(value, list) else str(value)
+        parts.append(f"{field}: {shown}")
+    return "{" + ", ".join(parts) + "}"
+
+
+__all__ = ["SELECTOR_SCHEMA", "GraphIndex", "NodeRef", "check_selector", "describe_node",
+           "describe_selector", "parse_expect", "select_nodes"]

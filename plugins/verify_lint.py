@@ -1,0 +1,95 @@
+"""The ``lint`` verifier: no dim_param of the output is bound to different sizes at run time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from patchspec import VerifyContext, VerifyResult, Verifier, hookimpl
+from patchspec.errors import UsageError
+from patchspec.inspection import lint_model
+
+_DIM = {"type": "integer", "minimum": 0, "description": "size of one axis (a number)"}
+_INPUT = {
+    "description": "a shape list, or a run case's {shape, dtype, fill, seed, low, high, file}: only the shape is used",
+    "type": ["array", "object"],
+    "items": _DIM,
+    "properties": {
+        "shape": {"type": "array", "items": _DIM, "description": "sizes of the input's axes"},
+        "dtype": {"type": "string", "description": "accepted for symmetry with run cases; not used"},
+        "fill": {"type": "string", "description": "accepted for symmetry with run cases; not used"},
+        "seed": {"type": "integer", "description": "accepted for symmetry with run cases; not used"},
+        "low": {"type": "number", "description": "accepted for symmetry with run cases; not used"},
+        "high": {"type": "number", "description": "accepted for symmetry with run cases; not used"},
+        "file": {"type": "string", "description": ".npy file whose shape is used, relative to the spec's folder"},
+    },
+    "additionalProperties": False,
+}
+
+
+class LintVerifier(Verifier):
+    name = "lint"
+    description = ("Run the output at the given input shapes and fail when a dim_param is bound to "
+                   "different sizes (ONNX Runtime's 'Shape mismatch attempting to re-use buffer').")
+    params_schema = {
+        "type": "object",
+        "properties": {
+            "inputs": {
+                "description": "input name -> shape (as in a run case); default: the first run case's inputs, "
+                               "else 1 on axis 0 and 64, 96, ... on other symbolic axes",
+                "type": "object",
+                "additionalProperties": _INPUT,
+            },
+        },
+        "additionalProperties": False,
+    }
+
+    def check_params(self, params: dict):
+        for name, item in (params.get("inputs") or {}).items():
+            if isinstance(item, dict) and "shape" not in item and "file" not in item:
+                yield ("inputs", name), "give 'shape' (a list of sizes) or 'file' (a .npy file)"
+
+    def verify(self, params: dict, context: VerifyContext) -> VerifyResult:
+        inputs, origin = _inputs(params, context)
+        try:
+            given = {name: _shape(item, context) for name, item in inputs.items()}
+            result = lint_model(context.model, Path(context.output_path).parent, given)
+        except (UsageError, OSError, ValueError) as exc:
+            message = exc.message.replace("--shape ", "input ") if isinstance(exc, UsageError) else str(exc)
+            return VerifyResult("failed", f"cannot lint with the {origin}: {message}")
+        data = result.to_json()
+        shapes = " ".join(f"{n}={','.join(map(str, d))}" for n, d in result.input_shapes.items())
+        if result.error:
+            return VerifyResult("failed", f"could not lint at {shapes} ({origin}): {result.error}", data=data)
+        if result.conflicts or result.wrong_sizes:
+            details = tuple(c.text() for c in result.conflicts) + tuple(result.wrong_sizes)
+            fix = ("fix: add '- rename_dims: {unique: true}' to the patches, or see 'patchspec inspect'",) \
+                if result.conflicts else ()
+            found = [f"{len(result.conflicts)} dim_param(s) bound to different sizes"] if result.conflicts else []
+            found += [f"{len(result.wrong_sizes)} fixed size(s) that differ at run time"] if result.wrong_sizes else []
+            return VerifyResult("failed", f"{' and '.join(found)} at {shapes} ({origin})", details + fix, data)
+        return VerifyResult("passed", f"{result.probed} annotated tensors agree at {shapes} ({origin})", data=data)
+
+
+def _inputs(params: dict, context: VerifyContext) -> tuple[dict, str]:
+    if "inputs" in params:
+        return params["inputs"], "lint inputs"
+    for step in context.spec.verify:
+        cases = step.params.get("cases") if step.type_name == "run" else None
+        if cases and isinstance(cases[0], dict) and cases[0].get("inputs"):
+            return cases[0]["inputs"], f"inputs of {step.label} case 0"
+    return {}, "default shapes"
+
+
+def _shape(item, context: VerifyContext) -> list[int]:
+    if isinstance(item, list):
+        return [int(d) for d in item]
+    if item.get("shape") is not None:
+        return [int(d) for d in item["shape"]]
+    return list(np.load(context.resolve(item["file"]), mmap_mode="r", allow_pickle=False).shape)
+
+
+@hookimpl
+def register_verifiers(register):
+    register(LintVerifier)

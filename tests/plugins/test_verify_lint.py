@@ -1,0 +1,99 @@
+"""The ``lint`` verifier fails a run whose output binds one dim_param to different sizes."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+from conftest import write_spec
+from scrfd_like import fpn_model
+
+HEAD = "patchspec: 1\nmodel: m.onnx\noutput: out.onnx\npatches: []\n"
+
+
+@pytest.fixture
+def folder(tmp_path):
+    onnx.save(fpn_model(), tmp_path / "m.onnx")
+    return tmp_path
+
+
+def test_lint_fails_on_aliased_dims_and_writes_nothing(run_cli, folder):
+    spec = write_spec(folder, HEAD + "verify:\n  - lint: {inputs: {input.1: [1, 3, 640, 640]}}\n")
+    result = run_cli("apply", spec)
+    assert result.exit_code == 1, result.output
+    assert "1 dim_param(s) bound to different sizes at input.1=1,3,640,640 (lint inputs)" in result.output
+    assert "'?': 640 on input.1 (axes 2, 3); 80 on c3 (axes 2, 3), /lat.0/Conv_output_0" in result.output
+    assert "rename_dims: {unique: true}" in result.output
+    assert not (folder / "out.onnx").exists()
+
+
+def test_lint_passes_a_model_with_unique_dims(run_cli, tmp_path):
+    onnx.save(fpn_model(unique=True), tmp_path / "m.onnx")
+    spec = write_spec(tmp_path, HEAD + "verify:\n  - lint: {}\n")
+    result = run_cli("apply", spec)
+    assert result.exit_code == 0, result.output
+    assert "14 annotated tensors agree at input.1=1,3,64,96 (default shapes)" in result.output
+    assert (tmp_path / "out.onnx").exists()
+
+
+def test_lint_takes_the_first_run_cases_inputs(run_cli, folder):
+    spec = write_spec(folder, HEAD + "verify:\n  - lint: {}\n  - run:\n      compare: {against: none}\n      cases:\n"
+                                     "        - inputs: {input.1: [1, 3, 320, 256]}\n        - inputs: {input.1: [1, 3, 64, 64]}\n")
+    result = run_cli("apply", spec)
+    assert result.exit_code == 1, result.output
+    assert "at input.1=1,3,320,256 (inputs of verify[1] (run) case 0)" in result.output
+    assert "40 on c3 (axis 2)" in result.output and "32 on c3 (axis 3)" in result.output
+
+
+def test_lint_reads_the_shape_of_a_file_input(run_cli, folder):
+    np.save(folder / "x.npy", np.zeros((1, 3, 128, 128), np.float32))
+    spec = write_spec(folder, HEAD + "verify:\n  - lint: {inputs: {input.1: {file: x.npy}}}\n")
+    result = run_cli("apply", spec)
+    assert result.exit_code == 1 and "at input.1=1,3,128,128" in result.output
+
+
+def test_lint_fails_when_an_input_name_is_wrong(run_cli, folder):
+    spec = write_spec(folder, HEAD + "verify:\n  - lint: {inputs: {input1: [1, 3, 64, 64]}}\n")
+    result = run_cli("apply", spec)
+    assert result.exit_code == 1, result.output
+    assert "no input 'input1' (did you mean 'input.1'?)" in result.output
+
+
+def test_lint_fails_when_the_model_cannot_run(run_cli, folder):
+    spec = write_spec(folder, HEAD + "verify:\n  - lint: {inputs: {input.1: [1, 3, 60, 60]}}\n")
+    result = run_cli("apply", spec)
+    assert result.exit_code == 1, result.output
+    assert "could not lint at input.1=1,3,60,60 (lint inputs): onnxruntime could not run the model" in result.output
+
+
+@pytest.mark.parametrize("params, message", [
+    ("{input: {x: [1]}}", "unknown key 'input' (did you mean 'inputs'?)"),
+    ("{inputs: {x: [1, -3]}}", "-3 is less than the minimum of 0"),
+    ("{inputs: {x: {fill: zeros}}}", "give 'shape' (a list of sizes) or 'file' (a .npy file)"),
+])
+def test_validate_rejects_bad_params(run_cli, folder, params, message):
+    spec = write_spec(folder, HEAD + f"verify:\n  - lint: {params}\n")
+    result = run_cli("validate", spec)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+
+
+# -- with the rename_dims patch (the fix the lint suggests) -------------------------------------------
+def test_rename_dims_unique_repairs_what_lint_found(run_cli, folder):
+    spec = write_spec(folder, HEAD.replace("patches: []", "patches:\n  - rename_dims: {unique: true}") +
+                      "verify:\n  - lint: {}\n  - run:\n      compare: {against: none}\n"
+                      "      cases: [{inputs: {input.1: [1, 3, 640, 480]}}]\n")
+    result = run_cli("apply", spec)
+    assert result.exit_code == 0, result.output
+    assert "annotated tensors agree at input.1=1,3,640,480" in result.output
+    inspected = run_cli("inspect", folder / "out.onnx", "--shape", "input.1=1,3,320,256")
+    assert inspected.exit_code == 0 and "ok: 14 annotated tensors agree" in inspected.stdout
+
+
+def test_validate_rejects_a_bad_regex_in_rename_dims_select(run_cli, folder):
+    spec = write_spec(folder, HEAD.replace("patches: []", 'patches:\n  - rename_dims:\n      select: {name: "re:/lat.(0"}\n'
+                                                          "      axes: {2: h}"))
+    result = run_cli("validate", spec)
+    assert result.exit_code == 2, result.output
+    assert "patches[0] (rename_dims) > select.name: invalid regular expression '/lat.(0'" in result.output
