@@ -11,10 +11,11 @@ RAPIDOCR := rapidocr-onnxruntime==1.4.4
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml examples/plugin-acme/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e examples/plugin-acme
 	$(PY) -m pip install -q --no-deps $(RAPIDOCR)
 	touch $@
 
@@ -22,8 +23,10 @@ demo: $(STAMP)
 	$(PY) examples/scrfd/make_scrfd.py models/scrfd_like.onnx
 	$(VENV)/bin/patchspec apply specs/scrfd_b32.yaml
 
+# two runs: the example plugin's tests have a conftest of their own
 test: $(STAMP)
 	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -p no:cacheprovider examples/plugin-acme/tests
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_apply.py

@@ -9,9 +9,10 @@ Nothing happens at import time; every run builds its own :class:`PluginRegistry`
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import pluggy
 
@@ -21,6 +22,25 @@ from .errors import PluginError
 
 DISABLE_ENV = "PATCHSPEC_DISABLE_PLUGINS"  # comma-separated entry-point names not to load
 BUILTIN_DISTRIBUTION = "patchspec"
+
+#: (name, plugin) pairs that every PluginRegistry.load() adds, while ``in_process_plugin`` is active.
+#: Empty unless a test (``patchspec.testing.registered``) put something there.
+_IN_PROCESS: list[tuple[str, object]] = []
+
+
+@contextmanager
+def in_process_plugin(name: str, plugin: object) -> Iterator[None]:
+    """Make ``plugin`` (a module or object with hookimpls) part of every registry loaded meanwhile.
+
+    It replaces an installed entry point of the same ``name``, so a plugin's own tests can run
+    whether or not the plugin is installed.
+    """
+    pair = (name, plugin)
+    _IN_PROCESS.append(pair)
+    try:
+        yield
+    finally:
+        _IN_PROCESS.remove(pair)
 
 
 @dataclass
@@ -60,7 +80,9 @@ class PluginRegistry:
         registry = cls([], {}, {}, {})
         manager = pluggy.PluginManager(hookspecs.NAME)
         manager.add_hookspecs(hookspecs)
+        extra = [*_IN_PROCESS, *extra]
         blocked = {n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()}
+        blocked |= {name for name, _ in _IN_PROCESS}  # an in-process plugin replaces the installed one
         found = sorted(entry_points if entry_points is not None else _patchspec_entry_points(), key=lambda e: e.name)
         for entry_point in found:
             if entry_point.name in blocked:
@@ -94,7 +116,9 @@ class PluginRegistry:
         info.location = getattr(module, "__file__", "") or ""
         self.plugins.append(info)
         try:
-            manager.register(module, name=info.name)
+            # pluggy's name is unique per distribution, so that two distributions that claim the same
+            # entry-point name reach the duplicate check below, which names both
+            manager.register(module, name=f"{info.distribution}:{info.name}")
             manager.check_pending()
         except Exception as exc:
             info.error = f"invalid hooks: {exc}"
@@ -123,6 +147,16 @@ class PluginRegistry:
             info.error = exc.message
         except Exception as exc:
             info.error = f"{kind} registration raised {type(exc).__name__}: {exc}"
+        if info.error:
+            self._forget(info)
+
+    def _forget(self, info: PluginInfo) -> None:
+        """A broken plugin provides nothing, not the half it registered before failing."""
+        for kind, name in [key for key, owner in self.owners.items() if owner is info]:
+            del self.owners[(kind, name)]
+            (self.patch_types if kind == "patch type" else self.verifiers).pop(name, None)
+        info.patch_types.clear()
+        info.verifiers.clear()
 
     def _add(self, info: PluginInfo, cls_: type, kind: str, base: type, table: dict) -> None:
         if not (isinstance(cls_, type) and issubclass(cls_, base)):

@@ -1,0 +1,47 @@
+"""``acme.max_nodes``: fail when the patched model has more nodes than a budget."""
+
+from __future__ import annotations
+
+import onnx
+
+from patchspec import Verifier, VerifyContext, VerifyResult
+
+
+class MaxNodesVerifier(Verifier):
+    name = "acme.max_nodes"
+    description = "Fail when the output has more than 'limit' nodes (a budget for slim deployment models)."
+    shorthand = "limit"  # acme.max_nodes: 100  means  acme.max_nodes: {limit: 100}
+    params_schema = {
+        "type": "object",
+        "properties": {
+            "limit": {"type": "integer", "minimum": 0, "description": "the most nodes the output may have"},
+            "subgraphs": {
+                "type": "boolean",
+                "default": True,
+                "description": "also count nodes inside If/Loop/Scan bodies",
+            },
+        },
+        "required": ["limit"],
+        "additionalProperties": False,
+    }
+
+    def verify(self, params: dict, context: VerifyContext) -> VerifyResult:
+        limit = params["limit"]
+        count = count_nodes(context.model.graph, params.get("subgraphs", True))
+        data = {"nodes": count, "limit": limit}
+        if count > limit:
+            summary = f"{count} nodes, over the limit of {limit} by {count - limit}"
+            return VerifyResult("failed", summary, ("remove nodes or raise 'limit' in the spec",), data)
+        return VerifyResult("passed", f"{count} nodes (limit {limit})", data=data)
+
+
+def count_nodes(graph: onnx.GraphProto, subgraphs: bool) -> int:
+    count = len(graph.node)
+    if not subgraphs:
+        return count
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.HasField("g"):
+                count += count_nodes(attribute.g, subgraphs)
+            count += sum(count_nodes(g, subgraphs) for g in attribute.graphs)
+    return count

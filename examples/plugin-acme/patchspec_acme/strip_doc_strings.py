@@ -1,0 +1,72 @@
+"""``acme.strip_doc_strings``: remove the ``doc_string`` fields exporters leave in a model."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import onnx
+
+from patchspec import PatchContext, PatchResult, PatchType
+
+
+class StripDocStringsPatch(PatchType):
+    name = "acme.strip_doc_strings"
+    description = "Remove doc_string fields (model, graphs, nodes, tensors, functions) to shrink and anonymise a model."
+    params_schema = {
+        "type": "object",
+        "properties": {
+            "keep_model_doc": {
+                "type": "boolean",
+                "default": False,
+                "description": "keep the model's own doc_string (its top-level description)",
+            },
+        },
+        "additionalProperties": False,
+    }
+
+    def apply(self, model: onnx.ModelProto, params: dict, context: PatchContext) -> PatchResult:
+        keep_model_doc = params.get("keep_model_doc", False)
+        stripped = 0
+        for message in _documented(model, keep_model_doc):
+            if message.HasField("doc_string"):  # presence, not truthiness: an empty string is still bytes
+                message.ClearField("doc_string")
+                stripped += 1
+        if not stripped:
+            return PatchResult(False, "no doc strings")
+        return PatchResult(True, f"removed {stripped} doc string{'s' if stripped != 1 else ''}")
+
+
+def _documented(model: onnx.ModelProto, keep_model_doc: bool) -> Iterator:
+    """Every message in the model that has a ``doc_string`` field."""
+    if not keep_model_doc:
+        yield model
+    yield from _graph_items(model.graph)
+    for function in model.functions:
+        yield function
+        for node in function.node:
+            yield from _node_items(node)
+
+
+def _graph_items(graph: onnx.GraphProto) -> Iterator:
+    yield graph
+    yield from graph.input
+    yield from graph.output
+    yield from graph.value_info
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield sparse.values
+    for node in graph.node:
+        yield from _node_items(node)
+
+
+def _node_items(node: onnx.NodeProto) -> Iterator:
+    yield node
+    for attribute in node.attribute:
+        yield attribute
+        if attribute.HasField("t"):
+            yield attribute.t
+        yield from attribute.tensors
+        if attribute.HasField("g"):
+            yield from _graph_items(attribute.g)
+        for graph in attribute.graphs:
+            yield from _graph_items(graph)

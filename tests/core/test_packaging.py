@@ -1,0 +1,136 @@
+"""One list of plugins, and a wheel that works outside this checkout.
+
+The folder ``plugins/`` (installed as ``patchspec_plugins``) and ``[project.entry-points.patchspec]``
+must agree. The slow test builds the wheel, installs it with the example plugin into a throwaway
+virtualenv, and runs ``patchspec`` from there.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import onnx
+import pytest
+
+from patchspec.testing import SPEC_HEADER, make_model
+
+REPO = Path(__file__).resolve().parents[2]
+ACME = REPO / "examples" / "plugin-acme"
+PLUGIN_PACKAGE = "patchspec_plugins"
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "patchspec", "plugins")  # what the wheel is built from
+
+
+def declared_entry_points() -> dict[str, str]:
+    if sys.version_info < (3, 11):
+        pytest.skip("reads pyproject.toml with tomllib (python 3.11+); the 3.11 CI job covers it")
+    import tomllib
+
+    with open(REPO / "pyproject.toml", "rb") as handle:
+        project = tomllib.load(handle)["project"]
+    return dict(project.get("entry-points", {}).get("patchspec", {}))
+
+
+def plugin_modules() -> list[str]:
+    """Modules in plugins/ that must be plugins; ``_name.py`` helpers shared by plugins are not."""
+    return sorted(p.stem for p in (REPO / "plugins").glob("*.py") if not p.stem.startswith("_"))
+
+
+def test_every_plugin_module_has_exactly_one_entry_point():
+    targets = list(declared_entry_points().values())
+    problems = []
+    for module in plugin_modules():
+        count = targets.count(f"{PLUGIN_PACKAGE}.{module}")
+        if count != 1:
+            problems.append(
+                f"plugins/{module}.py has {count} entry points in [project.entry-points.patchspec], expected 1; "
+                f"add '{module.removeprefix('verify_')} = \"{PLUGIN_PACKAGE}.{module}\"' "
+                f"or, if it is a helper shared by plugins, rename it plugins/_{module}.py")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_entry_point_names_a_module_in_the_plugins_folder():
+    problems = []
+    for name, target in declared_entry_points().items():
+        package, _, module = target.partition(".")
+        if package != PLUGIN_PACKAGE or not module.isidentifier():
+            problems.append(f"entry point {name} = {target!r}: expected '{PLUGIN_PACKAGE}.<module>', a module of plugins/")
+        elif not (REPO / "plugins" / f"{module}.py").is_file():
+            problems.append(f"entry point {name} = {target!r}: plugins/{module}.py does not exist")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """patchspec's wheel, built from a copy of the sources (the checkout gets no build/ folder)."""
+    work = tmp_path_factory.mktemp("wheel")
+    source = copy_sources(REPO, SOURCES, work / "src")
+    pip(sys.executable, "wheel", "--no-deps", "-q", "-w", str(work / "dist"), str(source))
+    (built,) = (work / "dist").glob("patchspec-*.whl")
+    return built
+
+
+@pytest.mark.slow
+def test_wheel_ships_the_plugins_under_their_own_name_with_the_entry_points(wheel):
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        (entry_file,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+        parser = configparser.ConfigParser()
+        parser.optionxform = str  # keep names as written
+        parser.read_string(archive.read(entry_file).decode())
+    assert not [n for n in names if n.startswith("plugins/")], "plugins/ must not be installed as a top-level package"
+    shipped = sorted(Path(n).stem for n in names if n.startswith(f"{PLUGIN_PACKAGE}/") and n.endswith(".py"))
+    assert shipped == sorted(["__init__", *(p.stem for p in (REPO / "plugins").glob("*.py") if p.stem != "__init__")])
+    assert dict(parser["patchspec"]) == declared_entry_points()
+    assert parser["console_scripts"]["patchspec"] == "patchspec.cli:main"
+
+
+@pytest.mark.slow
+def test_wheel_and_example_plugin_work_in_a_fresh_virtualenv(wheel, tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = str(venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python"))
+    acme = copy_sources(ACME, ("pyproject.toml", "README.md", "patchspec_acme"), tmp_path / "acme")
+    pip(python, "install", "-q", str(wheel), str(acme), "pytest")
+    listing = patchspec(venv, "plugins", cwd=tmp_path)
+    assert "check (built-in 0.1.0)" in listing and "acme (patchspec-acme 0.1.0)" in listing, listing
+    assert str(REPO) not in listing, f"plugins were loaded from the checkout, not the wheel:\n{listing}"
+    onnx.save(make_model(doc_string="exported by acme"), str(tmp_path / "model.onnx"))
+    spec = SPEC_HEADER + "patches:\n  - acme.strip_doc_strings: {}\nverify:\n  - check: {}\n  - acme.max_nodes: 1\n"
+    (tmp_path / "spec.yaml").write_text(spec)
+    applied = patchspec(venv, "apply", "spec.yaml", cwd=tmp_path)
+    assert "removed" in applied and "doc string" in applied, applied
+    assert onnx.load(str(tmp_path / "out" / "model.onnx")).doc_string == ""
+    tests = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ACME / "tests")],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert tests.returncode == 0, tests.stdout + tests.stderr
+
+
+def copy_sources(folder: Path, names, target: Path) -> Path:
+    """Build from a copy: pip builds in the source tree, which would leave build/ in the checkout."""
+    target.mkdir(parents=True)
+    for name in names:
+        path = folder / name
+        if path.is_dir():
+            shutil.copytree(path, target / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build"))
+        elif path.is_file():
+            shutil.copy2(path, target / name)
+    return target
+
+
+def pip(python: str, *args: str) -> None:
+    done = subprocess.run([python, "-m", "pip", *args], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"pip {' '.join(args)} failed:\n{done.stdout}{done.stderr}"
+
+
+def patchspec(venv: Path, *args: str, cwd: Path) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PATCHSPEC_DISABLE_PLUGINS")}
+    command = [str(venv / ("Scripts" if os.name == "nt" else "bin") / "patchspec"), *args]
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, f"patchspec {' '.join(args)} -> {done.returncode}\n{done.stdout}{done.stderr}"
+    return done.stdout

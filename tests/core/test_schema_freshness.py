@@ -1,0 +1,119 @@
+"""The committed schema is what ``patchspec schema`` prints, and every plugin declares its parameters well."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from patchspec.plugins import BUILTIN_DISTRIBUTION, DISABLE_ENV, PluginRegistry
+from patchspec.testing import run_cli
+
+REPO = Path(__file__).resolve().parents[2]
+COMMITTED = REPO / "specs" / "patchspec.schema.json"
+
+
+def third_party_names() -> list[str]:
+    return sorted({ep.name for ep in metadata.entry_points(group="patchspec")
+                   if ep.dist is None or ep.dist.name != BUILTIN_DISTRIBUTION})
+
+
+def regenerate_command() -> str:
+    blocked = ",".join(third_party_names())
+    prefix = f"{DISABLE_ENV}={blocked} " if blocked else ""
+    return f"{prefix}patchspec schema > specs/patchspec.schema.json"
+
+
+def test_committed_schema_is_what_patchspec_schema_prints(monkeypatch):
+    monkeypatch.setenv(DISABLE_ENV, ",".join(third_party_names()))  # the committed file describes built-ins only
+    code, printed, stderr = run_cli(["schema"])
+    assert code == 0, stderr
+    json.loads(printed)
+    committed = COMMITTED.read_text(encoding="utf-8") if COMMITTED.is_file() else None
+    if committed != printed:
+        state = "stale" if committed is not None else "missing"
+        diff = difflib.unified_diff((committed or "").splitlines(), printed.splitlines(), "committed", "patchspec schema", lineterm="")
+        shown = "\n".join(list(diff)[:30])
+        pytest.fail(f"specs/patchspec.schema.json is {state}; regenerate with: {regenerate_command()}\n{shown}")
+
+
+def test_every_builtin_plugin_that_exists_loads():
+    registry = PluginRegistry.load()
+    broken = [f"{p.label}: {p.error}" for p in registry.plugins if p.builtin and p.error
+              and (REPO / "plugins" / f"{p.module.rsplit('.', 1)[-1]}.py").is_file()]
+    assert not broken, "\n".join(broken)
+
+
+def registered_types() -> list[tuple[str, str, type]]:
+    registry = PluginRegistry.load()
+    return [("patch type", name, cls) for name, cls in sorted(registry.patch_types.items())] + \
+           [("verifier", name, cls) for name, cls in sorted(registry.verifiers.items())]
+
+
+def schema_problems(schema, path: str = "params") -> list[str]:
+    """Where a params schema leaves an object open or a property undescribed."""
+    if not isinstance(schema, dict):
+        return []
+    problems = []
+    if "properties" in schema and schema.get("additionalProperties") is not False:
+        problems.append(f"{path}: has properties but not 'additionalProperties': false (unknown keys would pass)")
+    for key, sub in schema.get("properties", {}).items():
+        if not (isinstance(sub, dict) and isinstance(sub.get("description"), str) and sub["description"].strip()):
+            problems.append(f"{path}.{key}: no 'description'")
+        problems += schema_problems(sub, f"{path}.{key}")
+    for keyword in ("anyOf", "oneOf", "allOf", "prefixItems"):
+        for index, sub in enumerate(schema.get(keyword, [])):
+            problems += schema_problems(sub, f"{path}.{keyword}[{index}]")
+    for keyword in ("items", "additionalProperties", "not", "if", "then", "else"):
+        problems += schema_problems(schema.get(keyword), f"{path}.{keyword}")
+    for keyword in ("$defs", "patternProperties"):
+        for name, sub in schema.get(keyword, {}).items():
+            problems += schema_problems(sub, f"{path}.{keyword}.{name}")
+    return problems
+
+
+@pytest.mark.parametrize(("kind", "name", "cls"), registered_types(), ids=lambda v: v if isinstance(v, str) else "")
+def test_params_schema_is_closed_and_described(kind, name, cls):
+    schema = cls.params_schema
+    assert isinstance(cls.description, str) and cls.description.strip(), f"{kind} {name!r}: no description"
+    assert schema.get("type") == "object", f"{kind} {name!r}: params_schema must be an object schema"
+    assert schema.get("additionalProperties") is False, f"{kind} {name!r}: params_schema needs 'additionalProperties': False"
+    problems = schema_problems(schema)
+    assert not problems, f"{kind} {name!r}:\n" + "\n".join(problems)
+    if cls.shorthand is not None:
+        assert cls.shorthand in schema["properties"], f"{kind} {name!r}: shorthand {cls.shorthand!r} is not a property"
+
+
+def test_a_plugin_schema_with_local_defs_still_resolves_in_the_combined_schema():
+    import jsonschema
+
+    from patchspec import PatchType, hookimpl
+    from patchspec.spec import combined_schema
+    from patchspec.testing import registered
+
+    class NestedPatch(PatchType):
+        name = "nested.fill"
+        description = "takes nested lists of numbers"
+        shorthand = "value"
+        params_schema = {
+            "type": "object",
+            "$defs": {"numbers": {"anyOf": [{"type": "number"}, {"type": "array", "items": {"$ref": "#/$defs/numbers"}}]}},
+            "properties": {"value": {"$ref": "#/$defs/numbers", "description": "a number or nested lists of them"}},
+            "additionalProperties": False,
+        }
+
+    class Plugin:
+        @staticmethod
+        @hookimpl
+        def register_patch_types(register):
+            register(NestedPatch)
+
+    with registered(Plugin(), name="nested"):
+        schema = combined_schema(PluginRegistry.load())
+    spec = {"patchspec": 1, "model": "m.onnx", "output": "o.onnx"}
+    validator = jsonschema.Draft202012Validator(schema)
+    validator.validate({**spec, "patches": [{"nested.fill": {"value": [1, [2, 3]]}}, {"nested.fill": [4]}]})
+    assert not validator.is_valid({**spec, "patches": [{"nested.fill": {"value": [1, ["x"]]}}]})
