@@ -1,0 +1,374 @@
+"""Shape annotations: read and write dims, and re-derive every intermediate shape from the inputs.
+
+``rederive_shapes`` drops the stale annotations a patch leaves behind (``value_info`` of the main
+graph and of every If/Loop/Scan body, and the dims of the graph outputs) and lets ONNX's shape
+inference derive them again from the graph inputs. Inference names every dim it cannot compute
+``unk__N``, a fresh name each, so no two tensors that may differ at run time share a dim_param;
+a dim it cannot derive at all stays unknown, which never declares a shape the model does not
+produce. Inference runs on a graph-only copy (large weights replaced by stubs), so models with
+gigabytes of weights cost what their graph costs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Union
+
+import onnx
+
+#: one dim as patchspec reads it: a size, a symbolic name, or None (unknown)
+Dim = Union[int, str, None]
+#: tensor name -> {axis: name or size}: dims named by rename_dims, re-applied after re-derivation
+Pins = dict[str, dict[int, Union[int, str]]]
+
+#: tensors larger than this are replaced by a stub (type and dims only) before inference
+STUB_BYTES = 4096
+
+
+# -- dims -------------------------------------------------------------------------------------------
+def read_dim(dim: onnx.TensorShapeProto.Dimension) -> Dim:
+    if dim.HasField("dim_value") and dim.dim_value >= 0:
+        return dim.dim_value
+    if dim.HasField("dim_param") and dim.dim_param:
+        return dim.dim_param
+    return None
+
+
+def write_dim(dim: onnx.TensorShapeProto.Dimension, value: Dim) -> None:
+    """Set a dim to a size (int), a name (str) or unknown (None)."""
+    dim.Clear()
+    if isinstance(value, int) and not isinstance(value, bool):
+        dim.dim_value = value
+    elif isinstance(value, str):
+        dim.dim_param = value
+
+
+def has_shape(info: onnx.ValueInfoProto) -> bool:
+    return info.type.HasField("tensor_type") and info.type.tensor_type.HasField("shape")
+
+
+def read_dims(info: onnx.ValueInfoProto) -> list[Dim] | None:
+    """The dims of a tensor annotation, or None when it has no shape (rank unknown)."""
+    if not has_shape(info):
+        return None
+    return [read_dim(d) for d in info.type.tensor_type.shape.dim]
+
+
+def shape_dims(info: onnx.ValueInfoProto):
+    """The mutable dim list of an annotation with a shape."""
+    return info.type.tensor_type.shape.dim
+
+
+def format_dims(dims: list[Dim] | None) -> str:
+    if dims is None:
+        return "[rank unknown]"
+    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+
+
+# -- graphs -----------------------------------------------------------------------------------------
+def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+    for attr in node.attribute:
+        if attr.HasField("g"):
+            yield attr.g
+        yield from attr.graphs
+
+
+def all_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """``graph`` and every If/Loop/Scan body inside it, depth first, in node order."""
+    yield graph
+    for node in graph.node:
+        for sub in subgraphs(node):
+            yield from all_graphs(sub)
+
+
+def annotations(graph: onnx.GraphProto) -> Iterator[onnx.ValueInfoProto]:
+    """Every tensor annotation of ``graph`` and its bodies: inputs, outputs and value_info."""
+    for each in all_graphs(graph):
+        yield from each.input
+        yield from each.output
+        yield from each.value_info
+
+
+def dim_params(model: onnx.ModelProto) -> set[str]:
+    return {d.dim_param for info in annotations(model.graph) if has_shape(info)
+            for d in shape_dims(info) if d.dim_param}
+
+
+# -- re-derivation ----------------------------------------------------------------------------------
+def rederive_shapes(model: onnx.ModelProto, pinned_dims: Pins | None = None) -> None:
+    """Drop stale intermediate and output shapes of ``model`` and derive them again, in place.
+
+    Graph inputs are left as they are. ``pinned_dims`` are re-applied afterwards wherever the
+    derived dim is not a known size (a name never hides a fact, a size never contradicts one).
+    ``ir_version``, opset imports, weights and nodes are untouched.
+    """
+    pinned_dims = pinned_dims or {}
+    drop_derived_shapes(model.graph, pinned_dims)
+    inferred = infer_graph_only(model)
+    copy_derived_shapes(inferred.graph, model.graph)
+    apply_pins(model.graph, pinned_dims)
+
+
+def drop_derived_shapes(graph: onnx.GraphProto, pinned_dims: Pins) -> None:
+    """Remove value_info and forget the dims of outputs (rank and type kept), except pinned axes."""
+    for each in all_graphs(graph):
+        kept = []
+        for info in each.value_info:
+            if info.name in pinned_dims and has_shape(info):
+                _forget_dims(info, keep=pinned_dims[info.name])
+                kept.append(info)
+        del each.value_info[:]
+        each.value_info.extend(kept)
+        for info in each.output:
+            _forget_dims(info, keep=pinned_dims.get(info.name, {}))
+
+
+def _forget_dims(info: onnx.ValueInfoProto, keep: dict) -> None:
+    if not has_shape(info):
+        return
+    dims = shape_dims(info)
+    pinned = {axis % len(dims): value for axis, value in keep.items() if -len(dims) <= axis < len(dims)}
+    for axis, dim in enumerate(dims):
+        write_dim(dim, pinned.get(axis))
+
+
+def infer_graph_only(model: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX shape inference (with data propagation) on a copy whose large tensors are stubs."""
+    light = graph_only_copy(model)
+    return onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
+
+
+def graph_only_copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` without the bytes of large tensors (type and dims are kept)."""
+    light = onnx.ModelProto()
+    light.ir_version = model.ir_version
+    light.opset_import.extend(model.opset_import)
+    light.graph.CopyFrom(_light_graph(model.graph))
+    light.functions.extend(model.functions)
+    return light
+
+
+def _light_graph(graph: onnx.GraphProto) -> onnx.GraphProto:
+    light = onnx.GraphProto()
+    for field in ("name", "doc_string"):
+        setattr(light, field, getattr(graph, field))
+    light.input.extend(graph.input)
+    light.output.extend(graph.output)
+    light.value_info.extend(graph.value_info)
+    light.initializer.extend(_stub_tensor(t) for t in graph.initializer)
+    light.sparse_initializer.extend(graph.sparse_initializer)
+    for node in graph.node:
+        light.node.append(_light_node(node))
+    return light
+
+
+def _light_node(node: onnx.NodeProto) -> onnx.NodeProto:
+    copy = onnx.NodeProto()
+    for field in ("name", "op_type", "domain", "doc_string", "overload"):
+        setattr(copy, field, getattr(node, field))
+    copy.input.extend(node.input)
+    copy.output.extend(node.output)
+    for attr in node.attribute:
+        new = copy.attribute.add()
+        if attr.type == onnx.AttributeProto.GRAPH:
+            new.name, new.type = attr.name, attr.type
+            new.g.CopyFrom(_light_graph(attr.g))
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            new.name, new.type = attr.name, attr.type
+            new.graphs.extend(_light_graph(g) for g in attr.graphs)
+        elif attr.type == onnx.AttributeProto.TENSOR:
+            new.CopyFrom(attr)
+            new.t.CopyFrom(_stub_tensor(attr.t))
+        else:
+            new.CopyFrom(attr)
+    return copy
+
+
+def _stub_tensor(tensor: onnx.TensorProto) -> onnx.TensorProto:
+    """The tensor itself when small; otherwise type and dims only, marked as external data."""
+    if tensor.data_location == onnx.TensorProto.EXTERNAL or tensor.ByteSize() <= STUB_BYTES:
+        return tensor
+    stub = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
+    stub.data_location = onnx.TensorProto.EXTERNAL
+    stub.external_data.add(key="location", value="patchspec-stub")
+    return stub
+
+
+def copy_derived_shapes(source: onnx.GraphProto, target: onnx.GraphProto) -> None:
+    """Copy value_info and output shapes of an inferred copy onto the graph it was made from."""
+    del target.value_info[:]
+    target.value_info.extend(source.value_info)
+    inferred_outputs = {info.name: info for info in source.output}
+    for info in target.output:
+        found = inferred_outputs.get(info.name)
+        if found is not None and has_shape(found):
+            info.type.tensor_type.shape.CopyFrom(found.type.tensor_type.shape)
+    for source_node, target_node in zip(source.node, target.node):
+        for source_sub, target_sub in zip(subgraphs(source_node), subgraphs(target_node)):
+            copy_derived_shapes(source_sub, target_sub)
+
+
+def apply_pins(graph: onnx.GraphProto, pinned_dims: Pins) -> int:
+    """Re-apply pinned dims where the annotation is not a known size; returns how many were set."""
+    count = 0
+    for info in annotations(graph):
+        pins = pinned_dims.get(info.name)
+        if not pins or not has_shape(info):
+            continue
+        dims = shape_dims(info)
+        for axis, value in pins.items():
+            if -len(dims) <= axis < len(dims) and not isinstance(read_dim(dims[axis]), int):
+                if read_dim(dims[axis]) != value:
+                    write_dim(dims[axis], value)
+                    count += 1
+    return count
+
+
+# -- nodes, scopes and constants --------------------------------------------------------------------
+@dataclass
+class NodeSite:
+    """A node, its position in ``walk_nodes`` order (the same in every copy), and its scopes."""
+
+    position: int
+    node: onnx.NodeProto
+    scopes: tuple[onnx.GraphProto, ...]  # outermost (main graph) first, the node's own graph last
+
+    @property
+    def graph(self) -> onnx.GraphProto:
+        return self.scopes[-1]
+
+
+def walk_nodes(graph: onnx.GraphProto) -> Iterator[NodeSite]:
+    """Every node: a graph's nodes in order, each owner followed by the nodes of its bodies."""
+    counter = iter(range(1 << 62))
+
+    def walk(scopes):
+        for node in scopes[-1].node:
+            yield NodeSite(next(counter), node, scopes)
+            for sub in subgraphs(node):
+                yield from walk(scopes + (sub,))
+
+    yield from walk((graph,))
+
+
+class ScopeIndex:
+    """Annotations and constants by name, looked up from a node's innermost scope outwards."""
+
+    def __init__(self) -> None:
+        self._types: dict[int, dict[str, onnx.ValueInfoProto]] = {}
+        self._constants: dict[int, dict[str, object]] = {}
+
+    def annotation(self, name: str, scopes) -> onnx.ValueInfoProto | None:
+        return self._lookup(self._types, _types_of, name, scopes)
+
+    def dims(self, name: str, scopes) -> list[Dim] | None:
+        info = self.annotation(name, scopes)
+        return read_dims(info) if info is not None else None
+
+    def constant_source(self, name: str, scopes):
+        """The initializer (TensorProto) or Constant node (NodeProto) that defines ``name``."""
+        return self._lookup(self._constants, _constants_of, name, scopes)
+
+    def constant(self, name: str, scopes):
+        """The value of a constant tensor as a numpy array, or None (not constant, or not loaded)."""
+        return constant_value(self.constant_source(name, scopes))
+
+    @staticmethod
+    def _lookup(cache, build, name, scopes):
+        for graph in reversed(scopes):
+            table = cache.get(id(graph))
+            if table is None:
+                table = cache[id(graph)] = build(graph)
+            if name in table:
+                return table[name]
+        return None
+
+
+def _types_of(graph: onnx.GraphProto) -> dict:
+    table = {info.name: info for info in graph.value_info}
+    table.update((info.name, info) for info in graph.output)
+    table.update((info.name, info) for info in graph.input)
+    return table
+
+
+def _constants_of(graph: onnx.GraphProto) -> dict:
+    table: dict = {node.output[0]: node for node in graph.node
+                   if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output}
+    table.update((t.name, t) for t in graph.initializer)
+    return table
+
+
+def constant_value(source):
+    """The value of an initializer or Constant node, or None when it cannot be read here."""
+    from onnx import numpy_helper
+
+    if isinstance(source, onnx.TensorProto):
+        if source.data_location == onnx.TensorProto.EXTERNAL:
+            return None
+        return numpy_helper.to_array(source)
+    if isinstance(source, onnx.NodeProto):
+        for attr in source.attribute:
+            if attr.name == "value" and attr.type == onnx.AttributeProto.TENSOR:
+                return None if attr.t.data_location == onnx.TensorProto.EXTERNAL else numpy_helper.to_array(attr.t)
+            if attr.name == "value_ints":
+                import numpy as np
+                return np.array(list(attr.ints), dtype=np.int64)
+    return None
+
+
+def all_names(model: onnx.ModelProto) -> set[str]:
+    """Every tensor name used anywhere in the model (to pick names that collide with none)."""
+    names: set[str] = set()
+    for graph in all_graphs(model.graph):
+        names.update(info.name for info in (*graph.input, *graph.output, *graph.value_info))
+        names.update(t.name for t in graph.initializer)
+        for node in graph.node:
+            names.update(node.input)
+            names.update(node.output)
+    return names
+
+
+def uses_of(model: onnx.ModelProto, name: str) -> int:
+    """How many node inputs and graph outputs, in any graph, read ``name``."""
+    count = 0
+    for graph in all_graphs(model.graph):
+        count += sum(1 for info in graph.output if info.name == name)
+        count += sum(1 for node in graph.node for used in node.input if used == name)
+    return count
+
+
+def fresh_name(wanted: str, taken: set[str]) -> str:
+    name, number = wanted, 1
+    while name in taken:
+        number += 1
+        name = f"{wanted}_{number}"
+    return name
+
+
+__all__ = [
+    "Dim",
+    "Pins",
+    "NodeSite",
+    "ScopeIndex",
+    "all_graphs",
+    "all_names",
+    "constant_value",
+    "fresh_name",
+    "uses_of",
+    "walk_nodes",
+    "annotations",
+    "apply_pins",
+    "copy_derived_shapes",
+    "dim_params",
+    "drop_derived_shapes",
+    "format_dims",
+    "graph_only_copy",
+    "has_shape",
+    "infer_graph_only",
+    "read_dim",
+    "read_dims",
+    "rederive_shapes",
+    "shape_dims",
+    "subgraphs",
+    "write_dim",
+]

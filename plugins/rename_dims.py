@@ -1,0 +1,243 @@
+"""The ``rename_dims`` patch type: name, fix, or tell apart the dims of chosen tensors.
+
+Targets: ``tensor`` (name patterns, graph inputs and outputs included) or ``select`` (a node
+selector) with ``tensors: outputs | inputs | all``; without a target, ``map`` and ``unique`` apply
+to every annotation of the model. Actions, in this order: ``map`` (rename a dim_param), ``axes``
+(set an axis to a name or size), ``unique`` (a fresh name for every other symbolic or unknown dim).
+
+Renamed dims are pinned (``PatchContext.pinned_dims``), so a later patch that re-derives shapes
+keeps them. When a graph input changed, the intermediate shapes are re-derived at once so the new
+names propagate through the graph.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+
+import onnx
+
+from patchspec import PatchContext, PatchResult, PatchType, hookimpl
+from patchspec.errors import close_matches, did_you_mean
+from patchspec.selectors import SELECTOR_SCHEMA, check_selector, select_nodes
+from patchspec.shapes import (all_graphs, annotations, dim_params, fresh_name, format_dims, has_shape,
+                              read_dim, read_dims, rederive_shapes, shape_dims, write_dim)
+
+NAME_OR_SIZE = {"description": "a symbolic name (string) or a fixed size (integer)",
+                "anyOf": [{"type": "string", "minLength": 1}, {"type": "integer", "minimum": 0}]}
+MAX_DETAILS = 40
+
+
+class RenameDimsPatch(PatchType):
+    name = "rename_dims"
+    description = ("Rename, fix or tell apart dims of chosen tensors (or of the whole model): "
+                   "axes, map and unique; renamed dims survive later shape re-derivation.")
+    params_schema = {
+        "type": "object",
+        "description": description,
+        "properties": {
+            "tensor": {
+                "description": ("tensors to change: a name pattern (glob, or 're:' + a regex matched in full) or a "
+                                "list of them; graph inputs, outputs and annotated intermediates"),
+                "anyOf": [{"type": "string", "minLength": 1},
+                          {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1}],
+            },
+            "select": SELECTOR_SCHEMA,
+            "tensors": {"description": "with select: which tensors of the selected nodes (default outputs)",
+                        "enum": ["outputs", "inputs", "all"]},
+            "axes": {"description": "{AXIS: NAME_OR_SIZE}: set that axis of each targeted tensor (negative counts from the end)",
+                     "type": "object", "minProperties": 1, "additionalProperties": NAME_OR_SIZE},
+            "map": {"description": "{OLD: NAME_OR_SIZE}: rename the dim_param OLD wherever it appears on the targets",
+                    "type": "object", "minProperties": 1, "additionalProperties": NAME_OR_SIZE},
+            "unique": {"description": "give every symbolic or unknown dim of the targets its own fresh name",
+                       "type": "boolean"},
+        },
+        "additionalProperties": False,
+    }
+
+    def check_params(self, params: dict):
+        yield from _check_target(params)
+        if not params.get("axes") and not params.get("map") and not params.get("unique"):
+            yield (), "nothing to do: give one or more of 'axes', 'map', 'unique: true'"
+        for axis in params.get("axes") or {}:
+            if not isinstance(axis, int) or isinstance(axis, bool):
+                yield ("axes", axis), f"an axis is an integer (0, 1, ..., or -1 for the last), got {axis!r}"
+        for old in params.get("map") or {}:
+            if not isinstance(old, str):
+                yield ("map", old), f"'map' renames dim_params (strings), got {old!r}; set fixed sizes with 'axes'"
+
+    def apply(self, model: onnx.ModelProto, params: dict, context: PatchContext) -> PatchResult:
+        targets = target_annotations(model, params, context)
+        before = {id(info): read_dims(info) for info in targets}
+        renamed = Renamer(model, context)
+        if params.get("map"):
+            renamed.map_params(targets, params["map"])
+        if params.get("axes"):
+            renamed.set_axes(targets, params["axes"])
+        if params.get("unique"):
+            renamed.make_unique(targets)
+        changed = [info for info in targets if read_dims(info) != before[id(info)]]
+        if not changed:
+            return PatchResult(False, "every targeted dim already has that name or size")
+        inputs_changed = {info.name for info in model.graph.input} & {info.name for info in changed}
+        if inputs_changed:
+            rederive_shapes(model, context.pinned_dims)
+        details = [f"{info.name}: {format_dims(before[id(info)])} -> {format_dims(read_dims(info))}"
+                   for info in changed[:MAX_DETAILS]]
+        if len(changed) > MAX_DETAILS:
+            details.append(f"... and {len(changed) - MAX_DETAILS} more tensors")
+        summary = f"{renamed.count} dim{'s' * (renamed.count != 1)} on {len(changed)} tensor{'s' * (len(changed) != 1)}"
+        if inputs_changed:
+            summary += "; shapes re-derived from the new inputs"
+        return PatchResult(True, summary, tuple(details))
+
+
+def _check_target(params: dict):
+    if "tensor" in params and "select" in params:
+        yield (), "give either 'tensor' or 'select' as the target, not both"
+    if "tensors" in params and "select" not in params:
+        yield ("tensors",), "'tensors' chooses among the inputs/outputs of selected nodes: it needs 'select'"
+    if "axes" in params and "tensor" not in params and "select" not in params:
+        yield ("axes",), "'axes' needs a target ('tensor' or 'select'): axis numbers differ from tensor to tensor"
+    if "select" in params:
+        for key, message in check_selector(params["select"]):
+            yield ("select", *key), message
+    patterns = params.get("tensor")
+    for index, pattern in enumerate(patterns if isinstance(patterns, list) else [patterns] if patterns else []):
+        if isinstance(pattern, str) and pattern.startswith("re:"):
+            try:
+                re.compile(pattern[3:])
+            except re.error as exc:
+                key = ("tensor", index) if isinstance(patterns, list) else ("tensor",)
+                yield key, f"invalid regular expression {pattern[3:]!r}: {exc}"
+
+
+# -- targets ---------------------------------------------------------------------------------------------
+def target_annotations(model: onnx.ModelProto, params: dict, context: PatchContext) -> list[onnx.ValueInfoProto]:
+    """The annotations (with shapes) of the targeted tensors; every one of their copies in any graph."""
+    if "tensor" in params:
+        names = _names_from_patterns(model, params["tensor"], context)
+    elif "select" in params:
+        names = _names_from_selection(model, params, context)
+    else:
+        return [info for info in annotations(model.graph) if has_shape(info)]
+    found = _annotations_named(model, names)
+    if any(not found.get(name) for name in names):
+        rederive_shapes(model, context.pinned_dims)  # intermediates without annotations: derive them
+        found = _annotations_named(model, names)
+    return [info for name in names for info in found.get(name, [])]
+
+
+def _annotations_named(model: onnx.ModelProto, names) -> dict[str, list]:
+    wanted = set(names)
+    found: dict[str, list] = {}
+    for info in annotations(model.graph):
+        if info.name in wanted and has_shape(info):
+            found.setdefault(info.name, []).append(info)
+    return found
+
+
+def _tensor_names(model: onnx.ModelProto) -> list[str]:
+    """Names of non-constant tensors, in graph order: inputs, node outputs, outputs, annotations."""
+    names: dict[str, None] = {}
+    for graph in all_graphs(model.graph):
+        constants = {t.name for t in graph.initializer}
+        constants |= {n.output[0] for n in graph.node if n.op_type == "Constant" and n.output}
+        for name in [i.name for i in graph.input] + [o for n in graph.node for o in n.output] + \
+                    [o.name for o in graph.output] + [v.name for v in graph.value_info]:
+            if name and name not in constants:
+                names.setdefault(name)
+    return list(names)
+
+
+def _names_from_patterns(model: onnx.ModelProto, patterns, context: PatchContext) -> list[str]:
+    listed = patterns if isinstance(patterns, list) else [patterns]
+    candidates = _tensor_names(model)
+    chosen: dict[str, None] = {}
+    for index, pattern in enumerate(listed):
+        matched = [name for name in candidates if _matches(pattern, name)]
+        if not matched:
+            key = ("tensor", index) if isinstance(patterns, list) else ("tensor",)
+            near = close_matches(pattern.removeprefix("re:"), candidates)
+            hint = f"close matches: {', '.join(near)}" if near else "'patchspec inspect MODEL' lists the tensors"
+            context.fail(f"no tensor of this model matches '{pattern}'", key=key, hint=hint)
+        chosen.update(dict.fromkeys(matched))
+    return list(chosen)
+
+
+def _matches(pattern: str, name: str) -> bool:
+    if pattern.startswith("re:"):
+        return re.fullmatch(pattern[3:], name) is not None
+    return name == pattern or fnmatch.fnmatchcase(name, pattern)
+
+
+def _names_from_selection(model: onnx.ModelProto, params: dict, context: PatchContext) -> list[str]:
+    which = params.get("tensors", "outputs")
+    constants = {t.name for g in all_graphs(model.graph) for t in g.initializer}
+    constants |= {n.output[0] for g in all_graphs(model.graph) for n in g.node if n.op_type == "Constant" and n.output}
+    names: dict[str, None] = {}
+    for ref in select_nodes(model, params["select"], context, key=("select",)):
+        picked = (list(ref.node.input) if which in ("inputs", "all") else []) + \
+                 (list(ref.node.output) if which in ("outputs", "all") else [])
+        names.update(dict.fromkeys(n for n in picked if n and n not in constants))
+    return list(names)
+
+
+# -- actions ---------------------------------------------------------------------------------------------
+class Renamer:
+    """Applies map/axes/unique to annotations, counts changed dims and pins them in the context."""
+
+    def __init__(self, model: onnx.ModelProto, context: PatchContext) -> None:
+        self.context = context
+        self.inputs = {info.name for info in model.graph.input}
+        self.taken = dim_params(model)
+        self.touched: set[tuple[str, int]] = set()
+        self.fresh: dict[tuple[str, int], str] = {}
+        self.count = 0
+
+    def set(self, info: onnx.ValueInfoProto, axis: int, value, *, pin: bool = True) -> None:
+        dim = shape_dims(info)[axis]
+        self.touched.add((info.name, axis))
+        if read_dim(dim) != value:
+            write_dim(dim, value)
+            self.count += 1
+        if pin:
+            self.context.pinned_dims.setdefault(info.name, {})[axis] = value
+
+    def map_params(self, targets, mapping: dict) -> None:
+        seen = {d for info in targets for d in read_dims(info) if isinstance(d, str)}
+        for old in mapping:
+            if old not in seen:
+                msg = f"no targeted tensor has a dim named '{old}'" + did_you_mean(old, seen)
+                self.context.fail(msg, key=("map", old), hint=f"dim names on the targets: {', '.join(sorted(seen)) or 'none'}")
+        for info in targets:
+            for axis, dim in enumerate(read_dims(info)):
+                if isinstance(dim, str) and dim in mapping:
+                    self.set(info, axis, mapping[dim])
+
+    def set_axes(self, targets, axes: dict) -> None:
+        for info in targets:
+            rank = len(shape_dims(info))
+            for axis, value in axes.items():
+                if not -rank <= axis < rank:
+                    self.context.fail(f"tensor '{info.name}' has rank {rank} {format_dims(read_dims(info))}; "
+                                      f"axis {axis} does not exist", key=("axes", axis))
+                self.set(info, axis % rank, value)
+
+    def make_unique(self, targets) -> None:
+        named_by_hand = set(self.touched)  # set by map or axes in this step: keep those names
+        for info in targets:
+            for axis, dim in enumerate(read_dims(info)):
+                if isinstance(dim, int) or (info.name, axis) in named_by_hand:
+                    continue
+                key = (info.name, axis)
+                if key not in self.fresh:
+                    self.fresh[key] = fresh_name(f"{info.name}_dim{axis}", self.taken)
+                    self.taken.add(self.fresh[key])
+                # only graph inputs are pinned: re-derived intermediates get unique names anyway
+                self.set(info, axis, self.fresh[key], pin=info.name in self.inputs)
+
+
+@hookimpl
+def register_patch_types(register):
+    register(RenameDimsPatch)

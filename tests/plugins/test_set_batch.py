@@ -1,0 +1,347 @@
+"""set_batch on the traps of real exports, each checked by running the result in ONNX Runtime."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from conftest import make_model, tensor_info, write_spec
+from onnx import TensorProto, helper, numpy_helper
+from scrfd_like import fpn_model
+
+from patchspec.errors import PatchError
+from patchspec.shapes import read_dims
+from patchspec_plugins.set_batch import SetBatchPatch
+
+
+class FakeContext:
+    """What a patch needs from a PatchContext: ``fail`` (exit 4) and ``pinned_dims``."""
+
+    def __init__(self):
+        self.pinned_dims = {}
+
+    def fail(self, message, *, key=(), hint=None):
+        raise PatchError(f"{key}: {message}", hint)
+
+
+def set_batch(model, **params):
+    return SetBatchPatch().apply(model, params, FakeContext())
+
+
+def session(model):
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def run(model, feeds):
+    return session(model).run(None, feeds)
+
+
+def per_sample(model, feeds, batched):
+    """Run ``model`` once per sample of the ``batched`` inputs' axis 0; join the outputs on axis 0."""
+    count = len(next(iter(feeds[name] for name in batched)))
+    runs = [run(model, {k: (v[i:i + 1] if k in batched else v) for k, v in feeds.items()}) for i in range(count)]
+    return [np.concatenate(parts) for parts in zip(*runs)]
+
+
+def assert_declared_shapes_hold(model, feeds, ignore_params=()):
+    """Every annotated tensor (outputs and value_info): fixed dims equal, one size per dim_param."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    outputs = {o.name for o in probe.graph.output}
+    probe.graph.output.extend(vi for vi in probe.graph.value_info if vi.name not in outputs)
+    names = [o.name for o in probe.graph.output]
+    results = dict(zip(names, run(probe, feeds)))
+    sizes = {}
+    for info in [*probe.graph.input, *probe.graph.output]:
+        actual = feeds[info.name].shape if info.name in feeds else results[info.name].shape
+        declared = read_dims(info)
+        assert declared is None or len(declared) == len(actual), (info.name, declared, actual)
+        for axis, (want, got) in enumerate(zip(declared or [], actual)):
+            if isinstance(want, int):
+                assert want == got, f"{info.name} declares {declared}, is {list(actual)}"
+            elif isinstance(want, str) and want not in ignore_params:
+                sizes.setdefault(want, set()).add(got)
+    shared = {name: found for name, found in sizes.items() if len(found) > 1}
+    assert not shared, f"dim_params bound to different sizes: {shared}"
+
+
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+# -- detection -------------------------------------------------------------------------------------------
+def lstm_state_model():
+    """x [batch, 4] and h [2, batch, 4]: the batch sits on axis 1 of the state."""
+    nodes = [helper.make_node("Transpose", ["h"], ["ht"], perm=[1, 0, 2]),
+             helper.make_node("ReduceSum", ["ht", "axes1"], ["hs"], keepdims=0),
+             helper.make_node("Add", ["x", "hs"], ["y"])]
+    axes = numpy_helper.from_array(np.array([1], dtype=np.int64), "axes1")
+    return make_model(nodes, [tensor_info("x", ["batch", 4]), tensor_info("h", [2, "batch", 4])],
+                      [tensor_info("y", ["batch", 4])], [axes])
+
+
+def test_batch_found_on_axis_1_of_an_lstm_state():
+    original = lstm_state_model()
+    model = onnx.ModelProto()
+    model.CopyFrom(original)
+    result = set_batch(model, size=3)
+    assert result.modified and "x[0]" in result.summary and "h[1]" in result.summary
+    assert read_dims(model.graph.input[1]) == [2, 3, 4]
+    assert read_dims(model.graph.output[0]) == [3, 4]
+    feeds = {"x": rand(3, 4), "h": rand(2, 3, 4, seed=1)}
+    np.testing.assert_allclose(run(model, feeds)[0], run(original, feeds)[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("batch_dim", [-1, None])
+def test_batch_declared_minus_one_or_unnamed(batch_dim):
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [batch_dim, 3])],
+                       [tensor_info("y", [batch_dim, 3])])
+    result = set_batch(model, size="N")
+    assert result.modified
+    assert read_dims(model.graph.input[0]) == ["N", 3]
+    assert read_dims(model.graph.output[0]) == ["N", 3]
+    assert run(model, {"x": rand(5, 3)})[0].shape == (5, 3)
+
+
+def two_names_model():
+    nodes = [helper.make_node("Add", ["a", "b"], ["y"])]
+    return make_model(nodes, [tensor_info("a", ["B1", 4]), tensor_info("b", ["B2", 4])], [tensor_info("y", ["B1", 4])])
+
+
+def test_one_batch_under_several_names_needs_an_inputs_list():
+    detected = two_names_model()
+    assert "a[0]" in set_batch(detected, size=2).summary
+    assert read_dims(detected.graph.input[1]) == ["B2", 4]  # another name: not the batch by default
+    listed = two_names_model()
+    result = set_batch(listed, size=2, inputs=["a", "b"])
+    assert "a[0], b[0]" in result.summary
+    assert read_dims(listed.graph.input[1]) == [2, 4] and read_dims(listed.graph.output[0]) == [2, 4]
+    feeds = {"a": rand(2, 4), "b": rand(2, 4, seed=1)}
+    np.testing.assert_allclose(run(listed, feeds)[0], feeds["a"] + feeds["b"], rtol=1e-6)
+
+
+def test_inputs_mapping_gives_the_axis():
+    model = lstm_state_model()
+    result = set_batch(model, size=5, inputs={"x": 0, "h": 1})
+    assert read_dims(model.graph.input[0]) == [5, 4] and read_dims(model.graph.input[1]) == [2, 5, 4]
+    assert result.modified
+
+
+def test_unknown_input_name_fails_with_close_matches():
+    with pytest.raises(PatchError) as caught:
+        set_batch(two_names_model(), size=2, inputs=["aa"])
+    assert "'aa'" in str(caught.value) and "did you mean 'a'" in str(caught.value)
+
+
+def test_axis_out_of_range_fails():
+    with pytest.raises(PatchError, match="axis 7"):
+        set_batch(two_names_model(), size=2, inputs={"a": 7})
+
+
+def test_no_op_reports_unmodified_and_leaves_bytes_identical():
+    for batch in (4, "N"):
+        model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [batch, 3])],
+                           [tensor_info("y", [batch, 3])])
+        before = model.SerializeToString()
+        result = set_batch(model, size=batch)
+        assert not result.modified
+        assert model.SerializeToString() == before
+
+
+# -- shape constants -------------------------------------------------------------------------------------
+def flatten_with_bias_model():
+    """x [1,3,2,2] + bias reshaped to [1,3,1,1] (a leading 1 that is NOT a batch), flattened to [1,-1].
+
+    The shape constants are Constant nodes, as in PP-OCR.
+    """
+    nodes = [
+        helper.make_node("Constant", [], ["bias"], value=numpy_helper.from_array(np.arange(3, dtype=np.float32), "b")),
+        helper.make_node("Constant", [], ["bias_shape"], value=numpy_helper.from_array(np.array([1, 3, 1, 1], dtype=np.int64), "s")),
+        helper.make_node("Constant", [], ["flat"], value=numpy_helper.from_array(np.array([1, -1], dtype=np.int64), "f")),
+        helper.make_node("Reshape", ["bias", "bias_shape"], ["bias4"], name="bias_reshape"),
+        helper.make_node("Add", ["x", "bias4"], ["xb"]),
+        helper.make_node("Reshape", ["xb", "flat"], ["y"], name="flatten"),
+    ]
+    return make_model(nodes, [tensor_info("x", [1, 3, 2, 2])], [tensor_info("y", [1, 12])])
+
+
+def test_flatten_constant_rewritten_bias_reshape_left_alone():
+    original = flatten_with_bias_model()
+    model = onnx.ModelProto()
+    model.CopyFrom(original)
+    result = set_batch(model, size=4)
+    assert "1 shape constant rewritten" in result.summary and "undecided" not in result.summary
+    constants = {n.output[0]: numpy_helper.to_array(n.attribute[0].t).tolist() for n in model.graph.node if n.op_type == "Constant"}
+    assert constants["bias_shape"] == [1, 3, 1, 1]
+    assert constants["flat"] == [4, -1]
+    assert read_dims(model.graph.output[0]) == [4, 12]
+    x = rand(4, 3, 2, 2)
+    np.testing.assert_allclose(run(model, {"x": x})[0], per_sample(original, {"x": x}, ["x"])[0], rtol=1e-6)
+
+
+def test_symbolic_batch_writes_copy_dim():
+    model = flatten_with_bias_model()
+    set_batch(model, size="N")
+    constants = {n.output[0]: numpy_helper.to_array(n.attribute[0].t).tolist() for n in model.graph.node if n.op_type == "Constant"}
+    assert constants["flat"] == [0, -1]
+    assert read_dims(model.graph.output[0]) == ["N", 12]
+    assert run(model, {"x": rand(3, 3, 2, 2)})[0].shape == (3, 12)
+
+
+def shared_shape_model():
+    """One initializer [1, 6] reshapes both x (batch) and a weight (no batch)."""
+    nodes = [helper.make_node("Reshape", ["x", "shape16"], ["xr"], name="x_reshape"),
+             helper.make_node("Reshape", ["w", "shape16"], ["wr"], name="w_reshape"),
+             helper.make_node("Add", ["xr", "wr"], ["y"])]
+    inits = [numpy_helper.from_array(np.array([1, 6], dtype=np.int64), "shape16"),
+             numpy_helper.from_array(np.arange(6, dtype=np.float32), "w")]
+    return make_model(nodes, [tensor_info("x", [1, 2, 3])], [tensor_info("y", [1, 6])], inits)
+
+
+def test_shared_constant_is_copied_and_only_that_use_rewired():
+    original = shared_shape_model()
+    model = onnx.ModelProto()
+    model.CopyFrom(original)
+    result = set_batch(model, size=3)
+    inits = {t.name: numpy_helper.to_array(t).tolist() for t in model.graph.initializer}
+    assert inits["shape16"] == [1, 6] and inits["shape16_batch_3"] == [3, 6]
+    assert [n.input[1] for n in model.graph.node[:2]] == ["shape16_batch_3", "shape16"]
+    assert any("shared" in d for d in result.details)
+    x = rand(3, 2, 3)
+    np.testing.assert_allclose(run(model, {"x": x})[0], per_sample(original, {"x": x}, ["x"])[0], rtol=1e-6)
+
+
+def test_expand_of_old_static_batch_rewritten():
+    shape = numpy_helper.from_array(np.array([2, 3], dtype=np.int64), "to")
+    model = make_model([helper.make_node("Expand", ["x", "to"], ["y"])], [tensor_info("x", [2, 1])],
+                       [tensor_info("y", [2, 3])], [shape])
+    result = set_batch(model, size=5)
+    assert numpy_helper.to_array(model.graph.initializer[0]).tolist() == [5, 3], result.details
+    assert run(model, {"x": rand(5, 1)})[0].shape == (5, 3)
+
+
+def test_runtime_computed_shape_left_alone():
+    nodes = [helper.make_node("Shape", ["x"], ["sx"]),
+             helper.make_node("Gather", ["sx", "zero"], ["n"], axis=0),
+             helper.make_node("Unsqueeze", ["n", "zero1"], ["n1"]),
+             helper.make_node("Concat", ["n1", "minus1"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(0, dtype=np.int64), "zero"),
+             numpy_helper.from_array(np.array([0], dtype=np.int64), "zero1"),
+             numpy_helper.from_array(np.array([-1], dtype=np.int64), "minus1")]
+    model = make_model(nodes, [tensor_info("x", [1, 2, 3])], [tensor_info("y", [1, 6])], inits)
+    before = {t.name: t.SerializeToString() for t in model.graph.initializer}
+    result = set_batch(model, size=4)
+    assert "0 shape constants rewritten" in result.summary and "undecided" not in result.summary
+    assert {t.name: t.SerializeToString() for t in model.graph.initializer} == before
+    assert run(model, {"x": rand(4, 2, 3)})[0].shape == (4, 6)
+
+
+def test_unprovable_constant_reported_undecided():
+    shape = numpy_helper.from_array(np.array([2, 1, 3], dtype=np.int64), "odd")
+    model = make_model([helper.make_node("Reshape", ["x", "odd"], ["y"], name="odd_reshape")],
+                       [tensor_info("x", [1, 2, 3])], [tensor_info("y", [2, 1, 3])], [shape])
+    result = set_batch(model, size=4)
+    assert "1 undecided" in result.summary
+    assert any("odd_reshape" in d and "replace_initializer" in d for d in result.details)
+    assert numpy_helper.to_array(model.graph.initializer[0]).tolist() == [2, 1, 3]
+    assert read_dims(model.graph.output[0]) in ([2, 1, 3], [None, None, None])
+
+
+def if_outer_scope_model():
+    """x [1, 6]; If reads x from the outer scope and reshapes it with constants baked at batch 1."""
+    def branch(name, target):
+        const = helper.make_node("Constant", [], [f"{name}_shape"],
+                                 value=numpy_helper.from_array(np.array(target, dtype=np.int64), "v"))
+        reshape = helper.make_node("Reshape", ["x", f"{name}_shape"], [f"{name}_out"], name=f"{name}_reshape")
+        return helper.make_graph([const, reshape], name, [], [tensor_info(f"{name}_out", target)])
+
+    nodes = [helper.make_node("If", ["cond"], ["y"], then_branch=branch("then", [1, 2, 3]),
+                              else_branch=branch("else", [1, 3, 2]))]
+    return make_model(nodes, [tensor_info("x", [1, 6]), tensor_info("cond", [], TensorProto.BOOL)],
+                      [tensor_info("y", [1, None, None])])
+
+
+def test_if_branches_reading_outer_scope_are_rewritten():
+    original = if_outer_scope_model()
+    model = onnx.ModelProto()
+    model.CopyFrom(original)
+    result = set_batch(model, size=3, inputs=["x"])
+    assert "2 shape constants rewritten" in result.summary, result.details
+    x = rand(3, 6)
+    for cond in (True, False):
+        feeds = {"x": x, "cond": np.array(cond)}
+        np.testing.assert_allclose(run(model, feeds)[0], per_sample(original, feeds, ["x"])[0], rtol=1e-6)
+        assert_declared_shapes_hold(model, feeds)
+
+
+# -- the '?'-annotated multi-scale model ----------------------------------------------------------------------
+@pytest.mark.parametrize("hw", [(64, 64), (64, 96)])
+def test_question_mark_fpn_declares_nothing_false(hw):
+    original = fpn_model(spatial="?", batch="?")
+    model = onnx.ModelProto()
+    model.CopyFrom(original)
+    result = set_batch(model, size=4)
+    assert any("also names axes 2, 3" in d for d in result.details)
+    assert read_dims(model.graph.input[0]) == [4, 3, "?", "?"]
+    x = rand(4, 3, *hw)
+    # the input itself keeps '?' on height and width (set_batch says so): the rest must be true
+    assert_declared_shapes_hold(model, {"input.1": x}, ignore_params=("?",))
+    reference = fpn_model(spatial=None, batch=None, annotate=False)  # the '?' original cannot run at all
+    for got, want in zip(run(model, {"input.1": x}), per_sample(reference, {"input.1": x}, ["input.1"])):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+# -- real models through the command line ----------------------------------------------------------------------
+PPOCR_SHAPES = {"det": [4, 3, 96, 128], "rec": [4, 3, 48, 320], "cls": [4, 3, 48, 192]}
+
+
+@pytest.mark.parametrize("kind", ["det", "rec", "cls"])
+@pytest.mark.parametrize("size", [4, "N"])
+def test_ppocr_rebatched_matches_original(kind, size, ppocr_models, run_cli, tmp_path):
+    spec = write_spec(tmp_path, f"patchspec: 1\nmodel: {ppocr_models[kind]}\noutput: out.onnx\n"
+                                f"patches:\n  - set_batch: {size}\nverify:\n  - check: {{}}\n")
+    result = run_cli("apply", spec)
+    assert result.exit_code == 0, result.output
+    patched = onnx.load(str(tmp_path / "out.onnx"))
+    assert read_dims(patched.graph.input[0])[0] == size
+    x = rand(*PPOCR_SHAPES[kind])
+    original = onnx.load(str(ppocr_models[kind]))
+    for got, want in zip(run(patched, {"x": x}), per_sample(original, {"x": x}, ["x"])):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert_declared_shapes_hold(patched, {"x": x}, ignore_params=("?",))
+
+
+def loop_outer_scope_model():
+    """x [1, 6]; a Loop body reads x from the outer scope and reshapes it with [1, 2, 3]."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Constant", [], ["body_shape"],
+                          value=numpy_helper.from_array(np.array([1, 2, 3], dtype=np.int64), "v")),
+         helper.make_node("Reshape", ["x", "body_shape"], ["scan_out"], name="body_reshape")],
+        "body", [tensor_info("i", [], TensorProto.INT64), tensor_info("cond_in", [], TensorProto.BOOL)],
+        [tensor_info("cond_out", [], TensorProto.BOOL), tensor_info("scan_out", [1, 2, 3])])
+    trips = numpy_helper.from_array(np.array(2, dtype=np.int64), "trips")
+    go = numpy_helper.from_array(np.array(True), "go")
+    nodes = [helper.make_node("Loop", ["trips", "go"], ["y"], body=body)]
+    return make_model(nodes, [tensor_info("x", [1, 6])], [tensor_info("y", [2, 1, 2, 3])], [trips, go])
+
+
+def test_loop_body_reading_outer_scope_is_rewritten():
+    original = loop_outer_scope_model()
+    model = onnx.ModelProto()
+    model.CopyFrom(original)
+    result = set_batch(model, size=3)
+    assert "1 shape constant rewritten" in result.summary, result.details
+    x = rand(3, 6)
+    got = run(model, {"x": x})[0]
+    want = np.concatenate([run(original, {"x": x[i:i + 1]})[0] for i in range(3)], axis=1)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert_declared_shapes_hold(model, {"x": x})
+
+
+def test_symbolic_name_already_used_by_another_axis_is_refused():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [1, "T"])], [tensor_info("y", [1, "T"])])
+    with pytest.raises(PatchError, match="'T' already names x\\[1\\]"):
+        set_batch(model, size="T")
