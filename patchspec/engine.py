@@ -17,7 +17,7 @@ import onnx
 
 from . import __version__
 from .contract import PatchContext, PatchResult, VerifyContext, VerifyResult
-from .errors import PatchspecError, PluginError, UsageError, VerificationFailed
+from .errors import ModelFileError, PatchspecError, PluginError, UsageError, VerificationFailed
 from .extdata import (Layout, data_files, default_layout, refuse_input_overwrite, terminal_progress,
                       validate_external_data, write_model)
 from .modelio import FileStamp, load_model
@@ -151,12 +151,12 @@ class Engine:
             try:
                 files = write_model(patched, staged_model, loaded.model_path.parent, layout, terminal_progress())
             except OSError as exc:
-                from .errors import ModelFileError
                 raise ModelFileError(f"{loaded.output_path}: cannot write: {exc.strerror or exc}") from None
             if not no_verify:
                 self.verify(spec, staged_model, loaded.model_path, report)
             if not loaded.unchanged():
-                raise PatchspecError(f"{loaded.model_path}: the input changed while patchspec was running; nothing was written")
+                msg = f"{loaded.model_path}: the input changed while patchspec was running; nothing was written"
+                raise ModelFileError(msg, "run again once whatever writes the input has finished")
             changed = staging.commit(files)
         report.files = [str(loaded.output_path.parent / f.name) for f in files]
         report.status = "written" if changed else "unchanged"

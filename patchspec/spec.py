@@ -96,9 +96,8 @@ def load_spec(path: Path | str, registry: PluginRegistry, *, text: str | None = 
     """Read, parse and validate a spec file; raise :class:`SpecError` listing every problem."""
     path = Path(path)
     document = load_yaml(path, text)
-    _check_envelope(document)
+    problems: list[SpecProblem] = _check_envelope(document)  # listed together with the steps' problems
     data = document.data
-    problems: list[SpecProblem] = []
     patches = tuple(_steps(document, "patches", registry, problems))
     verify = tuple(_steps(document, "verify", registry, problems))
     if problems:
@@ -106,15 +105,17 @@ def load_spec(path: Path | str, registry: PluginRegistry, *, text: str | None = 
     if "verify" not in data:
         verify = (Step("verify", 0, "check", {}),)
     folder = path.resolve().parent
-    return Spec(path, document, (folder / data["model"]).resolve(), (folder / data["output"]).resolve(), patches, verify)
+    output = folder / data["output"]
+    output = output.parent.resolve() / output.name  # a symlink at the output is replaced, never written through
+    return Spec(path, document, (folder / data["model"]).resolve(), output, patches, verify)
 
 
-def _check_envelope(document: YamlDocument) -> None:
+def _check_envelope(document: YamlDocument) -> list[SpecProblem]:
     data = document.data
     if not isinstance(data, dict):
         raise SpecError([document.problem((), "", "a spec is a mapping with keys 'patchspec', 'model', 'output', 'patches'")])
     version = data.get("patchspec")
-    if version != FORMAT_VERSION:
+    if type(version) is not int or version != FORMAT_VERSION:  # not True, not 1.0
         if "patchspec" not in data:
             message = f"missing 'patchspec: {FORMAT_VERSION}' (the spec format version)"
         elif isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
@@ -123,6 +124,7 @@ def _check_envelope(document: YamlDocument) -> None:
             message = f"'patchspec' must be the integer {FORMAT_VERSION}, got {version!r}"
         raise SpecError([document.problem(("patchspec",), "patchspec", message)])
     problems = []
+    structural = False
     for key in data:
         if key not in ENVELOPE_KEYS:
             problems.append(document.problem((key,), "", f"unknown key '{key}'" + did_you_mean(str(key), ENVELOPE_KEYS), of_key=True))
@@ -131,8 +133,11 @@ def _check_envelope(document: YamlDocument) -> None:
         if error.validator == "additionalProperties":
             continue  # reported above, with suggestions
         problems.append(_schema_problem(document, (), "", error))
-    if problems:
+        if error.absolute_path and error.absolute_path[0] in ("patches", "verify"):
+            structural = True  # the steps cannot be read: report what was found so far
+    if structural:
         raise SpecError(problems)
+    return problems
 
 
 def _steps(document: YamlDocument, section: str, registry: PluginRegistry, problems: list):
@@ -227,7 +232,7 @@ def _short_message(error) -> str:
 def combined_schema(registry: PluginRegistry) -> dict:
     """One JSON Schema for specs: the envelope plus every installed plugin's fragment (for editors)."""
 
-    def items(table: dict) -> dict:
+    def items(table: dict, section: str) -> dict:
         branches = []
         for name in sorted(table):
             cls_ = table[name]
@@ -235,6 +240,8 @@ def combined_schema(registry: PluginRegistry) -> dict:
             if cls_.shorthand:
                 short = cls_.params_schema.get("properties", {}).get(cls_.shorthand, {})
                 value = {"anyOf": [value, short]}
+            if "$defs" in cls_.params_schema:  # a fragment's '#/$defs/...' must resolve inside the fragment
+                value = {"$id": f"urn:patchspec:{section}:{name}", "$defs": cls_.params_schema["$defs"], **value}
             branches.append({
                 "type": "object",
                 "description": cls_.description,
@@ -248,7 +255,7 @@ def combined_schema(registry: PluginRegistry) -> dict:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "patchspec spec (format 1)"
     props = dict(schema["properties"])
-    props["patches"] = dict(props["patches"], items=items(registry.patch_types))
-    props["verify"] = dict(props["verify"], items=items(registry.verifiers))
+    props["patches"] = dict(props["patches"], items=items(registry.patch_types, "patches"))
+    props["verify"] = dict(props["verify"], items=items(registry.verifiers, "verify"))
     schema["properties"] = props
     return schema

@@ -8,6 +8,7 @@ see no change. An ONNX Runtime session holding the old output keeps its old inod
 
 from __future__ import annotations
 
+import contextlib
 import filecmp
 import os
 import shutil
@@ -15,6 +16,11 @@ import tempfile
 from pathlib import Path
 
 from .errors import ModelFileError
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: commits are not serialised
+    fcntl = None
 
 PREFIX = ".patchspec-"
 
@@ -25,9 +31,12 @@ class Staging:
     def __init__(self, output: Path) -> None:
         self.output = output
         self.folder: Path | None = None
+        self.created: list[Path] = []  # folders made for the output, innermost first
+        self.committed = False
 
     def __enter__(self) -> "Staging":
         folder = self.output.parent
+        self.created = [p for p in (folder, *folder.parents) if not p.exists()]
         try:
             folder.mkdir(parents=True, exist_ok=True)
             self.folder = Path(tempfile.mkdtemp(prefix=PREFIX, dir=folder))
@@ -43,24 +52,83 @@ class Staging:
     def commit(self, staged_files: list[Path]) -> list[Path]:
         """Move staged files into the output folder, model last; returns the files that changed."""
         assert self.folder is not None
-        changed = []
+        changed: list[Path] = []
+        previous: dict[Path, Path | None] = {}  # final -> hard link to what it replaced (None: it was new)
         ordered = sorted(staged_files, key=lambda p: p.suffix == ".onnx")
-        for staged in ordered:
-            final = self.output.parent / staged.name
-            if final.is_file() and not final.is_symlink() and filecmp.cmp(staged, final, shallow=False):
-                continue
-            try:
-                os.replace(staged, final)
-            except OSError as exc:
-                raise ModelFileError(f"{final}: cannot write: {exc.strerror or exc}") from None
-            changed.append(final)
+        with _folder_lock(self.output.parent):
+            self._replace_all(ordered, changed, previous)
         _fsync_dir(self.output.parent)
+        self.committed = True
         return changed
+
+    def _replace_all(self, ordered: list[Path], changed: list[Path], previous: dict) -> None:
+        """``os.replace`` each staged file unless identical; on any failure, put back what was replaced."""
+        final = self.output
+        try:
+            for staged in ordered:
+                final = self.output.parent / staged.name
+                if final.is_file() and not final.is_symlink() and filecmp.cmp(staged, final, shallow=False):
+                    continue
+                previous[final] = self._keep_previous(final)
+                os.replace(staged, final)
+                changed.append(final)
+        except BaseException as exc:  # a failed or interrupted commit puts the previous files back
+            for done in reversed(changed):
+                _restore(done, previous[done])
+            if isinstance(exc, OSError):
+                raise ModelFileError(f"{final}: cannot write: {exc.strerror or exc}") from None
+            raise
+
+    def _keep_previous(self, final: Path) -> Path | None:
+        """A hard link (same inode) to the file ``final`` is about to replace, for a rollback.
+
+        None when ``final`` does not exist yet (a rollback removes it); ``final`` itself when no hard
+        link can be made (a rollback leaves it).
+        """
+        assert self.folder is not None
+        if not os.path.lexists(final):
+            return None
+        backup = self.folder / f".previous-{final.name}"
+        try:
+            os.link(final, backup, follow_symlinks=False)
+        except OSError:
+            return final  # no hard links on this file system: this file cannot be rolled back
+        return backup
 
     def __exit__(self, *exc_info) -> None:
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
             self.folder = None
+        if not self.committed:  # a failed run leaves no trace, not even an empty output folder
+            for created in self.created:
+                try:
+                    os.rmdir(created)
+                except OSError:
+                    break
+
+
+def _restore(final: Path, backup: Path | None) -> None:
+    try:
+        if backup is None:
+            os.unlink(final)
+        elif backup != final:
+            os.replace(backup, final)
+    except OSError:
+        pass  # best effort: the error being reported already names the file
+
+
+@contextlib.contextmanager
+def _folder_lock(folder: Path):
+    """Serialise the commits of concurrent runs into one folder: model and data from the same run."""
+    if fcntl is None:
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _fsync_dir(folder: Path) -> None:

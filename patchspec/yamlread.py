@@ -143,7 +143,13 @@ def load_yaml(path: Path, text: str | None = None) -> YamlDocument:
         problem = exc.problem or exc.context or "invalid YAML"
         line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
         raise SpecError([SpecProblem(line, col, "", f"YAML syntax error: {problem}", file=str(path))]) from None
-    except yaml.YAMLError as exc:  # reader errors (bad characters) carry no mark
+    except yaml.reader.ReaderError as exc:  # a character YAML forbids; carries an offset, not a mark
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - text.rfind("\n", 0, exc.position)
+        char = f"#x{exc.character:04x}" if isinstance(exc.character, int) else repr(exc.character)
+        message = f"character {char} is not allowed in YAML ({exc.reason})"
+        raise SpecError([SpecProblem(line, column, "", message, file=str(path))]) from None
+    except yaml.YAMLError as exc:
         raise SpecError(f"{path}: YAML error: {exc}") from None
     return builder.result()
 
@@ -240,6 +246,8 @@ class _Builder:
             value = resolve_plain_scalar(event.value)
             if kind is str:
                 return event.value
+            if kind is float and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)  # '!!float 1' is 1.0 in the YAML 1.2 core schema
             if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
                 self.fail(event.start_mark, f"{event.value!r} is not a valid {kind.__name__}")
             return value

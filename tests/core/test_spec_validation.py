@@ -1,0 +1,231 @@
+"""Spec validation through the CLI: every problem listed, located, sorted, with suggestions (exit 2)."""
+
+import os
+import types
+
+import onnx
+import pytest
+from conftest import make_model, tensor_info, write_spec
+from onnx import helper
+
+import patchspec.cli
+from patchspec import PatchResult, PatchType, hookimpl
+from patchspec.plugins import PluginRegistry
+
+HEADER = "patchspec: 1\nmodel: m.onnx\noutput: out/m.onnx\n"
+
+
+class ToleranceProbe(PatchType):
+    """A test patch type whose schema takes the values YAML 1.1 gets wrong."""
+
+    name = "probe.tolerance"
+    description = "records its parameters; changes nothing"
+    params_schema = {
+        "type": "object",
+        "properties": {
+            "atol": {"type": "number", "description": "a float written as 1e-5"},
+            "label": {"type": "string", "description": "a string that YAML 1.1 reads as a bool"},
+            "mode": {"type": "integer", "description": "an integer with a leading zero"},
+        },
+        "additionalProperties": False,
+    }
+    seen: list = []
+
+    def apply(self, model, params, context):
+        ToleranceProbe.seen.append(dict(params))
+        return PatchResult(False, "nothing changed")
+
+
+@hookimpl
+def register_patch_types(register):
+    register(ToleranceProbe)
+
+
+@pytest.fixture
+def probe_plugin(monkeypatch):
+    module = types.ModuleType("probe_plugin")
+    module.register_patch_types = register_patch_types
+    monkeypatch.setattr(patchspec.cli, "_registry", lambda: PluginRegistry.load(extra=[("probe", module)]))
+    ToleranceProbe.seen = []
+    return ToleranceProbe
+
+
+def small_model(folder, name="m.onnx"):
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [1, 3])], [tensor_info("y", [1, 3])])
+    onnx.save(model, folder / name)
+    return folder / name
+
+
+def error_lines(result):
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    return [line for line in result.stderr.strip().splitlines() if not line.startswith("  hint:")]
+
+
+# -- the spec file itself -----------------------------------------------------------------------
+def test_missing_spec(tmp_path, run_cli):
+    result = run_cli("validate", tmp_path / "spec.yaml")
+    assert error_lines(result) == [f"{tmp_path / 'spec.yaml'}: No such file or directory"]
+
+
+def test_spec_is_a_directory(tmp_path, run_cli):
+    (tmp_path / "spec.yaml").mkdir()
+    assert error_lines(run_cli("validate", tmp_path / "spec.yaml")) == [f"{tmp_path / 'spec.yaml'}: is a directory, not a spec file"]
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root reads files whatever their mode, so chmod 000 cannot make one unreadable")
+def test_unreadable_spec(tmp_path, run_cli):
+    spec = write_spec(tmp_path, HEADER + "patches: []\n")
+    spec.chmod(0)
+    try:
+        assert error_lines(run_cli("validate", spec)) == [f"{spec}: permission denied"]
+    finally:
+        spec.chmod(0o644)
+
+
+def test_apply_with_missing_spec_is_exit_2_and_writes_nothing(tmp_path, run_cli):
+    result = run_cli("apply", tmp_path / "nope.yaml")
+    assert result.exit_code == 2 and "nope.yaml: No such file or directory" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_format_version_newer_says_upgrade(tmp_path, run_cli):
+    spec = write_spec(tmp_path, "patchspec: 2\nmodel: m.onnx\noutput: o.onnx\npatches: []\n")
+    assert error_lines(run_cli("validate", spec)) == [
+        f"{spec}:1:12: patchspec: spec format 2 is newer than this patchspec supports (1); upgrade patchspec"]
+
+
+@pytest.mark.parametrize(("value", "fragment"), [("'1'", "must be the integer 1, got '1'"), ("true", "got True"), ("1.0", "got 1.0")])
+def test_format_version_must_be_integer_1(tmp_path, run_cli, value, fragment):
+    spec = write_spec(tmp_path, f"patchspec: {value}\nmodel: m.onnx\noutput: o.onnx\npatches: []\n")
+    lines = error_lines(run_cli("validate", spec))
+    assert len(lines) == 1 and fragment in lines[0]
+
+
+def test_missing_format_version(tmp_path, run_cli):
+    spec = write_spec(tmp_path, "model: m.onnx\noutput: o.onnx\npatches: []\n")
+    assert "missing 'patchspec: 1'" in error_lines(run_cli("validate", spec))[0]
+
+
+def test_spec_that_is_not_a_mapping(tmp_path, run_cli):
+    spec = write_spec(tmp_path, "- patchspec: 1\n")
+    assert "a spec is a mapping" in error_lines(run_cli("validate", spec))[0]
+
+
+# -- every problem, located, sorted, with suggestions -------------------------------------------
+def test_every_unknown_key_and_type_is_listed_with_suggestions_sorted(tmp_path, run_cli, probe_plugin):
+    text = (
+        "patchspec: 1\n"                      # 1
+        "model: m.onnx\n"                     # 2
+        "outptu: o.onnx\n"                    # 3 unknown key
+        "patches:\n"                          # 4
+        "  - probe.tolerence: {atol: 1}\n"    # 5 unknown patch type
+        "  - probe.tolerance:\n"              # 6
+        "      atoll: 1\n"                    # 7 unknown param key
+        "verify:\n"                           # 8
+        "  - chek: {}\n"                      # 9 unknown verifier
+        "verfy: []\n"                         # 10 unknown key
+    )
+    spec = write_spec(tmp_path, text)
+    lines = error_lines(run_cli("validate", spec))
+    assert lines == [
+        f"{spec}:1:1: 'output' is required",
+        f"{spec}:3:1: unknown key 'outptu' (did you mean 'output'?)",
+        f"{spec}:5:5: patches[0]: unknown patch type 'probe.tolerence' (did you mean 'probe.tolerance'?)",
+        f"{spec}:7:7: patches[1] (probe.tolerance): unknown key 'atoll' (did you mean 'atol'?)",
+        f"{spec}:9:5: verify[0]: unknown verifier 'chek' (did you mean 'check'?)",
+        f"{spec}:10:1: unknown key 'verfy' (did you mean 'verify'?)",
+    ]
+
+
+def test_wrong_type_of_param_names_key_path(tmp_path, run_cli, probe_plugin):
+    spec = write_spec(tmp_path, HEADER + "patches:\n  - probe.tolerance:\n      label: [1]\n      mode: x\n")
+    assert error_lines(run_cli("validate", spec)) == [
+        f"{spec}:6:14: patches[0] (probe.tolerance) > label: [1] is not of type 'string'",
+        f"{spec}:7:13: patches[0] (probe.tolerance) > mode: 'x' is not of type 'integer'",
+    ]
+
+
+def test_item_with_two_types_is_refused(tmp_path, run_cli):
+    spec = write_spec(tmp_path, HEADER + "patches: []\nverify:\n  - check: {}\n    other: {}\n")
+    lines = error_lines(run_cli("validate", spec))
+    assert len(lines) == 1 and "exactly one key" in lines[0] and lines[0].startswith(f"{spec}:6:")
+
+
+def test_patches_not_a_list(tmp_path, run_cli):
+    spec = write_spec(tmp_path, HEADER + "patches: {set_batch: 1}\n")
+    lines = error_lines(run_cli("validate", spec))
+    assert lines == [f"{spec}:4:10: patches: {{'set_batch': 1}} is not of type 'array'"]
+
+
+def test_unknown_type_without_close_match_lists_known_ones(tmp_path, run_cli):
+    spec = write_spec(tmp_path, HEADER + "patches: []\nverify:\n  - zzzzzz: {}\n")
+    result = run_cli("validate", spec)
+    assert result.exit_code == 2
+    assert "unknown verifier 'zzzzzz'" in result.stderr and "hint: known verifiers:" in result.stderr
+    assert "check" in result.stderr.split("hint: known verifiers:")[1]
+
+
+def test_validate_reports_every_spec_given(tmp_path, run_cli):
+    good = write_spec(tmp_path, HEADER + "patches: []\n", name="good.yaml")
+    bad1 = write_spec(tmp_path, HEADER + "patches: []\nextra: 1\n", name="bad1.yaml")
+    bad2 = write_spec(tmp_path, "patchspec: 3\n", name="bad2.yaml")
+    result = run_cli("validate", good, bad1, bad2)
+    assert result.exit_code == 2
+    assert f"{good}: ok" in result.stdout
+    assert f"{bad1}:5:1: unknown key 'extra'" in result.stderr and f"{bad2}:1:12:" in result.stderr
+
+
+def test_validate_needs_no_model(tmp_path, run_cli):
+    spec = write_spec(tmp_path, "patchspec: 1\nmodel: does/not/exist.onnx\noutput: out.onnx\npatches: []\n")
+    result = run_cli("validate", spec)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == f"{spec}: ok"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]
+
+
+def test_apply_validates_before_reading_the_model(tmp_path, run_cli):
+    spec = write_spec(tmp_path, "patchspec: 1\nmodel: missing.onnx\noutput: out.onnx\npatches: []\ntypo: 1\n")
+    result = run_cli("apply", spec)
+    assert result.exit_code == 2 and "unknown key 'typo'" in result.stderr and "missing.onnx" not in result.stderr
+
+
+# -- YAML 1.1 surprises, as a plugin's schema sees them -----------------------------------------
+def test_yaml_1_1_surprises_read_as_meant(tmp_path, run_cli, probe_plugin):
+    small_model(tmp_path)
+    spec = write_spec(tmp_path, HEADER + "patches:\n  - probe.tolerance: {atol: 1e-5, label: no, mode: 0755}\n")
+    assert run_cli("validate", spec).exit_code == 0
+    result = run_cli("apply", spec)
+    assert result.exit_code == 0, result.output
+    assert probe_plugin.seen == [{"atol": 1e-5, "label": "no", "mode": 755}]
+
+
+def test_yaml_1_1_bool_is_still_a_typed_error_where_a_number_is_expected(tmp_path, run_cli, probe_plugin):
+    spec = write_spec(tmp_path, HEADER + "patches:\n  - probe.tolerance: {atol: yes}\n")
+    assert error_lines(run_cli("validate", spec)) == [f"{spec}:5:29: patches[0] (probe.tolerance) > atol: 'yes' is not of type 'number'"]
+
+
+# -- paths --------------------------------------------------------------------------------------
+def test_relative_paths_resolve_against_the_spec_folder(tmp_path, run_cli):
+    project = tmp_path / "project"
+    (project / "specs").mkdir(parents=True)
+    (project / "models").mkdir()
+    small_model(project / "models")
+    spec = write_spec(project / "specs", "patchspec: 1\nmodel: ../models/m.onnx\noutput: ../build/m2.onnx\npatches: []\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "models").mkdir()  # a decoy relative to the CWD
+    result = run_cli("apply", os.path.relpath(spec, elsewhere), cwd=elsewhere)
+    assert result.exit_code == 0, result.output
+    assert (project / "build" / "m2.onnx").is_file()
+    assert list(elsewhere.rglob("*.onnx")) == []
+
+
+def test_command_line_overrides_are_relative_to_the_cwd(tmp_path, run_cli):
+    (tmp_path / "specs").mkdir()
+    small_model(tmp_path, "input.onnx")
+    spec = write_spec(tmp_path / "specs", "patchspec: 1\nmodel: nothere.onnx\noutput: nothere_out.onnx\npatches: []\n")
+    result = run_cli("apply", "specs/spec.yaml", "--model", "input.onnx", "--output", "build/o.onnx", cwd=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "build" / "o.onnx").is_file()
+    assert not (tmp_path / "specs" / "nothere_out.onnx").exists()
