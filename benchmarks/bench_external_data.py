@@ -1,0 +1,196 @@
+"""Benchmark: patch a model with GiBs of external weights and relocate them, against `cp`.
+
+For each size it generates a chain of MatMul + Add layers with [4096, 4096] float32 weights
+(64 MiB each) in one external data file, then times, each in a fresh process:
+
+- ``cp`` of the data file to the same disk (and ``cp`` followed by an fsync of the copy, since
+  patchspec fsyncs what it writes);
+- ``patchspec apply --no-verify`` of a spec with ``set_batch`` (when that plugin is installed)
+  plus ``external_data: {location: new.data, align: 65536}``;
+- a plain ``onnx.load`` + ``onnx.save(save_as_external_data=True)`` of the same model.
+
+Peak RSS is each process's own (``os.wait4``). The patchspec output is then loaded in ONNX
+Runtime and compared with the input model. Figures are warm-cache (the data was just written).
+
+    python benchmarks/bench_external_data.py --sizes 1 2 4 --workdir /tmp/ps-bench
+
+Not part of the test suite. Removes its multi-GB files afterwards unless ``--keep``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+SIDE = 4096
+TENSOR_BYTES = SIDE * SIDE * 4
+ALIGN = 4096
+
+
+def generate(folder: Path, gib: float, side: int = SIDE) -> Path:
+    """folder/model.onnx + model.onnx_data: ``gib`` GiB of [side, side] float32 weights."""
+    folder.mkdir(parents=True, exist_ok=True)
+    layers = max(1, round(gib * 2**30 / (side * side * 4)))
+    rng = np.random.default_rng(0)
+    nodes, initializers, current = [], [], "x"
+    with open(folder / "model.onnx_data", "wb") as data:
+        for index in range(layers):
+            for name, shape, values in _layer_tensors(index, rng, side):
+                data.write(b"\0" * (-data.tell() % ALIGN))
+                initializers.append(_external(name, shape, "model.onnx_data", data.tell(), values.nbytes))
+                data.write(values.tobytes())
+            nodes.append(helper.make_node("MatMul", [current, f"w{index}"], [f"m{index}"]))
+            nodes.append(helper.make_node("Add", [f"m{index}", f"b{index}"], [f"a{index}"]))
+            current = f"a{index}"
+    nodes.append(helper.make_node("Identity", [current], ["y"]))
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", side])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", side])], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    (folder / "model.onnx").write_bytes(model.SerializeToString())
+    return folder / "model.onnx"
+
+
+def _layer_tensors(index: int, rng, side: int):
+    scale = np.float32(1.7 / np.sqrt(side))  # keeps activations near 1 through the chain
+    weight = (rng.random((side, side), dtype=np.float32) * 2 - 1) * scale
+    bias = (rng.random(side, dtype=np.float32) - 0.5) / 10
+    return [(f"w{index}", [side, side], weight), (f"b{index}", [side], bias)]
+
+
+def _external(name: str, dims, location: str, offset: int, length: int) -> TensorProto:
+    tensor = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=dims, data_location=TensorProto.EXTERNAL)
+    for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+    return tensor
+
+
+def timed(command: list[str], workdir: Path) -> tuple[float, float]:
+    """(seconds, peak RSS in MiB) of one fresh process, after flushing earlier writes to disk.
+
+    The command runs under /usr/bin/time: a child forked from this (large) process would report
+    this process's pages as its own peak RSS.
+    """
+    os.sync()
+    report = workdir / "time.txt"
+    started = time.perf_counter()
+    result = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", str(report), *command],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seconds = time.perf_counter() - started
+    if result.returncode != 0:
+        raise SystemExit(f"failed ({result.returncode}): {' '.join(command)}\n{result.stderr}")
+    return seconds, int(report.read_text().split()[-1]) / 1024
+
+
+def has_set_batch() -> bool:
+    from patchspec.plugins import PluginRegistry
+
+    return "set_batch" in PluginRegistry.load().patch_types
+
+
+def write_spec(folder: Path, model: Path, set_batch: bool) -> Path:
+    patches = "  - set_batch: 8\n" if set_batch else ""
+    patches += "  - external_data: {location: new.data, align: 65536}\n"
+    spec = folder / "spec.yaml"
+    spec.write_text(f"patchspec: 1\nmodel: {model}\noutput: {folder / 'out' / 'model.onnx'}\npatches:\n{patches}")
+    return spec
+
+
+ONNX_RESAVE = (
+    "import onnx, sys; m = onnx.load(sys.argv[1]); "
+    "onnx.save(m, sys.argv[2], save_as_external_data=True, location='resaved.data', size_threshold=1024)"
+)
+
+
+def measure(folder: Path, model: Path, spec: Path, repeat: int) -> dict[str, tuple[float, float]]:
+    data, out = model.parent / "model.onnx_data", folder / "out"
+    patchspec = [shutil.which("patchspec") or "patchspec"]
+    runs: dict[str, list[tuple[float, float]]] = {"cp": [], "cp+fsync": [], "patchspec": [], "startup": [],
+                                                  "onnx load+save": []}
+    for _ in range(repeat):
+        for name, command, cleanup in (
+            ("cp", ["cp", str(data), str(folder / "copy.data")], [folder / "copy.data"]),
+            ("cp+fsync", ["sh", "-c", f"cp '{data}' '{folder / 'copy.data'}' && sync -f '{folder / 'copy.data'}'"],
+             [folder / "copy.data"]),
+            ("patchspec", [*patchspec, "-q", "apply", "--no-verify", "--force", str(spec)], [out]),
+            ("startup", [*patchspec, "-q", "validate", str(spec)], []),
+        ):
+            _remove(cleanup)
+            runs[name].append(timed(command, folder))
+    resaved = folder / "resaved"  # once: it holds every weight in memory
+    resaved.mkdir()
+    runs["onnx load+save"].append(timed([sys.executable, "-c", ONNX_RESAVE, str(model), str(resaved / "model.onnx")], folder))
+    _remove([resaved, folder / "copy.data"])
+    return {name: (statistics.median(t for t, _ in values), max(r for _, r in values)) for name, values in runs.items()}
+
+
+def _remove(paths) -> None:
+    for path in paths:
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+
+
+def check_output(model: Path, output: Path, batch: int, side: int = SIDE) -> str:
+    """The output loads in ONNX Runtime, runs, and gives the input model's result."""
+    import onnxruntime as ort
+
+    x = np.random.default_rng(1).standard_normal((batch, side)).astype(np.float32)
+    expected = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = ort.InferenceSession(str(output), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    offsets = [int(e.value) for t in onnx.load(str(output), load_external_data=False).graph.initializer
+               for e in t.external_data if e.key == "offset"]
+    aligned = all(offset % 65536 == 0 for offset in offsets)
+    error = float(np.max(np.abs(got - expected)))
+    return f"ORT runs the output: max abs diff {error:.3g} vs input, {len(offsets)} offsets all 64 KiB aligned: {aligned}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=float, nargs="+", default=[1, 2, 4], help="GiB of weights per model")
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/patchspec-bench"))
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--keep", action="store_true")
+    args = parser.parse_args()
+    set_batch = has_set_batch()
+    print(f"spec patches: {'set_batch: 8 + ' if set_batch else '(set_batch not installed) '}external_data: {{location: new.data, align: 65536}}")
+    print("| weights | cp | cp + fsync | patchspec apply | ratio to cp | ratio to cp + fsync | patchspec startup "
+          "(validate) | patchspec peak RSS | onnx load+save | onnx peak RSS |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    checks = []
+    try:
+        for gib in args.sizes:
+            folder = args.workdir / f"{gib:g}gib"
+            _remove([folder])
+            model = generate(folder / "in", gib)
+            spec = write_spec(folder, model, set_batch)
+            figures = measure(folder, model, spec, args.repeat)
+            cp, cp_sync, ps, start, resave = (figures[k] for k in ("cp", "cp+fsync", "patchspec", "startup", "onnx load+save"))
+            print(f"| {gib:g} GiB | {cp[0]:.2f} s | {cp_sync[0]:.2f} s | {ps[0]:.2f} s | {ps[0] / cp[0]:.2f}x | "
+                  f"{ps[0] / cp_sync[0]:.2f}x | {start[0]:.2f} s | {ps[1]:.0f} MiB | {resave[0]:.2f} s | {resave[1]:.0f} MiB |",
+                  flush=True)
+            if gib == args.sizes[0]:
+                checks.append(f"{gib:g} GiB: " + check_output(model, folder / "out" / "model.onnx", 8 if set_batch else 2))
+            if not args.keep:
+                _remove([folder])
+    finally:
+        if not args.keep:
+            _remove([args.workdir])
+    for line in checks:
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""The ``external_data`` patch type: how the output stores its weights.
+
+It changes nothing in the graph; it tells the writer where tensor bytes go (``context.output_layout``).
+The writer copies them from the input's data files in bounded chunks, aligned, into a new file.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath, PureWindowsPath
+
+from patchspec import PatchResult, PatchType, hookimpl
+from patchspec.extdata import ORT_MEMORY_MARKER, Layout, is_external, iter_tensors, refuse_inline_overflow
+
+MAX_ALIGN = 1 << 30
+
+
+class ExternalDataPatch(PatchType):
+    name = "external_data"
+    description = "How the output stores its weights: a data file next to it (aligned), or everything inline."
+    params_schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "location": {
+                "type": "string",
+                "minLength": 1,
+                "description": "Data file name, next to the output model (default: '<output file name>.data').",
+            },
+            "size_threshold": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Tensors smaller than this many bytes stay inline in the .onnx (default 1024).",
+            },
+            "align": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_ALIGN,
+                "description": "Byte alignment of each tensor in the data file, a power of two (default 4096; "
+                               "65536 for memory mapping on Windows).",
+            },
+            "inline": {
+                "type": "boolean",
+                "description": "Store every tensor inside the .onnx (refused past protobuf's 2 GiB limit).",
+            },
+            "checksum": {
+                "type": "boolean",
+                "description": "Write ONNX's per-tensor 'checksum' entries (sha1 of each tensor's bytes).",
+            },
+        },
+    }
+
+    def check_params(self, params: dict):
+        align = params.get("align")
+        if isinstance(align, int) and align >= 1 and align & (align - 1):
+            yield ("align",), f"align must be a power of two (4096, 65536, ...), got {align}"
+        location = params.get("location")
+        if isinstance(location, str):
+            problem = location_problem(location)
+            if problem:
+                yield ("location",), problem
+        if params.get("inline") and ({"location", "size_threshold", "align", "checksum"} & set(params)):
+            keys = sorted({"location", "size_threshold", "align", "checksum"} & set(params))
+            yield ("inline",), f"'inline: true' stores no data file; remove {', '.join(keys)} or 'inline'"
+
+    def apply(self, model, params: dict, context) -> PatchResult:
+        if params.get("inline"):
+            refuse_inline_overflow(model, context.where(("inline",)))
+            context.output_layout = Layout(location=None)
+            moved = sum(1 for t in iter_tensors(model.graph) if is_external(t))
+            return PatchResult(False, f"output layout: every tensor inline ({moved} read from data files)")
+        layout = Layout(
+            location=params.get("location", ""),
+            size_threshold=params.get("size_threshold", 1024),
+            align=params.get("align", 4096),
+            checksum=bool(params.get("checksum", False)),
+        )
+        context.output_layout = layout
+        name = layout.location or "<output file name>.data"
+        extra = ", with sha1 checksums" if layout.checksum else ""
+        summary = f"output layout: tensors of {layout.size_threshold} bytes or more in {name}, aligned to {layout.align}{extra}"
+        return PatchResult(False, summary)
+
+
+def location_problem(location: str) -> str | None:
+    """Why ``location`` cannot name a data file next to the output, or None."""
+    if "\x00" in location or ORT_MEMORY_MARKER in location:
+        return f"location {location!r} is not a usable file name"
+    if "/" in location or "\\" in location or PureWindowsPath(location).drive:
+        return f"location '{location}' must be a plain file name next to the output model, without folders"
+    if PurePosixPath(location).name in (".", "..") or location.strip() != location:
+        return f"location '{location}' is not a usable file name"
+    if location.lower().endswith(".onnx"):
+        return f"location '{location}' ends in .onnx; a data file must not look like a model (use e.g. '.data')"
+    return None
+
+
+@hookimpl
+def register_patch_types(register):
+    register(ExternalDataPatch)
+
+
+__all__ = ["ExternalDataPatch"]
