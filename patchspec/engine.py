@@ -8,6 +8,7 @@ and verifier passed.
 from __future__ import annotations
 
 import hashlib
+from concurrent.futures import ThreadPoolExecutor
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -137,19 +138,29 @@ class Engine:
               force: bool = False, no_verify: bool = False, report: RunReport | None = None) -> RunReport:
         loaded = self.load_input(spec, model, output)
         report = report or RunReport(str(spec.path), str(loaded.model_path), str(loaded.output_path))
-        digest = self.digest(loaded, no_verify)
-        if not force and _existing_digest(loaded.output_path) == digest:
-            report.status = "up to date"
-            self.echo(f"{loaded.output_path}: up to date")
-            return report
-        patched, layout = self.patch(loaded, report)
-        _stamp(patched, digest)
-        layout = layout or default_layout(patched, loaded.output_path, original=loaded.model)
-        refuse_input_overwrite(layout, loaded.output_path, [loaded.model_path, *loaded.data_paths])
+        existing = None if force else _existing_digest(loaded.output_path)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            # hashing gigabytes of weights overlaps the patches and the copy unless an existing
+            # output's digest must be compared first
+            digest = pool.submit(self.digest, loaded, no_verify)
+            if existing is not None and existing == digest.result():
+                report.status = "up to date"
+                self.echo(f"{loaded.output_path}: up to date")
+                return report
+            patched, layout = self.patch(loaded, report)
+            layout = layout or default_layout(patched, loaded.output_path, original=loaded.model)
+            refuse_input_overwrite(layout, loaded.output_path, [loaded.model_path, *loaded.data_paths])
+            return self._write_and_commit(loaded, patched, layout, lambda out: _stamp(out, digest.result()),
+                                          no_verify, report)
+
+    def _write_and_commit(self, loaded: LoadedInput, patched, layout: Layout, stamp, no_verify: bool,
+                          report: RunReport) -> RunReport:
+        spec = loaded.spec
         with Staging(loaded.output_path) as staging:
             staged_model = staging.path(loaded.output_path)
             try:
-                files = write_model(patched, staged_model, loaded.model_path.parent, layout, terminal_progress())
+                files = write_model(patched, staged_model, loaded.model_path.parent, layout, terminal_progress(),
+                                    finalize=stamp)
             except OSError as exc:
                 raise ModelFileError(f"{loaded.output_path}: cannot write: {exc.strerror or exc}") from None
             if not no_verify:
