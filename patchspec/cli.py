@@ -65,7 +65,7 @@ def _engine(state: _State, registry: PluginRegistry, strict_paths: bool = False)
 @click.option("--no-verify", is_flag=True, help="Skip the spec's verifiers.")
 @click.option("--depfile", type=click.Path(path_type=Path), help="Write a Make-format dependency file.")
 @click.option("--report", "report_path", type=click.Path(path_type=Path), help="Write a JSON report of the run.")
-@click.option("--strict-paths", is_flag=True, help="Refuse symlinked external data files.")
+@click.option("--strict-paths", is_flag=True, help="Refuse symlinked or hard-linked external data files.")
 @click.option("-v", "--verbose", "verbose", count=True, help="More detail; tracebacks on errors.")
 @click.option("-q", "--quiet", "quiet", is_flag=True, help="Only errors.")
 @click.pass_obj
