@@ -96,7 +96,7 @@ def apply(state: _State, specs, model, output, force, no_verify, depfile, report
         if report.status in ("written", "unchanged"):
             state.echo(f"wrote {report.output}" if report.status == "written" else f"{report.output}: unchanged (identical bytes)")
         if depfile:
-            _write_depfile(depfile, engine, spec, model, output)
+            _write_depfile(depfile, report, spec, model, output)
     _write_report(report_path, reports)
 
 
@@ -203,12 +203,11 @@ def env(state: _State) -> None:
         click.echo(line)
 
 
-def _write_depfile(depfile: Path, engine: Engine, spec: Spec, model, output) -> None:
-    loaded = engine.load_input(spec, model, output)
+def _write_depfile(depfile: Path, report: RunReport, spec: Spec, model, output) -> None:
     # paths as the build tool names them: Make and Ninja match targets by their spelling
-    extra = [*loaded.data_paths, *engine.step_dependencies(spec)]
-    deps = [spec.path, model or _cwd_relative(loaded.model_path), *map(_cwd_relative, extra)]
-    target = output or _cwd_relative(loaded.output_path)
+    model_path, *others = map(Path, report.inputs)
+    deps = [spec.path, model or _cwd_relative(model_path), *map(_cwd_relative, others)]
+    target = output or _cwd_relative(Path(report.output))
     text = f"{_make_escape(target)}: " + " ".join(_make_escape(p) for p in deps) + "\n"
     _atomic_write_text(depfile, text)
 
