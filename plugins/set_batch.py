@@ -15,7 +15,7 @@ and reported as undecided, with a hint to use ``replace_initializer``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -23,12 +23,9 @@ from onnx import numpy_helper
 
 from patchspec import PatchContext, PatchResult, PatchType, hookimpl
 from patchspec.errors import did_you_mean
-from patchspec.shapes import (NodeSite, ScopeIndex, all_names, constant_value, dim_params, drop_derived_shapes,
-                              fresh_name, graph_only_copy, infer_graph_only, read_dims, rederive_shapes,
-                              shape_dims, subgraphs, uses_of, walk_nodes, write_dim)
-
-MARKER = "__patchspec_batch__"
-MAX_ROUNDS = 16
+from patchspec.batch_tracker import INT64_MAX, BatchTrace, Rewrite, trace_batch
+from patchspec.shapes import (ScopeIndex, all_names, apply_pins, constant_value, format_dims, fresh_name, read_dims,
+                              rederive_shapes, shape_dims, uses_of, write_dim)
 
 
 @dataclass(frozen=True)
@@ -83,16 +80,24 @@ class SetBatchPatch(PatchType):
         _refuse_name_in_use(size, inputs, batch, context)
         if all(read_dims(inputs[name])[axis] == size for name, axis in batch.axes):
             return PatchResult(False, f"batch already {size} on {where}", batch.notes)
-        trace = trace_batch_constants(model, batch, size)
-        changed = [apply_rewrite(model, rewrite) for rewrite in trace.rewrites]
+        symbolic = isinstance(size, str)
+        same = not symbolic and size == batch.old_size  # constants are baked for this size already
+        b2 = batch.old_size + 6 if symbolic or same else size
+        trace = trace_batch(model, batch.axes, batch.old_size, b2, symbolic=symbolic)
+        rewrites, undecided = ([], []) if same else (trace.rewrites, trace.undecided)
+        changed = rewrite_constants(model, rewrites, f"batch_{size}")
         for name, axis in batch.axes:
             write_dim(shape_dims(inputs[name])[axis], size)
             context.pinned_dims.get(name, {}).pop(axis, None)
         rederive_shapes(model, context.pinned_dims)
-        counts = f"{len(trace.rewrites)} shape constant{'s' * (len(trace.rewrites) != 1)} rewritten"
-        if trace.undecided:
-            counts += f", {len(trace.undecided)} undecided"
-        details = batch.notes + tuple(changed) + tuple(trace.undecided)
+        corrected = declare_from_trace(model, trace, size)
+        apply_pins(model.graph, context.pinned_dims)
+        counts = f"{len(changed)} shape constant{'s' * (len(changed) != 1)} rewritten"
+        if undecided:
+            counts += f", {len(undecided)} undecided"
+        if corrected:
+            counts += f", {len(corrected)} output declaration{'s' * (len(corrected) != 1)} corrected"
+        details = batch.notes + tuple(changed) + tuple(corrected) + tuple(undecided)
         return PatchResult(True, f"batch {size} on {where}; {counts}", details)
 
 
@@ -170,164 +175,39 @@ def _detected_axes(inputs: dict, context: PatchContext) -> BatchAxes:
     return BatchAxes(tuple(chosen), old)
 
 
-# -- shape constants -------------------------------------------------------------------------------------
-def trace_batch_constants(model: onnx.ModelProto, batch: BatchAxes, size) -> BatchTrace:
-    """Find, on a graph-only copy, the shape constants that provably bake in the old batch."""
-    light = graph_only_copy(model)
-    marker = MARKER
-    while marker in dim_params(model):
-        marker += "_"
-    light_inputs = _inputs_by_name(light.graph)
-    for name, axis in batch.axes:
-        write_dim(shape_dims(light_inputs[name])[axis], marker)
-    trace = BatchTrace()
-    for _ in range(MAX_ROUNDS):
-        drop_derived_shapes(light.graph, {})
-        inferred = infer_graph_only(light)
-        found = find_batch_constants(inferred, marker, batch.old_size, size, {n for n, _ in batch.axes})
-        trace.undecided = found.undecided
-        if not found.rewrites:
-            break
-        for rewrite in found.rewrites:
-            apply_rewrite(light, rewrite)
-        trace.rewrites.extend(found.rewrites)
-    return trace
-
-
-SHAPE_OPERAND = {"Reshape": 1, "Expand": 1, "Tile": 1, "ConstantOfShape": 0}
-UNDECIDED_HINT = "if it bakes in the batch, replace it with replace_initializer (a `shape:` expression)"
-
-
-@dataclass(frozen=True)
-class Rewrite:
-    """One shape constant to change: the node (by walk position), its operand, old and new values."""
-
-    position: int
-    operand: int
-    new_values: tuple[int, ...]
-    label: str  # readable suffix for a rewired copy: batch_32, batch_N
-
-
-@dataclass
-class BatchTrace:
-    rewrites: list[Rewrite] = field(default_factory=list)
-    undecided: list[str] = field(default_factory=list)
-
-
-def find_batch_constants(inferred: onnx.ModelProto, marker: str, old: int, size, batch_inputs) -> BatchTrace:
-    """Shape constants of ``inferred`` (batch axes named ``marker``) that bake in the old batch."""
-    index = ScopeIndex()
-    reached = reachable(inferred.graph, batch_inputs)
-    sites = list(walk_nodes(inferred.graph))
-    trace = BatchTrace()
-    for site in sites:
-        node = site.node
-        if node.op_type not in SHAPE_OPERAND or node.domain not in ("", "ai.onnx"):
+# -- shape constants and declarations ---------------------------------------------------------------------
+def rewrite_constants(model: onnx.ModelProto, rewrites: list[Rewrite], label: str) -> list[str]:
+    """Change the constants the trace proved; a shared constant is copied and only its reader rewired."""
+    grouped: dict[tuple, list[Rewrite]] = {}
+    for rewrite in rewrites:
+        grouped.setdefault((id(rewrite.site.node), rewrite.operand), []).append(rewrite)
+    details = []
+    for group in grouped.values():
+        site, operand = group[0].site, group[0].operand
+        name = site.node.input[operand]
+        source = ScopeIndex().constant_source(name, site.scopes)
+        old = constant_value(source)
+        new = np.array(old).reshape(-1).copy()
+        for rewrite in group:
+            for element, value in rewrite.elements:
+                new[element] = value
+        new = new.reshape(np.shape(old)).astype(np.asarray(old).dtype)
+        reasons = "; ".join(r.reason for r in group)
+        declared = {info.name for graph in site.scopes for info in graph.input}
+        if uses_of(model, name) == 1 and name not in declared:
+            _overwrite_constant(source, numpy_helper.from_array(new, name))
+            details.append(f"rewrote {reasons}: constant '{name}' {np.asarray(old).tolist()} -> {_shown(new)}")
             continue
-        operand = SHAPE_OPERAND[node.op_type]
-        if len(node.input) <= operand or not node.input[operand]:
-            continue
-        values = index.constant(node.input[operand], site.scopes)
-        if values is None or values.ndim != 1:
-            continue
-        values = [int(v) for v in values]
-        if node.op_type == "ConstantOfShape":
-            if old in values and _feeds_batch(node.output[0], sites, index, marker):
-                trace.undecided.append(_undecided(site, values, "its output meets the batch"))
-            continue
-        data = node.input[0]
-        data_dims = index.dims(data, site.scopes) or []
-        out_dims = index.dims(node.output[0], site.scopes) or []
-        if marker in out_dims or (marker not in data_dims and data not in reached):
-            continue
-        new_values = _proved_batch_values(node, values, data_dims, marker, old, size)
-        if new_values is not None:
-            trace.rewrites.append(Rewrite(site.position, operand, tuple(new_values), f"batch_{size}"))
-        elif _may_bake_batch(node, values, data_dims, marker, old):
-            trace.undecided.append(_undecided(site, values, "it follows the batch, which its output lost"))
-    return trace
+        new_name = fresh_name(f"{name}_{label}", all_names(model))
+        site.graph.initializer.append(numpy_helper.from_array(new, new_name))
+        site.node.input[operand] = new_name
+        details.append(f"rewrote {reasons}: new initializer '{new_name}' {_shown(new)} "
+                       f"('{name}' is shared, left as it was)")
+    return details
 
 
-def _proved_batch_values(node, values, data_dims, marker, old, size) -> list[int] | None:
-    allowzero = any(a.name == "allowzero" and a.i for a in node.attribute)
-    for axis, dim in enumerate(data_dims):
-        if dim != marker:
-            continue
-        if node.op_type == "Reshape" and axis < len(values) and values[axis] == old:
-            prefix_ok = all(v == d or (v == 0 and not allowzero) for v, d in zip(values[:axis], data_dims))
-            new = size if isinstance(size, int) else (0 if not allowzero else (-1 if -1 not in values else None))
-            if prefix_ok and new is not None:
-                return values[:axis] + [new] + values[axis + 1:]
-        if node.op_type == "Expand" and old != 1:
-            slot = axis + len(values) - len(data_dims)
-            if 0 <= slot < len(values) and values[slot] == old:
-                new = size if isinstance(size, int) else 1
-                return values[:slot] + [new] + values[slot + 1:]
-    return None
-
-
-def _may_bake_batch(node, values, data_dims, marker, old) -> bool:
-    """The old batch sits where the batch is, or a Reshape's size is fixed while its input's is not."""
-    axes = [axis for axis, dim in enumerate(data_dims) if dim == marker] or [0]
-    if node.op_type == "Reshape":
-        allowzero = any(a.name == "allowzero" and a.i for a in node.attribute)
-        copies_batch = not allowzero and any(axis < len(values) and values[axis] == 0 for axis in axes)
-        fixed_size = -1 not in values and not copies_batch
-        return fixed_size or any(axis < len(values) and values[axis] == old for axis in axes)
-    return old != 1 and old in values
-
-
-def _feeds_batch(name: str, sites: list[NodeSite], index: ScopeIndex, marker: str) -> bool:
-    for site in sites:
-        if name in site.node.input:
-            others = [index.dims(n, site.scopes) or [] for n in site.node.input if n and n != name]
-            if any(marker in dims for dims in others):
-                return True
-    return False
-
-
-def _undecided(site: NodeSite, values: list[int], why: str) -> str:
-    node = site.node
-    label = node.name or node.output[0]
-    return f"undecided: {node.op_type} '{label}' has constant shape {values}; {why}; {UNDECIDED_HINT}"
-
-
-def reachable(graph: onnx.GraphProto, starts) -> set[str]:
-    """Names of the tensors computed from ``starts`` (through If/Loop/Scan bodies too)."""
-    reached = set(starts)
-
-    def visit(each: onnx.GraphProto) -> None:
-        for node in each.node:
-            hit = any(name in reached for name in node.input if name)
-            for sub in subgraphs(node):
-                if hit:
-                    reached.update(info.name for info in sub.input)
-                visit(sub)
-                hit = hit or any(info.name in reached for info in sub.output)
-            if hit:
-                reached.update(name for name in node.output if name)
-
-    visit(graph)
-    return reached
-
-
-def apply_rewrite(model: onnx.ModelProto, rewrite: Rewrite) -> str:
-    """Change one shape constant of ``model``; a shared constant is copied, only this use rewired."""
-    site = next(s for s in walk_nodes(model.graph) if s.position == rewrite.position)
-    name = site.node.input[rewrite.operand]
-    source = ScopeIndex().constant_source(name, site.scopes)
-    old_values = constant_value(source)
-    new_array = np.array(rewrite.new_values, dtype=old_values.dtype)
-    label = f"{site.node.op_type} '{site.node.name or site.node.output[0]}'"
-    change = f"{old_values.tolist()} -> {list(rewrite.new_values)}"
-    declared = {info.name for graph in site.scopes for info in graph.input}
-    if uses_of(model, name) == 1 and name not in declared:
-        _overwrite_constant(source, numpy_helper.from_array(new_array, name))
-        return f"rewrote {label}: shape constant '{name}' {change}"
-    new_name = fresh_name(f"{name}_{rewrite.label}", all_names(model))
-    site.graph.initializer.append(numpy_helper.from_array(new_array, new_name))
-    site.node.input[rewrite.operand] = new_name
-    return f"rewrote {label}: shape {change} in new initializer '{new_name}' ('{name}' is shared, left as it was)"
+def _shown(values: np.ndarray) -> list:
+    return ["end" if v == INT64_MAX else int(v) for v in np.asarray(values).reshape(-1)]
 
 
 def _overwrite_constant(source, tensor: onnx.TensorProto) -> None:
@@ -336,6 +216,52 @@ def _overwrite_constant(source, tensor: onnx.TensorProto) -> None:
         return
     del source.attribute[:]
     source.attribute.append(onnx.helper.make_attribute("value", tensor))
+
+
+def declare_from_trace(model: onnx.ModelProto, trace: BatchTrace, size) -> list[str]:
+    """Correct output (and intermediate) declarations with what the evaluation proved.
+
+    ONNX shape inference loses the batch at a Resize sized from Shape, and keeps a rank it cannot
+    compute (a Squeeze without axes). A declared rank or size that contradicts the evaluation is
+    replaced; an unknown dim that the evaluation knows is filled in. Returns one line per output
+    whose declaration was wrong.
+    """
+    corrected = []
+    for info in model.graph.output:
+        before = read_dims(info)
+        if _reconcile(info, trace, size) and before is not None:
+            corrected.append(f"output '{info.name}' was declared {format_dims(before)}, "
+                             f"is {format_dims(read_dims(info))}")
+    for info in model.graph.value_info:
+        _reconcile(info, trace, size)
+    return corrected
+
+
+def _reconcile(info: onnx.ValueInfoProto, trace: BatchTrace, size) -> bool:
+    """Bring one annotation in line with the evaluation; True when a declared fact was wrong."""
+    rank = trace.rank(info.name)
+    if rank is None or not info.type.HasField("tensor_type"):
+        return False
+    tensor_type = info.type.tensor_type
+    if tensor_type.elem_type == 0:
+        tensor_type.elem_type = trace.evaluator.at(info.name)[0].dtype
+    dims = read_dims(info)
+    contradicted = dims is not None and len(dims) != rank
+    if dims is None or contradicted:
+        tensor_type.shape.Clear()
+        for _ in range(rank):
+            tensor_type.shape.dim.add()
+        dims = [None] * rank
+    for axis, dim in enumerate(shape_dims(info)):
+        found = trace.batch_dim(info.name, axis)
+        if isinstance(found, tuple):
+            factor = found[1]
+            found = size * factor if isinstance(size, int) else (size if factor == 1 else None)
+        if found is None or found == dims[axis]:
+            continue
+        contradicted = contradicted or isinstance(dims[axis], int)
+        write_dim(dim, found)
+    return contradicted
 
 
 @hookimpl

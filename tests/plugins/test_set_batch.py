@@ -238,15 +238,32 @@ def test_runtime_computed_shape_left_alone():
     assert run(model, {"x": rand(4, 2, 3)})[0].shape == (4, 6)
 
 
-def test_unprovable_constant_reported_undecided():
+def test_batch_folded_into_an_element_is_the_leading_factor():
+    """[1, 2, 3] -> [2, 1, 3]: element 0 is 2 per sample, so 2 x batch at batch 4."""
     shape = numpy_helper.from_array(np.array([2, 1, 3], dtype=np.int64), "odd")
+    original = make_model([helper.make_node("Reshape", ["x", "odd"], ["y"], name="odd_reshape")],
+                          [tensor_info("x", [1, 2, 3])], [tensor_info("y", [2, 1, 3])], [shape])
+    model = onnx.ModelProto()
+    model.CopyFrom(original)
+    result = set_batch(model, size=4)
+    assert "1 shape constant rewritten" in result.summary, result.details
+    assert numpy_helper.to_array(model.graph.initializer[0]).tolist() == [8, 1, 3]
+    x = rand(4, 2, 3)
+    np.testing.assert_allclose(run(model, {"x": x})[0], per_sample(original, {"x": x}, ["x"])[0])
+    assert read_dims(model.graph.output[0]) == [8, 1, 3]
+
+
+def test_unprovable_constant_reported_undecided_with_spec_lines():
+    """Exported at batch 2, [2, 6] -> [3, 4] mixes the two samples: no element is the batch."""
+    shape = numpy_helper.from_array(np.array([3, 4], dtype=np.int64), "odd")
     model = make_model([helper.make_node("Reshape", ["x", "odd"], ["y"], name="odd_reshape")],
-                       [tensor_info("x", [1, 2, 3])], [tensor_info("y", [2, 1, 3])], [shape])
+                       [tensor_info("x", [2, 6])], [tensor_info("y", [3, 4])], [shape])
     result = set_batch(model, size=4)
     assert "1 undecided" in result.summary
-    assert any("odd_reshape" in d and "replace_initializer" in d for d in result.details)
-    assert numpy_helper.to_array(model.graph.initializer[0]).tolist() == [2, 1, 3]
-    assert read_dims(model.graph.output[0]) in ([2, 1, 3], [None, None, None])
+    found = [d for d in result.details if "odd_reshape" in d]
+    assert found and "replace_initializer:" in found[0] and "select: {name: \"odd_reshape\"}" in found[0]
+    assert "shape: [" in found[0] and "dim(x, 0)" in found[0]
+    assert numpy_helper.to_array(model.graph.initializer[0]).tolist() == [3, 4]
 
 
 def if_outer_scope_model():
@@ -345,3 +362,154 @@ def test_symbolic_name_already_used_by_another_axis_is_refused():
     model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [1, "T"])], [tensor_info("y", [1, "T"])])
     with pytest.raises(PatchError, match="'T' already names x\\[1\\]"):
         set_batch(model, size="T")
+
+
+# -- what is not the batch is never touched ---------------------------------------------------------------------
+def _const(name, values):
+    return numpy_helper.from_array(np.array(values, dtype=np.int64), name)
+
+
+def attention_model():
+    """A traced multi-head attention at batch 1: heads (12) and head size (4) must stay, the batch folds in."""
+    nodes = [
+        helper.make_node("Reshape", ["x", "split_heads"], ["h"], name="split_heads"),
+        helper.make_node("Transpose", ["h"], ["ht"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["ht", "fold"], ["folded"], name="fold_batch_heads"),
+        helper.make_node("MatMul", ["folded", "w"], ["scores"]),
+        helper.make_node("Softmax", ["scores"], ["probs"], axis=-1),
+        helper.make_node("MatMul", ["probs", "folded"], ["mixed"]),
+        helper.make_node("Reshape", ["mixed", "unfold"], ["uh"], name="unfold_heads"),
+        helper.make_node("Transpose", ["uh"], ["ut"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["ut", "merge"], ["y"], name="merge_heads"),
+    ]
+    inits = [_const("split_heads", [1, 5, 12, 4]), _const("fold", [12, 5, 4]), _const("unfold", [1, 12, 5, 4]),
+             _const("merge", [1, 5, 48]), numpy_helper.from_array(rand(4, 5, seed=3), "w")]
+    return make_model(nodes, [tensor_info("x", [1, 5, 48])], [tensor_info("y", [1, 5, 48])], inits)
+
+
+@pytest.mark.parametrize("size", [3, "N"])
+def test_attention_head_constants_stay_and_the_batch_folds_in(size):
+    original = attention_model()
+    model = onnx.ModelProto()
+    model.CopyFrom(original)
+    result = set_batch(model, size=size)
+    assert "4 shape constants rewritten" in result.summary and "undecided" not in result.summary, result.details
+    inits = {t.name: numpy_helper.to_array(t).tolist() for t in model.graph.initializer}
+    if size == 3:
+        assert inits["split_heads"] == [3, 5, 12, 4] and inits["fold"] == [36, 5, 4]
+        assert inits["unfold"] == [3, 12, 5, 4] and inits["merge"] == [3, 5, 48]
+    else:
+        assert inits["split_heads"] == [-1, 5, 12, 4] and inits["fold"] == [-1, 5, 4]
+    x = rand(3, 5, 48)
+    np.testing.assert_allclose(run(model, {"x": x})[0], per_sample(original, {"x": x}, ["x"])[0], rtol=1e-5)
+    assert_declared_shapes_hold(model, {"x": x})
+
+
+def test_a_sequence_length_of_one_is_not_the_batch():
+    """x [1, 1, 64] (batch 1, one token) -> [1, 1, 8, 8]: element 0 is the batch, element 1 the token."""
+    original = make_model([helper.make_node("Reshape", ["x", "s"], ["y"], name="r")],
+                          [tensor_info("x", [1, 1, 64])], [tensor_info("y", [1, 1, 8, 8])], [_const("s", [1, 1, 8, 8])])
+    model = onnx.ModelProto()
+    model.CopyFrom(original)
+    set_batch(model, size=4)
+    assert numpy_helper.to_array(model.graph.initializer[0]).tolist() == [4, 1, 8, 8]
+    seq_first = make_model([helper.make_node("Reshape", ["x", "s"], ["y"], name="r")],
+                           [tensor_info("x", [1, 1, 64])], [tensor_info("y", [1, 1, 8, 8])], [_const("s", [1, 1, 8, 8])])
+    set_batch(seq_first, size=4, inputs={"x": 1})
+    assert numpy_helper.to_array(seq_first.graph.initializer[0]).tolist() == [1, 4, 8, 8]
+
+
+def test_loop_body_constant_tiled_by_the_batch_is_left_alone():
+    """The body builds [1, k, 1] from the iteration number; the batch comes in by Tile outside the Loop."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.FLOAT),
+         helper.make_node("Reshape", ["fi", "token_shape"], ["token"], name="body_reshape")],
+        "body", [tensor_info("i", [], TensorProto.INT64), tensor_info("cond_in", [], TensorProto.BOOL)],
+        [tensor_info("cond_out", [], TensorProto.BOOL), tensor_info("token", [1, 1, 1])],
+        [_const("token_shape", [1, -1, 1])])
+    nodes = [helper.make_node("Loop", ["trips", "go"], ["tokens"], body=body),  # [3, 1, 1, 1]
+             helper.make_node("Reshape", ["tokens", "flat"], ["t3"], name="to_row"),  # [1, 3, 1]
+             helper.make_node("Shape", ["x"], ["sx"]),
+             helper.make_node("Gather", ["sx", "zero"], ["b"], axis=0),
+             helper.make_node("Unsqueeze", ["b", "axes0"], ["b1"]),
+             helper.make_node("Concat", ["b1", "one", "one"], ["reps"], axis=0),
+             helper.make_node("Tile", ["t3", "reps"], ["tiled"]),
+             helper.make_node("Add", ["x", "tiled"], ["y"])]
+    inits = [_const("trips", 3), numpy_helper.from_array(np.array(True), "go"), _const("flat", [1, -1, 1]),
+             _const("zero", 0), _const("axes0", [0]), _const("one", [1])]
+    original = make_model(nodes, [tensor_info("x", [1, 3, 2])], [tensor_info("y", [1, 3, 2])], inits)
+    model = onnx.ModelProto()
+    model.CopyFrom(original)
+    result = set_batch(model, size=4)
+    assert "0 shape constants rewritten" in result.summary and "undecided" not in result.summary, result.details
+    x = rand(4, 3, 2)
+    np.testing.assert_allclose(run(model, {"x": x})[0], per_sample(original, {"x": x}, ["x"])[0], rtol=1e-6)
+
+
+# -- static-batch detectors: a Resize neck sized from Shape, heads flattened with baked constants -----------------
+def resize_neck_detector(batch=1, opset=13):
+    """YOLOX/PicoDet-like: two levels, the top one upsampled by a Resize whose ``sizes`` come from
+    ``Shape -> Slice -> Concat`` (ONNX shape inference loses the batch there), heads flattened with
+    ``Reshape(1, C, -1)`` and ``Reshape(1, -1, k)``, concatenated into [1, anchors, k]."""
+    rng = np.random.default_rng(0)
+    w = lambda name, *shape: numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32) * 0.2, name)
+    nodes = [
+        helper.make_node("Conv", ["images", "w0"], ["c3"], strides=[2, 2], kernel_shape=[2, 2], name="stem"),
+        helper.make_node("Conv", ["c3", "w1"], ["c4"], strides=[2, 2], kernel_shape=[2, 2], name="down"),
+        helper.make_node("Shape", ["c3"], ["c3_shape"], name="neck/Shape"),
+        helper.make_node("Slice", ["c3_shape", "s_start", "s_end"], ["c3_hw"], name="neck/Slice"),
+        helper.make_node("Shape", ["c4"], ["c4_shape"], name="neck/Shape_1"),
+        helper.make_node("Slice", ["c4_shape", "nc_start", "nc_end"], ["c4_nc"], name="neck/Slice_1"),
+        helper.make_node("Concat", ["c4_nc", "c3_hw"], ["up_sizes"], axis=0, name="neck/Concat"),
+        helper.make_node("Resize", ["c4", "", "", "up_sizes"], ["up"], mode="nearest", name="neck/Resize"),
+        helper.make_node("Add", ["c3", "up"], ["p3"], name="neck/Add"),
+        helper.make_node("Conv", ["p3", "w2"], ["h3"], kernel_shape=[1, 1], name="head0/Conv"),
+        helper.make_node("Conv", ["c4", "w2"], ["h4"], kernel_shape=[1, 1], name="head1/Conv"),
+        helper.make_node("Reshape", ["h3", "flat_c"], ["f3"], name="head0/Reshape"),   # [1, 6, -1]
+        helper.make_node("Transpose", ["f3"], ["t3"], perm=[0, 2, 1], name="head0/Transpose"),
+        helper.make_node("Reshape", ["h4", "flat_k"], ["t4"], name="head1/Reshape"),   # [1, -1, 6] (traced batch)
+        helper.make_node("Concat", ["t3", "t4"], ["dets"], axis=1, name="head/Concat"),
+    ]
+    inits = [w("w0", 4, 3, 2, 2), w("w1", 4, 4, 2, 2), w("w2", 6, 4, 1, 1),
+             _const("s_start", [2]), _const("s_end", [4]), _const("nc_start", [0]), _const("nc_end", [2]),
+             _const("flat_c", [batch, 6, -1]), _const("flat_k", [batch, -1, 6])]
+    return make_model(nodes, [tensor_info("images", [batch, 3, 16, 16])], [tensor_info("dets", [batch, 80, 6])],
+                      inits, opset=opset)
+
+
+def test_onnx_inference_loses_the_batch_at_the_resize_neck():
+    """The premise: why set_batch cannot lean on ONNX shape inference alone."""
+    model = resize_neck_detector()
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "B"
+    inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    dims = {vi.name: read_dims(vi) for vi in inferred.graph.value_info}
+    assert dims["c4"][0] == "B" and dims["up"][0] != "B"
+
+
+@pytest.mark.parametrize("size", [4, "N"])
+def test_baked_head_constants_behind_a_resize_neck_are_rewritten(size):
+    original = resize_neck_detector()
+    model = onnx.ModelProto()
+    model.CopyFrom(original)
+    result = set_batch(model, size=size)
+    assert "2 shape constants rewritten" in result.summary and "undecided" not in result.summary, result.details
+    inits = {t.name: numpy_helper.to_array(t).tolist() for t in model.graph.initializer}
+    assert inits["flat_c"] == ([4, 6, -1] if size == 4 else [0, 6, -1])
+    assert inits["flat_k"] == ([4, -1, 6] if size == 4 else [0, -1, 6])
+    assert read_dims(model.graph.output[0]) == [size, 80, 6]
+    x = rand(4, 3, 16, 16)
+    np.testing.assert_allclose(run(model, {"images": x})[0], per_sample(original, {"images": x}, ["images"])[0],
+                               rtol=1e-5, atol=1e-6)
+    assert_declared_shapes_hold(model, {"images": x})
+
+
+def test_exported_at_batch_two_rebatched_to_five():
+    original = resize_neck_detector(batch=2)
+    model = onnx.ModelProto()
+    model.CopyFrom(original)
+    result = set_batch(model, size=5)
+    assert "2 shape constants rewritten" in result.summary, result.details
+    x = rand(5, 3, 16, 16)
+    want = np.concatenate([run(original, {"images": np.concatenate([x[i:i + 1]] * 2)})[0][:1] for i in range(5)])
+    np.testing.assert_allclose(run(model, {"images": x})[0], want, rtol=1e-5, atol=1e-6)

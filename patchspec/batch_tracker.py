@@ -1,0 +1,426 @@
+"""Follow the batch through a model and find the shape constants that bake in the old batch.
+
+The model is evaluated (``shape_eval``) at two points that differ only in the batch: ``b1``, the
+batch the export was traced with, and ``b2``, the new one (any other number for a symbolic batch);
+a third point moves every other symbolic input dim, so dims that depend on them are told apart.
+Every dim is then a number at each point, and a dim *carries the batch* when it differs between
+the two batch points as ``k * b1`` -> ``k * b2``.
+
+A shape-carrying node (Reshape, Expand, Slice, Resize) whose data carries the batch is *consistent*
+when, at ``b2``, its output is its ``b1`` output with exactly one axis scaled by ``b2 / b1``, at the
+same memory position as in the data (the product of the dims before it is the same): then every
+sample's elements stay together, as a per-sample run of the original would give them. A node that
+is not consistent bakes in the old batch. Each element of its shape operand that comes from a
+constant (directly, or through Concat/Unsqueeze/Cast chains) is tried at ``b2`` in turn; one that
+makes the node consistent, and only one, is proved to be the batch and is rewritten. The decision
+is applied at ``b2`` before the next node is evaluated, so one pass in graph order settles every
+node (no fixpoint loop). Everything else is reported as *undecided*, with the spec lines that fix
+it by hand.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from .expressions import quote_tensor
+from .shape_eval import Known, ShapeEvaluator
+from .shapes import NodeSite, ScopeIndex, all_graphs, read_dims
+
+#: sizes given to symbolic input dims that are not the batch (divisible by every usual stride)
+SYMBOL_SIZES = tuple(128 * n for n in (3, 5, 7, 9, 11, 13, 15, 17))
+INT64_MAX = np.iinfo(np.int64).max
+#: ops whose output copies the elements of their first input in order (for tracing a shape back)
+_COPY_OPS = {"Unsqueeze", "Squeeze", "Cast", "Identity", "Reshape", "Flatten"}
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """Change elements of the constant that ``site.node`` reads as input ``operand``."""
+
+    site: NodeSite
+    operand: int
+    elements: tuple  # ((element index, new value), ...)
+    reason: str
+
+
+@dataclass
+class BatchTrace:
+    b1: int
+    b2: int
+    rewrites: list[Rewrite] = field(default_factory=list)
+    undecided: list[str] = field(default_factory=list)
+    symbolic: bool = False  # the new batch is a name: rewrites write -1/0/1/end, never a size
+    evaluator: Optional[ShapeEvaluator] = None
+    moves_symbols: bool = False  # a third point moved the other symbolic dims
+
+    def batch_dim(self, name: str, axis: int):
+        """What the evaluation says of one dim: an int, ("batch", k), or None (depends on other symbols)."""
+        knowns = self.evaluator.at(name)
+        if any(k.shape is None or axis >= len(k.shape) or k.shape[axis] is None for k in knowns):
+            return None
+        values = [k.shape[axis] for k in knowns]
+        if self.moves_symbols and values[2] != values[0]:
+            return None
+        if values[0] == values[1]:
+            return values[0]
+        factor, rest = divmod(values[0], self.b1)
+        if rest == 0 and factor * self.b2 == values[1]:
+            return ("batch", factor)
+        return None
+
+    def rank(self, name: str) -> int | None:
+        ranks = {None if k.shape is None else len(k.shape) for k in self.evaluator.at(name)}
+        return ranks.pop() if len(ranks) == 1 else None
+
+
+def make_points(model: onnx.ModelProto, batch_axes, b1: int, b2: int) -> tuple[list[dict], bool]:
+    """Input sizes at (b1), (b2) and, when other dims are symbolic, (b1 with those dims moved)."""
+    constants = {t.name for t in model.graph.initializer}
+    symbols: dict = {}
+    base: dict[str, list] = {}
+    for info in model.graph.input:
+        dims = read_dims(info)
+        if info.name in constants or dims is None:
+            continue
+        row = []
+        for axis, dim in enumerate(dims):
+            if (info.name, axis) in batch_axes:
+                row.append(("batch",))
+            elif isinstance(dim, int) and dim > 0:
+                row.append(dim)
+            else:
+                key = dim if isinstance(dim, str) else (info.name, axis)
+                symbols.setdefault(key, len(symbols))
+                row.append(("symbol", symbols[key]))
+        base[info.name] = row
+    moved = bool(symbols)
+
+    def point(batch: int, shift: int) -> dict:
+        sizes = {}
+        for info in model.graph.input:
+            if info.name not in base:
+                continue
+            shape = tuple(batch if d == ("batch",) else
+                          SYMBOL_SIZES[(d[1] + shift) % len(SYMBOL_SIZES)] if isinstance(d, tuple) else d
+                          for d in base[info.name])
+            sizes[info.name] = Known(info.type.tensor_type.elem_type, shape)
+        return sizes
+
+    points = [point(b1, 0), point(b2, 0)] + ([point(b1, 1)] if moved else [])
+    return points, moved
+
+
+def trace_batch(model: onnx.ModelProto, batch_axes, b1: int, b2: int, *, symbolic: bool = False) -> BatchTrace:
+    """Evaluate ``model`` at the batch points, deciding each shape constant on the way."""
+    points, moved = make_points(model, set(batch_axes), b1, b2)
+    trace = BatchTrace(b1, b2, symbolic=symbolic, moves_symbols=moved)
+    tracker = _Tracker(model, trace)
+    trace.evaluator = ShapeEvaluator(model, points, hook=tracker.hook)
+    tracker.evaluator = trace.evaluator
+    trace.evaluator.run()
+    trace.undecided.extend(tracker.conflicts())
+    return trace
+
+
+class _Tracker:
+    def __init__(self, model: onnx.ModelProto, trace: BatchTrace) -> None:
+        self.model = model
+        self.trace = trace
+        self.b1, self.b2 = trace.b1, trace.b2
+        self.index = ScopeIndex()
+        self.evaluator: ShapeEvaluator | None = None
+        self.uses = _use_counts(model)
+        self.decided: set[int] = set()  # ids of nodes with a rewrite or an undecided report
+
+    # -- the hook ------------------------------------------------------------------------------------
+    def hook(self, site: NodeSite, inputs: list) -> list | None:
+        node = site.node
+        if node.domain not in ("", "ai.onnx"):
+            return None
+        handler = {"Reshape": self._reshape, "Expand": self._expand, "Slice": self._slice,
+                   "Resize": self._resize}.get(node.op_type)
+        return handler(site, inputs) if handler else None
+
+    def carrier(self, first: Known, second: Known) -> tuple[int, int] | None:
+        """(axis, factor) of the one axis that carries the batch; None if none or unclear."""
+        if not (first.full and second.full) or len(first.shape) != len(second.shape):
+            return None
+        axes = [(axis, a // self.b1) for axis, (a, b) in enumerate(zip(first.shape, second.shape)) if a != b]
+        if len(axes) != 1:
+            return None
+        axis, factor = axes[0]
+        if first.shape[axis] % self.b1 or factor * self.b2 != second.shape[axis]:
+            return None
+        return axis, factor
+
+    def consistent(self, out1: Known, out2: Known, batch_axis: int | None) -> bool:
+        """``out2`` is ``out1`` with exactly ``batch_axis`` scaled by b2/b1."""
+        if batch_axis is None or not (out1.full and out2.full) or len(out1.shape) != len(out2.shape):
+            return False
+        differing = [i for i, (a, b) in enumerate(zip(out1.shape, out2.shape)) if a != b]
+        return differing == [batch_axis] and out1.shape[batch_axis] * self.b2 == out2.shape[batch_axis] * self.b1
+
+    # -- Reshape ---------------------------------------------------------------------------------------
+    def _reshape(self, site: NodeSite, inputs: list) -> list | None:
+        if len(site.node.input) < 2 or inputs[0][1].value is None:
+            return None
+        (data1, shape1), (data2, shape2) = inputs[0][:2], inputs[1][:2]
+        found = self.carrier(data1, data2)
+        if found is None:
+            return None
+        axis, _ = found
+        out1 = self._eval(site, [data1, shape1])
+        expected = batch_position(data1.shape[:axis], out1.shape) if out1.full else None
+        if self.consistent(out1, self._eval(site, [data2, shape2]), expected):
+            return None
+        values = [int(v) for v in np.asarray(shape1.value).reshape(-1)]
+        i = expected
+        proved = (i is not None and i < len(values) and values[i] not in (0, -1) and values[i] % self.b1 == 0
+                  and self.consistent(out1, self._eval(site, [data2, _int64(_with(values, i, values[i] // self.b1 * self.b2))]), i))
+        if not proved:
+            return self._undecided(site, values, f"its data carries the batch on axis {axis}, and no element of its "
+                                   "shape can be proved to be the batch", self._suggest(site, values, axis))
+        new_static = values[i] // self.b1 * self.b2
+        return self._rewrite(site, 1, values, i, new_static, inputs, data1, out1, axis, self.sources(site, 1))
+
+    def _rewrite(self, site, operand, values, i, new_static, inputs, data1, out1, axis, sources):
+        node = site.node
+        label = f"{node.op_type} '{node.name or node.output[0]}'"
+        trial = _with(values, i, new_static)
+        written = self._written_value(site, values, i, new_static, data1, out1, axis)
+        source = sources[i] if sources and i < len(sources) else None
+        if written is None or source is None:
+            why = ("a symbolic batch there needs a computed shape" if written is None else
+                   "that element is computed at run time, or its constant is shared along the way")
+            return self._undecided(site, values, f"element {i} is the batch, but {why}",
+                                   self._suggest(site, values, axis, i))
+        reader, reader_operand, element = source
+        self.trace.rewrites.append(Rewrite(reader, reader_operand, ((element, written),),
+                                           f"{label}: element {i} is the batch ({values[i]} -> {written})"))
+        self.decided.add(id(node))
+        replaced = [list(point) for point in inputs]
+        replaced[1][operand] = _int64(trial)
+        return replaced
+
+    def _written_value(self, site, values, i, new_static, data1, out1, axis):
+        """The value to write: the new size, or for a symbolic batch -1 (infer) or 0 (copy)."""
+        if not self.symbolic:
+            return new_static
+        if -1 not in values:
+            return -1
+        allowzero = any(a.name == "allowzero" and a.i for a in site.node.attribute)
+        if i == axis and not allowzero and out1.shape[i] == data1.shape[axis]:
+            return 0
+        return None
+
+    # -- Expand, Slice, Resize -------------------------------------------------------------------------
+    def _expand(self, site: NodeSite, inputs: list) -> list | None:
+        if len(site.node.input) < 2 or inputs[0][1].value is None:
+            return None
+        (data1, shape1), (data2, shape2) = inputs[0][:2], inputs[1][:2]
+        found = self.carrier(data1, data2)
+        if found is None:
+            return None
+        axis, _ = found
+        values = [int(v) for v in np.asarray(shape1.value).reshape(-1)]
+        out1 = self._eval(site, [data1, shape1])
+        rank = max(len(values), len(data1.shape))
+        aligned = axis + rank - len(data1.shape)
+        if self.consistent(out1, self._eval(site, [data2, shape2]), aligned):
+            return None
+        slot = axis + len(values) - len(data1.shape)
+        if not 0 <= slot < len(values) or values[slot] % self.b1:
+            return self._undecided(site, values, "its data carries the batch, which its shape does not let through")
+        new_static = values[slot] // self.b1 * self.b2
+        if not self.consistent(out1, self._eval(site, [data2, _int64(_with(values, slot, new_static))]), aligned):
+            return self._undecided(site, values, "its data carries the batch, which its shape does not let through")
+        written = new_static if not self.symbolic else 1
+        return self._rewrite_element(site, 1, values, slot, new_static, written, inputs)
+
+    def _slice(self, site: NodeSite, inputs: list) -> list | None:
+        node = site.node
+        if len(node.input) < 3 or any(k.value is None for k in inputs[0][1:len(node.input)] if k.dtype):
+            return None
+        (data1, data2) = inputs[0][0], inputs[1][0]
+        found = self.carrier(data1, data2)
+        if found is None:
+            return None
+        axis, _ = found
+        out1 = self._eval(site, inputs[0])
+        if self.consistent(out1, self._eval(site, inputs[1]), axis):
+            return None
+        starts = [int(v) for v in inputs[0][1].value.reshape(-1)]
+        ends = [int(v) for v in inputs[0][2].value.reshape(-1)]
+        axes = ([int(v) for v in inputs[0][3].value.reshape(-1)] if len(node.input) > 3 and node.input[3]
+                else list(range(len(starts))))
+        steps = ([int(v) for v in inputs[0][4].value.reshape(-1)] if len(node.input) > 4 and node.input[4]
+                 else [1] * len(starts))
+        rank = len(data1.shape)
+        entry = next((j for j, a in enumerate(axes) if a % rank == axis), None)
+        if entry is None:
+            return None  # the batch axis is not sliced: whatever changed, it is not this constant
+        if starts[entry] != 0 or steps[entry] != 1 or out1.shape[axis] != data1.shape[axis]:
+            return self._undecided(site, ends, f"it slices the batch axis {axis}: at a larger batch it keeps "
+                                   "only part of the batch")
+        trial = [list(point) for point in inputs]
+        trial[1][2] = _int64(_with(ends, entry, INT64_MAX))
+        if not self.consistent(out1, self._eval(site, trial[1]), axis):
+            return None
+        return self._rewrite_element(site, 2, ends, entry, INT64_MAX, INT64_MAX, inputs)
+
+    def _resize(self, site: NodeSite, inputs: list) -> list | None:
+        node = site.node
+        if len(node.input) < 4 or not node.input[3] or inputs[0][3].value is None:
+            return None
+        data1, data2 = inputs[0][0], inputs[1][0]
+        found = self.carrier(data1, data2)
+        if found is None:
+            return None
+        axis, _ = found
+        values = [int(v) for v in inputs[0][3].value.reshape(-1)]
+        if axis >= len(values) or values[axis] % self.b1:
+            return None
+        out1 = self._eval(site, inputs[0])
+        if self.consistent(out1, self._eval(site, inputs[1]), axis):
+            return None
+        new_static = values[axis] // self.b1 * self.b2
+        if self.symbolic:
+            return self._undecided(site, values, f"its sizes hold the batch at axis {axis}, and a symbolic batch "
+                                   "there needs a computed shape", self._suggest(site, values, axis, axis, operand=3))
+        return self._rewrite_element(site, 3, values, axis, new_static, new_static, inputs)
+
+    def _rewrite_element(self, site, operand, values, i, new_static, written, inputs):
+        node = site.node
+        sources = self.sources(site, operand)
+        source = sources[i] if sources and i < len(sources) else None
+        if source is None:
+            return self._undecided(site, values, f"element {i} of input {operand} is the batch, but it is computed "
+                                   "at run time, or its constant is shared along the way")
+        reader, reader_operand, element = source
+        label = f"{node.op_type} '{node.name or node.output[0]}'"
+        shown = "end" if written == INT64_MAX else written
+        self.trace.rewrites.append(Rewrite(reader, reader_operand, ((element, written),),
+                                           f"{label}: element {i} of input {operand} is the batch "
+                                           f"({values[i]} -> {shown})"))
+        self.decided.add(id(node))
+        replaced = [list(point) for point in inputs]
+        replaced[1][operand] = _int64(_with(values, i, new_static), like=inputs[1][operand])
+        return replaced
+
+    # -- helpers -----------------------------------------------------------------------------------------
+    @property
+    def symbolic(self) -> bool:
+        return self.trace.symbolic
+
+    def _eval(self, site: NodeSite, inputs: list[Known]) -> Known:
+        return self.evaluator.evaluate(site.node, list(inputs))[0]
+
+    def sources(self, site: NodeSite, operand: int) -> list | None:
+        """Per element of ``site.node``'s input: (reader site, operand, element) of the constant it copies."""
+        name = site.node.input[operand]
+        if self.index.constant_source(name, site.scopes) is not None:
+            value = self.index.constant(name, site.scopes)
+            size = 0 if value is None else int(np.asarray(value).size)
+            return [(site, operand, j) for j in range(size)]
+        producer = self.evaluator.producer.get(name)
+        if producer is None or self.uses.get(name, 0) > 1 or producer.node.domain not in ("", "ai.onnx"):
+            return None
+        op = producer.node.op_type
+        if op in _COPY_OPS:
+            return self.sources(producer, 0)
+        if op == "Concat":
+            found = []
+            for j, part in enumerate(producer.node.input):
+                value = self.evaluator.at(part)[0].value
+                length = 0 if value is None else int(np.asarray(value).size)
+                found.extend(self.sources(producer, j) or [None] * length)
+            return found
+        return None
+
+    def _undecided(self, site: NodeSite, values: list[int], why: str, suggestion: str = "") -> None:
+        node = site.node
+        label = node.name or node.output[0]
+        text = f"undecided: {node.op_type} '{label}' has constant shape {values}; {why}"
+        self.trace.undecided.append(text + (f"; to fix it by hand, add:\n{suggestion}" if suggestion else ""))
+        self.decided.add(id(node))
+        return None
+
+    def _suggest(self, site: NodeSite, values: list[int], axis: int, i: int | None = None, operand: int = 1) -> str:
+        """Spec lines for replace_initializer that put the data's batch dim at element ``i``."""
+        node = site.node
+        data = node.input[0]
+        if i is None:
+            i = next((j for j, v in enumerate(values) if v == self.b1), axis)
+        items = [str(v) for v in values]
+        if 0 <= i < len(items):
+            items[i] = json.dumps(f"dim({quote_tensor(data)}, {axis})")
+        selector = f"{{name: {json.dumps(node.name)}}}" if node.name else f"{{produces: {json.dumps(node.output[0])}}}"
+        return ("  - replace_initializer:\n"
+                f"      select: {selector}\n"
+                f"      input: {operand}\n"
+                f"      shape: [{', '.join(items)}]")
+
+    def conflicts(self) -> list[str]:
+        """Nodes that run at the old batch and not at the new one (their inputs disagree on the batch)."""
+        found = []
+        for name, site in self.evaluator.producer.items():
+            node = site.node
+            if id(node) in self.decided or name != next((o for o in node.output if o), None):
+                continue
+            first, second = self.evaluator.at(name)[:2]
+            if first.shape is not None and second.shape is None and node.domain in ("", "ai.onnx"):
+                inputs = ", ".join(f"{n} {_shape_text(self.evaluator.at(n)[1])}" for n in node.input if n)
+                found.append(f"undecided: {node.op_type} '{node.name or name}' has no shape at batch {self.b2}: "
+                             f"its inputs ({inputs}) do not fit together; a constant upstream probably holds the "
+                             f"old batch {self.b1}")
+        return found
+
+
+def batch_position(data_prefix, out_shape) -> int | None:
+    """The output axis that holds the batch, given the data dims before the batch axis."""
+    prefix = list(data_prefix)
+    for j in range(len(out_shape)):
+        if list(out_shape[:j]) == prefix:
+            return j
+    wanted = _product(prefix)
+    return next((j for j in range(len(out_shape)) if _product(out_shape[:j]) == wanted), None)
+
+
+def _use_counts(model: onnx.ModelProto) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for graph in all_graphs(model.graph):
+        for node in graph.node:
+            for name in node.input:
+                counts[name] = counts.get(name, 0) + 1
+        for info in graph.output:
+            counts[info.name] = counts.get(info.name, 0) + 1
+    return counts
+
+
+def _product(dims) -> int:
+    return int(np.prod(list(dims), dtype=np.int64)) if len(dims) else 1
+
+
+def _with(values: list[int], index: int, value: int) -> list[int]:
+    return values[:index] + [value] + values[index + 1:]
+
+
+def _int64(values: list[int], like: Known | None = None) -> Known:
+    dtype = np.int32 if like is not None and like.dtype == TensorProto.INT32 else np.int64
+    array = np.array(values, dtype=dtype) if dtype == np.int64 else np.clip(values, -2**31, 2**31 - 1).astype(dtype)
+    return Known(TensorProto.INT64 if dtype == np.int64 else TensorProto.INT32, array.shape, array)
+
+
+def _shape_text(known: Known) -> str:
+    if known.shape is None:
+        return "[?]" if known.dtype else "(unknown)"
+    return "[" + ", ".join("?" if d is None else str(d) for d in known.shape) + "]"
+
+
+__all__ = ["BatchTrace", "Rewrite", "SYMBOL_SIZES", "make_points", "trace_batch"]

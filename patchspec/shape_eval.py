@@ -1,0 +1,518 @@
+"""Evaluate every tensor's shape, and the value of small ones, at concrete input shapes.
+
+ONNX shape inference works on symbols and loses them where a shape is computed at run time (a
+Resize sized from ``Shape -> Slice -> Concat``, a Reshape fed by ``Shape -> Gather -> Concat``).
+Here every graph input gets concrete sizes, so each node's outputs are known exactly: small
+tensors (shape arithmetic) are computed with numpy, and every other output's shape comes from
+ONNX's own per-node inference given those values. If/Loop/Scan bodies are evaluated with their
+outer scope.
+
+Several *points* (say the same inputs at batch 1 and at batch 8) are evaluated in lockstep, node
+by node in graph order, so a caller sees which dims follow the batch. A ``hook`` may replace a
+node's inputs at some points before the node is evaluated: set_batch tries a rewritten shape
+constant there, and everything downstream sees the result.
+
+Weights are never read: only tensors of at most ``SMALL`` elements get a value, and external data
+is never opened, so a model with gigabytes of weights costs what its graph costs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from .shapes import NodeSite, subgraphs
+
+#: tensors with at most this many elements get a value (shape arithmetic, scales, small constants)
+SMALL = 1024
+
+
+@dataclass(frozen=True)
+class Known:
+    """What is known of one tensor at one point: element type (0 unknown), shape, small value."""
+
+    dtype: int = 0
+    shape: Optional[tuple] = None  # one int (or None: unknown) per axis; None: rank unknown
+    value: Optional[np.ndarray] = None
+
+    @property
+    def full(self) -> bool:
+        """Every dim is a known size."""
+        return self.shape is not None and all(d is not None for d in self.shape)
+
+
+UNKNOWN = Known()
+
+#: ``hook(site, inputs)`` gets, per point, the node's input Knowns; it returns replacements or None
+Hook = Callable[[NodeSite, list], Optional[list]]
+
+
+def known_of_array(array: np.ndarray) -> Known:
+    array = np.asarray(array)
+    dtype = helper.np_dtype_to_tensor_dtype(array.dtype)
+    return Known(dtype, tuple(int(d) for d in array.shape), array if array.size <= SMALL else None)
+
+
+def known_of_tensor(tensor: TensorProto) -> Known:
+    """An initializer: its value when small and stored inline (external data is never read)."""
+    shape = tuple(int(d) for d in tensor.dims)
+    small = int(np.prod(shape, dtype=np.int64)) <= SMALL
+    if small and tensor.data_location != TensorProto.EXTERNAL:
+        try:
+            return Known(tensor.data_type, shape, numpy_helper.to_array(tensor))
+        except Exception:  # an exotic type numpy cannot hold: the shape is still known
+            pass
+    return Known(tensor.data_type, shape)
+
+
+def known_of_type(type_proto: onnx.TypeProto) -> Known:
+    if not type_proto.HasField("tensor_type"):
+        return UNKNOWN
+    tensor_type = type_proto.tensor_type
+    if not tensor_type.HasField("shape"):
+        return Known(tensor_type.elem_type)
+    dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim)
+    return Known(tensor_type.elem_type, dims)
+
+
+def _type_proto(known: Known) -> onnx.TypeProto:
+    return helper.make_tensor_type_proto(known.dtype, None if known.shape is None else list(known.shape))
+
+
+class ShapeEvaluator:
+    """Evaluates a model at several points in lockstep; ``known[name]`` holds one Known per point."""
+
+    def __init__(self, model: onnx.ModelProto, points: Sequence[dict[str, Known]], hook: Hook | None = None):
+        self.model = model
+        self.points = list(points)
+        self.hook = hook
+        self.known: dict[str, list[Known]] = {}
+        self.producer: dict[str, NodeSite] = {}
+        self._opsets = {entry.domain or "": entry.version for entry in model.opset_import}
+        self._opsets.setdefault("", self._opsets.get("ai.onnx", 1))
+        self._schemas: dict[tuple, object] = {}
+        self._counter = 0
+
+    @property
+    def count(self) -> int:
+        return len(self.points)
+
+    def run(self) -> "ShapeEvaluator":
+        graph = self.model.graph
+        for tensor in graph.initializer:
+            self.known[tensor.name] = [known_of_tensor(tensor)] * self.count
+        for info in graph.input:
+            if info.name in self.known:
+                continue  # an initializer listed as an input (old exports): a constant
+            self.known[info.name] = [point.get(info.name, known_of_type(info.type)) for point in self.points]
+        self._run_graph(graph, (graph,))
+        return self
+
+    def at(self, name: str) -> list[Known]:
+        return self.known.get(name) or [UNKNOWN] * self.count
+
+    # -- traversal --------------------------------------------------------------------------------
+    def _run_graph(self, graph: onnx.GraphProto, scopes: tuple) -> None:
+        for tensor in graph.initializer if len(scopes) > 1 else ():
+            self.known[tensor.name] = [known_of_tensor(tensor)] * self.count
+        for node in graph.node:
+            site = NodeSite(self._counter, node, scopes)
+            self._counter += 1
+            inputs = [[self._input(name, p) for name in node.input] for p in range(self.count)]
+            if any(True for _ in subgraphs(node)):
+                outputs = self._control_flow(site, inputs)
+            else:
+                if self.hook is not None:
+                    inputs = self.hook(site, inputs) or inputs
+                outputs = [self.evaluate(node, inputs[p]) for p in range(self.count)]
+            for index, name in enumerate(node.output):
+                if name:
+                    self.known[name] = [outputs[p][index] for p in range(self.count)]
+                    self.producer[name] = site
+
+    def _input(self, name: str, point: int) -> Known:
+        if not name:
+            return UNKNOWN
+        found = self.known.get(name)
+        return found[point] if found else UNKNOWN
+
+    # -- one node at one point ---------------------------------------------------------------------
+    def evaluate(self, node: onnx.NodeProto, inputs: list[Known]) -> list[Known]:
+        """The outputs of ``node`` given its inputs at one point (UNKNOWN where nothing can be said)."""
+        count = len(node.output)
+        if node.domain not in ("", "ai.onnx"):
+            return self._infer(node, inputs)
+        try:
+            values = _evaluate_values(node, inputs, self._opsets[""])
+        except Exception:  # a value op on odd inputs: fall back to inference, which says why or nothing
+            values = None
+        if values is not None:
+            return [known_of_array(v) for v in values] + [UNKNOWN] * (count - len(values))
+        return self._infer(node, inputs)
+
+    def _infer(self, node: onnx.NodeProto, inputs: list[Known]) -> list[Known]:
+        unknown = [UNKNOWN] * len(node.output)
+        schema = self._schema(node)
+        if schema is None:
+            return unknown
+        types, data = {}, {}
+        for name, known in zip(node.input, inputs):
+            if not name or known.dtype == 0:
+                continue
+            types[name] = _type_proto(known)
+            if known.value is not None:
+                data[name] = numpy_helper.from_array(np.asarray(known.value), name)
+        try:
+            inferred = onnx.shape_inference.infer_node_outputs(schema, node, types, data)
+        except Exception:  # a mismatch at this point (a batch that does not fit): nothing known
+            return unknown
+        return [known_of_type(inferred[name]) if name in inferred else UNKNOWN for name in node.output]
+
+    def _schema(self, node: onnx.NodeProto):
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        key = (node.op_type, domain)
+        if key not in self._schemas:
+            try:
+                self._schemas[key] = onnx.defs.get_schema(node.op_type, self._opsets.get(domain, 1), domain)
+            except Exception:  # no schema: a custom op or a model-local function
+                self._schemas[key] = None
+        return self._schemas[key]
+
+    # -- If / Loop / Scan -------------------------------------------------------------------------------
+    def _control_flow(self, site: NodeSite, inputs: list) -> list[list[Known]]:
+        node = site.node
+        bodies = {attr.name: attr.g for attr in node.attribute if attr.HasField("g")}
+        if node.op_type == "If" and node.domain in ("", "ai.onnx") and len(bodies) == 2:
+            return self._if(site, bodies["then_branch"], bodies["else_branch"], inputs)
+        if node.op_type == "Loop" and node.domain in ("", "ai.onnx") and "body" in bodies:
+            return self._loop(site, bodies["body"], inputs)
+        if node.op_type == "Scan" and node.domain in ("", "ai.onnx") and "body" in bodies:
+            return self._scan(site, bodies["body"], inputs)
+        for sub in subgraphs(node):  # an unknown op with bodies: visit them, outputs unknown
+            self._bind(sub, [[UNKNOWN] * len(sub.input)] * self.count)
+            self._run_graph(sub, site.scopes + (sub,))
+        return [[UNKNOWN] * len(node.output)] * self.count
+
+    def _bind(self, body: onnx.GraphProto, per_point: list[list[Known]]) -> None:
+        for index, info in enumerate(body.input):
+            self.known[info.name] = [per_point[p][index] if index < len(per_point[p]) else UNKNOWN
+                                     for p in range(self.count)]
+
+    def _body_outputs(self, body: onnx.GraphProto) -> list[list[Known]]:
+        """Per point, the Knowns of ``body``'s outputs."""
+        return [[self._input(info.name, p) for info in body.output] for p in range(self.count)]
+
+    def _if(self, site: NodeSite, then_body, else_body, inputs: list) -> list[list[Known]]:
+        branches = []
+        for body in (then_body, else_body):
+            self._run_graph(body, site.scopes + (body,))
+            branches.append(self._body_outputs(body))
+        outputs = []
+        for p in range(self.count):
+            cond = inputs[p][0].value if inputs[p] else None
+            if cond is not None and np.asarray(cond).size == 1:
+                outputs.append(branches[0 if bool(np.asarray(cond).reshape(-1)[0]) else 1][p])
+            else:
+                outputs.append([merge(a, b) for a, b in zip(branches[0][p], branches[1][p])])
+        return outputs
+
+    def _loop(self, site: NodeSite, body, inputs: list) -> list[list[Known]]:
+        carried = len(site.node.input) - 2
+        bound = [[Known(TensorProto.INT64, (), np.array(0, dtype=np.int64)), Known(TensorProto.BOOL, ())]
+                 + [_shape_only(k) for k in inputs[p][2:]] for p in range(self.count)]
+        self._bind(body, bound)
+        self._run_graph(body, site.scopes + (body,))
+        body_out = self._body_outputs(body)
+        outputs = []
+        for p in range(self.count):
+            trips = inputs[p][0].value if inputs[p] and inputs[p][0].value is not None else None
+            trip = int(np.asarray(trips).reshape(-1)[0]) if trips is not None and np.asarray(trips).size == 1 else None
+            states = [merge(first, after) for first, after in zip(inputs[p][2:], body_out[p][1:1 + carried])]
+            scans = [_stacked(k, trip, 0) for k in body_out[p][1 + carried:]]
+            outputs.append((states + scans)[:len(site.node.output)])
+        return outputs
+
+    def _scan(self, site: NodeSite, body, inputs: list) -> list[list[Known]]:
+        node = site.node
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute if a.name != "body"}
+        scanned = int(attrs.get("num_scan_inputs", 0))
+        states = len(node.input) - scanned
+        in_axes = list(attrs.get("scan_input_axes", [])) or [0] * scanned
+        out_axes = list(attrs.get("scan_output_axes", []))
+        bound, lengths = [], []
+        for p in range(self.count):
+            slices, length = [], None
+            for k, axis in zip(inputs[p][states:], in_axes):
+                if k.shape is None:
+                    slices.append(Known(k.dtype))
+                    continue
+                axis %= max(len(k.shape), 1)
+                length = k.shape[axis] if length is None else length
+                slices.append(Known(k.dtype, k.shape[:axis] + k.shape[axis + 1:]))
+            bound.append([_shape_only(k) for k in inputs[p][:states]] + slices)
+            lengths.append(length)
+        self._bind(body, bound)
+        self._run_graph(body, site.scopes + (body,))
+        body_out = self._body_outputs(body)
+        outputs = []
+        for p in range(self.count):
+            finals = [merge(first, after) for first, after in zip(inputs[p][:states], body_out[p][:states])]
+            scans = [_stacked(k, lengths[p], out_axes[j] if j < len(out_axes) else 0)
+                     for j, k in enumerate(body_out[p][states:])]
+            outputs.append((finals + scans)[:len(node.output)])
+        return outputs
+
+
+def merge(a: Known, b: Known) -> Known:
+    """What two possible values of one tensor have in common."""
+    if a == b or (a.value is not None and b.value is not None and a.dtype == b.dtype
+                  and np.array_equal(a.value, b.value) and a.shape == b.shape):
+        return a
+    dtype = a.dtype if a.dtype == b.dtype else 0
+    if a.shape is None or b.shape is None or len(a.shape) != len(b.shape):
+        return Known(dtype)
+    return Known(dtype, tuple(x if x == y else None for x, y in zip(a.shape, b.shape)))
+
+
+def _shape_only(known: Known) -> Known:
+    return Known(known.dtype, known.shape)
+
+
+def _stacked(known: Known, length: int | None, axis: int) -> Known:
+    if known.shape is None:
+        return Known(known.dtype)
+    axis %= len(known.shape) + 1
+    return Known(known.dtype, known.shape[:axis] + (length,) + known.shape[axis:])
+
+
+def points_from_inputs(model: onnx.ModelProto, sizes: dict[str, Sequence[int]]) -> dict[str, Known]:
+    """A point: each named graph input at the given concrete sizes, with its declared element type."""
+    point = {}
+    for info in model.graph.input:
+        if info.name in sizes:
+            point[info.name] = Known(info.type.tensor_type.elem_type, tuple(int(d) for d in sizes[info.name]))
+    return point
+
+
+# -- values: the ops of shape arithmetic, in numpy --------------------------------------------------
+def _attrs(node: onnx.NodeProto) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _evaluate_values(node: onnx.NodeProto, inputs: list[Known], opset: int) -> list[np.ndarray] | None:
+    """Output values of ``node`` when it is shape arithmetic on known values; None otherwise."""
+    op = node.op_type
+    attrs = _attrs(node)
+    if op == "Constant":
+        return _constant(attrs)
+    if op in ("Shape", "Size"):
+        shape = inputs[0].shape if inputs else None
+        if shape is None or any(d is None for d in shape):
+            return None
+        if op == "Size":
+            return [np.array(int(np.prod(shape, dtype=np.int64)), dtype=np.int64)]
+        start, end = attrs.get("start", 0), attrs.get("end", None)
+        return [np.array(shape[start:end] if end is not None else shape[start:], dtype=np.int64)]
+    function = VALUE_OPS.get(op)
+    present = [k for name, k in zip(node.input, inputs) if name]
+    if function is None or any(k.value is None for k in present):
+        return None
+    args = [None if not name else np.asarray(k.value) for name, k in zip(node.input, inputs)]
+    if _output_size(op, args) > SMALL:
+        return None  # a large constant-filled tensor: its shape comes from inference
+    result = function(args, attrs, opset)
+    results = result if isinstance(result, list) else [result]
+    if any(np.asarray(r).size > SMALL for r in results):
+        return None
+    return [np.asarray(r) for r in results]
+
+
+def _output_size(op: str, args: list) -> int:
+    """Elements an op that can grow its input would make, before making them."""
+    if op == "Expand":
+        return int(np.prod(np.broadcast_shapes(args[0].shape, tuple(int(s) for s in args[1])), dtype=np.int64))
+    if op == "Tile":
+        return int(np.prod([d * int(r) for d, r in zip(args[0].shape, args[1])], dtype=np.int64))
+    if op == "ConstantOfShape":
+        return int(np.prod([int(s) for s in args[0]], dtype=np.int64))
+    if op == "Range":
+        start, limit, delta = (float(a.reshape(-1)[0]) for a in args)
+        return int(max(np.ceil((limit - start) / delta), 0)) if delta else SMALL + 1
+    return 0
+
+
+def _constant(attrs: dict) -> list[np.ndarray] | None:
+    if "value" in attrs:
+        tensor = attrs["value"]
+        if tensor.data_location == TensorProto.EXTERNAL or int(np.prod(tensor.dims, dtype=np.int64)) > SMALL:
+            return None
+        return [numpy_helper.to_array(tensor)]
+    for key, dtype in (("value_int", np.int64), ("value_float", np.float32)):
+        if key in attrs:
+            return [np.array(attrs[key], dtype=dtype)]
+    for key, dtype in (("value_ints", np.int64), ("value_floats", np.float32)):
+        if key in attrs:
+            return [np.array(list(attrs[key]), dtype=dtype)]
+    return None
+
+
+def _axes(args: list, attrs: dict, position: int, opset_axes_input: bool) -> list[int] | None:
+    if opset_axes_input:
+        if len(args) > position and args[position] is not None:
+            return [int(a) for a in args[position].reshape(-1)]
+        return None
+    return list(attrs["axes"]) if "axes" in attrs else None
+
+
+def _slice(args, attrs, opset):
+    data = args[0]
+    if opset < 10:
+        starts, ends = attrs["starts"], attrs["ends"]
+        axes = attrs.get("axes", list(range(len(starts))))
+        steps = [1] * len(starts)
+    else:
+        starts, ends = args[1].tolist(), args[2].tolist()
+        axes = args[3].tolist() if len(args) > 3 and args[3] is not None else list(range(len(starts)))
+        steps = args[4].tolist() if len(args) > 4 and args[4] is not None else [1] * len(starts)
+    index = [slice(None)] * data.ndim
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        size = data.shape[axis]
+        start = max(min(start, size), -size - 1)
+        end = max(min(end, size), -size - 1)
+        index[axis] = slice(start, end, step)
+    return data[tuple(index)]
+
+
+def _squeeze(args, attrs, opset):
+    axes = _axes(args, attrs, 1, opset >= 13)
+    return np.squeeze(args[0]) if axes is None else np.squeeze(args[0], axis=tuple(axes))
+
+
+def _unsqueeze(args, attrs, opset):
+    axes = _axes(args, attrs, 1, opset >= 13)
+    rank = args[0].ndim + len(axes)
+    result = args[0]
+    for axis in sorted(a % rank for a in axes):
+        result = np.expand_dims(result, axis)
+    return result
+
+
+def _reduce(function):
+    def reduce(args, attrs, opset):
+        axes = attrs.get("axes")
+        if len(args) > 1 and args[1] is not None:
+            axes = [int(a) for a in args[1].reshape(-1)]
+        keep = bool(attrs.get("keepdims", 1))
+        if not axes:
+            if attrs.get("noop_with_empty_axes", 0):
+                return args[0]
+            axes = None
+        return function(args[0], axis=None if axes is None else tuple(axes), keepdims=keep)
+    return reduce
+
+
+def _int_divide(a, b):
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu":
+        quotient = np.abs(a) // np.abs(b)
+        return (quotient * np.sign(a) * np.sign(b)).astype(np.result_type(a, b))
+    return np.divide(a, b).astype(np.result_type(a, b))
+
+
+def _mod(args, attrs, opset):
+    a, b = args
+    return np.fmod(a, b) if attrs.get("fmod", 0) else np.mod(a, b)
+
+
+def _cast(args, attrs, opset):
+    return args[0].astype(helper.tensor_dtype_to_np_dtype(attrs["to"]))
+
+
+def _range(args, attrs, opset):
+    start, limit, delta = (a.reshape(-1)[0] for a in args)
+    return np.arange(start, limit, delta, dtype=args[0].dtype)
+
+
+def _reshape(args, attrs, opset):
+    data, shape = args[0], [int(s) for s in args[1].reshape(-1)]
+    allowzero = attrs.get("allowzero", 0)
+    shape = [data.shape[i] if s == 0 and not allowzero else s for i, s in enumerate(shape)]
+    return data.reshape(shape)
+
+
+def _concat(args, attrs, opset):
+    return np.concatenate([a for a in args if a is not None], axis=attrs.get("axis", 0))
+
+
+def _gather(args, attrs, opset):
+    return np.take(args[0], args[1].astype(np.int64), axis=attrs.get("axis", 0))
+
+
+def _where(args, attrs, opset):
+    return np.where(args[0], args[1], args[2])
+
+
+def _binary(function):
+    return lambda args, attrs, opset: function(args[0], args[1])
+
+
+def _variadic(function):
+    def apply(args, attrs, opset):
+        result = args[0]
+        for other in args[1:]:
+            result = function(result, other)
+        return result
+    return apply
+
+
+VALUE_OPS: dict[str, Callable] = {
+    "Identity": lambda args, attrs, opset: args[0],
+    "Cast": _cast,
+    "Gather": _gather,
+    "Concat": _concat,
+    "Slice": _slice,
+    "Squeeze": _squeeze,
+    "Unsqueeze": _unsqueeze,
+    "Reshape": _reshape,
+    "Flatten": lambda args, attrs, opset: args[0].reshape(
+        int(np.prod(args[0].shape[:attrs.get("axis", 1)], dtype=np.int64)), -1),
+    "Expand": lambda args, attrs, opset: args[0] * np.ones([int(s) for s in args[1]], dtype=args[0].dtype),
+    "Tile": lambda args, attrs, opset: np.tile(args[0], [int(r) for r in args[1]]),
+    "ConstantOfShape": lambda args, attrs, opset: np.full(
+        [int(s) for s in args[0]], numpy_helper.to_array(attrs["value"]).reshape(-1)[0] if "value" in attrs else 0.0,
+        dtype=numpy_helper.to_array(attrs["value"]).dtype if "value" in attrs else np.float32),
+    "Range": _range,
+    "Add": _binary(np.add),
+    "Sub": _binary(np.subtract),
+    "Mul": _binary(np.multiply),
+    "Div": _binary(_int_divide),
+    "Mod": _mod,
+    "Neg": lambda args, attrs, opset: np.negative(args[0]),
+    "Abs": lambda args, attrs, opset: np.abs(args[0]),
+    "Floor": lambda args, attrs, opset: np.floor(args[0]),
+    "Ceil": lambda args, attrs, opset: np.ceil(args[0]),
+    "Sqrt": lambda args, attrs, opset: np.sqrt(args[0]),
+    "Min": _variadic(np.minimum),
+    "Max": _variadic(np.maximum),
+    "Equal": _binary(np.equal),
+    "Less": _binary(np.less),
+    "Greater": _binary(np.greater),
+    "LessOrEqual": _binary(np.less_equal),
+    "GreaterOrEqual": _binary(np.greater_equal),
+    "Not": lambda args, attrs, opset: np.logical_not(args[0]),
+    "And": _binary(np.logical_and),
+    "Or": _binary(np.logical_or),
+    "Where": _where,
+    "ReduceProd": _reduce(np.prod),
+    "ReduceSum": _reduce(np.sum),
+    "ReduceMax": _reduce(np.max),
+    "ReduceMin": _reduce(np.min),
+    "Transpose": lambda args, attrs, opset: np.transpose(args[0], attrs.get("perm")),
+}
+
+
+__all__ = ["Hook", "Known", "SMALL", "ShapeEvaluator", "UNKNOWN", "known_of_array", "known_of_tensor",
+           "known_of_type", "merge", "points_from_inputs"]
