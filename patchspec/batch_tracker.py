@@ -32,8 +32,11 @@ from .expressions import quote_tensor
 from .shape_eval import Known, ShapeEvaluator
 from .shapes import NodeSite, ScopeIndex, all_graphs, read_dims
 
-#: sizes given to symbolic input dims that are not the batch (divisible by every usual stride)
-SYMBOL_SIZES = tuple(128 * n for n in (3, 5, 7, 9, 11, 13, 15, 17))
+#: sizes given to symbolic input dims that are not the batch: distinct, divisible by the usual
+#: strides (up to 64), and small enough for position tables (transformers often stop at 512)
+SYMBOL_SIZES = tuple(128 * n for n in range(1, 9))
+#: how far the third point moves each of them
+SYMBOL_SHIFT = 64
 INT64_MAX = np.iinfo(np.int64).max
 #: ops whose output copies the elements of their first input in order (for tracing a shape back)
 _COPY_OPS = {"Unsqueeze", "Squeeze", "Cast", "Identity", "Reshape", "Flatten"}
@@ -58,15 +61,17 @@ class BatchTrace:
     symbolic: bool = False  # the new batch is a name: rewrites write -1/0/1/end, never a size
     evaluator: Optional[ShapeEvaluator] = None
     moves_symbols: bool = False  # a third point moved the other symbolic dims
+    symbols: dict = field(default_factory=dict)  # input dim_param -> its size at the first and third points
 
     def batch_dim(self, name: str, axis: int):
-        """What the evaluation says of one dim: an int, ("batch", k), or None (depends on other symbols)."""
+        """What the evaluation says of one dim: a size, ("batch", k), an input's dim_param, or None."""
         knowns = self.evaluator.at(name)
         if any(k.shape is None or axis >= len(k.shape) or k.shape[axis] is None for k in knowns):
             return None
         values = [k.shape[axis] for k in knowns]
         if self.moves_symbols and values[2] != values[0]:
-            return None
+            same = [name for name, sizes in self.symbols.items() if sizes == (values[0], values[2])]
+            return same[0] if len(same) == 1 and values[1] == values[0] else None
         if values[0] == values[1]:
             return values[0]
         factor, rest = divmod(values[0], self.b1)
@@ -79,8 +84,11 @@ class BatchTrace:
         return ranks.pop() if len(ranks) == 1 else None
 
 
-def make_points(model: onnx.ModelProto, batch_axes, b1: int, b2: int) -> tuple[list[dict], bool]:
-    """Input sizes at (b1), (b2) and, when other dims are symbolic, (b1 with those dims moved)."""
+def make_points(model: onnx.ModelProto, batch_axes, b1: int, b2: int) -> tuple[list[dict], dict]:
+    """Input sizes at (b1), (b2) and, when other dims are symbolic, (b1 with those dims moved).
+
+    Also returns each named symbolic dim with its size at the first and third points.
+    """
     constants = {t.name for t in model.graph.initializer}
     symbols: dict = {}
     base: dict[str, list] = {}
@@ -107,19 +115,21 @@ def make_points(model: onnx.ModelProto, batch_axes, b1: int, b2: int) -> tuple[l
             if info.name not in base:
                 continue
             shape = tuple(batch if d == ("batch",) else
-                          SYMBOL_SIZES[(d[1] + shift) % len(SYMBOL_SIZES)] if isinstance(d, tuple) else d
+                          SYMBOL_SIZES[d[1] % len(SYMBOL_SIZES)] + shift if isinstance(d, tuple) else d
                           for d in base[info.name])
             sizes[info.name] = Known(info.type.tensor_type.elem_type, shape)
         return sizes
 
-    points = [point(b1, 0), point(b2, 0)] + ([point(b1, 1)] if moved else [])
-    return points, moved
+    points = [point(b1, 0), point(b2, 0)] + ([point(b1, SYMBOL_SHIFT)] if moved else [])
+    named = {key: (SYMBOL_SIZES[i % len(SYMBOL_SIZES)], SYMBOL_SIZES[i % len(SYMBOL_SIZES)] + SYMBOL_SHIFT)
+             for key, i in symbols.items() if isinstance(key, str)}
+    return points, named
 
 
 def trace_batch(model: onnx.ModelProto, batch_axes, b1: int, b2: int, *, symbolic: bool = False) -> BatchTrace:
     """Evaluate ``model`` at the batch points, deciding each shape constant on the way."""
-    points, moved = make_points(model, set(batch_axes), b1, b2)
-    trace = BatchTrace(b1, b2, symbolic=symbolic, moves_symbols=moved)
+    points, symbols = make_points(model, set(batch_axes), b1, b2)
+    trace = BatchTrace(b1, b2, symbolic=symbolic, moves_symbols=len(points) > 2, symbols=symbols)
     tracker = _Tracker(model, trace)
     trace.evaluator = ShapeEvaluator(model, points, hook=tracker.hook)
     tracker.evaluator = trace.evaluator
@@ -367,19 +377,34 @@ class _Tracker:
                 f"      shape: [{', '.join(items)}]")
 
     def conflicts(self) -> list[str]:
-        """Nodes that run at the old batch and not at the new one (their inputs disagree on the batch)."""
+        """Nodes that run at the old batch and not at the new one, each with the likely reason."""
         found = []
         for name, site in self.evaluator.producer.items():
             node = site.node
             if id(node) in self.decided or name != next((o for o in node.output if o), None):
                 continue
+            if node.domain not in ("", "ai.onnx"):
+                continue
             first, second = self.evaluator.at(name)[:2]
-            if first.shape is not None and second.shape is None and node.domain in ("", "ai.onnx"):
-                inputs = ", ".join(f"{n} {_shape_text(self.evaluator.at(n)[1])}" for n in node.input if n)
-                found.append(f"undecided: {node.op_type} '{node.name or name}' has no shape at batch {self.b2}: "
-                             f"its inputs ({inputs}) do not fit together; a constant upstream probably holds the "
-                             f"old batch {self.b1}")
+            if node.op_type == "If":
+                cond = self.evaluator.at(node.input[0])
+                if cond[1].shape is not None and cond[1].full and _product(cond[1].shape) != _product(cond[0].shape or ()):
+                    found.append(self._conflict(node, f"its condition {_shape_text(cond[1])} follows the batch; an If "
+                                                "takes one condition, so the model decides for all samples at once "
+                                                "and cannot run batched as it is"))
+                continue
+            if first.shape is None or second.shape is not None:
+                continue
+            inputs = ", ".join(f"{n} {_shape_text(self.evaluator.at(n)[1])}" for n in node.input if n)
+            why = (f"it removes axes that are 1 only at batch {self.b1}: a batched model keeps the batch there"
+                   if node.op_type == "Squeeze" else
+                   f"its inputs ({inputs}) do not fit together; a constant upstream probably holds the old batch "
+                   f"{self.b1}")
+            found.append(self._conflict(node, why))
         return found
+
+    def _conflict(self, node: onnx.NodeProto, why: str) -> str:
+        return f"undecided: {node.op_type} '{node.name or node.output[0]}' cannot run at batch {self.b2}: {why}"
 
 
 def batch_position(data_prefix, out_shape) -> int | None:

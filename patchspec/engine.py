@@ -23,6 +23,7 @@ from .extdata import (Layout, data_files, default_layout, refuse_input_overwrite
                       validate_external_data, write_model)
 from .modelio import FileStamp, load_model
 from .plugins import PluginRegistry
+from .shapes import untyped_annotations
 from .spec import Spec, Step
 from .staging import Staging
 
@@ -110,9 +111,14 @@ class Engine:
     def _run_patch(self, step: Step, model: onnx.ModelProto, context: PatchContext) -> StepOutcome:
         patch_type = self.registry.patch_types[step.type_name]()
         started = time.perf_counter()
+        untyped_before = set(untyped_annotations(model))
         result = self._call_plugin("patch type", step, lambda: patch_type.apply(model, step.params, context))
         if not isinstance(result, PatchResult):
             raise self._plugin_bug("patch type", step, f"apply() returned {type(result).__name__}, not a PatchResult")
+        untyped = [name for name in untyped_annotations(model) if name not in untyped_before]
+        if untyped:  # onnxruntime >= 1.32 refuses such a model ("Invalid tensor data type 0")
+            shown = ", ".join(f"'{name}'" for name in untyped[:5]) + (" ..." if len(untyped) > 5 else "")
+            raise self._plugin_bug("patch type", step, f"wrote tensor types without an element type ({shown})")
         status = "modified" if result.modified else "unchanged"
         return StepOutcome(step.label, status, result.summary, list(result.details), time.perf_counter() - started)
 

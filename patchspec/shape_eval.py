@@ -31,7 +31,7 @@ from .shapes import NodeSite, subgraphs
 SMALL = 1024
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Known:
     """What is known of one tensor at one point: element type (0 unknown), shape, small value."""
 
@@ -170,7 +170,10 @@ class ShapeEvaluator:
             inferred = onnx.shape_inference.infer_node_outputs(schema, node, types, data)
         except Exception:  # a mismatch at this point (a batch that does not fit): nothing known
             return unknown
-        return [known_of_type(inferred[name]) if name in inferred else UNKNOWN for name in node.output]
+        outputs = [known_of_type(inferred[name]) if name in inferred else UNKNOWN for name in node.output]
+        if outputs and outputs[0].shape is None and node.op_type in BROADCASTING:
+            outputs[0] = _broadcast(node.op_type, inputs) or outputs[0]  # ops defined by a function body
+        return outputs
 
     def _schema(self, node: onnx.NodeProto):
         domain = "" if node.domain == "ai.onnx" else node.domain
@@ -267,10 +270,28 @@ class ShapeEvaluator:
         return outputs
 
 
+#: elementwise ops whose output shape is the broadcast of their inputs (bool for comparisons)
+COMPARISONS = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not"}
+BROADCASTING = COMPARISONS | {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "Where", "PRelu"}
+
+
+def _broadcast(op: str, inputs: list[Known]) -> Known | None:
+    shapes = [k.shape for k in inputs if k.dtype]
+    if not shapes or any(s is None or None in s for s in shapes):
+        return None
+    try:
+        shape = np.broadcast_shapes(*shapes)
+    except ValueError:
+        return None
+    dtype = TensorProto.BOOL if op in COMPARISONS else inputs[-1 if op == "Where" else 0].dtype
+    return Known(dtype, tuple(int(d) for d in shape))
+
+
 def merge(a: Known, b: Known) -> Known:
     """What two possible values of one tensor have in common."""
-    if a == b or (a.value is not None and b.value is not None and a.dtype == b.dtype
-                  and np.array_equal(a.value, b.value) and a.shape == b.shape):
+    same_value = a.value is None and b.value is None or (
+        a.value is not None and b.value is not None and np.array_equal(a.value, b.value))
+    if a is b or (a.dtype == b.dtype and a.shape == b.shape and same_value):
         return a
     dtype = a.dtype if a.dtype == b.dtype else 0
     if a.shape is None or b.shape is None or len(a.shape) != len(b.shape):

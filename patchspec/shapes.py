@@ -47,6 +47,17 @@ def has_shape(info: onnx.ValueInfoProto) -> bool:
     return info.type.HasField("tensor_type") and info.type.tensor_type.HasField("shape")
 
 
+def typed(info: onnx.ValueInfoProto) -> bool:
+    """A tensor annotation with a known element type (onnxruntime refuses elem_type 0)."""
+    return info.type.HasField("tensor_type") and info.type.tensor_type.elem_type != 0
+
+
+def untyped_annotations(model: onnx.ModelProto) -> list[str]:
+    """Names of tensor annotations that have a tensor type without an element type, in any graph."""
+    return [info.name for info in annotations(model.graph)
+            if info.type.HasField("tensor_type") and info.type.tensor_type.elem_type == 0]
+
+
 def read_dims(info: onnx.ValueInfoProto) -> list[Dim] | None:
     """The dims of a tensor annotation, or None when it has no shape (rank unknown)."""
     if not has_shape(info):
@@ -197,12 +208,15 @@ def _stub_tensor(tensor: onnx.TensorProto) -> onnx.TensorProto:
 def copy_derived_shapes(source: onnx.GraphProto, target: onnx.GraphProto) -> None:
     """Copy value_info and output shapes of an inferred copy onto the graph it was made from."""
     del target.value_info[:]
-    target.value_info.extend(source.value_info)
+    target.value_info.extend(info for info in source.value_info if typed(info))
     inferred_outputs = {info.name: info for info in source.output}
     for info in target.output:
         found = inferred_outputs.get(info.name)
-        if found is not None and has_shape(found):
-            info.type.tensor_type.shape.CopyFrom(found.type.tensor_type.shape)
+        if found is None or not has_shape(found) or not typed(found):
+            continue  # never write a shape without an element type: onnxruntime >= 1.32 refuses the model
+        if not typed(info):
+            info.type.tensor_type.elem_type = found.type.tensor_type.elem_type
+        info.type.tensor_type.shape.CopyFrom(found.type.tensor_type.shape)
     for source_node, target_node in zip(source.node, target.node):
         for source_sub, target_sub in zip(subgraphs(source_node), subgraphs(target_node)):
             copy_derived_shapes(source_sub, target_sub)
@@ -370,5 +384,7 @@ __all__ = [
     "rederive_shapes",
     "shape_dims",
     "subgraphs",
+    "typed",
+    "untyped_annotations",
     "write_dim",
 ]

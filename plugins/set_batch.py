@@ -25,7 +25,7 @@ from patchspec import PatchContext, PatchResult, PatchType, hookimpl
 from patchspec.errors import did_you_mean
 from patchspec.batch_tracker import INT64_MAX, BatchTrace, Rewrite, trace_batch
 from patchspec.shapes import (ScopeIndex, all_names, apply_pins, constant_value, format_dims, fresh_name, read_dims,
-                              rederive_shapes, shape_dims, uses_of, write_dim)
+                              rederive_shapes, shape_dims, typed, uses_of, write_dim)
 
 
 @dataclass(frozen=True)
@@ -240,11 +240,9 @@ def declare_from_trace(model: onnx.ModelProto, trace: BatchTrace, size) -> list[
 def _reconcile(info: onnx.ValueInfoProto, trace: BatchTrace, size) -> bool:
     """Bring one annotation in line with the evaluation; True when a declared fact was wrong."""
     rank = trace.rank(info.name)
-    if rank is None or not info.type.HasField("tensor_type"):
-        return False
+    if rank is None or not typed(info):
+        return False  # an annotation without an element type gets no shape (onnxruntime refuses it)
     tensor_type = info.type.tensor_type
-    if tensor_type.elem_type == 0:
-        tensor_type.elem_type = trace.evaluator.at(info.name)[0].dtype
     dims = read_dims(info)
     contradicted = dims is not None and len(dims) != rank
     if dims is None or contradicted:
