@@ -79,9 +79,9 @@ class BatchTrace:
             return ("batch", factor)
         return None
 
-    def rank(self, name: str) -> int | None:
-        ranks = {None if k.shape is None else len(k.shape) for k in self.evaluator.at(name)}
-        return ranks.pop() if len(ranks) == 1 else None
+    def ranks(self, name: str) -> tuple:
+        """The rank at each point (None where unknown); they differ where a Squeeze drops a batch of 1."""
+        return tuple(None if k.shape is None else len(k.shape) for k in self.evaluator.at(name))
 
 
 def make_points(model: onnx.ModelProto, batch_axes, b1: int, b2: int) -> tuple[list[dict], dict]:

@@ -8,7 +8,7 @@ about specs or plugins, so each piece is testable on its own.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -63,13 +63,37 @@ def provider_skip_reasons(providers: Iterable[str], available: list[str] | None 
     return {provider: (None if provider in available else reason) for provider in providers}
 
 
-class Session:
-    """One ONNX Runtime session of one model file on one provider."""
+#: graph optimization levels a session can run at, by the name a spec gives them
+OPTIMIZATION_LEVELS = ("all", "extended", "basic", "disabled")
 
-    def __init__(self, path: Path, provider: str) -> None:
+
+@dataclass(frozen=True)
+class BatchSplit:
+    """How ``split_batch`` cuts a batched case into samples and joins the reference's outputs.
+
+    ``inputs``: batch axis per input (None: the input is given whole to every sample run); inputs
+    not listed are split on axis 0, scalars are given whole. ``outputs``: batch axis per output
+    (default 0). A per-sample output of the batched output's rank is concatenated along that
+    axis; one of a rank lower (an export that squeezed the batch away) is stacked along it.
+    """
+
+    inputs: dict = field(default_factory=dict)
+    outputs: dict = field(default_factory=dict)
+
+    def input_axis(self, name: str, array: np.ndarray) -> int | None:
+        if name in self.inputs:
+            return self.inputs[name]
+        return 0 if array.ndim else None
+
+
+class Session:
+    """One ONNX Runtime session of one model file on one provider, at one optimization level."""
+
+    def __init__(self, path: Path, provider: str, optimization: str = "all") -> None:
         self.path = Path(path)
         self.provider = provider
-        self._session = _build_session(self.path, provider)
+        self.optimization = optimization
+        self._session = _build_session(self.path, provider, optimization)
         self.inputs = [_decl(arg) for arg in self._session.get_inputs()]
         self.outputs = [_decl(arg) for arg in self._session.get_outputs()]
 
@@ -87,27 +111,46 @@ class Session:
             raise RunFailure(msg) from None
         return dict(zip(self.output_names, values)), time.perf_counter() - started
 
-    def run_split(self, feeds: Feeds) -> tuple[Feeds, float]:
-        """Run once per sample of axis 0 of every input; join each output along axis 0."""
-        sizes = {name: (array.shape[0] if array.ndim else None) for name, array in feeds.items()}
-        batch = set(sizes.values())
-        if len(batch) != 1 or None in batch:
-            found = ", ".join(f"{name}: {size}" for name, size in sizes.items())
-            msg = f"split_batch needs every input to have the same size on axis 0; found {found}"
-            raise RunFailure(msg, "turn split_batch off for this model, or compare against a reference file")
+    def run_split(self, feeds: Feeds, split: BatchSplit | None = None,
+                  batched_ranks: dict | None = None) -> tuple[Feeds, float]:
+        """Run once per sample of the batch axes; join each output along its batch axis.
+
+        ``batched_ranks``: rank of each output of the batched model, to tell a per-sample output
+        that keeps the batch axis (concatenated) from one that lost it (stacked).
+        """
+        split = split or BatchSplit()
+        axes = {name: split.input_axis(name, array) for name, array in feeds.items()}
+        sizes = {name: feeds[name].shape[axis] for name, axis in axes.items()
+                 if axis is not None and -feeds[name].ndim <= axis < feeds[name].ndim}
+        bad_axes = [name for name, axis in axes.items() if axis is not None and name not in sizes]
+        if bad_axes or len(set(sizes.values())) != 1:
+            found = ", ".join(f"{name}: {size} on axis {axes[name]}" for name, size in sizes.items())
+            found += "".join(f", {name}: no axis {axes[name]} (rank {feeds[name].ndim})" for name in bad_axes)
+            msg = f"split_batch needs one batch size across the split inputs; found {found}"
+            raise RunFailure(msg, "give each input's batch axis: split_batch: {inputs: {state: 1, sr: null}}")
         parts, seconds = [], 0.0
-        for index in range(batch.pop()):
-            outputs, took = self.run({name: array[index:index + 1] for name, array in feeds.items()})
+        for index in range(next(iter(sizes.values()))):
+            sample = {name: (array if axes[name] is None else np.take(array, [index], axis=axes[name]))
+                      for name, array in feeds.items()}
+            outputs, took = self.run(sample)
             parts.append(outputs)
             seconds += took
-        return {name: _join(name, [p[name] for p in parts]) for name in self.output_names}, seconds
+        ranks = batched_ranks or {}
+        return {name: _join(name, [p[name] for p in parts], split.outputs.get(name, 0), ranks.get(name))
+                for name in self.output_names}, seconds
 
 
-def _build_session(path: Path, provider: str):
+def _build_session(path: Path, provider: str, optimization: str = "all"):
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3  # errors only: ORT's warnings are not the user's business here
+    options.graph_optimization_level = {
+        "all": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        "extended": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "basic": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "disabled": onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    }[optimization]
     try:
         session = onnxruntime.InferenceSession(str(path), sess_options=options, providers=[provider])
     except Exception as exc:
@@ -136,11 +179,19 @@ def _decl(arg) -> TensorDecl:
     return TensorDecl(arg.name, _ORT_TYPES.get(arg.type), dims)
 
 
-def _join(name: str, arrays: list[np.ndarray]) -> np.ndarray:
-    if any(a.ndim == 0 for a in arrays):
-        msg = f"split_batch cannot join output '{name}': it is a scalar"
-        raise RunFailure(msg, "turn split_batch off for this model")
-    return np.concatenate(arrays, axis=0)
+def _join(name: str, arrays: list[np.ndarray], axis: int, batched_rank: int | None) -> np.ndarray:
+    rank = arrays[0].ndim
+    stack = batched_rank == rank + 1  # the export squeezed the batch away: one sample has no batch axis
+    joined_rank = rank + 1 if stack else rank
+    if not -joined_rank <= axis < joined_rank:
+        what = "a scalar" if rank == 0 else f"rank {rank}"
+        msg = f"split_batch cannot join output '{name}' along axis {axis}: per sample it is {what}"
+        raise RunFailure(msg, f"give its batch axis: split_batch: {{outputs: {{{name}: AXIS}}}}")
+    try:
+        return np.stack(arrays, axis=axis) if stack else np.concatenate(arrays, axis=axis)
+    except ValueError as exc:
+        msg = f"split_batch cannot join output '{name}' along axis {axis}: {exc}"
+        raise RunFailure(msg, f"give its batch axis: split_batch: {{outputs: {{{name}: AXIS}}}}") from None
 
 
 # -- inputs from a case ---------------------------------------------------------------------------

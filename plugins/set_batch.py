@@ -86,11 +86,12 @@ class SetBatchPatch(PatchType):
         trace = trace_batch(model, batch.axes, batch.old_size, b2, symbolic=symbolic)
         rewrites, undecided = ([], []) if same else (trace.rewrites, trace.undecided)
         changed = rewrite_constants(model, rewrites, f"batch_{size}")
+        declared = {info.name: read_dims(info) for info in model.graph.output}
         for name, axis in batch.axes:
             write_dim(shape_dims(inputs[name])[axis], size)
             context.pinned_dims.get(name, {}).pop(axis, None)
         rederive_shapes(model, context.pinned_dims)
-        corrected = declare_from_trace(model, trace, size)
+        corrected = declare_from_trace(model, trace, size, declared)
         apply_pins(model.graph, context.pinned_dims)
         counts = f"{len(changed)} shape constant{'s' * (len(changed) != 1)} rewritten"
         if undecided:
@@ -218,38 +219,65 @@ def _overwrite_constant(source, tensor: onnx.TensorProto) -> None:
     source.attribute.append(onnx.helper.make_attribute("value", tensor))
 
 
-def declare_from_trace(model: onnx.ModelProto, trace: BatchTrace, size) -> list[str]:
+def declare_from_trace(model: onnx.ModelProto, trace: BatchTrace, size, declared: dict) -> list[str]:
     """Correct output (and intermediate) declarations with what the evaluation proved.
 
     ONNX shape inference loses the batch at a Resize sized from Shape, and keeps a rank it cannot
     compute (a Squeeze without axes). A declared rank or size that contradicts the evaluation is
     replaced; an unknown dim that the evaluation knows is filled in. Returns one line per output
-    whose declaration was wrong.
+    whose declaration (``declared``: output name -> dims before the patch) was wrong.
     """
     corrected = []
     for info in model.graph.output:
-        before = read_dims(info)
-        if _reconcile(info, trace, size) and before is not None:
-            corrected.append(f"output '{info.name}' was declared {format_dims(before)}, "
-                             f"is {format_dims(read_dims(info))}")
+        before = declared.get(info.name)
+        _reconcile(info, trace, size)
+        now = read_dims(info)
+        if _contradicted(before, now, trace, info.name):
+            note = ""
+            if len(set(trace.ranks(info.name)[:2])) > 1:
+                note = f" (a Squeeze drops the batch at batch {trace.b1}, where it has rank {trace.ranks(info.name)[0]})"
+            corrected.append(f"output '{info.name}' was declared {format_dims(before)}, is {format_dims(now)}{note}")
     for info in model.graph.value_info:
         _reconcile(info, trace, size)
     return corrected
 
 
+def _contradicted(before, now, trace: BatchTrace, name: str) -> bool:
+    """The old declaration stated a rank or a fixed size that is false (the batch's own axis aside)."""
+    if before is None or now is None:
+        return False
+    if len(before) != len(now):
+        return True
+    return any(isinstance(old, int) and old != new and not isinstance(trace.batch_dim(name, axis), tuple)
+               for axis, (old, new) in enumerate(zip(before, now)))
+
+
 def _reconcile(info: onnx.ValueInfoProto, trace: BatchTrace, size) -> bool:
     """Bring one annotation in line with the evaluation; True when a declared fact was wrong."""
-    rank = trace.rank(info.name)
-    if rank is None or not typed(info):
+    if not typed(info):
         return False  # an annotation without an element type gets no shape (onnxruntime refuses it)
     tensor_type = info.type.tensor_type
     dims = read_dims(info)
+    ranks = trace.ranks(info.name)
+    if isinstance(size, str) and None in ranks[:2]:
+        return False
+    rank = ranks[1 if isinstance(size, str) or size != trace.b1 else 0]
+    if rank is None:
+        return False
     contradicted = dims is not None and len(dims) != rank
     if dims is None or contradicted:
         tensor_type.shape.Clear()
         for _ in range(rank):
             tensor_type.shape.dim.add()
         dims = [None] * rank
+    if ranks[0] != ranks[1]:  # a Squeeze drops the batch at batch 1 only: declare the shape at the new batch
+        at = 1 if isinstance(size, str) or size != trace.b1 else 0
+        for axis, dim in enumerate(shape_dims(info)):
+            found = trace.evaluator.at(info.name)[at].shape[axis]
+            if isinstance(size, str):
+                found = size if found == trace.b2 else (None if trace.moves_symbols else found)
+            write_dim(dim, found)
+        return True
     for axis, dim in enumerate(shape_dims(info)):
         found = trace.batch_dim(info.name, axis)
         if isinstance(found, tuple):

@@ -10,10 +10,13 @@ import numpy as np
 from patchspec import VerifyContext, VerifyResult, Verifier, hookimpl
 from patchspec.errors import close_matches, did_you_mean
 from patchspec.ortrun import (
-    DEFAULT_PROVIDERS, DTYPES, FILLS, OutputComparison, ProviderUnusable, RunFailure, Session, TensorDecl,
-    compare_output, feed_shape_problems, format_shape, make_feeds, nonfinite_problems,
+    DEFAULT_PROVIDERS, DTYPES, FILLS, OPTIMIZATION_LEVELS, BatchSplit, OutputComparison, ProviderUnusable, RunFailure,
+    Session, TensorDecl, compare_output, feed_shape_problems, format_shape, make_feeds, nonfinite_problems,
     provider_skip_reasons, shape_problems,
 )
+from patchspec.shapes import read_dims
+
+DEFAULT_OPTIMIZATIONS = ("all", "disabled")
 
 DEFAULT_RTOL = 1e-4
 DEFAULT_ATOL = 1e-5
@@ -64,13 +67,33 @@ class RunVerifier(Verifier):
                     "additionalProperties": False,
                 },
             },
+            "optimizations": {
+                "type": "array", "minItems": 1, "uniqueItems": True,
+                "items": {"enum": list(OPTIMIZATION_LEVELS)},
+                "description": ("ONNX Runtime graph optimization levels to run every case at (default [all, "
+                                "disabled]): optimizations can make a wrong model look right"),
+            },
             "compare": {
                 "type": "object",
                 "description": "what the outputs are compared with, and how closely",
                 "properties": {
                     "against": dict(_AGAINST, description=_AGAINST["description"] + "; default original"),
-                    "split_batch": {"type": "boolean", "description": "run the reference once per sample of axis 0 "
-                                                                      "and join its outputs along axis 0"},
+                    "split_batch": {
+                        "description": ("run the reference once per sample and join its outputs: true (axis 0 of "
+                                        "every input and output), or {inputs: {NAME: AXIS or null}, outputs: "
+                                        "{NAME: AXIS}} for a batch elsewhere (an LSTM state [2, batch, 64] is 1; "
+                                        "null gives that input whole to every sample)"),
+                        "anyOf": [
+                            {"type": "boolean"},
+                            {"type": "object", "additionalProperties": False, "minProperties": 1, "properties": {
+                                "inputs": {"type": "object", "additionalProperties": {"type": ["integer", "null"]},
+                                           "description": "batch axis per input (default 0; null: not split)"},
+                                "outputs": {"type": "object", "additionalProperties": {"type": "integer"},
+                                            "description": "batch axis per output (default 0); a per-sample output "
+                                                           "of lower rank is stacked along it"},
+                            }},
+                        ],
+                    },
                     "rtol": {"type": "number", "minimum": 0, "description": f"relative tolerance (default {DEFAULT_RTOL:g})"},
                     "atol": {"type": "number", "minimum": 0, "description": f"absolute tolerance (default {DEFAULT_ATOL:g})"},
                 },
@@ -160,12 +183,13 @@ class _Row:
     case: int | None
     status: str  # pass | fail | skip
     messages: list[str] = field(default_factory=list)
+    optimization: str = ""
     outputs: list[OutputComparison] = field(default_factory=list)
     seconds: float = 0.0
     reference_seconds: float = 0.0
 
     def lines(self) -> list[str]:
-        where = self.provider + ("" if self.case is None else f" case {self.case}")
+        where = self.where
         lines = [f"{where} {o.name}: {'pass' if o.passed else 'FAIL'} max abs {o.max_abs:.3g} max rel "
                  f"{o.max_rel:.3g} ({self.seconds * 1000:.1f} ms)" for o in self.outputs]
         if self.status == "pass" and not self.outputs:
@@ -173,8 +197,14 @@ class _Row:
         label = {"fail": "FAIL", "skip": "skipped"}.get(self.status, "note")
         return lines + [f"{where}: {label}: {m}" for m in self.messages]
 
+    @property
+    def where(self) -> str:
+        level = f" (optimizations {self.optimization})" if self.optimization else ""
+        return self.provider + ("" if self.case is None else f" case {self.case}") + level
+
     def to_json(self) -> dict:
-        return {"provider": self.provider, "case": self.case, "status": self.status, "seconds": self.seconds,
+        return {"provider": self.provider, "case": self.case, "optimization": self.optimization,
+                "status": self.status, "seconds": self.seconds,
                 "reference_seconds": self.reference_seconds, "outputs": [o.to_json() for o in self.outputs],
                 "messages": list(self.messages)}
 
@@ -185,7 +215,10 @@ class _Run:
         self.context = context
         compare = params.get("compare", {})
         self.against = compare.get("against", "original")
-        self.split_batch = bool(compare.get("split_batch", False))
+        split = compare.get("split_batch", False)
+        self.split_batch = bool(split)
+        self.split = BatchSplit(split.get("inputs", {}), split.get("outputs", {})) if isinstance(split, dict) else BatchSplit()
+        self.optimizations = list(params.get("optimizations") or DEFAULT_OPTIMIZATIONS)
         self.rtol = float(compare.get("rtol", DEFAULT_RTOL))
         self.atol = float(compare.get("atol", DEFAULT_ATOL))
         self.required = set(params.get("require", []))
@@ -207,26 +240,32 @@ class _Run:
         return _Row(provider, None, "skip", [reason])
 
     def _provider_rows(self, provider: str) -> list[_Row]:
-        try:
-            session = Session(self.context.output_path, provider)
-            cases = self.params.get("cases") or [_default_case(session.inputs)]
-        except ProviderUnusable as exc:
-            return [self._unavailable(provider, _text(exc))]
-        except RunFailure as exc:
-            return [_Row(provider, None, "fail", [_text(exc)])]
         references: dict[Path, Session] = {}
-        return [self._case_row(session, index, case, references) for index, case in enumerate(cases)]
+        rows = []
+        for level in self.optimizations:
+            label = level if len(self.optimizations) > 1 else ""
+            try:
+                session = Session(self.context.output_path, provider, level)
+                cases = self.params.get("cases") or [_default_case(session.inputs)]
+            except ProviderUnusable as exc:
+                return [self._unavailable(provider, _text(exc))]
+            except RunFailure as exc:
+                rows.append(_Row(provider, None, "fail", [_text(exc)], label))
+                continue
+            rows += [self._case_row(session, index, case, references, label) for index, case in enumerate(cases)]
+        return rows
 
-    def _case_row(self, session: Session, index: int, case: dict, references: dict) -> _Row:
-        row = _Row(session.provider, index, "pass")
+    def _case_row(self, session: Session, index: int, case: dict, references: dict, level: str) -> _Row:
+        row = _Row(session.provider, index, "pass", optimization=level)
         try:
             feeds = make_feeds(case["inputs"], session.inputs, self.context.resolve)
             misfit = feed_shape_problems(feeds, session.inputs)
             if misfit:
                 raise RunFailure("the case does not fit the output's inputs: " + "; ".join(misfit))
             outputs, row.seconds = session.run(feeds)
-            row.messages += _declared_shape_problems(session, outputs)
-            expected, row.reference_seconds = self._reference(case, session.provider, feeds, references)
+            row.messages += declared_shape_problems(self.context.model, outputs)
+            ranks = {name: array.ndim for name, array in outputs.items()}
+            expected, row.reference_seconds = self._reference(case, session.provider, feeds, references, ranks)
             if expected is None:
                 row.messages += nonfinite_problems(outputs)
             else:
@@ -248,7 +287,8 @@ class _Run:
             raise RunFailure(msg)
         return compared, notes
 
-    def _reference(self, case: dict, provider: str, feeds: dict, references: dict) -> tuple[dict | None, float]:
+    def _reference(self, case: dict, provider: str, feeds: dict, references: dict,
+                   batched_ranks: dict) -> tuple[dict | None, float]:
         against = case.get("against", self.against)
         if against == "none":
             return None, 0.0
@@ -257,11 +297,12 @@ class _Run:
             return _load_expected(path), 0.0
         if path not in references:
             references[path] = _reference_session(path, provider)
-        return _run_reference(references[path], feeds, self.split_batch)
+        return _run_reference(references[path], feeds, self.split if self.split_batch else None, batched_ranks)
 
     def _verdict(self, providers: list[str], rows: list[_Row]) -> VerifyResult:
         details = tuple(line for row in rows for line in row.lines())
-        data = {"against": self.against, "split_batch": self.split_batch, "rtol": self.rtol, "atol": self.atol,
+        data = {"against": self.against, "split_batch": self.split_batch, "optimizations": self.optimizations,
+                "rtol": self.rtol, "atol": self.atol,
                 "results": [row.to_json() for row in rows]}
         failed = [row for row in rows if row.status == "fail"]
         ran = [row for row in rows if row.status == "pass"]
@@ -269,22 +310,31 @@ class _Run:
         tail = f"; skipped {', '.join(skipped)}" if skipped else ""
         if failed:
             first = failed[0]
-            where = first.provider + ("" if first.case is None else f" case {first.case}")
-            summary = f"{len(failed)} of {len(rows)} runs failed; first: {where}: {first.messages[0]}"
+            summary = f"{len(failed)} of {len(rows)} runs failed; first: {first.where}: {first.messages[0]}"
             return VerifyResult("failed", summary, details, data)
         if not ran:
             return VerifyResult("skipped", f"no listed provider can run here{tail}", details, data)
         worst = max((o.max_abs for row in ran for o in row.outputs), default=None)
         error = "" if worst is None else f", max abs error {worst:.3g} (rtol {self.rtol:g}, atol {self.atol:g})"
         cases = len({row.case for row in ran})
-        return VerifyResult("passed", f"{cases} case(s) on {', '.join(sorted({r.provider for r in ran}))} "
+        levels = f" (optimizations {', '.join(self.optimizations)})" if len(self.optimizations) > 1 else ""
+        return VerifyResult("passed", f"{cases} case(s) on {', '.join(sorted({r.provider for r in ran}))}{levels} "
                                       f"against {self.against}{error}{tail}", details, data)
 
 
-def _declared_shape_problems(session: Session, outputs: dict) -> list[str]:
-    # only fixed sizes: a dim_param shared by tensors of different sizes is the lint verifier's business
-    # (exporters write '?' for "unknown" on several axes, which is not a lie about any one size)
-    problems = [p for decl in session.outputs for p in shape_problems("output", decl, outputs[decl.name].shape)]
+def declared_shape_problems(model, outputs: dict) -> list[str]:
+    """Outputs whose rank or fixed sizes, as the model file declares them, differ from the run's.
+
+    Read from the file, not from the session: onnxruntime reports its own inferred shape where
+    the declaration disagrees with it (a declared [N, 3] that is [N, 2] reads [N, None] there).
+    Only ranks and fixed sizes: a dim_param shared by tensors of different sizes is the lint
+    verifier's business (exporters write '?' for "unknown" on several axes).
+    """
+    problems = []
+    for info in model.graph.output:
+        dims = read_dims(info)
+        if dims is not None and info.name in outputs:
+            problems += shape_problems("output", TensorDecl(info.name, None, tuple(dims)), outputs[info.name].shape)
     return [f"the output declares a shape it does not produce: {p}" for p in problems]
 
 
@@ -305,14 +355,14 @@ def _reference_session(path: Path, provider: str) -> Session:
         raise RunFailure(f"reference: {exc.message}", exc.hint) from None
 
 
-def _run_reference(reference: Session, feeds: dict, split_batch: bool) -> tuple[dict, float]:
+def _run_reference(reference: Session, feeds: dict, split: BatchSplit | None, batched_ranks: dict) -> tuple[dict, float]:
     names = {d.name for d in reference.inputs}
     missing = [d for d in reference.inputs if d.name not in feeds]
     ref_feeds = {name: array for name, array in feeds.items() if name in names}
     if missing:
         ref_feeds.update(make_feeds({}, missing, lambda p: Path(p)))
-    if split_batch:
-        return reference.run_split(ref_feeds)
+    if split is not None:
+        return reference.run_split(ref_feeds, split, batched_ranks)
     hint = f"if {reference.path.name} only runs one sample at a time, set 'split_batch: true' under compare"
     misfit = feed_shape_problems(ref_feeds, reference.inputs)
     if misfit:

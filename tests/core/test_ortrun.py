@@ -145,7 +145,7 @@ def test_run_failure_names_provider_and_path(tmp_path):
     session = Session(relu_model(tmp_path, in_shape=(2, 4), out_shape=(2, 4)), "CPUExecutionProvider")
     with pytest.raises(RunFailure, match="CPUExecutionProvider: onnxruntime failed to run .*m.onnx"):
         session.run({"x": np.zeros((3, 4), np.float32)})
-    with pytest.raises(RunFailure, match="same size on axis 0"):
+    with pytest.raises(RunFailure, match="one batch size across the split inputs; found x: 2 on axis 0, z: 3 on axis 0"):
         session.run_split({"x": np.zeros((2, 4), np.float32), "z": np.zeros((3,), np.int64)})
 
 
