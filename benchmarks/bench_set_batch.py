@@ -168,39 +168,55 @@ def child(command: list[str], cwd: Path) -> Run:
     return Run(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, text)  # Linux: KiB
 
 
-def apply_cli(spec: Path, times: int) -> tuple[float, float, float, int]:
-    """``patchspec apply --no-verify --force``: (median wall, median CPU, max RSS MiB, constants rewritten)."""
-    runs = [child([PATCHSPEC, "apply", "--no-verify", "--force", spec.name], spec.parent) for _ in range(times)]
+def repeated(measure, times: int, budget_s: float) -> list:
+    """Up to ``times`` results of ``measure()``; no further run once one more would pass ``budget_s`` seconds."""
+    results, start = [], time.perf_counter()
+    while len(results) < times:
+        results.append(measure())
+        spent = time.perf_counter() - start
+        if spent + spent / len(results) > budget_s:
+            break
+    return results
+
+
+def apply_cli(spec: Path, times: int, budget_s: float) -> tuple[float, float, float, int, int]:
+    """``patchspec apply --no-verify --force``: (median wall, median CPU, max RSS MiB, rewritten, runs)."""
+    runs = repeated(lambda: child([PATCHSPEC, "apply", "--no-verify", "--force", spec.name], spec.parent),
+                    times, budget_s)
     found = {int(m.group(1)) for run in runs for m in [REWRITTEN.search(run.stdout)] if m}
     if len(found) != 1:
         raise SystemExit(f"no single 'N shape constants rewritten' in the apply output:\n{runs[-1].stdout}")
     return (statistics.median(r.wall_s for r in runs), statistics.median(r.cpu_s for r in runs),
-            max(r.rss_mib for r in runs), found.pop())
+            max(r.rss_mib for r in runs), found.pop(), len(runs))
 
 
-def apply_in_process(model: onnx.ModelProto, times: int) -> tuple[float, int]:
-    """``SetBatchPatch().apply`` alone on a fresh copy each time: (median seconds, constants rewritten)."""
-    seconds, counts = [], set()
-    for _ in range(times):
+def apply_in_process(model: onnx.ModelProto, times: int, budget_s: float) -> tuple[float, int, int]:
+    """``SetBatchPatch().apply`` alone on a fresh copy each time: (median seconds, rewritten, runs)."""
+
+    def once() -> tuple[float, int]:
         copy = onnx.ModelProto()
         copy.CopyFrom(model)
         start = time.perf_counter()
         result = SetBatchPatch().apply(copy, {"size": BATCH}, FakeContext())
-        seconds.append(time.perf_counter() - start)
+        seconds = time.perf_counter() - start
         match = REWRITTEN.search(result.summary)
-        counts.add(int(match.group(1)) if match else -1)
+        return seconds, int(match.group(1)) if match else -1
+
+    runs = repeated(once, times, budget_s)
+    counts = {count for _, count in runs}
     if len(counts) != 1:
         raise SystemExit(f"the in-process apply rewrote a different number of constants each time: {counts}")
-    return statistics.median(seconds), counts.pop()
+    return statistics.median(s for s, _ in runs), counts.pop(), len(runs)
 
 
 def check_all_rewritten(what: str, rewritten: int, baked: int) -> None:
-    assert rewritten == baked, (f"{what}: {rewritten} shape constants rewritten, but the model bakes batch 1 "
-                                f"into {baked}: set_batch missed {baked - rewritten}")
+    if rewritten != baked:  # not a bare assert: python -O would drop it
+        raise AssertionError(f"{what}: {rewritten} shape constants rewritten, but the model bakes batch 1 "
+                             f"into {baked}: set_batch missed {baked - rewritten}")
 
 
 # -- the two parts ------------------------------------------------------------------------------------------
-def bench_scaling(work: Path, sizes: list[int], times: int) -> list[dict]:
+def bench_scaling(work: Path, sizes: list[int], times: int, budget_s: float) -> list[dict]:
     rows = []
     for nodes in sizes:
         folder = work / f"chain{nodes}"
@@ -208,29 +224,29 @@ def bench_scaling(work: Path, sizes: list[int], times: int) -> list[dict]:
         model, baked = scaling_model(nodes)
         path = folder / f"chain{nodes}.onnx"
         onnx.save(model, path)
-        in_s, in_count = apply_in_process(model, times)
+        in_s, in_count, in_runs = apply_in_process(model, times, budget_s)
         check_all_rewritten(f"{nodes} nodes, in-process", in_count, baked)
-        wall, cpu, rss, cli_count = apply_cli(write_spec(folder, path, "out.onnx"), times)
+        wall, cpu, rss, cli_count, cli_runs = apply_cli(write_spec(folder, path, "out.onnx"), times, budget_s)
         check_all_rewritten(f"{nodes} nodes, patchspec apply", cli_count, baked)
         rows.append(dict(nodes=nodes, baked=baked, rewritten=cli_count, wall=wall, cpu=cpu, rss=rss, inproc=in_s,
-                         size_mib=path.stat().st_size / 2**20))
+                         size_mib=path.stat().st_size / 2**20, runs=f"{cli_runs} / {in_runs}"))
         print(f"  {nodes} nodes: apply {wall:.2f} s, in-process set_batch {in_s:.2f} s", file=sys.stderr, flush=True)
         shutil.rmtree(folder)
     return rows
 
 
-def bench_memory(work: Path, sizes_gib: list[float], times: int) -> list[dict]:
+def bench_memory(work: Path, sizes_gib: list[float], times: int, budget_s: float) -> list[dict]:
     rows = []
     for gib in sizes_gib:
         folder = work / f"big{gib:g}"
         folder.mkdir()
         path, baked = big_model(folder, gib)
         os.sync()  # the data was just written: do not charge its write-back to the first run
-        wall, cpu, rss, count = apply_cli(write_spec(folder, path, "out/big_b8.onnx"), times)
+        wall, cpu, rss, count, runs = apply_cli(write_spec(folder, path, "out/big_b8.onnx"), times, budget_s)
         check_all_rewritten(f"{gib:g} GiB model", count, baked)
         out_data = sum(p.stat().st_size for p in (folder / "out").iterdir() if p.suffix != ".onnx")
         rows.append(dict(gib=gib, data_gib=(folder / "big.onnx.data").stat().st_size / 2**30,
-                         out_gib=out_data / 2**30, wall=wall, cpu=cpu, rss=rss, rewritten=count))
+                         out_gib=out_data / 2**30, wall=wall, cpu=cpu, rss=rss, rewritten=count, runs=runs))
         print(f"  {gib:g} GiB: apply {wall:.2f} s, peak RSS {rss:.0f} MiB", file=sys.stderr, flush=True)
         shutil.rmtree(folder)  # GiBs: free the disk before the next size
     return rows
@@ -250,13 +266,13 @@ def profile(nodes: int, top: int = 15) -> str:
 # -- tables --------------------------------------------------------------------------------------------------
 def scaling_table(rows: list[dict]) -> str:
     lines = ["| nodes | model MiB | baked constants | rewritten | `patchspec apply` wall s | CPU s | s / 1k nodes "
-             "| peak RSS MiB | in-process `set_batch` s | s / 1k nodes |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| peak RSS MiB | in-process `set_batch` s | s / 1k nodes | runs (apply / in-process) |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         k = r["nodes"] / 1000
         lines.append(f"| {r['nodes']:,} | {r['size_mib']:.1f} | {r['baked']:,} | {r['rewritten']:,} | {r['wall']:.2f} "
                      f"| {r['cpu']:.2f} | {r['wall'] / k:.3f} | {r['rss']:.0f} | {r['inproc']:.2f} "
-                     f"| {r['inproc'] / k:.3f} |")
+                     f"| {r['inproc'] / k:.3f} | {r['runs']} |")
     return "\n".join(lines)
 
 
@@ -272,12 +288,12 @@ def ratios(rows: list[dict]) -> str:
 
 def memory_table(rows: list[dict]) -> str:
     lines = ["| external weights | `patchspec apply` wall s | CPU s | peak RSS MiB | peak RSS MB | "
-             f"under {RSS_TARGET_MB} MB | rewritten | output data GiB |",
-             "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
+             f"under {RSS_TARGET_MB} MB | rewritten | output data GiB | runs |",
+             "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |"]
     for r in rows:
         mb = r["rss"] * 2**20 / 1e6
         lines.append(f"| {r['data_gib']:.2f} GiB | {r['wall']:.2f} | {r['cpu']:.2f} | {r['rss']:.0f} | {mb:.0f} "
-                     f"| {'yes' if mb < RSS_TARGET_MB else '**no**'} | {r['rewritten']} | {r['out_gib']:.2f} |")
+                     f"| {'yes' if mb < RSS_TARGET_MB else '**no**'} | {r['rewritten']} | {r['out_gib']:.2f} | {r['runs']} |")
     return "\n".join(lines)
 
 
@@ -287,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="node counts of the scaling models")
     parser.add_argument("--sizes-gib", type=float, nargs="*", default=[2], help="GiB of external weights")
     parser.add_argument("--repeat", type=int, default=3, help="runs per measurement (median time, max RSS)")
+    parser.add_argument("--budget-s", type=float, default=30.0,
+                        help="no further repetition of a measurement once it would pass this many seconds "
+                             "(a slow case runs once)")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp"), help="where the temporary folder goes")
     parser.add_argument("--profile", type=int, metavar="NODES",
                         help="only print a cProfile (top 15, cumulative) of the in-process set_batch at NODES nodes")
@@ -297,14 +316,15 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="patchspec-bench-set-batch-", dir=args.workdir))
     try:
-        scaling = bench_scaling(work, args.nodes, args.repeat)
-        memory = bench_memory(work, args.sizes_gib, args.repeat)
+        scaling = bench_scaling(work, args.nodes, args.repeat, args.budget_s)
+        memory = bench_memory(work, args.sizes_gib, args.repeat, args.budget_s)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     load = f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
     rss_source = "/usr/bin/time %M" if TIME else "os.wait4 ru_maxrss"
     print(f"python {sys.version.split()[0]}, onnx {onnx.__version__}, numpy {np.__version__}, "
-          f"{os.cpu_count()} CPUs, {load}; peak RSS from {rss_source}; median of {args.repeat}\n")
+          f"{os.cpu_count()} CPUs, {load}; peak RSS from {rss_source}; times: median of up to {args.repeat} runs, "
+          f"fewer once a measurement would pass {args.budget_s:g} s\n")
     if scaling:
         print(f"### Scaling (chain of Relu/Add/Mul on [1, {C}, {H}, {W}], one Reshape in {EVERY}, set_batch: {BATCH})\n")
         print(scaling_table(scaling) + "\n")

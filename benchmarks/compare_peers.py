@@ -107,19 +107,29 @@ def model_by_key(key: str, original: str) -> RealModel:
 
 # -- small helpers ---------------------------------------------------------------------------------------------
 def first_error_line(text: str, limit: int = 300) -> str:
-    """The line that says what went wrong: polygraphy's first [E] line, else the last exception line, else the last line."""
+    """The line that says what went wrong: polygraphy's first [E] line, else the last exception line (with where
+    it was raised when it carries no message), else the first line naming an error, else the last line."""
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
     if not lines:
         return ""
     for line in lines:
         if line.startswith("[E]") and "Traceback" not in line:
             return _clip(line, limit)
-    exception = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Fail\w*|Exit)|onnxruntime\.[\w.]+)\b.*:")
-    hits = [line for line in lines if exception.match(line)]
+    exception = re.compile(r"^(?:[A-Za-z_][\w.]*(?:Error|Exception|Fail\w*|Exit|Interrupt))(?::|$)")
+    hits = [index for index, line in enumerate(lines) if exception.match(line)]
     if hits:
-        return _clip(hits[-1], limit)
+        index = hits[-1]
+        line = lines[index]
+        if ":" not in line:  # a bare `AssertionError`: say where, and the line that raised it
+            where = next((i for i in range(index - 1, -1, -1) if lines[i].startswith("File ")), None)
+            if where is not None:
+                place = re.match(r'File "([^"]+)", line (\d+), in (\S+)', lines[where])
+                code = lines[where + 1] if where + 1 < index else ""
+                if place:
+                    line += f" in {Path(place[1]).name}:{place[2]} {place[3]}(): {code}"
+        return _clip(line, limit)
     errors = [line for line in lines if re.search(r"\berror\b|\bfail", line, re.I)]
-    return _clip((errors or lines)[-1 if not errors else 0], limit)
+    return _clip(errors[0] if errors else lines[-1], limit)
 
 
 def _clip(line: str, limit: int) -> str:
@@ -352,13 +362,17 @@ def peer_make_fixed(model, shapes, onnx_model, folder, refdir, tools) -> dict:
 SSI_CHILD = """
 import json, sys, onnx
 from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-source, out, axes, batch = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4])
+source, out, axes, batch, fresh = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
 model = onnx.load(source)
 for info in model.graph.input:
     if info.name in axes:
         dim = info.type.tensor_type.shape.dim[axes[info.name]]
         dim.Clear()
         dim.dim_value = batch
+if fresh:  # drop the annotations the export made at the old batch
+    del model.graph.value_info[:]
+    for info in model.graph.output:
+        info.type.tensor_type.ClearField("shape")
 inferred = SymbolicShapeInference.infer_shapes(model, auto_merge=True)
 if inferred is None:
     raise SystemExit("SymbolicShapeInference.infer_shapes returned None")
@@ -372,22 +386,28 @@ def peer_symbolic(model, onnx_model, folder, refdir, tools) -> dict:
         return {"": {"status": "not installable", "error": reason}}
     import onnx
 
-    out = folder / "ort_symbolic.onnx"
     axes = batch_axes(model, onnx_model)
-    command = [sys.executable, "-c", SSI_CHILD, str(model.file), str(out), json.dumps(axes), str(BATCH)]
-    refused = tool_call(command, out)
-    shown = "SymbolicShapeInference.infer_shapes(model, auto_merge=True)"
-    if refused:
-        return {"auto_merge": {**refused, "command": shown, "ran": False}}
-    inferred = onnx.load(str(out), load_external_data=False)
-    batches = {}
-    for info in inferred.graph.output:
-        dims = dims_of(info)
-        axis = model.output_axes.get(info.name, 0)
-        batches[info.name] = dims[axis] if dims and axis < len(dims) else None
-    verdict = evaluate_in_child(sys.executable, model, out, refdir)
-    return {"auto_merge": {"command": shown, "ran": True, "output_batch": batches,
-                           "output_batch_is_4": all(b == BATCH for b in batches.values()), **verdict}}
+    variants = {}
+    # as a user would first try it; then with the export's value_info and output shapes dropped first
+    for label, fresh in (("as exported", "0"), ("value_info dropped", "1")):
+        out = folder / f"ort_symbolic_{fresh}.onnx"
+        command = [sys.executable, "-c", SSI_CHILD, str(model.file), str(out), json.dumps(axes), str(BATCH), fresh]
+        refused = tool_call(command, out)
+        shown = "SymbolicShapeInference.infer_shapes(model, auto_merge=True)" + (
+            " after dropping value_info and output shapes" if fresh == "1" else "")
+        if refused:
+            variants[label] = {**refused, "command": shown, "ran": False}
+            continue
+        inferred = onnx.load(str(out), load_external_data=False)
+        batches = {}
+        for info in inferred.graph.output:
+            dims = dims_of(info)
+            axis = model.output_axes.get(info.name, 0)
+            batches[info.name] = dims[axis] if dims and axis < len(dims) else None
+        verdict = evaluate_in_child(sys.executable, model, out, refdir)
+        variants[label] = {"command": shown, "ran": True, "output_batch": batches,
+                           "output_batch_is_4": all(b == BATCH for b in batches.values()), **verdict}
+    return variants
 
 
 def peer_worker(jobs_file: str, out_file: str) -> None:
@@ -519,7 +539,12 @@ def main() -> int:
     parser.add_argument("--workdir", help="working folder (default: a new temporary folder)")
     parser.add_argument("--evaluate", nargs=4, metavar=("KEY", "ORIGINAL", "PRODUCED", "REFDIR"), help=argparse.SUPPRESS)
     parser.add_argument("--peer-worker", nargs=2, metavar=("JOBS", "OUT"), help=argparse.SUPPRESS)
+    parser.add_argument("--versions", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+
+    if args.versions:
+        print(json.dumps(peer_versions()))
+        return 0
 
     if args.evaluate:
         print(json.dumps(evaluate(*args.evaluate)))
@@ -563,8 +588,7 @@ def main() -> int:
     if PEERS_PY.exists() and tools["onnxruntime"]["status"] == "installed":
         (workdir / "jobs.json").write_text(json.dumps({"tools": tools, "workdir": str(workdir), "models": jobs}))
         subprocess.run([str(PEERS_PY), str(SCRIPT), "--peer-worker", str(workdir / "jobs.json"), str(peers_out)], cwd=REPO)
-        done = run_child([str(PEERS_PY), "-c", f"import sys; sys.path.insert(0, {str(SCRIPT.parent)!r}); "
-                          "import json, compare_peers; print(json.dumps(compare_peers.peer_versions()))"], 120, cwd=REPO)
+        done = run_child([str(PEERS_PY), str(SCRIPT), "--versions"], 120, cwd=REPO)
         versions["peers"] = json.loads(done["stdout"].strip().splitlines()[-1]) if done["rc"] == 0 else {}
     peers = json.loads(peers_out.read_text()) if peers_out.is_file() else {}
     for model in models:

@@ -95,7 +95,7 @@ class SetBatchPatch(PatchType):
         apply_pins(model.graph, context.pinned_dims)
         counts = f"{len(changed)} shape constant{'s' * (len(changed) != 1)} rewritten"
         if undecided:
-            counts += f", {len(undecided)} undecided"
+            counts += f", {len(undecided)} undecided (-v lists them, with the spec lines that fix them)"
         if corrected:
             counts += f", {len(corrected)} output declaration{'s' * (len(corrected) != 1)} corrected"
         details = batch.notes + tuple(changed) + tuple(corrected) + tuple(undecided)
