@@ -267,16 +267,22 @@ def evaluate_in_child(python: str, model: RealModel, produced: Path, refdir: Pat
 
 
 # -- peers (run in the peers venv) ----------------------------------------------------------------------------
-def tool_call(command: list[str], produced: Path) -> dict | None:
-    """None when the tool wrote its output; else the verdict."""
+def tool_call(command: list[str], produced: Path) -> dict:
+    """{"ok": True, command, wall_s, log} when the tool wrote its output; else the verdict (status, error)."""
     done = run_child(command, TOOL_TIMEOUT, cwd=produced.parent)
-    record = {"command": " ".join(_quote(c) for c in command), "wall_s": done["wall_s"]}
+    record = {"command": " ".join(_quote(c) for c in command), "wall_s": done["wall_s"], "log": log_tail(done["output"])}
     if done["rc"] is None:
         return {**record, "status": "tool timeout", "error": f"no answer after {TOOL_TIMEOUT} s"}
     if done["rc"] != 0 or not produced.is_file():
         return {**record, "status": "tool error", "error": first_error_line(done["output"]) or f"exit {done['rc']}",
                 "rc": done["rc"]}
-    return None
+    return {"ok": True, **record}
+
+
+def log_tail(text: str, lines: int = 6) -> list[str]:
+    """The last lines a tool printed (colour codes removed), for the JSON details."""
+    kept = [_clip(re.sub(r"\x1b\[[0-9;]*m", "", line).strip(), 300) for line in text.splitlines() if line.strip()]
+    return kept[-lines:]
 
 
 def _quote(text: str) -> str:
@@ -284,11 +290,10 @@ def _quote(text: str) -> str:
 
 
 def run_variant(command: list[str], produced: Path, model: RealModel, refdir: Path) -> dict:
-    refused = tool_call(command, produced)
-    if refused:
-        return refused
-    record = {"command": " ".join(_quote(c) for c in command)}
-    return {**record, **evaluate_in_child(sys.executable, model, produced, refdir)}
+    call = tool_call(command, produced)
+    if not call.pop("ok", False):
+        return call
+    return {**call, **evaluate_in_child(sys.executable, model, produced, refdir)}
 
 
 def peer_polygraphy(model, shapes, folder, refdir, tools) -> dict:
@@ -318,44 +323,43 @@ def peer_onnxsim(model, shapes, folder, refdir, tools) -> dict:
     return {tool["package"]: run_variant(command, out, model, refdir)}
 
 
+def chained(commands: list[list[str]], outputs: list[Path]) -> dict:
+    """Run tool calls one after the other (each reads the previous one's output); the last one's record, or the
+    first refusal, with every command joined by &&."""
+    shown, call = [], {}
+    for command, out in zip(commands, outputs):
+        shown.append(" ".join(_quote(c) for c in command))
+        call = tool_call(command, out)
+        if not call.get("ok"):
+            break
+    return {**call, "command": " && ".join(shown)}
+
+
 def peer_make_fixed(model, shapes, onnx_model, folder, refdir, tools) -> dict:
     if tools["onnxruntime"]["status"] != "installed":
         return {"": {"status": "not installable", "error": tools["onnxruntime"]["reason"]}}
     base = [sys.executable, "-m", "onnxruntime.tools.make_dynamic_shape_fixed"]
-    variants = {}
+    plans = {}
     # one call per batched input, each reading the previous one's output
-    source, commands, refused = model.file, [], None
-    for index, (name, shape) in enumerate(shapes.items()):
-        out = folder / f"ort_fixed_{index}.onnx"
-        command = [*base, "--input_name", name, "--input_shape", ",".join(map(str, shape)), str(source), str(out)]
-        commands.append(" ".join(_quote(c) for c in command))
-        refused = tool_call(command, out)
-        if refused:
-            break
-        source = out
-    if refused:
-        variants["--input_shape"] = {**refused, "command": " && ".join(commands)}
-    else:
-        variants["--input_shape"] = {"command": " && ".join(commands), **evaluate_in_child(sys.executable, model, source, refdir)}
+    outputs = [folder / f"ort_fixed_{index}.onnx" for index in range(len(shapes))]
+    sources = [model.file, *outputs[:-1]]
+    plans["--input_shape"] = ([[*base, "--input_name", name, "--input_shape", ",".join(map(str, shape)), str(source), str(out)]
+                               for (name, shape), source, out in zip(shapes.items(), sources, outputs)], outputs)
     # where the batch is a named dim: --dim_param NAME --dim_value 4
     axes = batch_axes(model, onnx_model)
     params = sorted({dims[axes[i.name]] for i in onnx_model.graph.input if i.name in axes
                      for dims in [dims_of(i)] if dims and isinstance(dims[axes[i.name]], str)})
     if params:
-        source, commands, refused = model.file, [], None
-        for index, param in enumerate(params):
-            out = folder / f"ort_dim_param_{index}.onnx"
-            command = [*base, "--dim_param", param, "--dim_value", str(BATCH), str(source), str(out)]
-            commands.append(" ".join(_quote(c) for c in command))
-            refused = tool_call(command, out)
-            if refused:
-                break
-            source = out
-        if refused:
-            variants["--dim_param"] = {**refused, "command": " && ".join(commands)}
-        else:
-            variants["--dim_param"] = {"command": " && ".join(commands),
-                                       **evaluate_in_child(sys.executable, model, source, refdir)}
+        outputs = [folder / f"ort_dim_param_{index}.onnx" for index in range(len(params))]
+        sources = [model.file, *outputs[:-1]]
+        plans["--dim_param"] = ([[*base, "--dim_param", param, "--dim_value", str(BATCH), str(source), str(out)]
+                                 for param, source, out in zip(params, sources, outputs)], outputs)
+    variants = {}
+    for label, (commands, outputs) in plans.items():
+        call = chained(commands, outputs)
+        if call.pop("ok", False):
+            call.update(evaluate_in_child(sys.executable, model, outputs[-1], refdir))
+        variants[label] = call
     return variants
 
 
@@ -392,11 +396,11 @@ def peer_symbolic(model, onnx_model, folder, refdir, tools) -> dict:
     for label, fresh in (("as exported", "0"), ("value_info dropped", "1")):
         out = folder / f"ort_symbolic_{fresh}.onnx"
         command = [sys.executable, "-c", SSI_CHILD, str(model.file), str(out), json.dumps(axes), str(BATCH), fresh]
-        refused = tool_call(command, out)
+        call = tool_call(command, out)
         shown = "SymbolicShapeInference.infer_shapes(model, auto_merge=True)" + (
             " after dropping value_info and output shapes" if fresh == "1" else "")
-        if refused:
-            variants[label] = {**refused, "command": shown, "ran": False}
+        if not call.pop("ok", False):
+            variants[label] = {**call, "command": shown, "ran": False}
             continue
         inferred = onnx.load(str(out), load_external_data=False)
         batches = {}
@@ -405,7 +409,7 @@ def peer_symbolic(model, onnx_model, folder, refdir, tools) -> dict:
             axis = model.output_axes.get(info.name, 0)
             batches[info.name] = dims[axis] if dims and axis < len(dims) else None
         verdict = evaluate_in_child(sys.executable, model, out, refdir)
-        variants[label] = {"command": shown, "ran": True, "output_batch": batches,
+        variants[label] = {**call, "command": shown, "ran": True, "output_batch": batches,
                            "output_batch_is_4": all(b == BATCH for b in batches.values()), **verdict}
     return variants
 
@@ -494,11 +498,11 @@ def run_patchspec(model: RealModel, folder: Path, refdir: Path) -> dict:
     spec.write_text(f"patchspec: 1\nmodel: {json.dumps(str(model.file))}\noutput: {json.dumps(str(out))}\n"
                     f"patches:\n  - set_batch: {json.dumps(params)}\n")
     command = [patchspec_binary(), "apply", str(spec), "--no-verify"]
-    refused = tool_call(command, out)
-    record = {"command": " ".join(_quote(c) for c in command), "spec": spec.read_text()}
-    if refused:
-        return {"set_batch": {**refused, **record}}
-    return {"set_batch": {**record, **evaluate_in_child(sys.executable, model, out, refdir)}}
+    call = tool_call(command, out)
+    call["spec"] = spec.read_text()
+    if not call.pop("ok", False):
+        return {"set_batch": call}
+    return {"set_batch": {**call, **evaluate_in_child(sys.executable, model, out, refdir)}}
 
 
 # -- the table --------------------------------------------------------------------------------------------------

@@ -173,8 +173,9 @@ def test_failing_rename_is_exit_3_and_previous_output_intact(external_project, r
 
 # -- signals (a second process) -------------------------------------------------------------------
 CHILD = '''
-import sys, time, types
+import signal, sys, time, types
 from pathlib import Path
+signal.signal(signal.SIGINT, signal.default_int_handler)  # whatever disposition the test runner passed on
 import patchspec.cli
 from patchspec import Verifier, VerifyResult, hookimpl
 from patchspec.plugins import PluginRegistry
