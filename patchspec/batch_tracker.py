@@ -145,7 +145,7 @@ class _Tracker:
         self.b1, self.b2 = trace.b1, trace.b2
         self.index = ScopeIndex()
         self.evaluator: ShapeEvaluator | None = None
-        self.uses = _use_counts(model)
+        self.uses = use_counts(model)
         self.decided: set[int] = set()  # ids of nodes with a rewrite or an undecided report
 
     # -- the hook ------------------------------------------------------------------------------------
@@ -417,7 +417,7 @@ def batch_position(data_prefix, out_shape) -> int | None:
     return next((j for j in range(len(out_shape)) if _product(out_shape[:j]) == wanted), None)
 
 
-def _use_counts(model: onnx.ModelProto) -> dict[str, int]:
+def use_counts(model: onnx.ModelProto) -> dict[str, int]:
     counts: dict[str, int] = {}
     for graph in all_graphs(model.graph):
         for node in graph.node:
@@ -448,4 +448,4 @@ def _shape_text(known: Known) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in known.shape) + "]"
 
 
-__all__ = ["BatchTrace", "Rewrite", "SYMBOL_SIZES", "make_points", "trace_batch"]
+__all__ = ["BatchTrace", "Rewrite", "SYMBOL_SIZES", "make_points", "trace_batch", "use_counts"]
