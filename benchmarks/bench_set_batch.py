@@ -21,7 +21,7 @@ faster, and that weights are never loaded. Two parts:
 Every child runs under ``/usr/bin/time -f %M`` when it exists: a child forked straight from this
 process (which holds the 20k-node models) could be charged this process's pages as its peak RSS.
 Without it, the child's own rusage from ``os.wait4`` is used. Times are medians of ``--repeat``
-runs; RSS is the largest.
+runs (fewer once another run would take a measurement past ``--budget-s``); RSS is the largest.
 
     python benchmarks/bench_set_batch.py                       # prints markdown tables
     python benchmarks/bench_set_batch.py --nodes 2500 5000 10000 20000 --sizes-gib 2 --repeat 3

@@ -219,7 +219,12 @@ def evaluate(key: str, original: str, produced: str, refdir: str) -> dict:
     except Exception as error:  # noqa: BLE001
         return {"status": "fails to run", "error": first_error_line(error)}
 
-    declared = {o.name: dims_of(o) for o in onnx.load(produced, load_external_data=False).graph.output}
+    proto = onnx.load(produced, load_external_data=False)
+    declared = {o.name: dims_of(o) for o in proto.graph.output}
+    axes = batch_axes(model, proto)
+    inputs = {i.name: dims_of(i) for i in proto.graph.input if i.name in axes}
+    # the target is a static batch: does each batched input now declare 4 on its batch axis?
+    static = all(dims is not None and axes[name] < len(dims) and dims[axes[name]] == BATCH for name, dims in inputs.items())
     outputs, wrong, lies = [], [], []
     for index, (name, want) in enumerate(reference.items()):
         have = got.get(name)
@@ -246,7 +251,7 @@ def evaluate(key: str, original: str, produced: str, refdir: str) -> dict:
             elif any(isinstance(d, int) and d > 0 and d != s for d, s in zip(dims, have.shape)):
                 lies.append(f"{name}: declared {dims}, is {list(have.shape)}")
         outputs.append(row)
-    result = {"outputs": outputs, "declared_false": lies}
+    result = {"inputs_declared": inputs, "input_batch_is_4": static, "outputs": outputs, "declared_false": lies}
     if wrong:
         return {"status": "wrong output", "error": wrong[0], "all": wrong, **result}
     if lies:
@@ -510,6 +515,8 @@ def cell(variants: dict) -> str:
     parts = []
     for label, result in variants.items():
         text = result["status"]
+        if result["status"] == "ok" and result.get("input_batch_is_4") is False:
+            text += " (input batch not set to 4)"
         if "output_batch_is_4" in result:
             text = f"{text} (outputs batch 4: {'yes' if result['output_batch_is_4'] else 'no'})"
         parts.append((label, text))

@@ -185,10 +185,11 @@ def rewrite_constants(model: onnx.ModelProto, rewrites: list[Rewrite], label: st
     details = []
     uses = use_counts(model)  # counted once: a rescan per rewrite made 1,000 rewrites quadratic
     taken = all_names(model)
+    index = ScopeIndex()  # one table of constants per graph, not one per rewrite
     for group in grouped.values():
         site, operand = group[0].site, group[0].operand
         name = site.node.input[operand]
-        source = ScopeIndex().constant_source(name, site.scopes)
+        source = index.constant_source(name, site.scopes)
         old = constant_value(source)
         new = np.array(old).reshape(-1).copy()
         for rewrite in group:
