@@ -32,7 +32,7 @@ interpreter it was started with and re-executes itself with the peers venv's pyt
 tool call and each evaluation is a child process with a timeout.
 
     .venv/bin/python benchmarks/compare_peers.py            # from the repo root
-    .venv/bin/python benchmarks/compare_peers.py --only minilm_int8 ppocr_det --keep
+    .venv/bin/python benchmarks/compare_peers.py --only minilm_int8 ppocr_det --keep   # writes no JSON
 
 Prints a markdown table and writes the details to ``benchmarks/results/peers.json``.
 """
@@ -71,9 +71,12 @@ COLUMNS = ["patchspec", "polygraphy sanitize", "onnxsim", "ORT make_dynamic_shap
 PPOCR_WHEEL = "rapidocr-onnxruntime==1.4.4"
 PPOCR_SHAPES = {"det": (3, 96, 128), "rec": (3, 48, 320), "cls": (3, 48, 192)}
 PPOCR_COVERS = {
-    "det": "PP-OCRv4 text detector (Paddle2ONNX): batch, height and width are p2o dim_params; DB head upsamples back to the input size",
-    "rec": "PP-OCRv4 text recognizer (SVTR neck, Paddle2ONNX): batch and width are dim_params, height '?'; Reshape/Transpose around attention",
-    "cls": "PP-OCR mobile v2 direction classifier: batch declared -1, height and width '?'",
+    "det": "PP-OCRv4 text detector (Paddle2ONNX): batch, height and width are p2o dim_params; weights in Constant nodes, "
+           "Resize neck, ConvTranspose head back to the input size; no batch in any shape constant",
+    "rec": "PP-OCRv4 text recognizer (SVTR neck, Paddle2ONNX): batch and width dim_params, height '?'; its Reshapes take "
+           "shapes computed at run time",
+    "cls": "PP-OCR mobile v2 direction classifier: batch declared -1, height and width share the dim_param '?'; "
+           "Reshapes only of [1, C, 1, 1] biases",
 }
 
 
@@ -106,7 +109,7 @@ def model_by_key(key: str, original: str) -> RealModel:
 
 
 # -- small helpers ---------------------------------------------------------------------------------------------
-def first_error_line(text: str, limit: int = 300) -> str:
+def first_error_line(text: str, limit: int = 400) -> str:
     """The line that says what went wrong: polygraphy's first [E] line, else the last exception line (with where
     it was raised when it carries no message), else the first line naming an error, else the last line."""
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
@@ -470,7 +473,11 @@ def ensure_peers_venv() -> dict:
     if not PEERS_PY.exists():
         print(f"creating {PEERS_VENV.relative_to(REPO)}", file=sys.stderr, flush=True)
         base = getattr(sys, "_base_executable", sys.executable)
-        subprocess.run([base, "-m", "venv", str(PEERS_VENV)], check=True)
+        made = run_child([base, "-m", "venv", str(PEERS_VENV)], 600)
+        if made["rc"] != 0 or not PEERS_PY.exists():
+            reason = {"status": "not installable", "reason": "venv: " + first_error_line(made["output"])}
+            return {name: dict(reason) for name in ("onnx", "onnxruntime", "numpy", "sympy", "polygraphy")} | {
+                "onnxsim": {**reason, "package": "onnxsim"}}
         (PEERS_VENV / ".gitignore").write_text("*\n")  # keep the venv out of `git status`
         run_child([str(PEERS_PY), "-m", "pip", "install", "-q", "--upgrade", "pip"], 600)
     print("installing the peers into benchmarks/.peers-venv (pip)", file=sys.stderr, flush=True)
@@ -548,6 +555,8 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", help="model keys to run (default: all)")
     parser.add_argument("--keep", action="store_true", help="keep the working folder with every produced model")
     parser.add_argument("--workdir", help="working folder (default: a new temporary folder)")
+    parser.add_argument("--json", help=f"where to write the details (default: {RESULTS.relative_to(REPO)} for a full "
+                                       "run; with --only, nowhere unless given)")
     parser.add_argument("--evaluate", nargs=4, metavar=("KEY", "ORIGINAL", "PRODUCED", "REFDIR"), help=argparse.SUPPRESS)
     parser.add_argument("--peer-worker", nargs=2, metavar=("JOBS", "OUT"), help=argparse.SUPPRESS)
     parser.add_argument("--versions", action="store_true", help=argparse.SUPPRESS)
@@ -619,14 +628,18 @@ def main() -> int:
         "results": results,
         "wall_s": round(time.perf_counter() - started, 1),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=1) + "\n")
-    print(table(results))
+    # the temporary folder changes every run: name it $WORK in what is kept and shown
+    report = json.loads(json.dumps(report).replace(str(workdir), "$WORK"))
+    target = Path(args.json) if args.json else (None if args.only else RESULTS)
+    if target:  # a partial run does not overwrite the full results
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(report, indent=1) + "\n")
+    print(table(report["results"]))
     print()
-    print(errors(results))
+    print(errors(report["results"]))
     print()
     print("versions: " + json.dumps(versions))
-    print(f"details: {RESULTS.relative_to(REPO)}; {report['wall_s']} s")
+    print(f"details: {target or 'not written (--only without --json)'}; {report['wall_s']} s")
     if missing:
         print("not installed (skipped): " + ", ".join(missing))
     if args.keep:
