@@ -176,52 +176,41 @@ class _Tracker:
         differing = [i for i, (a, b) in enumerate(zip(out1.shape, out2.shape)) if a != b]
         return differing == [batch_axis] and out1.shape[batch_axis] * self.b2 == out2.shape[batch_axis] * self.b1
 
-    # -- Reshape ---------------------------------------------------------------------------------------
-    def _reshape(self, site: NodeSite, inputs: list) -> list | None:
+    def _carried(self, site: NodeSite, inputs: list) -> tuple[int, list[int]] | None:
+        """(the data's batch axis, the shape operand's values) when the data carries the batch."""
         if len(site.node.input) < 2 or inputs[0][1].value is None:
             return None
-        (data1, shape1), (data2, shape2) = inputs[0][:2], inputs[1][:2]
-        found = self.carrier(data1, data2)
+        found = self.carrier(inputs[0][0], inputs[1][0])
         if found is None:
             return None
-        axis, _ = found
-        out1 = self._eval(site, [data1, shape1])
-        expected = batch_position(data1.shape[:axis], out1.shape) if out1.full else None
-        if self.consistent(out1, self._eval(site, [data2, shape2]), expected):
+        return found[0], [int(v) for v in np.asarray(inputs[0][1].value).reshape(-1)]
+
+    # -- Reshape ---------------------------------------------------------------------------------------
+    def _reshape(self, site: NodeSite, inputs: list) -> list | None:
+        carried = self._carried(site, inputs)
+        if carried is None:
             return None
-        values = [int(v) for v in np.asarray(shape1.value).reshape(-1)]
-        i = expected
-        proved = (i is not None and i < len(values) and values[i] not in (0, -1) and values[i] % self.b1 == 0
-                  and self.consistent(out1, self._eval(site, [data2, _int64(_with(values, i, values[i] // self.b1 * self.b2))]), i))
-        if not proved:
+        axis, values = carried
+        (data1, shape1), (data2, shape2) = inputs[0][:2], inputs[1][:2]
+        out1 = self._eval(site, [data1, shape1])
+        i = batch_position(data1.shape[:axis], out1.shape) if out1.full else None
+        if self.consistent(out1, self._eval(site, [data2, shape2]), i):
+            return None
+        proved = i is not None and i < len(values) and values[i] not in (0, -1) and values[i] % self.b1 == 0
+        new_static = values[i] // self.b1 * self.b2 if proved else None
+        if not proved or not self.consistent(out1, self._eval(site, [data2, _int64(_with(values, i, new_static))]), i):
             return self._undecided(site, values, f"its data carries the batch on axis {axis}, and no element of its "
                                    "shape can be proved to be the batch", self._suggest(site, values, axis))
-        new_static = values[i] // self.b1 * self.b2
-        return self._rewrite(site, 1, values, i, new_static, inputs, data1, out1, axis, self.sources(site, 1))
+        written = self._written_value(site, values, i, data1, out1, axis)
+        if written is None:
+            return self._undecided(site, values, f"element {i} is the batch, but a symbolic batch there needs a "
+                                   "computed shape", self._suggest(site, values, axis, i))
+        return self._rewrite_element(site, 1, values, i, new_static, written, inputs, axis)
 
-    def _rewrite(self, site, operand, values, i, new_static, inputs, data1, out1, axis, sources):
-        node = site.node
-        label = f"{node.op_type} '{node.name or node.output[0]}'"
-        trial = _with(values, i, new_static)
-        written = self._written_value(site, values, i, new_static, data1, out1, axis)
-        source = sources[i] if sources and i < len(sources) else None
-        if written is None or source is None:
-            why = ("a symbolic batch there needs a computed shape" if written is None else
-                   "that element is computed at run time, or its constant is shared along the way")
-            return self._undecided(site, values, f"element {i} is the batch, but {why}",
-                                   self._suggest(site, values, axis, i))
-        reader, reader_operand, element = source
-        self.trace.rewrites.append(Rewrite(reader, reader_operand, ((element, written),),
-                                           f"{label}: element {i} is the batch ({values[i]} -> {written})"))
-        self.decided.add(id(node))
-        replaced = [list(point) for point in inputs]
-        replaced[1][operand] = _int64(trial)
-        return replaced
-
-    def _written_value(self, site, values, i, new_static, data1, out1, axis):
-        """The value to write: the new size, or for a symbolic batch -1 (infer) or 0 (copy)."""
+    def _written_value(self, site, values, i, data1, out1, axis):
+        """For a symbolic batch: -1 (infer) or 0 (copy the data's dim); None when neither expresses it."""
         if not self.symbolic:
-            return new_static
+            return values[i] // self.b1 * self.b2
         if -1 not in values:
             return -1
         allowzero = any(a.name == "allowzero" and a.i for a in site.node.attribute)
@@ -231,27 +220,22 @@ class _Tracker:
 
     # -- Expand, Slice, Resize -------------------------------------------------------------------------
     def _expand(self, site: NodeSite, inputs: list) -> list | None:
-        if len(site.node.input) < 2 or inputs[0][1].value is None:
+        carried = self._carried(site, inputs)
+        if carried is None:
             return None
+        axis, values = carried
         (data1, shape1), (data2, shape2) = inputs[0][:2], inputs[1][:2]
-        found = self.carrier(data1, data2)
-        if found is None:
-            return None
-        axis, _ = found
-        values = [int(v) for v in np.asarray(shape1.value).reshape(-1)]
         out1 = self._eval(site, [data1, shape1])
-        rank = max(len(values), len(data1.shape))
-        aligned = axis + rank - len(data1.shape)
+        aligned = axis + max(len(values), len(data1.shape)) - len(data1.shape)
         if self.consistent(out1, self._eval(site, [data2, shape2]), aligned):
             return None
         slot = axis + len(values) - len(data1.shape)
-        if not 0 <= slot < len(values) or values[slot] % self.b1:
+        proved = 0 <= slot < len(values) and values[slot] % self.b1 == 0
+        new_static = values[slot] // self.b1 * self.b2 if proved else None
+        if not proved or not self.consistent(out1, self._eval(site, [data2, _int64(_with(values, slot, new_static))]),
+                                             aligned):
             return self._undecided(site, values, "its data carries the batch, which its shape does not let through")
-        new_static = values[slot] // self.b1 * self.b2
-        if not self.consistent(out1, self._eval(site, [data2, _int64(_with(values, slot, new_static))]), aligned):
-            return self._undecided(site, values, "its data carries the batch, which its shape does not let through")
-        written = new_static if not self.symbolic else 1
-        return self._rewrite_element(site, 1, values, slot, new_static, written, inputs)
+        return self._rewrite_element(site, 1, values, slot, new_static, 1 if self.symbolic else new_static, inputs)
 
     def _slice(self, site: NodeSite, inputs: list) -> list | None:
         node = site.node
@@ -305,19 +289,20 @@ class _Tracker:
                                    "there needs a computed shape", self._suggest(site, values, axis, axis, operand=3))
         return self._rewrite_element(site, 3, values, axis, new_static, new_static, inputs)
 
-    def _rewrite_element(self, site, operand, values, i, new_static, written, inputs):
+    def _rewrite_element(self, site, operand, values, i, new_static, written, inputs, axis=None):
+        """Record that element ``i`` of input ``operand`` becomes ``written``; evaluate on with ``new_static``."""
         node = site.node
         sources = self.sources(site, operand)
         source = sources[i] if sources and i < len(sources) else None
         if source is None:
+            suggestion = self._suggest(site, values, axis, i, operand) if axis is not None else ""
             return self._undecided(site, values, f"element {i} of input {operand} is the batch, but it is computed "
-                                   "at run time, or its constant is shared along the way")
+                                   "at run time, or its constant is shared along the way", suggestion)
         reader, reader_operand, element = source
         label = f"{node.op_type} '{node.name or node.output[0]}'"
         shown = "end" if written == INT64_MAX else written
         self.trace.rewrites.append(Rewrite(reader, reader_operand, ((element, written),),
-                                           f"{label}: element {i} of input {operand} is the batch "
-                                           f"({values[i]} -> {shown})"))
+                                           f"{label}: element {i} is the batch ({values[i]} -> {shown})"))
         self.decided.add(id(node))
         replaced = [list(point) for point in inputs]
         replaced[1][operand] = _int64(_with(values, i, new_static), like=inputs[1][operand])

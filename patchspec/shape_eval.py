@@ -310,15 +310,6 @@ def _stacked(known: Known, length: int | None, axis: int) -> Known:
     return Known(known.dtype, known.shape[:axis] + (length,) + known.shape[axis:])
 
 
-def points_from_inputs(model: onnx.ModelProto, sizes: dict[str, Sequence[int]]) -> dict[str, Known]:
-    """A point: each named graph input at the given concrete sizes, with its declared element type."""
-    point = {}
-    for info in model.graph.input:
-        if info.name in sizes:
-            point[info.name] = Known(info.type.tensor_type.elem_type, tuple(int(d) for d in sizes[info.name]))
-    return point
-
-
 # -- values: the ops of shape arithmetic, in numpy --------------------------------------------------
 def _attrs(node: onnx.NodeProto) -> dict:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
@@ -536,4 +527,4 @@ VALUE_OPS: dict[str, Callable] = {
 
 
 __all__ = ["Hook", "Known", "SMALL", "ShapeEvaluator", "UNKNOWN", "known_of_array", "known_of_tensor",
-           "known_of_type", "merge", "points_from_inputs"]
+           "known_of_type", "merge"]
