@@ -11,6 +11,7 @@ written, and the input is never modified or loaded whole.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -234,16 +235,44 @@ def run_probe(model: onnx.ModelProto, model_dir: Path, shapes: dict[str, list[in
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
-    if any(is_external(t) for t in iter_tensors(model.graph)):
-        # weights stay where they are: ORT reads them from the model's folder; nothing is written
-        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(model_dir))
-    session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    external = any(is_external(t) for t in iter_tensors(model.graph))
+    session = _session_from_bytes(probe.SerializeToString(), options, model_dir if external else None)
     feeds = {v.name: _feed(v, shapes[v.name]) for v in model_inputs(model)}
     names = [o.name for o in session.get_outputs()]
     results = session.run(names, feeds)
     found = {name: list(np.shape(value)) for name, value in zip(names, results)}
     found.update({name: list(value.shape) for name, value in feeds.items()})
     return found
+
+
+#: the first onnxruntime that takes the folder of external data for a model given as bytes
+EXTERNAL_FOLDER_OPTION_SINCE = (1, 21)
+
+
+def _session_from_bytes(probe: bytes, options, data_dir: Path | None):
+    """A CPU session for a model held in memory whose external weights stay in ``data_dir``.
+
+    Nothing is written: onnxruntime >= 1.21 is told the folder; older releases resolve the data of a
+    model given as bytes against the working directory, so that is ``data_dir`` while the session is
+    built (the weights are read then, not later).
+    """
+    import onnxruntime as ort
+
+    if data_dir is None:
+        return ort.InferenceSession(probe, options, providers=["CPUExecutionProvider"])
+    if _version(ort.__version__) >= EXTERNAL_FOLDER_OPTION_SINCE:
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(data_dir))
+        return ort.InferenceSession(probe, options, providers=["CPUExecutionProvider"])
+    previous = os.getcwd()
+    os.chdir(data_dir)
+    try:
+        return ort.InferenceSession(probe, options, providers=["CPUExecutionProvider"])
+    finally:
+        os.chdir(previous)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:2])
 
 
 def _feed(value: onnx.ValueInfoProto, shape: list[int]) -> np.ndarray:

@@ -23,6 +23,8 @@ BATCH = 32
 # small spatial sizes keep the test quick; the demo runs 640x640 and 480x736
 SQUARE, NON_SQUARE = (64, 64), (96, 160)
 REUSE_ERROR = "Shape mismatch attempting to re-use buffer"
+#: onnxruntime 1.18 (measured) plans the aliased buffers differently and fails one node later, in a broadcast
+NAIVE_ERRORS = f"{REUSE_ERROR}|Attempting to broadcast an axis by a dimension other than 1"
 
 
 def generate(path):
@@ -122,7 +124,7 @@ def test_naive_edit_fails_with_buffer_reuse_error(tmp_path, original):
     onnx.save(naive_batch_edit(onnx.load(original), BATCH), naive)
     sess = session(naive)  # the session builds; the run fails
     for size in (SQUARE, NON_SQUARE):
-        with pytest.raises(Exception, match=REUSE_ERROR):
+        with pytest.raises(Exception, match=NAIVE_ERRORS):
             sess.run(None, {"input.1": images(BATCH, size)})
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 
 import numpy as np
 import onnx
@@ -12,6 +13,7 @@ import pytest
 
 from conftest import make_model, tensor_info
 from patchspec.errors import UsageError
+from patchspec import inspection
 from patchspec.inspection import lint_model, parse_shape_options, probe_shapes
 from scrfd_like import fpn_model, if_model
 
@@ -103,6 +105,19 @@ def test_inspect_never_writes_or_changes_anything(run_cli, tmp_path):
     (entry,) = data["external_data"]["files"]
     assert entry["file"] == "m.data" and entry["size"] == (tmp_path / "m.data").stat().st_size
     assert data["lint"]["error"] is None and {40, 20, 10} <= set(sizes_of(data["lint"]["conflicts"][0]))
+
+
+@pytest.mark.parametrize("since", [(1, 21), (99, 0)], ids=["folder option", "older onnxruntime: working directory"])
+def test_external_weights_are_read_from_the_model_folder(tmp_path, monkeypatch, since):
+    monkeypatch.setattr(inspection, "EXTERNAL_FOLDER_OPTION_SINCE", since)
+    folder = tmp_path / "models"
+    folder.mkdir()
+    onnx.save(fpn_model(), folder / "m.onnx", save_as_external_data=True, location="m.data", size_threshold=256)
+    model = onnx.load(folder / "m.onnx", load_external_data=False)
+    before = os.getcwd()
+    result = lint_model(model, folder, {"input.1": [1, 3, 64, 64]})
+    assert result.error is None and os.getcwd() == before
+    assert sorted(p.name for p in folder.iterdir()) == ["m.data", "m.onnx"]
 
 
 def test_inspect_summarises_subgraphs(run_cli, tmp_path):
