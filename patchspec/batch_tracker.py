@@ -29,7 +29,7 @@ import onnx
 from onnx import TensorProto
 
 from .expressions import quote_tensor
-from .shape_eval import Known, ShapeEvaluator
+from .shape_eval import BROADCASTING, Known, ShapeEvaluator
 from .shapes import NodeSite, ScopeIndex, all_graphs, read_dims
 
 #: sizes given to symbolic input dims that are not the batch: distinct, divisible by the usual
@@ -38,6 +38,13 @@ SYMBOL_SIZES = tuple(128 * n for n in range(1, 9))
 #: how far the third point moves each of them
 SYMBOL_SHIFT = 64
 INT64_MAX = np.iinfo(np.int64).max
+#: ops that treat every element alike (broadcasting from the right): a tensor whose batch a Squeeze
+#: dropped at the old batch only still means the same to them; any other op counts axes from the front
+AXIS_FREE = BROADCASTING | {
+    "Abs", "Neg", "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Round",
+    "Sign", "Erf", "Cast", "CastLike", "Identity", "Clip", "LeakyRelu", "Elu", "Selu", "Celu", "HardSigmoid",
+    "HardSwish", "Softplus", "Softsign", "Gelu", "Mish", "IsNaN", "IsInf", "Dropout", "Sin", "Cos",
+    "ThresholdedRelu", "Squeeze"}
 #: ops whose output copies the elements of their first input in order (for tracing a shape back)
 _COPY_OPS = {"Unsqueeze", "Squeeze", "Cast", "Identity", "Reshape", "Flatten"}
 
@@ -66,9 +73,16 @@ class BatchTrace:
     def batch_dim(self, name: str, axis: int):
         """What the evaluation says of one dim: a size, ("batch", k), an input's dim_param, or None."""
         knowns = self.evaluator.at(name)
-        if any(k.shape is None or axis >= len(k.shape) or k.shape[axis] is None for k in knowns):
+        squeezed = self.squeezed_axis(name)
+        if squeezed is not None:  # the per-sample axes of the other points sit one to the left after it
+            if axis == squeezed:
+                return ("batch", 1)
+            axes = [axis if point == 1 or axis < squeezed else axis - 1 for point in range(len(knowns))]
+        else:
+            axes = [axis] * len(knowns)
+        if any(k.shape is None or a >= len(k.shape) or k.shape[a] is None for k, a in zip(knowns, axes)):
             return None
-        values = [k.shape[axis] for k in knowns]
+        values = [k.shape[a] for k, a in zip(knowns, axes)]
         if self.moves_symbols and values[2] != values[0]:
             same = [name for name, sizes in self.symbols.items() if sizes == (values[0], values[2])]
             return same[0] if len(same) == 1 and values[1] == values[0] else None
@@ -78,6 +92,15 @@ class BatchTrace:
         if rest == 0 and factor * self.b2 == values[1]:
             return ("batch", factor)
         return None
+
+    def squeezed_axis(self, name: str) -> int | None:
+        """The batch axis of a tensor that has it at the new batch only (a Squeeze without axes drops a
+        batch of 1): its shape there is the old batch's shape with the batch inserted."""
+        first, second = self.evaluator.at(name)[:2]
+        if not (first.full and second.full) or len(second.shape) != len(first.shape) + 1:
+            return None
+        return next((j for j, d in enumerate(second.shape)
+                     if d == self.b2 and second.shape[:j] + second.shape[j + 1:] == first.shape), None)
 
     def ranks(self, name: str) -> tuple:
         """The rank at each point (None where unknown); they differ where a Squeeze drops a batch of 1."""
@@ -151,8 +174,8 @@ class _Tracker:
     # -- the hook ------------------------------------------------------------------------------------
     def hook(self, site: NodeSite, inputs: list) -> list | None:
         node = site.node
-        if node.domain not in ("", "ai.onnx"):
-            return None
+        if node.domain not in ("", "ai.onnx") or not all(self.evaluator.runs(site)[:2]):
+            return None  # in a branch not taken at one of the batches: there is nothing to compare
         handler = {"Reshape": self._reshape, "Expand": self._expand, "Slice": self._slice,
                    "Resize": self._resize}.get(node.op_type)
         return handler(site, inputs) if handler else None
@@ -340,8 +363,8 @@ class _Tracker:
 
     def _undecided(self, site: NodeSite, values: list[int], why: str, suggestion: str = "") -> None:
         node = site.node
-        label = node.name or node.output[0]
-        text = f"undecided: {node.op_type} '{label}' has constant shape {values}; {why}"
+        label = f"{node.op_type} '{node.name or node.output[0]}'{self.evaluator.where(site)}"
+        text = f"undecided: {label} has constant shape {values}; {why}"
         self.trace.undecided.append(text + (f"; to fix it by hand, add:\n{suggestion}" if suggestion else ""))
         self.decided.add(id(node))
         return None
@@ -368,28 +391,47 @@ class _Tracker:
             node = site.node
             if id(node) in self.decided or name != next((o for o in node.output if o), None):
                 continue
-            if node.domain not in ("", "ai.onnx"):
+            if node.domain not in ("", "ai.onnx") or not self.evaluator.runs(site)[1]:
+                continue  # a node in a branch not taken at the new batch never runs there
+            shifted = next((n for n in node.input if n and self.trace.squeezed_axis(n) is not None), None)
+            if shifted is not None and node.op_type not in AXIS_FREE:
+                found.append(self._conflict(site, self._shifted_axes(shifted), "runs, but mixes samples,"))
                 continue
             first, second = self.evaluator.at(name)[:2]
             if node.op_type == "If":
                 cond = self.evaluator.at(node.input[0])
                 if cond[1].shape is not None and cond[1].full and _product(cond[1].shape) != _product(cond[0].shape or ()):
-                    found.append(self._conflict(node, f"its condition {_shape_text(cond[1])} follows the batch; an If "
+                    found.append(self._conflict(site, f"its condition {_shape_text(cond[1])} follows the batch; an If "
                                                 "takes one condition, so the model decides for all samples at once "
                                                 "and cannot run batched as it is"))
                 continue
             if first.shape is None or second.shape is not None:
                 continue
+            if any(self.evaluator.at(n)[1].shape is None and self.evaluator.at(n)[0].shape is not None
+                   for n in node.input if n):
+                continue  # an input already failed upstream: that node is the one reported
             inputs = ", ".join(f"{n} {_shape_text(self.evaluator.at(n)[1])}" for n in node.input if n)
             why = (f"it removes axes that are 1 only at batch {self.b1}: a batched model keeps the batch there"
                    if node.op_type == "Squeeze" else
                    f"its inputs ({inputs}) do not fit together; a constant upstream probably holds the old batch "
                    f"{self.b1}")
-            found.append(self._conflict(node, why))
+            found.append(self._conflict(site, why))
         return found
 
-    def _conflict(self, node: onnx.NodeProto, why: str) -> str:
-        return f"undecided: {node.op_type} '{node.name or node.output[0]}' cannot run at batch {self.b2}: {why}"
+    def _shifted_axes(self, name: str) -> str:
+        first, second = self.evaluator.at(name)[:2]
+        squeeze = self.evaluator.producer.get(name)
+        while squeeze is not None and squeeze.node.op_type != "Squeeze" and squeeze.node.input:
+            squeeze = self.evaluator.producer.get(squeeze.node.input[0])
+        origin = f"Squeeze '{squeeze.node.name or squeeze.node.output[0]}'" if squeeze is not None else "a Squeeze"
+        return (f"its input '{name}' is {_shape_text(first)} at batch {self.b1}, where {origin} drops the batch, and "
+                f"{_shape_text(second)} at batch {self.b2}, so its axes, counted from the front, point at other dims; "
+                f"give the Squeeze axes that keep the batch, then shift this node's axes by one")
+
+    def _conflict(self, site: NodeSite, why: str, problem: str = "cannot run") -> str:
+        node = site.node
+        label = f"{node.op_type} '{node.name or node.output[0]}'{self.evaluator.where(site)}"
+        return f"undecided: {label} {problem} at batch {self.b2}: {why}"
 
 
 def batch_position(data_prefix, out_shape) -> int | None:

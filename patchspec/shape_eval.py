@@ -96,6 +96,10 @@ class ShapeEvaluator:
         self._opsets.setdefault("", self._opsets.get("ai.onnx", 1))
         self._schemas: dict[tuple, object] = {}
         self._counter = 0
+        #: per body graph (by id): whether it runs at each point; a branch an If does not take is dead
+        self._runs: dict[int, list[bool]] = {id(model.graph): [True] * len(self.points)}
+        #: per body graph (by id): the node that owns it and the attribute holding it
+        self.owners: dict[int, tuple[onnx.NodeProto, str]] = {}
 
     @property
     def count(self) -> int:
@@ -114,6 +118,19 @@ class ShapeEvaluator:
 
     def at(self, name: str) -> list[Known]:
         return self.known.get(name) or [UNKNOWN] * self.count
+
+    def runs(self, site: NodeSite) -> list[bool]:
+        """Per point, whether ``site``'s node runs: False inside an If branch not taken there."""
+        return self._runs.get(id(site.graph), [True] * self.count)
+
+    def where(self, site: NodeSite) -> str:
+        """Where a node sits, for messages: '' in the main graph, else " (in If 'x', then_branch)"."""
+        path = []
+        for graph in site.scopes[1:]:
+            owner, attr = self.owners.get(id(graph), (None, ""))
+            if owner is not None:
+                path.append(f"{owner.op_type} '{owner.name or owner.output[0]}' {attr}")
+        return f" (in {', '.join(path)})" if path else ""
 
     # -- traversal --------------------------------------------------------------------------------
     def _run_graph(self, graph: onnx.GraphProto, scopes: tuple) -> None:
@@ -189,6 +206,11 @@ class ShapeEvaluator:
     def _control_flow(self, site: NodeSite, inputs: list) -> list[list[Known]]:
         node = site.node
         bodies = {attr.name: attr.g for attr in node.attribute if attr.HasField("g")}
+        outer = self.runs(site)
+        for attr in node.attribute:
+            for body in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                self.owners[id(body)] = (node, attr.name)
+                self._runs[id(body)] = list(outer)
         if node.op_type == "If" and node.domain in ("", "ai.onnx") and len(bodies) == 2:
             return self._if(site, bodies["then_branch"], bodies["else_branch"], inputs)
         if node.op_type == "Loop" and node.domain in ("", "ai.onnx") and "body" in bodies:
@@ -210,15 +232,19 @@ class ShapeEvaluator:
         return [[self._input(info.name, p) for info in body.output] for p in range(self.count)]
 
     def _if(self, site: NodeSite, then_body, else_body, inputs: list) -> list[list[Known]]:
+        for p in range(self.count):
+            taken = _condition(inputs[p])
+            if taken is not None:
+                self._runs[id(else_body if taken else then_body)][p] = False
         branches = []
         for body in (then_body, else_body):
             self._run_graph(body, site.scopes + (body,))
             branches.append(self._body_outputs(body))
         outputs = []
         for p in range(self.count):
-            cond = inputs[p][0].value if inputs[p] else None
-            if cond is not None and np.asarray(cond).size == 1:
-                outputs.append(branches[0 if bool(np.asarray(cond).reshape(-1)[0]) else 1][p])
+            taken = _condition(inputs[p])
+            if taken is not None:
+                outputs.append(branches[0 if taken else 1][p])
             else:
                 outputs.append([merge(a, b) for a, b in zip(branches[0][p], branches[1][p])])
         return outputs
@@ -268,6 +294,14 @@ class ShapeEvaluator:
                      for j, k in enumerate(body_out[p][states:])]
             outputs.append((finals + scans)[:len(node.output)])
         return outputs
+
+
+def _condition(inputs: list[Known]) -> bool | None:
+    """An If's condition at one point, when it is known and one element."""
+    cond = inputs[0].value if inputs else None
+    if cond is None or np.asarray(cond).size != 1:
+        return None
+    return bool(np.asarray(cond).reshape(-1)[0])
 
 
 #: elementwise ops whose output shape is the broadcast of their inputs (bool for comparisons)

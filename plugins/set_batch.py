@@ -275,24 +275,20 @@ def _reconcile(info: onnx.ValueInfoProto, trace: BatchTrace, size) -> bool:
         for _ in range(rank):
             tensor_type.shape.dim.add()
         dims = [None] * rank
-    if ranks[0] != ranks[1]:  # a Squeeze drops the batch at batch 1 only: declare the shape at the new batch
-        at = 1 if isinstance(size, str) or size != trace.b1 else 0
-        for axis, dim in enumerate(shape_dims(info)):
-            found = trace.evaluator.at(info.name)[at].shape[axis]
-            if isinstance(size, str):
-                found = size if found == trace.b2 else (None if trace.moves_symbols else found)
-            write_dim(dim, found)
-        return True
+    squeezed = ranks[0] != ranks[1]  # a Squeeze drops the batch at batch 1 only: declare the shape at the new batch
     for axis, dim in enumerate(shape_dims(info)):
         found = trace.batch_dim(info.name, axis)
         if isinstance(found, tuple):
             factor = found[1]
             found = size * factor if isinstance(size, int) else (size if factor == 1 else None)
+        if squeezed:
+            write_dim(dim, found)  # every dim from the new batch's shape; unknown ones cleared
+            continue
         if found is None or found == dims[axis]:
             continue
         contradicted = contradicted or isinstance(dims[axis], int)
         write_dim(dim, found)
-    return contradicted
+    return contradicted or squeezed
 
 
 @hookimpl

