@@ -27,8 +27,9 @@ REUSE_ERROR = "Shape mismatch attempting to re-use buffer"
 NAIVE_ERRORS = f"{REUSE_ERROR}|Attempting to broadcast an axis by a dimension other than 1"
 
 
-def generate(path):
-    done = subprocess.run([sys.executable, str(GENERATOR), str(path)], capture_output=True, text=True, timeout=120)
+def generate(path, *options):
+    done = subprocess.run([sys.executable, str(GENERATOR), *options, str(path)], capture_output=True, text=True,
+                          timeout=120)
     assert done.returncode == 0, done.stderr
     return path
 
@@ -160,3 +161,24 @@ def test_spec_output_declares_only_shapes_it_produces(run_cli, seed_spec):
                     assert want == got, f"{value.name} axis {axis}: declared {want}, runs {got}"
                 elif want is not None:
                     assert bound.setdefault(want, got) == got, f"dim_param {want!r} is {bound[want]} and {got}"
+
+
+def test_traced_batch_heads_rebatched_to_8_match_the_original_per_sample(tmp_path, run_cli):
+    """Issue 9's seed variant: heads exported as reshape(1, -1, k) behind the Resize neck."""
+    traced = generate(tmp_path / "scrfd_traced.onnx", "--traced-batch")
+    spec = tmp_path / "traced_b8.yaml"
+    spec.write_text(f"patchspec: 1\nmodel: {traced}\noutput: {tmp_path / 'traced_b8.onnx'}\n"
+                    "patches:\n  - set_batch: 8\n"
+                    "verify:\n  - run:\n      cases: [{inputs: {input.1: [8, 3, 64, 96]}}]\n"
+                    "      compare: {split_batch: true, atol: 1.0e-5}\n")
+    result = run_cli("-v", "apply", spec)
+    assert result.exit_code == 0, result.output
+    assert "9 shape constants rewritten" in result.stdout and "undecided" not in result.stdout
+    batched, reference = session(tmp_path / "traced_b8.onnx"), session(traced)
+    feed = images(8, NON_SQUARE, seed=3)
+    got = batched.run(None, {"input.1": feed})
+    per_sample = [reference.run(None, {"input.1": feed[i:i + 1]}) for i in range(8)]
+    for index, out in enumerate(reference.get_outputs()):
+        expected = np.concatenate([sample[index] for sample in per_sample], axis=0)
+        assert got[index].shape == expected.shape == (8, *expected.shape[1:]), out.name
+        np.testing.assert_allclose(got[index], expected, rtol=1e-4, atol=1e-5, err_msg=out.name)

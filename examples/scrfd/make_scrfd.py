@@ -22,6 +22,7 @@ run at batch 1, since it is the reference the patched model is compared with.
 Weights come from ``numpy.random.default_rng(0)``: the same file every run.
 
     python examples/scrfd/make_scrfd.py models/scrfd_like.onnx
+    python examples/scrfd/make_scrfd.py --traced-batch models/scrfd_traced.onnx   # heads [1, -1, k]
 """
 
 from __future__ import annotations
@@ -109,8 +110,9 @@ def fpn(g: GraphBuilder, features: dict[int, tuple[str, int]]) -> dict[int, str]
     return merged
 
 
-def heads(g: GraphBuilder, levels: dict[int, str]) -> list[str]:
-    """Score, bbox and keypoint convs per level, flattened to ``[-1, k]``; output names in det_10g order."""
+def heads(g: GraphBuilder, levels: dict[int, str], traced_batch: bool = False) -> list[str]:
+    """Score, bbox and keypoint convs per level, flattened to ``[-1, k]`` (or, as a torch export traced
+    at batch 1 writes ``reshape(1, -1, k)``, to ``[1, -1, k]``); output names in det_10g order."""
     outputs: dict[tuple[str, int], str] = {}
     for stride in STRIDES:
         trunk = g.conv(g.conv(levels[stride], FPN_CHANNELS, FPN_CHANNELS), FPN_CHANNELS, FPN_CHANNELS)
@@ -119,17 +121,19 @@ def heads(g: GraphBuilder, levels: dict[int, str]) -> list[str]:
             if kind == "score":
                 y = g.node("Sigmoid", [y], [1, ANCHORS * k, None, None])
             nhwc = g.node("Transpose", [y], [1, None, None, ANCHORS * k], perm=[0, 2, 3, 1])
-            shape = g.constant(f"{kind}_{stride}.shape", np.array([-1, k], dtype=np.int64))
-            outputs[kind, stride] = g.node("Reshape", [nhwc, shape], ["?", k], output=f"{kind}_{stride}")
+            flat = [1, -1, k] if traced_batch else [-1, k]
+            shape = g.constant(f"{kind}_{stride}.shape", np.array(flat, dtype=np.int64))
+            declared = [1, "?", k] if traced_batch else ["?", k]
+            outputs[kind, stride] = g.node("Reshape", [nhwc, shape], declared, output=f"{kind}_{stride}")
     return [outputs[kind, stride] for kind, _ in HEADS for stride in STRIDES]
 
 
-def build_model() -> onnx.ModelProto:
+def build_model(traced_batch: bool = False) -> onnx.ModelProto:
     g = GraphBuilder(seed=0)
     for value in (0, 2, 4):
         g.constant(f"const_{value}", np.array([value], dtype=np.int64))
     levels = fpn(g, backbone(g, "input.1"))
-    output_names = heads(g, levels)
+    output_names = heads(g, levels, traced_batch)
     image = helper.make_tensor_value_info("input.1", TensorProto.FLOAT, [1, 3, "?", "?"])
     outputs = [helper.make_tensor_value_info(n, g.annotations[n][0], g.annotations[n][1]) for n in output_names]
     value_info = [helper.make_tensor_value_info(n, dtype, shape) for n, (dtype, shape) in g.annotations.items()
@@ -144,9 +148,11 @@ def build_model() -> onnx.ModelProto:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("output", type=Path, help="where to write the model, e.g. models/scrfd_like.onnx")
+    parser.add_argument("--traced-batch", action="store_true",
+                        help="flatten the heads to [1, -1, k], the batch a torch trace at batch 1 bakes in")
     args = parser.parse_args(argv)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_bytes(build_model().SerializeToString(deterministic=True))
+    args.output.write_bytes(build_model(args.traced_batch).SerializeToString(deterministic=True))
     print(f"wrote {args.output}")
     return 0
 
