@@ -94,7 +94,7 @@ def timed(command: list[str], workdir: Path) -> tuple[float, float]:
 
 
 def has_set_batch() -> bool:
-    from patchspec.plugins import PluginRegistry
+    from patchspec.plugin.registry import PluginRegistry
 
     return "set_batch" in PluginRegistry.load().patch_types
 

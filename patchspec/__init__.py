@@ -5,16 +5,10 @@ The names below are the API plugin authors import; they are kept stable.
 
 __version__ = "0.1.0"
 
-from .contract import (  # noqa: E402
-    PatchContext,
-    PatchResult,
-    PatchType,
-    Verifier,
-    VerifyContext,
-    VerifyResult,
-)
-from .errors import ModelFileError, PatchError, PatchspecError, SpecError, VerificationFailed  # noqa: E402
-from .hookspecs import hookimpl  # noqa: E402
+from patchspec.plugin.contract import (PatchContext, PatchResult, PatchType, Verifier, VerifyContext,
+    VerifyResult)
+from patchspec.errors import ModelFileError, PatchError, PatchspecError, SpecError, VerificationFailed
+from patchspec.plugin.hookspecs import hookimpl
 
 __all__ = [
     "ModelFileError",

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import click
 
-from . import __version__
-from .engine import Engine, RunReport
-from .errors import EXIT_INTERNAL, Interrupted, PatchspecError, UsageError
-from .plugins import PluginRegistry
-from .spec import Spec, combined_schema, load_spec
+from patchspec import __version__
+from patchspec.run.engine import Engine, RunReport
+from patchspec.errors import EXIT_INTERNAL, Interrupted, PatchspecError, UsageError
+from patchspec.plugin.registry import PluginRegistry
+from patchspec.spec.load import combined_schema, load_spec
+from patchspec.spec.steps import Spec
 
 EXAMPLES = """
 \b
@@ -187,7 +188,7 @@ def inspect_command(state: _State, model_path: Path, shapes, as_json: bool) -> N
     The lint runs the model on ONNX Runtime at the given (or default) input shapes and reports every
     dim_param that is bound to different sizes, with the patch that fixes it. Never writes anything.
     """
-    from .inspection import format_inspection, inspect_model, parse_shape_options
+    from patchspec.ort.inspection import format_inspection, inspect_model, parse_shape_options
 
     data = inspect_model(model_path, parse_shape_options(shapes))
     click.echo(json.dumps(data, indent=2) if as_json else format_inspection(data))
@@ -197,7 +198,7 @@ def inspect_command(state: _State, model_path: Path, shapes, as_json: bool) -> N
 @click.pass_obj
 def env(state: _State) -> None:
     """Versions of patchspec, onnx and every ONNX Runtime distribution; available providers."""
-    from .envinfo import environment_lines
+    from patchspec.ort.environment import environment_lines
 
     for line in environment_lines():
         click.echo(line)

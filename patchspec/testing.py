@@ -26,7 +26,7 @@ from typing import Iterable, Iterator, Mapping, Sequence
 import onnx
 from onnx import TensorProto, helper
 
-from .plugins import in_process_plugin
+from patchspec.plugin.registry import in_process_plugin
 
 IR_VERSION = 8  #: helper.make_model writes a newer IR than onnxruntime accepts; test models use 8
 MODEL_FILE = "model.onnx"
@@ -167,7 +167,7 @@ def run_cli(argv: Sequence[str], *, cwd: Path | None = None) -> tuple[int, str, 
     """Run ``patchspec ARGV`` in this process from ``cwd``: (exit code, stdout, stderr)."""
     from click.testing import CliRunner
 
-    from .cli import main
+    from patchspec.cli import main
 
     previous = os.getcwd()
     try:

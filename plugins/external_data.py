@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import PurePosixPath, PureWindowsPath
 
 from patchspec import PatchResult, PatchType, hookimpl
-from patchspec.extdata import ORT_MEMORY_MARKER, Layout, is_external, iter_tensors, refuse_inline_overflow
+from patchspec.model.external_data import (ORT_MEMORY_MARKER, Layout, is_external, iter_tensors,
+    refuse_inline_overflow)
 
 MAX_ALIGN = 1 << 30
 

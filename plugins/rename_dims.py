@@ -19,9 +19,10 @@ import onnx
 
 from patchspec import PatchContext, PatchResult, PatchType, hookimpl
 from patchspec.errors import close_matches, did_you_mean
-from patchspec.selectors import SELECTOR_SCHEMA, check_selector, select_nodes
-from patchspec.shapes import (all_graphs, annotations, dim_params, fresh_name, format_dims, has_shape,
-                              read_dim, read_dims, rederive_shapes, shape_dims, write_dim)
+from patchspec.model.selectors import SELECTOR_SCHEMA, check_selector, select_nodes
+from patchspec.model.graph import all_graphs, fresh_name
+from patchspec.shapes.annotations import (annotations, dim_params, format_dims, has_shape, read_dim,
+    read_dims, rederive_shapes, shape_dims, write_dim)
 
 NAME_OR_SIZE = {"description": "a symbolic name (string) or a fixed size (integer)",
                 "anyOf": [{"type": "string", "minLength": 1}, {"type": "integer", "minimum": 0}]}

@@ -3,7 +3,7 @@
 Targets an initializer or a Constant node's output by name (every use), or one input of each
 selected node (only that use is rewired when the constant is shared). The replacement is either a
 literal ``value`` (element count and dtype checked) or a ``shape``: ITEMs compiled to ONNX ops by
-:mod:`patchspec.shape_compiler`. Constants left unused are removed; shapes are re-derived.
+:mod:`patchspec.shapes.compiler`. Constants left unused are removed; shapes are re-derived.
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from patchspec import PatchResult, PatchType, hookimpl
-from patchspec import expressions as ex
+from patchspec.shapes import expressions as ex
 from patchspec.errors import close_matches
-from patchspec.selectors import SELECTOR_SCHEMA, check_selector, select_nodes
-from patchspec.shape_compiler import (Namer, ShapeCompileError, ShapeCompiler, TensorIndex,
-                                      constant_node_value, default_opset, model_names)
-from patchspec.shapes import rederive_shapes
+from patchspec.model.selectors import SELECTOR_SCHEMA, check_selector, select_nodes
+from patchspec.model.graph import default_opset
+from patchspec.shapes.compiler import (Namer, ShapeCompileError, ShapeCompiler, TensorIndex, constant_node_value,
+                                       model_names)
+from patchspec.shapes.annotations import rederive_shapes
 
 DTYPES = {name.lower(): value for name, value in TensorProto.DataType.items()
           if value not in (TensorProto.UNDEFINED, TensorProto.STRING)}

@@ -23,9 +23,10 @@ from onnx import numpy_helper
 
 from patchspec import PatchContext, PatchResult, PatchType, hookimpl
 from patchspec.errors import did_you_mean
-from patchspec.batch_tracker import INT64_MAX, BatchTrace, Rewrite, trace_batch, use_counts
-from patchspec.shapes import (ScopeIndex, all_names, apply_pins, constant_value, format_dims, fresh_name, read_dims,
-                              rederive_shapes, shape_dims, typed, write_dim)
+from patchspec.shapes.batch import INT64_MAX, BatchTrace, Rewrite, trace_batch, use_counts
+from patchspec.model.graph import ScopeIndex, all_names, constant_value, default_opset, fresh_name
+from patchspec.shapes.annotations import (apply_pins, format_dims, read_dims, rederive_shapes, shape_dims,
+    typed, write_dim)
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ class SetBatchPatch(PatchType):
         trace = trace_batch(model, batch.axes, batch.old_size, b2, symbolic=symbolic)
         rewrites, undecided = ([], []) if same else (trace.rewrites, trace.undecided)
         changed = rewrite_constants(model, rewrites, f"batch_{size}")
+        squeezes = [] if same else explicit_squeezes(model, trace.squeezes)
         declared = {info.name: read_dims(info) for info in model.graph.output}
         for name, axis in batch.axes:
             write_dim(shape_dims(inputs[name])[axis], size)
@@ -94,12 +96,42 @@ class SetBatchPatch(PatchType):
         corrected = declare_from_trace(model, trace, size, declared)
         apply_pins(model.graph, context.pinned_dims)
         counts = f"{len(changed)} shape constant{'s' * (len(changed) != 1)} rewritten"
+        if squeezes:
+            counts += f", {len(squeezes)} Squeeze{'s' * (len(squeezes) != 1)} given axes"
         if undecided:
             counts += f", {len(undecided)} undecided (-v lists them, with the spec lines that fix them)"
         if corrected:
             counts += f", {len(corrected)} output declaration{'s' * (len(corrected) != 1)} corrected"
-        details = batch.notes + tuple(changed) + tuple(corrected) + tuple(undecided)
+        details = batch.notes + tuple(changed) + tuple(squeezes) + tuple(corrected) + tuple(undecided)
         return PatchResult(True, f"batch {size} on {where}; {counts}", details)
+
+
+def explicit_squeezes(model: onnx.ModelProto, squeezes: list) -> list[str]:
+    """Give each Squeeze that dropped a batch of 1 the axes it removes at the new batch."""
+    opset = default_opset(model)
+    taken = all_names(model)
+    lines = []
+    for site, axes in squeezes:
+        node = site.node
+        label = node.name or node.output[0]
+        if not axes:
+            node.op_type = "Identity"
+            del node.input[1:]
+            del node.attribute[:]
+            lines.append(f"replaced Squeeze '{label}' by an Identity: without axes it dropped the batch at batch 1 "
+                         f"and removes nothing at any other batch")
+            continue
+        if opset >= 13:  # axes is an input from opset 13 on
+            name = fresh_name(f"{node.name or node.output[0]}/axes", taken)
+            taken.add(name)
+            site.graph.initializer.append(numpy_helper.from_array(np.array(axes, dtype=np.int64), name))
+            del node.input[1:]
+            node.input.append(name)
+        else:
+            node.attribute.append(onnx.helper.make_attribute("axes", axes))
+        lines.append(f"made Squeeze '{label}' explicit (axes {axes}): without axes it "
+                     f"dropped the batch at batch 1, so its output's rank depended on the batch")
+    return lines
 
 
 # -- which axes carry the batch ---------------------------------------------------------------------------
@@ -240,7 +272,7 @@ def declare_from_trace(model: onnx.ModelProto, trace: BatchTrace, size, declared
         if _contradicted(before, now, trace, info.name):
             note = ""
             if len(set(trace.ranks(info.name)[:2])) > 1:
-                note = f" (a Squeeze drops the batch at batch {trace.b1}, where it has rank {trace.ranks(info.name)[0]})"
+                note = f" (a Squeeze without axes dropped the batch at batch {trace.b1}: rank {trace.ranks(info.name)[0]} there)"
             corrected.append(f"output '{info.name}' was declared {format_dims(before)}, is {format_dims(now)}{note}")
     for info in model.graph.value_info:
         _reconcile(info, trace, size)

@@ -8,7 +8,7 @@ import numpy as np
 
 from patchspec import VerifyContext, VerifyResult, Verifier, hookimpl
 from patchspec.errors import UsageError
-from patchspec.inspection import lint_model
+from patchspec.ort.inspection import lint_model
 
 _DIM = {"type": "integer", "minimum": 0, "description": "size of one axis (a number)"}
 _INPUT = {

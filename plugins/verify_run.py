@@ -9,12 +9,10 @@ import numpy as np
 
 from patchspec import VerifyContext, VerifyResult, Verifier, hookimpl
 from patchspec.errors import close_matches, did_you_mean
-from patchspec.ortrun import (
-    DEFAULT_PROVIDERS, DTYPES, FILLS, OPTIMIZATION_LEVELS, BatchSplit, OutputComparison, ProviderUnusable, RunFailure,
-    Session, TensorDecl, compare_output, feed_shape_problems, format_shape, make_feeds, nonfinite_problems,
-    provider_skip_reasons, shape_problems,
-)
-from patchspec.shapes import read_dims
+from patchspec.ort.sessions import (DEFAULT_PROVIDERS, DTYPES, FILLS, OPTIMIZATION_LEVELS, BatchSplit,
+    OutputComparison, ProviderUnusable, RunFailure, Session, TensorDecl, compare_output, feed_shape_problems,
+    format_shape, make_feeds, nonfinite_problems, provider_skip_reasons, shape_problems)
+from patchspec.shapes.annotations import read_dims
 
 DEFAULT_OPTIMIZATIONS = ("all", "disabled")
 

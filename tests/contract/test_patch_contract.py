@@ -20,13 +20,13 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from patchspec.contract import PatchContext, PatchResult, VerifyContext, VerifyResult
+from patchspec.plugin.contract import PatchContext, PatchResult, VerifyContext, VerifyResult
 from patchspec.errors import PatchError
-from patchspec.modelio import load_model
-from patchspec.plugins import PluginRegistry
-from patchspec.spec import combined_schema, load_spec
+from patchspec.model.io import load_model
+from patchspec.plugin.registry import PluginRegistry
+from patchspec.spec.load import combined_schema, load_spec
 from patchspec.testing import make_model
-from patchspec.yamlread import load_yaml
+from patchspec.spec.reader import load_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 

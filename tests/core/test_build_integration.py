@@ -15,7 +15,7 @@ import pytest
 from conftest import make_model, tensor_info, write_spec
 from onnx import helper, numpy_helper
 
-from patchspec.engine import DIGEST_KEY
+from patchspec.run.engine import DIGEST_KEY
 
 PATCHSPEC = Path(sys.executable).parent / "patchspec"
 

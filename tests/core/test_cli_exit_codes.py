@@ -15,9 +15,9 @@ from onnx import helper, numpy_helper
 
 import patchspec
 import patchspec.cli
-import patchspec.engine
+import patchspec.run.engine
 from patchspec import PatchType, Verifier, hookimpl
-from patchspec.plugins import PluginRegistry
+from patchspec.plugin.registry import PluginRegistry
 
 
 def add_model() -> onnx.ModelProto:
@@ -290,7 +290,7 @@ def test_unexpected_exception_in_patchspec_is_one_line_exit_5(project, run_cli, 
     def broken_digest(self, loaded, no_verify):
         raise AttributeError("boom in core")
 
-    monkeypatch.setattr(patchspec.engine.Engine, "digest", broken_digest)
+    monkeypatch.setattr(patchspec.run.engine.Engine, "digest", broken_digest)
     before_tree, before = tree(project), snapshot(project / "spec.yaml", project / "m.onnx")
     result = run_cli("apply", project / "spec.yaml")
     assert_failed_cleanly(result, 5, project, before_tree, before, "internal error: AttributeError: boom in core",

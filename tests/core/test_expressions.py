@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from conftest import write_spec
 
-from patchspec import expressions as ex
+from patchspec.shapes import expressions as ex
 
 
 def value_of(text, shapes=None, arrays=None):

@@ -1,4 +1,4 @@
-"""patchspec.extdata: the path policy, the validated reader and the streaming writer, directly."""
+"""patchspec.model.external_data: the path policy, the validated reader and the streaming writer, directly."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ import pytest
 from conftest import make_model, tensor_info
 from onnx import helper, numpy_helper
 
-from patchspec import extdata
+from patchspec.model import external_data as extdata
 from patchspec.errors import ModelFileError, UsageError
-from patchspec.extdata import Layout, default_layout, iter_tensors, read_tensor, validate_external_data, write_model
+from patchspec.model.external_data import (Layout, default_layout, iter_tensors, read_tensor,
+    validate_external_data, write_model)
 
 
 def matmul_model(size: int = 64, inline_const: bool = True) -> onnx.ModelProto:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from patchspec import hookspecs
+from patchspec.plugin import hookspecs
 from patchspec.testing import make_model, run_spec
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,8 +13,8 @@ import pytest
 
 from conftest import make_model, tensor_info
 from patchspec.errors import UsageError
-from patchspec import inspection
-from patchspec.inspection import lint_model, parse_shape_options, probe_shapes
+from patchspec.ort import inspection
+from patchspec.ort.inspection import lint_model, parse_shape_options, probe_shapes
 from scrfd_like import fpn_model, if_model
 
 

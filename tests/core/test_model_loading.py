@@ -10,9 +10,10 @@ from conftest import make_model, tensor_info, write_spec
 from onnx import helper, numpy_helper
 
 import patchspec
-from patchspec.engine import DIGEST_KEY, VERSION_KEY
+from patchspec.run.engine import DIGEST_KEY, VERSION_KEY
 from patchspec.errors import ModelFileError
-from patchspec.modelio import FileStamp, default_opset, load_model
+from patchspec.model.graph import default_opset
+from patchspec.model.io import FileStamp, load_model
 
 
 def add_model(ir_version=8, opset=17) -> onnx.ModelProto:

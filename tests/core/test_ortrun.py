@@ -1,4 +1,4 @@
-"""patchspec.ortrun without the plugin: input generation, sessions, shape checks, comparison."""
+"""patchspec.ort.sessions without the plugin: input generation, sessions, shape checks, comparison."""
 
 import numpy as np
 import onnx
@@ -6,10 +6,8 @@ import pytest
 from conftest import make_model, tensor_info
 from onnx import TensorProto, helper
 
-from patchspec.ortrun import (
-    RunFailure, Session, TensorDecl, compare_output, feed_shape_problems, generate,
-    make_feeds, nonfinite_problems, provider_skip_reasons, shape_problems,
-)
+from patchspec.ort.sessions import (RunFailure, Session, TensorDecl, compare_output, feed_shape_problems,
+    generate, make_feeds, nonfinite_problems, provider_skip_reasons, shape_problems)
 
 
 def relu_model(tmp_path, in_shape=("N", 4), out_shape=("N", 4), name="m.onnx"):
@@ -188,7 +186,7 @@ def test_opaque_initialize_error_gets_context_and_a_hint(tmp_path, monkeypatch):
 def test_provider_that_falls_back_to_cpu_is_unusable(tmp_path, monkeypatch):
     import onnxruntime
 
-    from patchspec.ortrun import ProviderUnusable
+    from patchspec.ort.sessions import ProviderUnusable
 
     monkeypatch.setattr(onnxruntime, "InferenceSession", _FakeSession)
     with pytest.raises(ProviderUnusable, match="CUDAExecutionProvider could not be loaded .*fell back to CPUExecutionProvider"):

@@ -20,8 +20,8 @@ import pytest
 from conftest import make_model, tensor_info, write_spec
 from onnx import helper, numpy_helper
 
-import patchspec.staging
-from patchspec.staging import PREFIX
+import patchspec.run.staging
+from patchspec.run.staging import PREFIX
 
 VENV_PATCHSPEC = Path(sys.executable).parent / "patchspec"
 
@@ -139,7 +139,7 @@ def test_staging_folder_cannot_be_created_is_exit_3_naming_it(inline_project, ru
     def refuse(*args, **kwargs):
         raise PermissionError(errno.EACCES, "Permission denied")
 
-    monkeypatch.setattr(patchspec.staging.tempfile, "mkdtemp", refuse)
+    monkeypatch.setattr(patchspec.run.staging.tempfile, "mkdtemp", refuse)
     result = run_cli("apply", inline_project / "spec.yaml", "--no-verify")  # a new digest: must write
     assert result.exit_code == 3, result.output
     assert f"{out}: cannot write the output here: Permission denied" in result.stderr
@@ -160,7 +160,7 @@ def test_failing_rename_is_exit_3_and_previous_output_intact(external_project, r
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_replace(source, destination, *args, **kwargs)
 
-    monkeypatch.setattr(patchspec.staging.os, "replace", replace)
+    monkeypatch.setattr(patchspec.run.staging.os, "replace", replace)
     result = run_cli("apply", external_project / "spec.yaml")
     monkeypatch.undo()
     assert result.exit_code == 3, result.output
@@ -178,7 +178,7 @@ from pathlib import Path
 signal.signal(signal.SIGINT, signal.default_int_handler)  # whatever disposition the test runner passed on
 import patchspec.cli
 from patchspec import Verifier, VerifyResult, hookimpl
-from patchspec.plugins import PluginRegistry
+from patchspec.plugin.registry import PluginRegistry
 
 marker = Path(sys.argv[1])
 
@@ -351,10 +351,10 @@ def test_concurrent_commits_do_not_interleave_model_and_data(tmp_path, monkeypat
             b_started.wait(timeout=2)
             time.sleep(0.3)  # without a lock, B replaces both files now
 
-    monkeypatch.setattr(patchspec.staging.os, "replace", replace)
+    monkeypatch.setattr(patchspec.run.staging.os, "replace", replace)
 
     def commit(tag: str) -> None:
-        with patchspec.staging.Staging(output) as staging:
+        with patchspec.run.staging.Staging(output) as staging:
             files = [staging.path(output), staging.path(output.with_name("m.onnx.data"))]
             for path in files:
                 path.write_text(tag)
@@ -377,7 +377,7 @@ def test_input_changed_during_the_run_is_exit_3_and_nothing_written(inline_proje
 
     import patchspec.cli
     from patchspec import Verifier, VerifyResult, hookimpl
-    from patchspec.plugins import PluginRegistry
+    from patchspec.plugin.registry import PluginRegistry
 
     class RewriteInput(Verifier):  # stands for another process writing the input mid-run
         name = "race.rewrite_input"

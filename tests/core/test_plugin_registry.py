@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from patchspec import plugins as plugins_module
+from patchspec.plugin import registry as plugins_module
 from patchspec.errors import PluginError
-from patchspec.plugins import PluginRegistry
+from patchspec.plugin.registry import PluginRegistry
 from patchspec.testing import make_model, registered, run_cli, run_spec
 
 PATCH_PLUGIN = '''

@@ -10,7 +10,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from patchspec.plugins import BUILTIN_DISTRIBUTION, DISABLE_ENV, PluginRegistry
+from patchspec.plugin.registry import BUILTIN_DISTRIBUTION, DISABLE_ENV, PluginRegistry
 from patchspec.testing import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
@@ -110,7 +110,7 @@ def test_a_plugin_schema_with_local_defs_still_resolves_in_the_combined_schema()
     import jsonschema
 
     from patchspec import PatchType, hookimpl
-    from patchspec.spec import combined_schema
+    from patchspec.spec.load import combined_schema
     from patchspec.testing import registered
 
     class NestedPatch(PatchType):

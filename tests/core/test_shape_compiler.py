@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-from patchspec import expressions as ex
-from patchspec.shape_compiler import Namer, ShapeCompileError, ShapeCompiler, TensorIndex
+from patchspec.shapes import expressions as ex
+from patchspec.shapes.compiler import Namer, ShapeCompileError, ShapeCompiler, TensorIndex
 
 
 def graph_with(x_rank=3, g_shape=(2, 3), g_dtype=TensorProto.INT64, extra=()):

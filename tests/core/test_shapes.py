@@ -10,8 +10,8 @@ import onnxruntime as ort
 from conftest import make_model, tensor_info
 from onnx import TensorProto, helper, numpy_helper
 
-from patchspec.shapes import (ScopeIndex, graph_only_copy, read_dims, rederive_shapes, shape_dims,
-                              walk_nodes, write_dim)
+from patchspec.model.graph import ScopeIndex, walk_nodes
+from patchspec.shapes.annotations import graph_only_copy, read_dims, rederive_shapes, shape_dims, write_dim
 
 
 def two_stride_model(batch="N"):
@@ -81,7 +81,7 @@ def test_walk_and_scope_index_resolve_outer_constants():
     assert [s.node.op_type for s in sites] == ["If", "Relu", "Neg", "Relu", "Neg"]
     assert [s.position for s in sites] == list(range(5))
     index = ScopeIndex()
-    assert index.dims("x", sites[1].scopes) == [1, 6]  # outer-scope input seen from the branch
+    assert read_dims(index.annotation("x", sites[1].scopes)) == [1, 6]  # outer-scope input seen from the branch
 
 
 def test_large_inline_tensors_are_stubbed_for_inference():

@@ -10,7 +10,7 @@ from onnx import helper
 
 import patchspec.cli
 from patchspec import PatchResult, PatchType, hookimpl
-from patchspec.plugins import PluginRegistry
+from patchspec.plugin.registry import PluginRegistry
 
 HEADER = "patchspec: 1\nmodel: m.onnx\noutput: out/m.onnx\n"
 

@@ -11,7 +11,7 @@ import pytest
 from conftest import write_spec
 
 from patchspec.errors import SpecError
-from patchspec.yamlread import MAX_DEPTH, MAX_FILE_BYTES, load_yaml
+from patchspec.spec.reader import MAX_DEPTH, MAX_FILE_BYTES, load_yaml
 
 HEADER = "patchspec: 1\nmodel: m.onnx\noutput: out.onnx\npatches: []\n"
 

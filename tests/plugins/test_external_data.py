@@ -13,8 +13,8 @@ import pytest
 from conftest import make_model, tensor_info, write_spec
 from onnx import helper, numpy_helper
 
-from patchspec import extdata
-from patchspec.extdata import iter_tensors
+from patchspec.model import external_data as extdata
+from patchspec.model.external_data import iter_tensors
 
 HEADER = "patchspec: 1\nmodel: models/m.onnx\noutput: out/o.onnx\n"
 

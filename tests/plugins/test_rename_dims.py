@@ -11,7 +11,7 @@ from onnx import helper
 from scrfd_like import fpn_model
 
 from patchspec.errors import PatchError
-from patchspec.shapes import read_dims
+from patchspec.shapes.annotations import read_dims
 from patchspec_plugins.rename_dims import RenameDimsPatch
 
 

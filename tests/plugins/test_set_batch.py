@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 from scrfd_like import fpn_model
 
 from patchspec.errors import PatchError
-from patchspec.shapes import read_dims
+from patchspec.shapes.annotations import read_dims
 from patchspec_plugins.set_batch import SetBatchPatch
 
 
@@ -569,6 +569,7 @@ def test_squeezed_output_gets_the_batch_and_an_axis_counting_op_after_it_is_unde
     result = set_batch(model, size=3)
     assert read_dims(model.graph.output[0]) == [3, 4]
     assert "output 'p' was declared [4], is [3, 4]" in "\n".join(result.details)
+    assert "replaced Squeeze 'squeeze_all' by an Identity" in "\n".join(result.details)
     (line,) = [d for d in result.details if "undecided" in d]
     assert "Slice 'first_two' runs, but mixes samples, at batch 3" in line and "Squeeze 'squeeze_all'" in line
 
@@ -579,3 +580,7 @@ def test_squeezed_output_without_axis_counting_ops_is_not_undecided():
     del model.graph.output[1]
     result = set_batch(model, size="N")
     assert "undecided" not in result.summary and read_dims(model.graph.output[0]) == ["N", 4]
+    assert "1 Squeeze given axes" in result.summary, result.summary
+    for batch in (3, 1):  # the declared rank holds at every batch, batch 1 included
+        x = rand(batch, 4)
+        np.testing.assert_allclose(run(model, {"x": x})[0], 1 / (1 + np.exp(-x)), rtol=1e-6)

@@ -14,7 +14,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from .errors import did_you_mean
+from patchspec.errors import did_you_mean
 
 DEFAULT_PROVIDERS = ("CPUExecutionProvider",)
 FILLS = ("random", "zeros", "ones", "arange")

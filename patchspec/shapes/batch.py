@@ -28,9 +28,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from .expressions import quote_tensor
-from .shape_eval import BROADCASTING, Known, ShapeEvaluator
-from .shapes import NodeSite, ScopeIndex, all_graphs, read_dims
+from patchspec.shapes.expressions import quote_tensor
+from patchspec.shapes.evaluate import BROADCASTING, Known, ShapeEvaluator
+from patchspec.model.graph import NodeSite, ScopeIndex, all_graphs
+from patchspec.shapes.annotations import read_dims
 
 #: sizes given to symbolic input dims that are not the batch: distinct, divisible by the usual
 #: strides (up to 64), and small enough for position tables (transformers often stop at 512)
@@ -69,6 +70,8 @@ class BatchTrace:
     evaluator: Optional[ShapeEvaluator] = None
     moves_symbols: bool = False  # a third point moved the other symbolic dims
     symbols: dict = field(default_factory=dict)  # input dim_param -> its size at the first and third points
+    #: Squeezes without axes that drop a batch of 1, with the axes they remove at the new batch
+    squeezes: list = field(default_factory=list)  # [(NodeSite, [axis, ...]), ...]
 
     def batch_dim(self, name: str, axis: int):
         """What the evaluation says of one dim: a size, ("batch", k), an input's dim_param, or None."""
@@ -158,6 +161,7 @@ def trace_batch(model: onnx.ModelProto, batch_axes, b1: int, b2: int, *, symboli
     tracker.evaluator = trace.evaluator
     trace.evaluator.run()
     trace.undecided.extend(tracker.conflicts())
+    trace.squeezes.extend(tracker.batch_squeezes())
     return trace
 
 
@@ -418,6 +422,27 @@ class _Tracker:
             found.append(self._conflict(site, why))
         return found
 
+    def batch_squeezes(self) -> list:
+        """Squeezes without axes whose output loses the batch at the old batch of 1 only.
+
+        Given the axes they remove at the new batch, they keep the batch at every size, so the
+        output's declared rank holds at batch 1 too (and older onnx releases, which squeeze a
+        symbolic dim away, infer the same rank).
+        """
+        found = []
+        for name, site in self.evaluator.producer.items():
+            node = site.node
+            if node.op_type != "Squeeze" or node.domain not in ("", "ai.onnx") or name != node.output[0]:
+                continue
+            if len(node.input) > 1 and node.input[1] or any(a.name == "axes" for a in node.attribute):
+                continue
+            if not self.evaluator.runs(site)[1] or self.trace.squeezed_axis(name) is None:
+                continue
+            data = self.evaluator.at(node.input[0])[1]
+            if data.full:  # no axes at all: at the new batch it removes nothing (an Identity)
+                found.append((site, [axis for axis, size in enumerate(data.shape) if size == 1]))
+        return found
+
     def _shifted_axes(self, name: str) -> str:
         first, second = self.evaluator.at(name)[:2]
         squeeze = self.evaluator.producer.get(name)
@@ -425,8 +450,8 @@ class _Tracker:
             squeeze = self.evaluator.producer.get(squeeze.node.input[0])
         origin = f"Squeeze '{squeeze.node.name or squeeze.node.output[0]}'" if squeeze is not None else "a Squeeze"
         return (f"its input '{name}' is {_shape_text(first)} at batch {self.b1}, where {origin} drops the batch, and "
-                f"{_shape_text(second)} at batch {self.b2}, so its axes, counted from the front, point at other dims; "
-                f"give the Squeeze axes that keep the batch, then shift this node's axes by one")
+                f"{_shape_text(second)} at batch {self.b2}, so its axes, counted from the front, point at other dims "
+                f"there; shift them by one past the batch, or count them from the end")
 
     def _conflict(self, site: NodeSite, why: str, problem: str = "cannot run") -> str:
         node = site.node

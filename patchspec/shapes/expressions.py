@@ -205,7 +205,7 @@ class _Parser:
                    f"or an element with value({name.text}, I, ...)")
             raise ExpressionError(name.column, msg)
         if name.text not in FUNCTIONS:
-            from .errors import did_you_mean
+            from patchspec.errors import did_you_mean
             raise ExpressionError(name.column, f"unknown function '{name.text}'" + did_you_mean(name.text, FUNCTIONS)
                                   + "; known: min, max, dim, value")
         nxt = self.peek()

@@ -16,9 +16,9 @@ from typing import Iterable, Iterator
 
 import pluggy
 
-from . import hookspecs
-from .contract import PatchType, Verifier
-from .errors import PluginError
+from patchspec.plugin import hookspecs
+from patchspec.plugin.contract import PatchType, Verifier
+from patchspec.errors import PluginError
 
 DISABLE_ENV = "PATCHSPEC_DISABLE_PLUGINS"  # comma-separated entry-point names not to load
 BUILTIN_DISTRIBUTION = "patchspec"

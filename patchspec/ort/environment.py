@@ -5,7 +5,7 @@ from __future__ import annotations
 import platform
 from importlib import metadata
 
-from . import __version__
+from patchspec import __version__
 
 #: distributions that all install the same ``onnxruntime`` module; the last installed wins
 ORT_DISTRIBUTIONS = (

@@ -16,16 +16,16 @@ from typing import Callable
 
 import onnx
 
-from . import __version__
-from .contract import PatchContext, PatchResult, VerifyContext, VerifyResult
-from .errors import ModelFileError, PatchspecError, PluginError, UsageError, VerificationFailed
-from .extdata import (Layout, data_files, default_layout, refuse_input_overwrite, terminal_progress,
-                      validate_external_data, write_model)
-from .modelio import FileStamp, load_model
-from .plugins import PluginRegistry
-from .shapes import untyped_annotations
-from .spec import Spec, Step
-from .staging import Staging
+from patchspec import __version__
+from patchspec.plugin.contract import PatchContext, PatchResult, VerifyContext, VerifyResult
+from patchspec.errors import ModelFileError, PatchspecError, PluginError, UsageError, VerificationFailed
+from patchspec.model.external_data import (Layout, data_files, default_layout, refuse_input_overwrite,
+    terminal_progress, validate_external_data, write_model)
+from patchspec.model.io import FileStamp, load_model
+from patchspec.plugin.registry import PluginRegistry
+from patchspec.shapes.annotations import untyped_annotations
+from patchspec.spec.steps import Spec, Step
+from patchspec.run.staging import Staging
 
 VERSION_KEY = "patchspec.version"
 DIGEST_KEY = "patchspec.digest"

@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .shapes import NodeSite, subgraphs
+from patchspec.model.graph import NodeSite, subgraphs
 
 #: tensors with at most this many elements get a value (shape arithmetic, scales, small constants)
 SMALL = 1024

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Literal, NoReturn
 
-from .errors import PatchError
+from patchspec.errors import PatchError
 
 if TYPE_CHECKING:
     import onnx
 
-    from .spec import Spec, Step
+    from patchspec.spec.steps import Spec, Step
 
 #: a problem found in a step's parameters without the model: (key path inside the params, message)
 ParamProblem = tuple[tuple, str]

@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from .errors import ModelFileError, UsageError, close_matches
+from patchspec.errors import ModelFileError, UsageError, close_matches
 
 ALLOWED_KEYS = {"location", "offset", "length", "checksum", "basepath"}
 COPY_CHUNK = 8 * 1024 * 1024

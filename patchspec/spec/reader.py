@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from .errors import SpecError, SpecProblem
+from patchspec.errors import SpecError, SpecProblem
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
 MAX_DEPTH = 64

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .errors import ModelFileError
+from patchspec.errors import ModelFileError
 
 try:
     import fcntl

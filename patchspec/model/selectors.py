@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import onnx
 
-from .errors import close_matches, did_you_mean
+from patchspec.errors import close_matches, did_you_mean
 
 PATTERN_KEYS = ("op_type", "name", "domain", "consumes", "produces")
 TENSOR_KEYS = ("after", "before")

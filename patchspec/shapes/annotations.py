@@ -11,10 +11,11 @@ gigabytes of weights cost what their graph costs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterator, Union
 
 import onnx
+
+from patchspec.model.graph import all_graphs, subgraphs
 
 #: one dim as patchspec reads it: a size, a symbolic name, or None (unknown)
 Dim = Union[int, str, None]
@@ -74,22 +75,6 @@ def format_dims(dims: list[Dim] | None) -> str:
     if dims is None:
         return "[rank unknown]"
     return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
-
-
-# -- graphs -----------------------------------------------------------------------------------------
-def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
-    for attr in node.attribute:
-        if attr.HasField("g"):
-            yield attr.g
-        yield from attr.graphs
-
-
-def all_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    """``graph`` and every If/Loop/Scan body inside it, depth first, in node order."""
-    yield graph
-    for node in graph.node:
-        for sub in subgraphs(node):
-            yield from all_graphs(sub)
 
 
 def annotations(graph: onnx.GraphProto) -> Iterator[onnx.ValueInfoProto]:
@@ -238,138 +223,9 @@ def apply_pins(graph: onnx.GraphProto, pinned_dims: Pins) -> int:
     return count
 
 
-# -- nodes, scopes and constants --------------------------------------------------------------------
-@dataclass
-class NodeSite:
-    """A node, its position in ``walk_nodes`` order (the same in every copy), and its scopes."""
-
-    position: int
-    node: onnx.NodeProto
-    scopes: tuple[onnx.GraphProto, ...]  # outermost (main graph) first, the node's own graph last
-
-    @property
-    def graph(self) -> onnx.GraphProto:
-        return self.scopes[-1]
-
-
-def walk_nodes(graph: onnx.GraphProto) -> Iterator[NodeSite]:
-    """Every node: a graph's nodes in order, each owner followed by the nodes of its bodies."""
-    counter = iter(range(1 << 62))
-
-    def walk(scopes):
-        for node in scopes[-1].node:
-            yield NodeSite(next(counter), node, scopes)
-            for sub in subgraphs(node):
-                yield from walk(scopes + (sub,))
-
-    yield from walk((graph,))
-
-
-class ScopeIndex:
-    """Annotations and constants by name, looked up from a node's innermost scope outwards."""
-
-    def __init__(self) -> None:
-        self._types: dict[int, dict[str, onnx.ValueInfoProto]] = {}
-        self._constants: dict[int, dict[str, object]] = {}
-
-    def annotation(self, name: str, scopes) -> onnx.ValueInfoProto | None:
-        return self._lookup(self._types, _types_of, name, scopes)
-
-    def dims(self, name: str, scopes) -> list[Dim] | None:
-        info = self.annotation(name, scopes)
-        return read_dims(info) if info is not None else None
-
-    def constant_source(self, name: str, scopes):
-        """The initializer (TensorProto) or Constant node (NodeProto) that defines ``name``."""
-        return self._lookup(self._constants, _constants_of, name, scopes)
-
-    def constant(self, name: str, scopes):
-        """The value of a constant tensor as a numpy array, or None (not constant, or not loaded)."""
-        return constant_value(self.constant_source(name, scopes))
-
-    @staticmethod
-    def _lookup(cache, build, name, scopes):
-        for graph in reversed(scopes):
-            table = cache.get(id(graph))
-            if table is None:
-                table = cache[id(graph)] = build(graph)
-            if name in table:
-                return table[name]
-        return None
-
-
-def _types_of(graph: onnx.GraphProto) -> dict:
-    table = {info.name: info for info in graph.value_info}
-    table.update((info.name, info) for info in graph.output)
-    table.update((info.name, info) for info in graph.input)
-    return table
-
-
-def _constants_of(graph: onnx.GraphProto) -> dict:
-    table: dict = {node.output[0]: node for node in graph.node
-                   if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output}
-    table.update((t.name, t) for t in graph.initializer)
-    return table
-
-
-def constant_value(source):
-    """The value of an initializer or Constant node, or None when it cannot be read here."""
-    from onnx import numpy_helper
-
-    if isinstance(source, onnx.TensorProto):
-        if source.data_location == onnx.TensorProto.EXTERNAL:
-            return None
-        return numpy_helper.to_array(source)
-    if isinstance(source, onnx.NodeProto):
-        for attr in source.attribute:
-            if attr.name == "value" and attr.type == onnx.AttributeProto.TENSOR:
-                return None if attr.t.data_location == onnx.TensorProto.EXTERNAL else numpy_helper.to_array(attr.t)
-            if attr.name == "value_ints":
-                import numpy as np
-                return np.array(list(attr.ints), dtype=np.int64)
-    return None
-
-
-def all_names(model: onnx.ModelProto) -> set[str]:
-    """Every tensor name used anywhere in the model (to pick names that collide with none)."""
-    names: set[str] = set()
-    for graph in all_graphs(model.graph):
-        names.update(info.name for info in (*graph.input, *graph.output, *graph.value_info))
-        names.update(t.name for t in graph.initializer)
-        for node in graph.node:
-            names.update(node.input)
-            names.update(node.output)
-    return names
-
-
-def uses_of(model: onnx.ModelProto, name: str) -> int:
-    """How many node inputs and graph outputs, in any graph, read ``name``."""
-    count = 0
-    for graph in all_graphs(model.graph):
-        count += sum(1 for info in graph.output if info.name == name)
-        count += sum(1 for node in graph.node for used in node.input if used == name)
-    return count
-
-
-def fresh_name(wanted: str, taken: set[str]) -> str:
-    name, number = wanted, 1
-    while name in taken:
-        number += 1
-        name = f"{wanted}_{number}"
-    return name
-
-
 __all__ = [
     "Dim",
     "Pins",
-    "NodeSite",
-    "ScopeIndex",
-    "all_graphs",
-    "all_names",
-    "constant_value",
-    "fresh_name",
-    "uses_of",
-    "walk_nodes",
     "annotations",
     "apply_pins",
     "copy_derived_shapes",
@@ -383,7 +239,6 @@ __all__ = [
     "read_dims",
     "rederive_shapes",
     "shape_dims",
-    "subgraphs",
     "typed",
     "untyped_annotations",
     "write_dim",

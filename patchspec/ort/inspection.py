@@ -20,9 +20,9 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from .errors import UsageError, did_you_mean
-from .extdata import ExternalRef, is_external, iter_tensors, validate_external_data
-from .modelio import load_model
+from patchspec.errors import UsageError, did_you_mean
+from patchspec.model.external_data import ExternalRef, is_external, iter_tensors, validate_external_data
+from patchspec.model.io import load_model
 
 #: symbolic or unknown size on axis 0 of an input (batch-like) when no shape is given
 DEFAULT_BATCH = 1

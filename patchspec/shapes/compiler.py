@@ -19,8 +19,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from . import expressions as ex
-from .errors import close_matches
+from patchspec.shapes import expressions as ex
+from patchspec.errors import close_matches
 
 INTEGER_TYPES = {TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
                  TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64}
@@ -130,13 +130,6 @@ def model_names(model: onnx.ModelProto) -> set[str]:
                 graphs.extend(attr.graphs)
     names.discard("")
     return names
-
-
-def default_opset(model: onnx.ModelProto) -> int:
-    for entry in model.opset_import:
-        if entry.domain in ("", "ai.onnx"):
-            return entry.version
-    return 1
 
 
 @dataclass

@@ -9,7 +9,7 @@ from pathlib import Path
 import onnx
 from google.protobuf.message import DecodeError
 
-from .errors import ModelFileError
+from patchspec.errors import ModelFileError
 
 
 @dataclass(frozen=True)
@@ -73,11 +73,3 @@ def _check_versions(model: onnx.ModelProto, path: Path) -> None:
         if opset.domain in ("", "ai.onnx") and opset.version > newest:
             msg = f"{path}: opset {opset.version} is newer than the installed onnx {onnx.__version__} supports ({newest})"
             raise ModelFileError(msg, "upgrade onnx and onnxruntime")
-
-
-def default_opset(model: onnx.ModelProto) -> int:
-    """The model's version of the default ONNX domain."""
-    for opset in model.opset_import:
-        if opset.domain in ("", "ai.onnx"):
-            return opset.version
-    return 1

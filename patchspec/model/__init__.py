@@ -1,0 +1,1 @@
+"""Models: loading, external data, node selectors and the graph utilities."""

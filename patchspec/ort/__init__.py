@@ -1,0 +1,1 @@
+"""ONNX Runtime: sessions, the shape lint (inspect), and the environment report."""

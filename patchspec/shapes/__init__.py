@@ -1,0 +1,1 @@
+"""Shapes: annotations, shape expressions, their compiler, evaluation and the batch tracker."""

@@ -1,0 +1,1 @@
+"""Specs: the YAML reader (with positions), the schema and the validated Spec."""

@@ -1,0 +1,81 @@
+"""The package layout CONTRIBUTING.md describes: no import cycles, and the map matches the tree."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "patchspec"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def imports_of(path: Path, known: set[str]) -> set[str]:
+    """patchspec modules that ``path`` imports, anywhere in the file (type-checking blocks and
+    function bodies too: an import hidden in a function is still a dependency)."""
+    found = set()
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        found.update(t for t in targets if t in known)
+    return found
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(name: str) -> list[str] | None:
+        state[name] = 1
+        stack.append(name)
+        for target in sorted(graph.get(name, ())):
+            if state.get(target) == 1:
+                return stack[stack.index(target):] + [target]
+            if target not in state and (cycle := visit(target)):
+                return cycle
+        stack.pop()
+        state[name] = 2
+        return None
+
+    for name in sorted(graph):
+        if name not in state and (cycle := visit(name)):
+            return cycle
+    return None
+
+
+def test_no_import_cycles():
+    table = modules()
+    known = set(table)
+    # the package root re-exports the public API: a module importing `patchspec` depends on the
+    # modules the root imports, which is what a cycle through the root would be made of
+    graph = {name: imports_of(path, known) - {name} for name, path in table.items()}
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_contributing_map_names_every_package():
+    text = (REPO / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r"^### `patchspec/([a-z_]+)/`", text, flags=re.M))
+    packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    assert documented == packages, f"CONTRIBUTING.md maps {sorted(documented)}, the tree has {sorted(packages)}"
+    for path in PACKAGE.glob("*/*.py"):
+        if path.name != "__init__.py":
+            assert f"`{path.stem}`" in text, f"CONTRIBUTING.md does not mention {path.relative_to(REPO)}"
