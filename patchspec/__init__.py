@@ -1,23 +1,41 @@
 """patchspec: patch ONNX models declaratively, from a reviewed YAML spec.
 
-The names below are the API plugin authors import; they are kept stable.
+The public API, for plugin authors, is this module (the contract: ``PatchType``, ``Verifier``, their
+results and contexts, ``RunState``/``StateKey``, ``hookimpl`` and the errors) and ``patchspec.api``
+(helpers: graphs, selectors, shapes, external data, ONNX Runtime). Both follow semantic versioning
+(docs/api.md). ``patchspec.testing`` is the test kit for plugins (``pip install patchspec[testkit]``).
+Every other module under ``patchspec`` is internal and may change in any release.
 """
 
 __version__ = "0.1.0"
 
-from patchspec.plugin.contract import (PatchContext, PatchResult, PatchType, Verifier, VerifyContext,
-    VerifyResult)
-from patchspec.errors import ModelFileError, PatchError, PatchspecError, SpecError, VerificationFailed
-from patchspec.plugin.hookspecs import hookimpl
+from patchspec.errors import ModelFileError, PatchError, PatchspecError, SpecError, VerificationFailed  # noqa: E402
+from patchspec.plugin.contract import (  # noqa: E402
+    ParamProblem,
+    PatchContext,
+    PatchResult,
+    PatchType,
+    RunState,
+    StateKey,
+    StepContext,
+    Verifier,
+    VerifyContext,
+    VerifyResult,
+)
+from patchspec.plugin.hookspecs import hookimpl  # noqa: E402
 
 __all__ = [
     "ModelFileError",
+    "ParamProblem",
     "PatchContext",
     "PatchError",
     "PatchResult",
     "PatchType",
     "PatchspecError",
+    "RunState",
     "SpecError",
+    "StateKey",
+    "StepContext",
     "Verifier",
     "VerificationFailed",
     "VerifyContext",

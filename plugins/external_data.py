@@ -1,6 +1,6 @@
 """The ``external_data`` patch type: how the output stores its weights.
 
-It changes nothing in the graph; it tells the writer where tensor bytes go (``context.output_layout``).
+It changes nothing in the graph; it tells the writer where tensor bytes go (``OUTPUT_LAYOUT`` in the run's ``context.state``).
 The writer copies them from the input's data files in bounded chunks, aligned, into a new file.
 """
 
@@ -9,8 +9,7 @@ from __future__ import annotations
 from pathlib import PurePosixPath, PureWindowsPath
 
 from patchspec import PatchResult, PatchType, hookimpl
-from patchspec.model.external_data import (ORT_MEMORY_MARKER, Layout, is_external, iter_tensors,
-    refuse_inline_overflow)
+from patchspec.api import OUTPUT_LAYOUT, ORT_MEMORY_MARKER, is_external, iter_tensors, refuse_inline_overflow, Layout
 
 MAX_ALIGN = 1 << 30
 
@@ -66,7 +65,7 @@ class ExternalDataPatch(PatchType):
     def apply(self, model, params: dict, context) -> PatchResult:
         if params.get("inline"):
             refuse_inline_overflow(model, context.where(("inline",)))
-            context.output_layout = Layout(location=None)
+            context.state.set(OUTPUT_LAYOUT, Layout(location=None))
             moved = sum(1 for t in iter_tensors(model.graph) if is_external(t))
             return PatchResult(False, f"output layout: every tensor inline ({moved} read from data files)")
         layout = Layout(
@@ -75,7 +74,7 @@ class ExternalDataPatch(PatchType):
             align=params.get("align", 4096),
             checksum=bool(params.get("checksum", False)),
         )
-        context.output_layout = layout
+        context.state.set(OUTPUT_LAYOUT, layout)
         name = layout.location or "<output file name>.data"
         extra = ", with sha1 checksums" if layout.checksum else ""
         summary = f"output layout: tensors of {layout.size_threshold} bytes or more in {name}, aligned to {layout.align}{extra}"

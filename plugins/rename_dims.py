@@ -5,7 +5,7 @@ selector) with ``tensors: outputs | inputs | all``; without a target, ``map`` an
 to every annotation of the model. Actions, in this order: ``map`` (rename a dim_param), ``axes``
 (set an axis to a name or size), ``unique`` (a fresh name for every other symbolic or unknown dim).
 
-Renamed dims are pinned (``PatchContext.pinned_dims``), so a later patch that re-derives shapes
+Renamed dims are pinned (``PINNED_DIMS`` in the run's ``context.state``), so a later patch that re-derives shapes
 keeps them. When a graph input changed, the intermediate shapes are re-derived at once so the new
 names propagate through the graph.
 """
@@ -18,11 +18,9 @@ import re
 import onnx
 
 from patchspec import PatchContext, PatchResult, PatchType, hookimpl
-from patchspec.errors import close_matches, did_you_mean
-from patchspec.model.selectors import SELECTOR_SCHEMA, check_selector, select_nodes
-from patchspec.model.graph import all_graphs, fresh_name
-from patchspec.shapes.annotations import (annotations, dim_params, format_dims, has_shape, read_dim,
-    read_dims, rederive_shapes, shape_dims, write_dim)
+from patchspec.api import (PINNED_DIMS, SELECTOR_SCHEMA, all_graphs, annotations, check_selector, close_matches,
+    did_you_mean, dim_params, format_dims, fresh_name, has_shape, read_dim, read_dims, rederive_shapes,
+    select_nodes, shape_dims, write_dim)
 
 NAME_OR_SIZE = {"description": "a symbolic name (string) or a fixed size (integer)",
                 "anyOf": [{"type": "string", "minLength": 1}, {"type": "integer", "minimum": 0}]}
@@ -82,7 +80,7 @@ class RenameDimsPatch(PatchType):
             return PatchResult(False, "every targeted dim already has that name or size")
         inputs_changed = {info.name for info in model.graph.input} & {info.name for info in changed}
         if inputs_changed:
-            rederive_shapes(model, context.pinned_dims)
+            rederive_shapes(model, context.state.get(PINNED_DIMS))
         details = [f"{info.name}: {format_dims(before[id(info)])} -> {format_dims(read_dims(info))}"
                    for info in changed[:MAX_DETAILS]]
         if len(changed) > MAX_DETAILS:
@@ -124,7 +122,7 @@ def target_annotations(model: onnx.ModelProto, params: dict, context: PatchConte
         return [info for info in annotations(model.graph) if has_shape(info)]
     found = _annotations_named(model, names)
     if any(not found.get(name) for name in names):
-        rederive_shapes(model, context.pinned_dims)  # intermediates without annotations: derive them
+        rederive_shapes(model, context.state.get(PINNED_DIMS))  # intermediates without annotations: derive them
         found = _annotations_named(model, names)
     return [info for name in names for info in found.get(name, [])]
 
@@ -203,7 +201,7 @@ class Renamer:
             write_dim(dim, value)
             self.count += 1
         if pin:
-            self.context.pinned_dims.setdefault(info.name, {})[axis] = value
+            self.context.state.get(PINNED_DIMS).setdefault(info.name, {})[axis] = value
 
     def map_params(self, targets, mapping: dict) -> None:
         seen = {d for info in targets for d in read_dims(info) if isinstance(d, str)}

@@ -16,13 +16,9 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from patchspec import PatchResult, PatchType, hookimpl
-from patchspec.shapes import expressions as ex
-from patchspec.errors import close_matches
-from patchspec.model.selectors import SELECTOR_SCHEMA, check_selector, select_nodes
-from patchspec.model.graph import default_opset
-from patchspec.shapes.compiler import (Namer, ShapeCompileError, ShapeCompiler, TensorIndex, constant_node_value,
-                                       model_names)
-from patchspec.shapes.annotations import rederive_shapes
+from patchspec.api import (PINNED_DIMS, SELECTOR_SCHEMA, check_selector, close_matches, constant_node_value,
+    default_opset, expressions as ex, model_names, rederive_shapes, select_nodes, Namer, ShapeCompileError,
+    ShapeCompiler, TensorIndex)
 
 DTYPES = {name.lower(): value for name, value in TensorProto.DataType.items()
           if value not in (TensorProto.UNDEFINED, TensorProto.STRING)}
@@ -93,7 +89,7 @@ class ReplaceInitializerPatch(PatchType):
             changed, details = _replace_with_shape(model, targets, params, context)
         if not changed:
             return PatchResult(False, "already has this value", tuple(details))
-        rederive_shapes(model, context.pinned_dims)
+        rederive_shapes(model, context.state.get(PINNED_DIMS))
         if len(details) == 1:
             return PatchResult(True, details[0])
         return PatchResult(True, f"replaced {len(details)} constants", tuple(details))

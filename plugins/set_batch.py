@@ -22,11 +22,9 @@ import onnx
 from onnx import numpy_helper
 
 from patchspec import PatchContext, PatchResult, PatchType, hookimpl
-from patchspec.errors import did_you_mean
-from patchspec.shapes.batch import INT64_MAX, BatchTrace, Rewrite, trace_batch, use_counts
-from patchspec.model.graph import ScopeIndex, all_names, constant_value, default_opset, fresh_name
-from patchspec.shapes.annotations import (apply_pins, format_dims, read_dims, rederive_shapes, shape_dims,
-    typed, write_dim)
+from patchspec.api import (PINNED_DIMS, all_names, apply_pins, constant_value, default_opset, did_you_mean, format_dims,
+    fresh_name, read_dims, rederive_shapes, shape_dims, typed, write_dim, ScopeIndex)
+from patchspec_plugins._batch_tracker import INT64_MAX, BatchTrace, Rewrite, trace_batch, use_counts
 
 
 @dataclass(frozen=True)
@@ -89,12 +87,13 @@ class SetBatchPatch(PatchType):
         changed = rewrite_constants(model, rewrites, f"batch_{size}")
         squeezes = [] if same else explicit_squeezes(model, trace.squeezes)
         declared = {info.name: read_dims(info) for info in model.graph.output}
+        pins = context.state.get(PINNED_DIMS)
         for name, axis in batch.axes:
             write_dim(shape_dims(inputs[name])[axis], size)
-            context.pinned_dims.get(name, {}).pop(axis, None)
-        rederive_shapes(model, context.pinned_dims)
+            pins.get(name, {}).pop(axis, None)
+        rederive_shapes(model, pins)
         corrected = declare_from_trace(model, trace, size, declared)
-        apply_pins(model.graph, context.pinned_dims)
+        apply_pins(model.graph, pins)
         counts = f"{len(changed)} shape constant{'s' * (len(changed) != 1)} rewritten"
         if squeezes:
             counts += f", {len(squeezes)} Squeeze{'s' * (len(squeezes) != 1)} given axes"

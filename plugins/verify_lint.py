@@ -7,8 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from patchspec import VerifyContext, VerifyResult, Verifier, hookimpl
-from patchspec.errors import UsageError
-from patchspec.ort.inspection import lint_model
+from patchspec.api import lint_model, UsageError
 
 _DIM = {"type": "integer", "minimum": 0, "description": "size of one axis (a number)"}
 _INPUT = {

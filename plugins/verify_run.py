@@ -8,11 +8,10 @@ from pathlib import Path
 import numpy as np
 
 from patchspec import VerifyContext, VerifyResult, Verifier, hookimpl
-from patchspec.errors import close_matches, did_you_mean
-from patchspec.ort.sessions import (DEFAULT_PROVIDERS, DTYPES, FILLS, OPTIMIZATION_LEVELS, BatchSplit,
-    OutputComparison, ProviderUnusable, RunFailure, Session, TensorDecl, compare_output, feed_shape_problems,
-    format_shape, make_feeds, nonfinite_problems, provider_skip_reasons, shape_problems)
-from patchspec.shapes.annotations import read_dims
+from patchspec.api import (DEFAULT_PROVIDERS, DTYPES, FILLS, OPTIMIZATION_LEVELS, close_matches,
+    compare_output, did_you_mean, feed_shape_problems, format_shape, make_feeds, nonfinite_problems,
+    provider_skip_reasons, read_dims, shape_problems, BatchSplit, OutputComparison, ProviderUnusable,
+    RunFailure, Session, TensorDecl)
 
 DEFAULT_OPTIMIZATIONS = ("all", "disabled")
 

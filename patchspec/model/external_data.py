@@ -17,13 +17,14 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
 from patchspec.errors import ModelFileError, UsageError, close_matches
+from patchspec.plugin.contract import StateKey
 
 ALLOWED_KEYS = {"location", "offset", "length", "checksum", "basepath"}
 COPY_CHUNK = 8 * 1024 * 1024
@@ -65,6 +66,10 @@ class Layout:
         if self.location is None:
             return None
         return self.location or f"{output.name}.data"
+
+
+#: where the output's tensor bytes go; the external_data patch sets it (None: the default layout)
+OUTPUT_LAYOUT: StateKey[Optional[Layout]] = StateKey("patchspec.output_layout", lambda: None)
 
 
 def iter_tensors(graph: onnx.GraphProto) -> Iterator[TensorProto]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, Iterable, Literal, NoReturn, TypeVar
 
 from patchspec.errors import PatchError
 
@@ -21,6 +21,45 @@ if TYPE_CHECKING:
 
 #: a problem found in a step's parameters without the model: (key path inside the params, message)
 ParamProblem = tuple[tuple, str]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, eq=False)
+class StateKey(Generic[T]):
+    """A typed slot in :class:`RunState`. Define one at module level and import it where it is used.
+
+    ``name`` says whose it is (prefix it with your distribution's name: ``"acme.seen_casts"``);
+    ``initial`` makes the value the slot holds until someone sets it (``dict``, ``list``, or
+    ``lambda: None``). Two keys are the same slot only if they are the same object.
+    """
+
+    name: str
+    initial: Callable[[], T]
+
+
+class RunState:
+    """State shared by the patches of one run (one spec applied to one model), by typed key.
+
+    A fresh, empty one is made for every run, so nothing leaks between specs. Built-ins use it as a
+    third party would: rename_dims records the dims it named under ``PINNED_DIMS`` and set_batch
+    reads them; the external_data patch sets ``OUTPUT_LAYOUT``, which the writer reads.
+    """
+
+    def __init__(self) -> None:
+        self._values: dict[StateKey[Any], Any] = {}
+
+    def get(self, key: StateKey[T]) -> T:
+        """The slot's value; the first call stores ``key.initial()`` (so a dict can be filled in place)."""
+        if key not in self._values:
+            self._values[key] = key.initial()
+        return self._values[key]
+
+    def set(self, key: StateKey[T], value: T) -> None:
+        self._values[key] = value
+
+    def __contains__(self, key: StateKey[Any]) -> bool:
+        return key in self._values
 
 
 @dataclass(frozen=True)
@@ -115,11 +154,8 @@ class PatchContext(StepContext):
     """What a patch gets besides the model and its parameters."""
 
     model_dir: Path = Path(".")  # folder of the input model: base of its external data
-    #: dims named by rename_dims, re-applied after any later shape re-derivation:
-    #: {tensor name: {axis: name or size}}
-    pinned_dims: dict[str, dict[int, Any]] = field(default_factory=dict)
-    #: set by the external_data patch: an extdata.Layout for the output (None: the default layout)
-    output_layout: Any = None
+    #: shared by every patch of this run; see :class:`RunState`
+    state: RunState = field(default_factory=RunState)
 
 
 @dataclass
@@ -133,6 +169,8 @@ class VerifyContext(StepContext):
 
 __all__ = [
     "ParamProblem",
+    "RunState",
+    "StateKey",
     "PatchContext",
     "PatchResult",
     "PatchType",

@@ -17,10 +17,11 @@ from typing import Callable
 import onnx
 
 from patchspec import __version__
-from patchspec.plugin.contract import PatchContext, PatchResult, VerifyContext, VerifyResult
+from patchspec.plugin.contract import PatchContext, PatchResult, RunState, VerifyContext, VerifyResult
 from patchspec.errors import ModelFileError, PatchspecError, PluginError, UsageError, VerificationFailed
-from patchspec.model.external_data import (Layout, data_files, default_layout, refuse_input_overwrite,
-    terminal_progress, validate_external_data, write_model)
+from patchspec.model.external_data import (OUTPUT_LAYOUT, Layout, data_files, default_layout,
+                                           refuse_input_overwrite, terminal_progress, validate_external_data,
+                                           write_model)
 from patchspec.model.io import FileStamp, load_model
 from patchspec.plugin.registry import PluginRegistry
 from patchspec.shapes.annotations import untyped_annotations
@@ -98,23 +99,28 @@ class Engine:
         """Apply every patch in spec order to a copy of the input; returns the model and output layout."""
         model = onnx.ModelProto()
         model.CopyFrom(loaded.model)
-        pinned: dict = {}
-        layout = None
+        state = RunState()  # one per run: the patches of this spec share it, nothing else does
         for step in loaded.spec.patches:
-            context = PatchContext(loaded.spec, step, model_dir=loaded.model_path.parent, pinned_dims=pinned)
+            context = PatchContext(loaded.spec, step, model_dir=loaded.model_path.parent, state=state)
             outcome = self._run_patch(step, model, context)
-            layout = context.output_layout or layout
             report.patches.append(outcome)
             self._print_step(step, outcome)
-        return model, layout
+        return model, state.get(OUTPUT_LAYOUT)
 
     def _run_patch(self, step: Step, model: onnx.ModelProto, context: PatchContext) -> StepOutcome:
         patch_type = self.registry.patch_types[step.type_name]()
         started = time.perf_counter()
         untyped_before = set(untyped_annotations(model))
+        before = onnx.ModelProto()
+        before.CopyFrom(model)  # graph only (external weights are not loaded): cheap to keep and compare
         result = self._call_plugin("patch type", step, lambda: patch_type.apply(model, step.params, context))
         if not isinstance(result, PatchResult):
             raise self._plugin_bug("patch type", step, f"apply() returned {type(result).__name__}, not a PatchResult")
+        if result.modified != (model != before):
+            said, did = ("modified=True", "left the model as it was") if result.modified else \
+                ("modified=False", "changed the model")
+            raise self._plugin_bug("patch type", step, f"apply() returned {said} but {did}; 'modified' must say "
+                                   "whether the model changed (the no-op and the digest rely on it)")
         untyped = [name for name in untyped_annotations(model) if name not in untyped_before]
         if untyped:  # onnxruntime >= 1.32 refuses such a model ("Invalid tensor data type 0")
             shown = ", ".join(f"'{name}'" for name in untyped[:5]) + (" ..." if len(untyped) > 5 else "")

@@ -16,11 +16,14 @@ from typing import Iterator, Union
 import onnx
 
 from patchspec.model.graph import all_graphs, subgraphs
+from patchspec.plugin.contract import StateKey
 
 #: one dim as patchspec reads it: a size, a symbolic name, or None (unknown)
 Dim = Union[int, str, None]
 #: tensor name -> {axis: name or size}: dims named by rename_dims, re-applied after re-derivation
 Pins = dict[str, dict[int, Union[int, str]]]
+#: the dims patches of one run have named (rename_dims), which a later re-derivation keeps
+PINNED_DIMS: StateKey[Pins] = StateKey("patchspec.pinned_dims", dict)
 
 #: tensors larger than this are replaced by a stub (type and dims only) before inference
 STUB_BYTES = 4096
@@ -225,6 +228,7 @@ def apply_pins(graph: onnx.GraphProto, pinned_dims: Pins) -> int:
 
 __all__ = [
     "Dim",
+    "PINNED_DIMS",
     "Pins",
     "annotations",
     "apply_pins",

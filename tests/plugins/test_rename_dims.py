@@ -11,20 +11,13 @@ from onnx import helper
 from scrfd_like import fpn_model
 
 from patchspec.errors import PatchError
-from patchspec.shapes.annotations import read_dims
+from patchspec.api import PINNED_DIMS, read_dims
+from patchspec.testing import patch_context
 from patchspec_plugins.rename_dims import RenameDimsPatch
 
 
-class FakeContext:
-    def __init__(self, pinned=None):
-        self.pinned_dims = pinned if pinned is not None else {}
-
-    def fail(self, message, *, key=(), hint=None):
-        raise PatchError(f"{key}: {message}", hint)
-
-
 def rename(model, context=None, **params):
-    return RenameDimsPatch().apply(model, params, context or FakeContext())
+    return RenameDimsPatch().apply(model, params, context or patch_context("rename_dims", params))
 
 
 def run(model, feeds):
@@ -89,11 +82,11 @@ def test_the_lie_check_catches_the_naive_model():
 # -- targets and actions --------------------------------------------------------------------------------------
 def test_tensor_axes_rename_input_and_propagate():
     model = fpn_model(spatial="?", batch=4)
-    context = FakeContext()
+    context = patch_context("rename_dims")
     result = rename(model, context, tensor="input.1", axes={2: "height", 3: "width"})
     assert read_dims(model.graph.input[0]) == [4, 3, "height", "width"]
     assert "re-derived" in result.summary
-    assert context.pinned_dims == {"input.1": {2: "height", 3: "width"}}
+    assert context.state.get(PINNED_DIMS) == {"input.1": {2: "height", 3: "width"}}
     assert all("?" not in (read_dims(vi) or []) for vi in model.graph.value_info)
     assert_no_shape_lies(model, {"input.1": rand(4, 3, 64, 96)})
 

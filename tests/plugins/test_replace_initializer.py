@@ -7,6 +7,8 @@ import pytest
 from conftest import make_model, tensor_info, write_spec
 from onnx import TensorProto, helper, numpy_helper
 
+from patchspec.testing import patch_context
+
 
 def batch_reshape_model(opset=17, shared=False, as_constant_node=False):
     """x [N, 8, 4] -> Reshape to a traced [1, -1, 16]; optionally a second Reshape sharing the constant."""
@@ -109,16 +111,8 @@ def test_no_op_leaves_bytes_identical():
     model = batch_reshape_model()
     before = model.SerializeToString()
 
-    class Context:
-        pinned_dims = {}
-
-        class step:
-            index = 0
-
-        def fail(self, message, key=(), hint=None):
-            raise AssertionError(message)
-
-    result = ReplaceInitializerPatch().apply(model, {"initializer": "shape", "value": [1, -1, 16]}, Context())
+    params = {"initializer": "shape", "value": [1, -1, 16]}
+    result = ReplaceInitializerPatch().apply(model, params, patch_context("replace_initializer", params))
     assert result.modified is False
     assert model.SerializeToString() == before
 

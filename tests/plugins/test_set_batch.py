@@ -11,22 +11,13 @@ from onnx import TensorProto, helper, numpy_helper
 from scrfd_like import fpn_model
 
 from patchspec.errors import PatchError
+from patchspec.testing import patch_context
 from patchspec.shapes.annotations import read_dims
 from patchspec_plugins.set_batch import SetBatchPatch
 
 
-class FakeContext:
-    """What a patch needs from a PatchContext: ``fail`` (exit 4) and ``pinned_dims``."""
-
-    def __init__(self):
-        self.pinned_dims = {}
-
-    def fail(self, message, *, key=(), hint=None):
-        raise PatchError(f"{key}: {message}", hint)
-
-
 def set_batch(model, **params):
-    return SetBatchPatch().apply(model, params, FakeContext())
+    return SetBatchPatch().apply(model, params, patch_context("set_batch", params))
 
 
 def session(model):

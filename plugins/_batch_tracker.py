@@ -28,10 +28,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from patchspec.shapes.expressions import quote_tensor
-from patchspec.shapes.evaluate import BROADCASTING, Known, ShapeEvaluator
-from patchspec.model.graph import NodeSite, ScopeIndex, all_graphs
-from patchspec.shapes.annotations import read_dims
+from patchspec.api import BROADCASTING, Known, NodeSite, ScopeIndex, ShapeEvaluator, all_graphs, expressions, read_dims
 
 #: sizes given to symbolic input dims that are not the batch: distinct, divisible by the usual
 #: strides (up to 64), and small enough for position tables (transformers often stop at 512)
@@ -381,7 +378,7 @@ class _Tracker:
             i = next((j for j, v in enumerate(values) if v == self.b1), axis)
         items = [str(v) for v in values]
         if 0 <= i < len(items):
-            items[i] = json.dumps(f"dim({quote_tensor(data)}, {axis})")
+            items[i] = json.dumps(f"dim({expressions.quote_tensor(data)}, {axis})")
         selector = f"{{name: {json.dumps(node.name)}}}" if node.name else f"{{produces: {json.dumps(node.output[0])}}}"
         return ("  - replace_initializer:\n"
                 f"      select: {selector}\n"

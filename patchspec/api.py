@@ -1,0 +1,121 @@
+"""The helpers a plugin may use, besides the contract that ``patchspec`` itself exports.
+
+Everything here is public: a name listed in ``__all__`` keeps its meaning within a major version
+(new keyword arguments may be added; see docs/api.md). Every built-in plugin imports from
+``patchspec`` and ``patchspec.api`` only (``tests/architecture/test_public_api.py`` checks it), so
+any of them is an example a third party can copy. Any other ``patchspec.*`` module is internal and
+may change in any release.
+
+Grouped by what they work on:
+
+- messages: ``did_you_mean``, ``close_matches``, ``UsageError``;
+- graphs: walking graphs and bodies, scopes, constants, names (``walk_nodes``, ``ScopeIndex``,
+  ``fresh_name``, ...);
+- node selection: ``SELECTOR_SCHEMA`` (embed it in a params schema), ``check_selector``,
+  ``select_nodes``;
+- shape annotations: ``read_dims``, ``write_dim``, ``rederive_shapes`` and the ``PINNED_DIMS``
+  state key that keeps dims named by an earlier patch;
+- shape expressions and their compiler (computed shapes, as ``replace_initializer`` writes them);
+- shape evaluation at concrete sizes (``ShapeEvaluator``), which never reads weights;
+- external data: ``iter_tensors``, ``is_external``, ``read_tensor``, and ``OUTPUT_LAYOUT``, the
+  state key that tells the writer where tensor bytes go;
+- ONNX Runtime: sessions, feeds and output comparison for verifiers that run models, and the shape
+  lint (``lint_model``).
+"""
+
+from __future__ import annotations
+
+from patchspec.errors import UsageError, close_matches, did_you_mean
+from patchspec.model.external_data import (
+    ORT_MEMORY_MARKER,
+    OUTPUT_LAYOUT,
+    Layout,
+    is_external,
+    iter_tensors,
+    read_tensor,
+    refuse_inline_overflow,
+)
+from patchspec.model.graph import (
+    NodeSite,
+    ScopeIndex,
+    all_graphs,
+    all_names,
+    constant_value,
+    default_opset,
+    fresh_name,
+    subgraphs,
+    uses_of,
+    walk_nodes,
+)
+from patchspec.model.selectors import SELECTOR_SCHEMA, check_selector, select_nodes
+from patchspec.ort.inspection import lint_model
+from patchspec.ort.sessions import (
+    DEFAULT_PROVIDERS,
+    DTYPES,
+    FILLS,
+    OPTIMIZATION_LEVELS,
+    BatchSplit,
+    OutputComparison,
+    ProviderUnusable,
+    RunFailure,
+    Session,
+    TensorDecl,
+    compare_output,
+    feed_shape_problems,
+    format_shape,
+    make_feeds,
+    nonfinite_problems,
+    provider_skip_reasons,
+    shape_problems,
+)
+from patchspec.shapes import expressions
+from patchspec.shapes.annotations import (
+    PINNED_DIMS,
+    Dim,
+    Pins,
+    annotations,
+    apply_pins,
+    dim_params,
+    format_dims,
+    has_shape,
+    read_dim,
+    read_dims,
+    rederive_shapes,
+    shape_dims,
+    typed,
+    write_dim,
+)
+from patchspec.shapes.compiler import (
+    Namer,
+    ShapeCompileError,
+    ShapeCompiler,
+    TensorIndex,
+    constant_node_value,
+    model_names,
+)
+from patchspec.shapes.evaluate import BROADCASTING, Known, ShapeEvaluator
+
+__all__ = [
+    # messages
+    "UsageError", "close_matches", "did_you_mean",
+    # graphs
+    "NodeSite", "ScopeIndex", "all_graphs", "all_names", "constant_value", "default_opset", "fresh_name",
+    "subgraphs", "uses_of", "walk_nodes",
+    # node selection
+    "SELECTOR_SCHEMA", "check_selector", "select_nodes",
+    # shape annotations
+    "PINNED_DIMS", "Dim", "Pins", "annotations", "apply_pins", "dim_params", "format_dims", "has_shape",
+    "read_dim", "read_dims", "rederive_shapes", "shape_dims", "typed", "write_dim",
+    # shape expressions and their compiler
+    "expressions", "Namer", "ShapeCompileError", "ShapeCompiler", "TensorIndex", "constant_node_value",
+    "model_names",
+    # shape evaluation
+    "BROADCASTING", "Known", "ShapeEvaluator",
+    # external data
+    "ORT_MEMORY_MARKER", "OUTPUT_LAYOUT", "Layout", "is_external", "iter_tensors", "read_tensor",
+    "refuse_inline_overflow",
+    # ONNX Runtime
+    "DEFAULT_PROVIDERS", "DTYPES", "FILLS", "OPTIMIZATION_LEVELS", "BatchSplit", "OutputComparison",
+    "ProviderUnusable", "RunFailure", "Session", "TensorDecl", "compare_output", "feed_shape_problems",
+    "format_shape", "lint_model", "make_feeds", "nonfinite_problems", "provider_skip_reasons", "shape_problems",
+]
