@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import make_model, tensor_info
+from helpers import graph_model, tensor_info
 
 CHANNELS = 4
 
@@ -63,7 +63,7 @@ def fpn_model(spatial="?", batch=1, annotate=True, unique=False) -> onnx.ModelPr
     value_info = [tensor_info(name, shape(name)) for name in intermediate] if annotate else []
     outputs = [tensor_info(name, shape(name)) for name in ("out0", "out1", "out2")]
     input_dims = ["H", "W"] if unique else [spatial, spatial]
-    return make_model(nodes, [tensor_info("input.1", [batch, 3, *input_dims])], outputs,
+    return graph_model(nodes, [tensor_info("input.1", [batch, 3, *input_dims])], outputs,
                       [*weights, scales], value_info=value_info)
 
 
@@ -84,7 +84,7 @@ def if_model() -> onnx.ModelProto:
         helper.make_node("Sigmoid", ["x_id"], ["z"], name="side"),
     ]
     inputs = [tensor_info("x", [2]), tensor_info("cond", [], TensorProto.BOOL)]
-    return make_model(nodes, inputs, [tensor_info("y", [2]), tensor_info("z", [2])], [one])
+    return graph_model(nodes, inputs, [tensor_info("y", [2]), tensor_info("z", [2])], [one])
 
 
 def chain_model(length: int) -> onnx.ModelProto:
@@ -94,4 +94,4 @@ def chain_model(length: int) -> onnx.ModelProto:
         source = "x" if i == 0 else f"t{i - 1}"
         target = "y" if i == length - 1 else f"t{i}"
         nodes.append(helper.make_node("Relu", [source], [target], name=f"n{i}"))
-    return make_model(nodes, [tensor_info("x", [1])], [tensor_info("y", [1])])
+    return graph_model(nodes, [tensor_info("x", [1])], [tensor_info("y", [1])])

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import make_model, tensor_info, write_spec
+from helpers import graph_model, tensor_info, write_spec
 from onnx import helper, numpy_helper
 
 DATA = "m.onnx_data"
@@ -25,7 +25,7 @@ def build(folder: Path, location: str = DATA) -> Path:
     weight = numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "W")
     bias = numpy_helper.from_array(rng.standard_normal(64).astype(np.float32), "B")
     nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Add", ["h", "B"], ["y"])]
-    model = make_model(nodes, [tensor_info("x", ["N", 64])], [tensor_info("y", ["N", 64])], [weight, bias])
+    model = graph_model(nodes, [tensor_info("x", ["N", 64])], [tensor_info("y", ["N", 64])], [weight, bias])
     folder.mkdir(parents=True, exist_ok=True)
     onnx.save(model, folder / "m.onnx", save_as_external_data=True, location=location, size_threshold=1024)
     return folder / "m.onnx"

@@ -7,7 +7,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 
 EXAMPLE = REPO / "examples" / "qwen_vl_merger" / "make_model.py"
 SPEC = REPO / "specs" / "qwen_vl_merger.yaml"

@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from conftest import write_spec
+from helpers import write_spec
 from real_models import MODELS, NOT_BATCHABLE, per_sample_reference
 
 from patchspec.shapes.annotations import read_dims

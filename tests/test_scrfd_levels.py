@@ -6,7 +6,7 @@ import sys
 
 import onnx
 
-from conftest import REPO
+from helpers import REPO
 
 
 def _setup(tmp_path):

@@ -15,7 +15,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 
 GENERATOR = REPO / "examples" / "scrfd" / "make_scrfd.py"
 SPEC = REPO / "specs" / "scrfd_b32.yaml"

@@ -79,3 +79,22 @@ def test_contributing_map_names_every_package():
     for path in PACKAGE.glob("*/*.py"):
         if path.name != "__init__.py":
             assert f"`{path.stem}`" in text, f"CONTRIBUTING.md does not mention {path.relative_to(REPO)}"
+
+
+def test_tests_mirror_the_tree_and_never_import_conftest():
+    tests = REPO / "tests"
+    packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    extra = {"cli", "plugins", "architecture"}  # patchspec/cli.py, the built-in plugins, these checks
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
+    assert folders <= packages | extra, f"test folders with no package to mirror: {sorted(folders - packages - extra)}"
+    importing = [str(p.relative_to(REPO)) for p in tests.rglob("*.py")
+                 if "conftest" in {m for _, m in _imported_modules(p)}]
+    assert not importing, f"import helpers from tests/helpers.py or patchspec.testing, not conftest: {importing}"
+
+
+def _imported_modules(path: Path):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.lineno, node.module
+        elif isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names)

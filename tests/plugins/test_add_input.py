@@ -2,14 +2,14 @@
 
 import onnx
 import pytest
-from conftest import make_model, tensor_info, write_spec
+from helpers import graph_model, tensor_info, write_spec
 from onnx import TensorProto, helper, numpy_helper
 import numpy as np
 
 
 def model():
     w = numpy_helper.from_array(np.ones(3, np.float32), "w")
-    return make_model([helper.make_node("Add", ["x", "w"], ["y"], name="add")],
+    return graph_model([helper.make_node("Add", ["x", "w"], ["y"], name="add")],
                       [tensor_info("x", ["N", 3])], [tensor_info("y", ["N", 3])], [w])
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from conftest import make_model, tensor_info, write_spec
+from helpers import graph_model, tensor_info, write_spec
 from onnx import helper, numpy_helper
 
 from patchspec.model import external_data as extdata
@@ -26,7 +26,7 @@ def build(folder: Path) -> Path:
                for name, shape in (("W1", (64, 64)), ("W2", (64, 64)), ("B", (64,)))]
     nodes = [helper.make_node("MatMul", ["x", "W1"], ["h"]), helper.make_node("MatMul", ["h", "W2"], ["h2"]),
              helper.make_node("Add", ["h2", "B"], ["y"])]
-    model = make_model(nodes, [tensor_info("x", ["N", 64])], [tensor_info("y", ["N", 64])], tensors)
+    model = graph_model(nodes, [tensor_info("x", ["N", 64])], [tensor_info("y", ["N", 64])], tensors)
     folder.mkdir(parents=True)
     onnx.save(model, folder / "m.onnx", save_as_external_data=True, location="m.onnx_data", size_threshold=1024)
     return folder / "m.onnx"

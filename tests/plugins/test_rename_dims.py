@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from conftest import make_model, tensor_info, write_spec
+from helpers import graph_model, tensor_info, write_spec
 from onnx import helper
 from scrfd_like import fpn_model
 
@@ -92,14 +92,14 @@ def test_tensor_axes_rename_input_and_propagate():
 
 
 def test_map_on_the_whole_model():
-    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", ["p2o.0", 3])],
+    model = graph_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", ["p2o.0", 3])],
                        [tensor_info("y", ["p2o.0", 3])])
     rename(model, map={"p2o.0": "batch"})
     assert read_dims(model.graph.input[0]) == ["batch", 3] and read_dims(model.graph.output[0]) == ["batch", 3]
 
 
 def test_map_of_unknown_name_fails_with_close_match():
-    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", ["batch", 3])],
+    model = graph_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", ["batch", 3])],
                        [tensor_info("y", ["batch", 3])])
     with pytest.raises(PatchError, match="did you mean 'batch'"):
         rename(model, map={"bacth": "N"})
@@ -125,7 +125,7 @@ def test_axis_out_of_range_fails():
 
 
 def test_no_op_leaves_bytes_identical():
-    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", ["N", 3])], [tensor_info("y", ["N", 3])])
+    model = graph_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", ["N", 3])], [tensor_info("y", ["N", 3])])
     before = model.SerializeToString()
     assert not rename(model, map={"N": "N"}).modified
     assert not rename(model, tensor="x", axes={1: 3}).modified

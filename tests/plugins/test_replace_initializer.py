@@ -4,7 +4,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from conftest import make_model, tensor_info, write_spec
+from helpers import graph_model, tensor_info, write_spec
 from onnx import TensorProto, helper, numpy_helper
 
 from patchspec.testing import patch_context
@@ -24,7 +24,7 @@ def batch_reshape_model(opset=17, shared=False, as_constant_node=False):
         nodes.append(helper.make_node("Reshape", ["z", "shape"], ["w"], name="reshape_z"))
         outputs.append(tensor_info("w", [1, None, 16]))
     inputs = [tensor_info("x", ["N", 8, 4])] + ([tensor_info("z", [1, 2, 8])] if shared else [])
-    return make_model(nodes, inputs, outputs, inits, opset=opset)
+    return graph_model(nodes, inputs, outputs, inits, opset=opset)
 
 
 def apply(tmp_path, run_cli, model, patch_yaml, extra_verify=""):
@@ -177,7 +177,7 @@ def test_reshape_inside_a_subgraph(tmp_path, run_cli):
     else_graph = helper.make_graph([helper.make_node("Reshape", ["x", "flat"], ["else_y"], name="else_reshape")],
                                    "else", [], [tensor_info("else_y", [None, None, 16])])
     flat = numpy_helper.from_array(np.array([-1, 2, 16], np.int64), "flat")
-    model = make_model([helper.make_node("If", ["cond"], ["y"], name="if", then_branch=then_graph, else_branch=else_graph)],
+    model = graph_model([helper.make_node("If", ["cond"], ["y"], name="if", then_branch=then_graph, else_branch=else_graph)],
                        [tensor_info("x", ["N", 8, 4]), tensor_info("cond", [], TensorProto.BOOL)],
                        [tensor_info("y", [None, None, 16])], [flat])
     patch = """  - replace_initializer:
@@ -197,7 +197,7 @@ def test_reshape_inside_a_subgraph(tmp_path, run_cli):
 def test_documented_example_runs(tmp_path, run_cli):
     import re
 
-    from conftest import REPO
+    from helpers import REPO
     text = (REPO / "docs" / "patches" / "replace_initializer.md").read_text()
     (spec_text, python_text) = [body for _, body in re.findall(r"```(yaml|python)\n(.*?)```", text, re.S)][:2]
     cwd = __import__("os").getcwd()
@@ -224,7 +224,7 @@ def test_computed_shape_keeps_the_original_element_type(tmp_path, run_cli):
     shape = numpy_helper.from_array(np.array([1, -1, 16], np.int32), "shape32")
     nodes = [helper.make_node("Cast", ["shape32"], ["shape64"], name="to64", to=TensorProto.INT64),
              helper.make_node("Reshape", ["x", "shape64"], ["y"], name="reshape")]
-    model = make_model(nodes, [tensor_info("x", ["N", 8, 4])], [tensor_info("y", [1, None, 16])], [shape])
+    model = graph_model(nodes, [tensor_info("x", ["N", 8, 4])], [tensor_info("y", [1, None, 16])], [shape])
     result, patched = apply(tmp_path, run_cli, model, "  - replace_initializer: {initializer: shape32, shape: ['dim(x, 0)', -1, 16]}\n")
     assert result.exit_code == 0, result.output
     assert run(patched, x=np.ones((2, 8, 4), np.float32))[0].shape == (2, 2, 16)

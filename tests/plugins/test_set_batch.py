@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from conftest import make_model, tensor_info, write_spec
+from helpers import graph_model, tensor_info, write_spec
 from onnx import TensorProto, helper, numpy_helper
 from scrfd_like import fpn_model
 
@@ -68,7 +68,7 @@ def lstm_state_model():
              helper.make_node("ReduceSum", ["ht", "axes1"], ["hs"], keepdims=0),
              helper.make_node("Add", ["x", "hs"], ["y"])]
     axes = numpy_helper.from_array(np.array([1], dtype=np.int64), "axes1")
-    return make_model(nodes, [tensor_info("x", ["batch", 4]), tensor_info("h", [2, "batch", 4])],
+    return graph_model(nodes, [tensor_info("x", ["batch", 4]), tensor_info("h", [2, "batch", 4])],
                       [tensor_info("y", ["batch", 4])], [axes])
 
 
@@ -86,7 +86,7 @@ def test_batch_found_on_axis_1_of_an_lstm_state():
 
 @pytest.mark.parametrize("batch_dim", [-1, None])
 def test_batch_declared_minus_one_or_unnamed(batch_dim):
-    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [batch_dim, 3])],
+    model = graph_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [batch_dim, 3])],
                        [tensor_info("y", [batch_dim, 3])])
     result = set_batch(model, size="N")
     assert result.modified
@@ -97,7 +97,7 @@ def test_batch_declared_minus_one_or_unnamed(batch_dim):
 
 def two_names_model():
     nodes = [helper.make_node("Add", ["a", "b"], ["y"])]
-    return make_model(nodes, [tensor_info("a", ["B1", 4]), tensor_info("b", ["B2", 4])], [tensor_info("y", ["B1", 4])])
+    return graph_model(nodes, [tensor_info("a", ["B1", 4]), tensor_info("b", ["B2", 4])], [tensor_info("y", ["B1", 4])])
 
 
 def test_one_batch_under_several_names_needs_an_inputs_list():
@@ -132,7 +132,7 @@ def test_axis_out_of_range_fails():
 
 def test_no_op_reports_unmodified_and_leaves_bytes_identical():
     for batch in (4, "N"):
-        model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [batch, 3])],
+        model = graph_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [batch, 3])],
                            [tensor_info("y", [batch, 3])])
         before = model.SerializeToString()
         result = set_batch(model, size=batch)
@@ -154,7 +154,7 @@ def flatten_with_bias_model():
         helper.make_node("Add", ["x", "bias4"], ["xb"]),
         helper.make_node("Reshape", ["xb", "flat"], ["y"], name="flatten"),
     ]
-    return make_model(nodes, [tensor_info("x", [1, 3, 2, 2])], [tensor_info("y", [1, 12])])
+    return graph_model(nodes, [tensor_info("x", [1, 3, 2, 2])], [tensor_info("y", [1, 12])])
 
 
 def test_flatten_constant_rewritten_bias_reshape_left_alone():
@@ -187,7 +187,7 @@ def shared_shape_model():
              helper.make_node("Add", ["xr", "wr"], ["y"])]
     inits = [numpy_helper.from_array(np.array([1, 6], dtype=np.int64), "shape16"),
              numpy_helper.from_array(np.arange(6, dtype=np.float32), "w")]
-    return make_model(nodes, [tensor_info("x", [1, 2, 3])], [tensor_info("y", [1, 6])], inits)
+    return graph_model(nodes, [tensor_info("x", [1, 2, 3])], [tensor_info("y", [1, 6])], inits)
 
 
 def test_shared_constant_is_copied_and_only_that_use_rewired():
@@ -205,7 +205,7 @@ def test_shared_constant_is_copied_and_only_that_use_rewired():
 
 def test_expand_of_old_static_batch_rewritten():
     shape = numpy_helper.from_array(np.array([2, 3], dtype=np.int64), "to")
-    model = make_model([helper.make_node("Expand", ["x", "to"], ["y"])], [tensor_info("x", [2, 1])],
+    model = graph_model([helper.make_node("Expand", ["x", "to"], ["y"])], [tensor_info("x", [2, 1])],
                        [tensor_info("y", [2, 3])], [shape])
     result = set_batch(model, size=5)
     assert numpy_helper.to_array(model.graph.initializer[0]).tolist() == [5, 3], result.details
@@ -221,7 +221,7 @@ def test_runtime_computed_shape_left_alone():
     inits = [numpy_helper.from_array(np.array(0, dtype=np.int64), "zero"),
              numpy_helper.from_array(np.array([0], dtype=np.int64), "zero1"),
              numpy_helper.from_array(np.array([-1], dtype=np.int64), "minus1")]
-    model = make_model(nodes, [tensor_info("x", [1, 2, 3])], [tensor_info("y", [1, 6])], inits)
+    model = graph_model(nodes, [tensor_info("x", [1, 2, 3])], [tensor_info("y", [1, 6])], inits)
     before = {t.name: t.SerializeToString() for t in model.graph.initializer}
     result = set_batch(model, size=4)
     assert "0 shape constants rewritten" in result.summary and "undecided" not in result.summary
@@ -232,7 +232,7 @@ def test_runtime_computed_shape_left_alone():
 def test_batch_folded_into_an_element_is_the_leading_factor():
     """[1, 2, 3] -> [2, 1, 3]: element 0 is 2 per sample, so 2 x batch at batch 4."""
     shape = numpy_helper.from_array(np.array([2, 1, 3], dtype=np.int64), "odd")
-    original = make_model([helper.make_node("Reshape", ["x", "odd"], ["y"], name="odd_reshape")],
+    original = graph_model([helper.make_node("Reshape", ["x", "odd"], ["y"], name="odd_reshape")],
                           [tensor_info("x", [1, 2, 3])], [tensor_info("y", [2, 1, 3])], [shape])
     model = onnx.ModelProto()
     model.CopyFrom(original)
@@ -247,7 +247,7 @@ def test_batch_folded_into_an_element_is_the_leading_factor():
 def test_unprovable_constant_reported_undecided_with_spec_lines():
     """Exported at batch 2, [2, 6] -> [3, 4] mixes the two samples: no element is the batch."""
     shape = numpy_helper.from_array(np.array([3, 4], dtype=np.int64), "odd")
-    model = make_model([helper.make_node("Reshape", ["x", "odd"], ["y"], name="odd_reshape")],
+    model = graph_model([helper.make_node("Reshape", ["x", "odd"], ["y"], name="odd_reshape")],
                        [tensor_info("x", [2, 6])], [tensor_info("y", [3, 4])], [shape])
     result = set_batch(model, size=4)
     assert "1 undecided" in result.summary
@@ -267,7 +267,7 @@ def if_outer_scope_model():
 
     nodes = [helper.make_node("If", ["cond"], ["y"], then_branch=branch("then", [1, 2, 3]),
                               else_branch=branch("else", [1, 3, 2]))]
-    return make_model(nodes, [tensor_info("x", [1, 6]), tensor_info("cond", [], TensorProto.BOOL)],
+    return graph_model(nodes, [tensor_info("x", [1, 6]), tensor_info("cond", [], TensorProto.BOOL)],
                       [tensor_info("y", [1, None, None])])
 
 
@@ -333,7 +333,7 @@ def loop_outer_scope_model():
     trips = numpy_helper.from_array(np.array(2, dtype=np.int64), "trips")
     go = numpy_helper.from_array(np.array(True), "go")
     nodes = [helper.make_node("Loop", ["trips", "go"], ["y"], body=body)]
-    return make_model(nodes, [tensor_info("x", [1, 6])], [tensor_info("y", [2, 1, 2, 3])], [trips, go])
+    return graph_model(nodes, [tensor_info("x", [1, 6])], [tensor_info("y", [2, 1, 2, 3])], [trips, go])
 
 
 def test_loop_body_reading_outer_scope_is_rewritten():
@@ -350,7 +350,7 @@ def test_loop_body_reading_outer_scope_is_rewritten():
 
 
 def test_symbolic_name_already_used_by_another_axis_is_refused():
-    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [1, "T"])], [tensor_info("y", [1, "T"])])
+    model = graph_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [1, "T"])], [tensor_info("y", [1, "T"])])
     with pytest.raises(PatchError, match="'T' already names x\\[1\\]"):
         set_batch(model, size="T")
 
@@ -375,7 +375,7 @@ def attention_model():
     ]
     inits = [_const("split_heads", [1, 5, 12, 4]), _const("fold", [12, 5, 4]), _const("unfold", [1, 12, 5, 4]),
              _const("merge", [1, 5, 48]), numpy_helper.from_array(rand(4, 5, seed=3), "w")]
-    return make_model(nodes, [tensor_info("x", [1, 5, 48])], [tensor_info("y", [1, 5, 48])], inits)
+    return graph_model(nodes, [tensor_info("x", [1, 5, 48])], [tensor_info("y", [1, 5, 48])], inits)
 
 
 @pytest.mark.parametrize("size", [3, "N"])
@@ -398,13 +398,13 @@ def test_attention_head_constants_stay_and_the_batch_folds_in(size):
 
 def test_a_sequence_length_of_one_is_not_the_batch():
     """x [1, 1, 64] (batch 1, one token) -> [1, 1, 8, 8]: element 0 is the batch, element 1 the token."""
-    original = make_model([helper.make_node("Reshape", ["x", "s"], ["y"], name="r")],
+    original = graph_model([helper.make_node("Reshape", ["x", "s"], ["y"], name="r")],
                           [tensor_info("x", [1, 1, 64])], [tensor_info("y", [1, 1, 8, 8])], [_const("s", [1, 1, 8, 8])])
     model = onnx.ModelProto()
     model.CopyFrom(original)
     set_batch(model, size=4)
     assert numpy_helper.to_array(model.graph.initializer[0]).tolist() == [4, 1, 8, 8]
-    seq_first = make_model([helper.make_node("Reshape", ["x", "s"], ["y"], name="r")],
+    seq_first = graph_model([helper.make_node("Reshape", ["x", "s"], ["y"], name="r")],
                            [tensor_info("x", [1, 1, 64])], [tensor_info("y", [1, 1, 8, 8])], [_const("s", [1, 1, 8, 8])])
     set_batch(seq_first, size=4, inputs={"x": 1})
     assert numpy_helper.to_array(seq_first.graph.initializer[0]).tolist() == [1, 4, 8, 8]
@@ -429,7 +429,7 @@ def test_loop_body_constant_tiled_by_the_batch_is_left_alone():
              helper.make_node("Add", ["x", "tiled"], ["y"])]
     inits = [_const("trips", 3), numpy_helper.from_array(np.array(True), "go"), _const("flat", [1, -1, 1]),
              _const("zero", 0), _const("axes0", [0]), _const("one", [1])]
-    original = make_model(nodes, [tensor_info("x", [1, 3, 2])], [tensor_info("y", [1, 3, 2])], inits)
+    original = graph_model(nodes, [tensor_info("x", [1, 3, 2])], [tensor_info("y", [1, 3, 2])], inits)
     model = onnx.ModelProto()
     model.CopyFrom(original)
     result = set_batch(model, size=4)
@@ -465,7 +465,7 @@ def resize_neck_detector(batch=1, opset=13):
     inits = [w("w0", 4, 3, 2, 2), w("w1", 4, 4, 2, 2), w("w2", 6, 4, 1, 1),
              _const("s_start", [2]), _const("s_end", [4]), _const("nc_start", [0]), _const("nc_end", [2]),
              _const("flat_c", [batch, 6, -1]), _const("flat_k", [batch, -1, 6])]
-    return make_model(nodes, [tensor_info("images", [batch, 3, 16, 16])], [tensor_info("dets", [batch, 80, 6])],
+    return graph_model(nodes, [tensor_info("images", [batch, 3, 16, 16])], [tensor_info("dets", [batch, 80, 6])],
                       inits, opset=opset)
 
 
@@ -522,7 +522,7 @@ def unbatched_branch_model():
     constants = [numpy_helper.from_array(np.array(0, dtype=np.int64), "zero"),
                  numpy_helper.from_array(np.array(1, dtype=np.int64), "one"),
                  numpy_helper.from_array(np.array([0], dtype=np.int64), "axes0")]
-    return make_model(nodes, [tensor_info("x", [1, 8])], [tensor_info("out", None)], constants)
+    return graph_model(nodes, [tensor_info("x", [1, 8])], [tensor_info("out", None)], constants)
 
 
 def test_a_branch_the_new_batch_does_not_take_is_not_reported():
@@ -551,7 +551,7 @@ def squeeze_then_slice_model(head=4):
              helper.make_node("Slice", ["p", "starts", "ends", "axes"], ["first"], name="first_two")]
     constants = [numpy_helper.from_array(np.array([v], dtype=np.int64), n)
                  for n, v in (("starts", 0), ("ends", 2), ("axes", 0))]
-    return make_model(nodes, [tensor_info("x", [1, head])], [tensor_info("p", [head]), tensor_info("first", [2])],
+    return graph_model(nodes, [tensor_info("x", [1, head])], [tensor_info("p", [head]), tensor_info("first", [2])],
                       constants)
 
 

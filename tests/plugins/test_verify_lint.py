@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 import pytest
 
-from conftest import write_spec
+from helpers import write_spec
 from scrfd_like import fpn_model
 
 HEAD = "patchspec: 1\nmodel: m.onnx\noutput: out.onnx\npatches: []\n"

@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 import onnxruntime
 import pytest
-from conftest import make_model, tensor_info, write_spec
+from helpers import graph_model, tensor_info, write_spec
 from onnx import helper, numpy_helper
 
 CUDA = "CUDAExecutionProvider"
@@ -14,14 +14,14 @@ HAS_CUDA = CUDA in onnxruntime.get_available_providers()
 
 
 def unary_model(op="Relu", in_shape=("N", 4), out_shape=("N", 4), **attrs):
-    return make_model([helper.make_node(op, ["x"], ["y"], **attrs)], [tensor_info("x", list(in_shape))],
+    return graph_model([helper.make_node(op, ["x"], ["y"], **attrs)], [tensor_info("x", list(in_shape))],
                       [tensor_info("y", list(out_shape))])
 
 
 def scaled_model(factor, in_shape=("N", 4)):
     """y = x * factor: a reference that differs from the identity by a known amount."""
     scale = numpy_helper.from_array(np.array(factor, np.float32), "scale")
-    return make_model([helper.make_node("Mul", ["x", "scale"], ["y"])], [tensor_info("x", list(in_shape))],
+    return graph_model([helper.make_node("Mul", ["x", "scale"], ["y"])], [tensor_info("x", list(in_shape))],
                       [tensor_info("y", list(in_shape))], initializers=[scale])
 
 
@@ -207,7 +207,7 @@ def test_nothing_compared_fails(tmp_path, run_cli):
 
 
 def test_session_that_cannot_be_built_names_provider_and_path(tmp_path, run_cli):
-    model = make_model([helper.make_node("NoSuchOp", ["x"], ["y"], domain="my.ops")],
+    model = graph_model([helper.make_node("NoSuchOp", ["x"], ["y"], domain="my.ops")],
                        [tensor_info("x", [1])], [tensor_info("y", [1])])
     model.opset_import.append(helper.make_opsetid("my.ops", 1))
     result, _ = apply(tmp_path, run_cli, model, "  - run: {}\n")
@@ -265,7 +265,7 @@ def test_real_ppocr_cls_runs_batched_and_split_against_original(tmp_path, run_cl
 
 def test_every_verify_example_in_the_docs_validates(tmp_path, run_cli):
     import re
-    from conftest import REPO
+    from helpers import REPO
 
     text = (REPO / "docs" / "verifiers.md").read_text()
     blocks = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if b.startswith("verify:")]
@@ -326,7 +326,7 @@ def state_model(squeeze_batch=False):
         nodes += [helper.make_node("Identity", ["sum"], ["y"])]
     axes = numpy_helper.from_array(np.array([0], dtype=np.int64), "axes0")
     y_shape = [None] if squeeze_batch else ["batch", 4]
-    return make_model(nodes, [tensor_info("x", ["batch", 4]), tensor_info("h", [2, "batch", 4])],
+    return graph_model(nodes, [tensor_info("x", ["batch", 4]), tensor_info("h", [2, "batch", 4])],
                       [tensor_info("y", y_shape), tensor_info("h_out", [2, "batch", 4])], [axes])
 
 
@@ -365,7 +365,7 @@ def test_squeezed_output_redeclared_by_set_batch_and_stacked_by_run(tmp_path, ru
 
 def test_split_batch_input_left_whole_with_null(tmp_path, run_cli):
     """A scale input with no batch (null) goes whole to every sample run."""
-    model = make_model([helper.make_node("Mul", ["x", "s"], ["y"])],
+    model = graph_model([helper.make_node("Mul", ["x", "s"], ["y"])],
                        [tensor_info("x", ["batch", 4]), tensor_info("s", [4])], [tensor_info("y", ["batch", 4])])
     verify = ("  - run:\n      cases: [{inputs: {x: [3, 4], s: [4]}}]\n"
               "      compare: {split_batch: {inputs: {s: null}}}\n")

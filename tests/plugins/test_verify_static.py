@@ -3,13 +3,13 @@
 import json
 
 import onnx
-from conftest import make_model, tensor_info, write_spec
+from helpers import graph_model, tensor_info, write_spec
 from onnx import helper
 
 
 def two_relus(x_shape, mid_shape, y_shape):
     nodes = [helper.make_node("Relu", ["x"], ["mid"]), helper.make_node("Relu", ["mid"], ["y"])]
-    return make_model(nodes, [tensor_info("x", x_shape)], [tensor_info("y", y_shape)],
+    return graph_model(nodes, [tensor_info("x", x_shape)], [tensor_info("y", y_shape)],
                       value_info=[tensor_info("mid", mid_shape)])
 
 
@@ -47,7 +47,7 @@ def test_value_info_true_also_checks_annotated_tensors(tmp_path, run_cli):
 
 
 def test_unknown_rank_is_reported(tmp_path, run_cli):
-    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [2])],
+    model = graph_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [2])],
                        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
     result, report = apply(tmp_path, run_cli, model, "  - static: {}\n")
     assert result.exit_code == 1

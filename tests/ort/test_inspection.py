@@ -11,7 +11,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from conftest import make_model, tensor_info
+from helpers import graph_model, tensor_info
 from patchspec.errors import UsageError
 from patchspec.ort import inspection
 from patchspec.ort.inspection import lint_model, parse_shape_options, probe_shapes
@@ -181,7 +181,7 @@ def test_parse_shape_options():
 
 
 def test_probe_shapes_share_a_dim_param_across_inputs_but_split_it_within_one():
-    model = make_model([], [tensor_info("ids", ["batch", "seq"], onnx.TensorProto.INT64),
+    model = graph_model([], [tensor_info("ids", ["batch", "seq"], onnx.TensorProto.INT64),
                             tensor_info("mask", ["batch", "seq"], onnx.TensorProto.INT64),
                             tensor_info("image", ["batch", 3, "?", "?"])], [tensor_info("ids", ["batch", "seq"])])
     assert probe_shapes(model, None) == {"ids": [1, 64], "mask": [1, 64], "image": [1, 3, 96, 128]}

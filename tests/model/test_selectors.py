@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 from onnx import helper
 
-from conftest import make_model, tensor_info, write_spec
+from helpers import graph_model, tensor_info, write_spec
 from patchspec import PatchResult, PatchType, hookimpl
 from patchspec.errors import PatchError
 from patchspec.plugin.registry import in_process_plugin
@@ -58,7 +58,7 @@ def test_fields_are_anded():
 def test_domain_default_is_empty_string():
     nodes = [helper.make_node("Relu", ["x"], ["a"], name="std"),
              helper.make_node("Gelu", ["a"], ["y"], name="ms", domain="com.microsoft")]
-    model = make_model(nodes, [tensor_info("x", [1])], [tensor_info("y", [1])])
+    model = graph_model(nodes, [tensor_info("x", [1])], [tensor_info("y", [1])])
     assert names(model, {"domain": ""}) == ["std"]
     assert names(model, {"domain": "com.*"}) == ["ms"]
 
@@ -117,7 +117,7 @@ def test_loop_body_inputs_are_fed_by_the_loop():
         [tensor_info("cond_out", [], 9), tensor_info("acc_out", [1])])
     nodes = [helper.make_node("Loop", ["n", "c", "x"], ["y"], name="loop", body=body),
              helper.make_node("Relu", ["step"], ["z"], name="other")]
-    model = make_model(nodes, [tensor_info("n", [], 7), tensor_info("c", [], 9), tensor_info("x", [1]),
+    model = graph_model(nodes, [tensor_info("n", [], 7), tensor_info("c", [], 9), tensor_info("x", [1]),
                                tensor_info("step", [1])], [tensor_info("y", [1]), tensor_info("z", [1])])
     assert names(model, {"after": "x", "graph": "all"}) == ["loop", "body_cond", "body_add"]
     assert names(model, {"before": "y", "op_type": "Add", "graph": "all"}) == ["body_add"]

@@ -3,7 +3,7 @@
 import numpy as np
 import onnx
 import pytest
-from conftest import make_model, tensor_info
+from helpers import graph_model, tensor_info
 from onnx import TensorProto, helper
 
 from patchspec.ort.sessions import (RunFailure, Session, TensorDecl, compare_output, feed_shape_problems,
@@ -11,7 +11,7 @@ from patchspec.ort.sessions import (RunFailure, Session, TensorDecl, compare_out
 
 
 def relu_model(tmp_path, in_shape=("N", 4), out_shape=("N", 4), name="m.onnx"):
-    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", list(in_shape))],
+    model = graph_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", list(in_shape))],
                        [tensor_info("y", list(out_shape))])
     path = tmp_path / name
     onnx.save(model, path)
@@ -128,7 +128,7 @@ def test_session_runs_by_path_and_split_batch_joins(tmp_path):
 
 
 def test_session_build_failure_names_provider_path_and_ort_message(tmp_path):
-    model = make_model([helper.make_node("NoSuchOp", ["x"], ["y"], domain="my.ops")],
+    model = graph_model([helper.make_node("NoSuchOp", ["x"], ["y"], domain="my.ops")],
                        [tensor_info("x", [1])], [tensor_info("y", [1])])
     model.opset_import.append(helper.make_opsetid("my.ops", 1))
     path = tmp_path / "bad.onnx"
@@ -148,7 +148,7 @@ def test_run_failure_names_provider_and_path(tmp_path):
 
 
 def test_integer_model_types_are_read_from_the_session(tmp_path):
-    model = make_model([helper.make_node("Identity", ["k"], ["y"])], [tensor_info("k", [3], TensorProto.INT64)],
+    model = graph_model([helper.make_node("Identity", ["k"], ["y"])], [tensor_info("k", [3], TensorProto.INT64)],
                        [tensor_info("y", [3], TensorProto.INT64)])
     onnx.save(model, tmp_path / "k.onnx")
     session = Session(tmp_path / "k.onnx", "CPUExecutionProvider")

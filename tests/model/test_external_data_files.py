@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from conftest import make_model, tensor_info
+from helpers import graph_model, tensor_info
 from onnx import helper, numpy_helper
 
 from patchspec.model import external_data as extdata
@@ -29,7 +29,7 @@ def matmul_model(size: int = 64, inline_const: bool = True) -> onnx.ModelProto:
     const = numpy_helper.from_array(rng.standard_normal((size, size)).astype(np.float32), "C")
     nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Constant", [], ["c"], value=const),
              helper.make_node("MatMul", ["h", "c"], ["h2"]), helper.make_node("Add", ["h2", "B"], ["y"])]
-    return make_model(nodes, [tensor_info("x", ["N", size])], [tensor_info("y", ["N", size])], [weight, bias])
+    return graph_model(nodes, [tensor_info("x", ["N", size])], [tensor_info("y", ["N", size])], [weight, bias])
 
 
 def saved_external(folder: Path, size: int = 64) -> Path:
@@ -207,7 +207,7 @@ def test_inline_layout_reads_external_tensors_in(tmp_path):
 
 def test_the_copy_is_bounded_in_memory_with_and_without_kernel_copy(tmp_path, monkeypatch):
     weight = numpy_helper.from_array(np.ones((2048, 2048), np.float32), "W")  # 16 MiB
-    big = make_model([helper.make_node("MatMul", ["x", "W"], ["y"])], [tensor_info("x", [1, 2048])],
+    big = graph_model([helper.make_node("MatMul", ["x", "W"], ["y"])], [tensor_info("x", [1, 2048])],
                      [tensor_info("y", [1, 2048])], [weight])
     (tmp_path / "in").mkdir()
     onnx.save(big, tmp_path / "in" / "m.onnx", save_as_external_data=True, location="m.onnx_data")

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from conftest import write_spec
+from helpers import write_spec
 
 from patchspec.shapes import expressions as ex
 

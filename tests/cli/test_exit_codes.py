@@ -10,7 +10,7 @@ import types
 import numpy as np
 import onnx
 import pytest
-from conftest import make_model, tensor_info, write_spec
+from helpers import graph_model, tensor_info, write_spec
 from onnx import helper, numpy_helper
 
 import patchspec
@@ -22,7 +22,7 @@ from patchspec.plugin.registry import PluginRegistry
 
 def add_model() -> onnx.ModelProto:
     weight = numpy_helper.from_array(np.arange(3, dtype=np.float32).reshape(1, 3), "w")
-    return make_model([helper.make_node("Add", ["x", "w"], ["y"])], [tensor_info("x", [1, 3])], [tensor_info("y", [1, 3])], [weight])
+    return graph_model([helper.make_node("Add", ["x", "w"], ["y"])], [tensor_info("x", [1, 3])], [tensor_info("y", [1, 3])], [weight])
 
 
 def snapshot(*paths):

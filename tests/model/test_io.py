@@ -6,7 +6,7 @@ import os
 import numpy as np
 import onnx
 import pytest
-from conftest import make_model, tensor_info, write_spec
+from helpers import graph_model, tensor_info, write_spec
 from onnx import helper, numpy_helper
 
 import patchspec
@@ -18,7 +18,7 @@ from patchspec.model.io import FileStamp, load_model
 
 def add_model(ir_version=8, opset=17) -> onnx.ModelProto:
     weight = numpy_helper.from_array(np.ones((1, 4), dtype=np.float32), "w")
-    return make_model([helper.make_node("Add", ["x", "w"], ["y"])], [tensor_info("x", [1, 4])], [tensor_info("y", [1, 4])],
+    return graph_model([helper.make_node("Add", ["x", "w"], ["y"])], [tensor_info("x", [1, 4])], [tensor_info("y", [1, 4])],
                       [weight], opset=opset, ir_version=ir_version)
 
 

@@ -7,7 +7,7 @@ import resource
 import numpy as np
 import onnx
 import onnxruntime as ort
-from conftest import make_model, tensor_info
+from helpers import graph_model, tensor_info
 from onnx import TensorProto, helper, numpy_helper
 
 from patchspec.model.graph import ScopeIndex, walk_nodes
@@ -22,7 +22,7 @@ def two_stride_model(batch="N"):
              helper.make_node("Relu", ["a"], ["ya"]), helper.make_node("Relu", ["b"], ["yb"])]
     stale = [tensor_info(name, [1, 2, "?", "?"]) for name in ("a", "b")]
     outputs = [tensor_info(name, [1, 2, "?", "?"]) for name in ("ya", "yb")]
-    return make_model(nodes, [tensor_info("x", [batch, 1, "h", "w"])], outputs, [weight], value_info=stale)
+    return graph_model(nodes, [tensor_info("x", [batch, 1, "h", "w"])], outputs, [weight], value_info=stale)
 
 
 def test_stale_annotations_replaced_and_unknown_dims_named_apart():
@@ -59,7 +59,7 @@ def if_model_with_stale_branch():
                                  value_info=[tensor_info(f"{name}_r", [1, 6])])
 
     nodes = [helper.make_node("If", ["cond"], ["y"], then_branch=branch("then"), else_branch=branch("else"))]
-    return make_model(nodes, [tensor_info("x", [1, 6]), tensor_info("cond", [], TensorProto.BOOL)],
+    return graph_model(nodes, [tensor_info("x", [1, 6]), tensor_info("cond", [], TensorProto.BOOL)],
                       [tensor_info("y", [1, 6])])
 
 
@@ -86,7 +86,7 @@ def test_walk_and_scope_index_resolve_outer_constants():
 
 def test_large_inline_tensors_are_stubbed_for_inference():
     big = numpy_helper.from_array(np.zeros((512, 512), dtype=np.float32), "big")
-    model = make_model([helper.make_node("MatMul", ["x", "big"], ["y"])], [tensor_info("x", ["N", 512])],
+    model = graph_model([helper.make_node("MatMul", ["x", "big"], ["y"])], [tensor_info("x", ["N", 512])],
                        [tensor_info("y", ["N", 512])], [big])
     light = graph_only_copy(model)
     assert light.ByteSize() < 4096 < model.ByteSize()
@@ -106,7 +106,7 @@ def test_two_gib_of_external_weights_never_read(tmp_path):
         weight.external_data.add(key=key, value=value)
     nodes = [helper.make_node("Shape", ["w"], ["ws"]), helper.make_node("Concat", ["ws", "ws"], ["y"], axis=0),
              helper.make_node("Relu", ["x"], ["z"])]
-    model = make_model(nodes, [tensor_info("x", [1, 3])], [tensor_info("y", [None], TensorProto.INT64),
+    model = graph_model(nodes, [tensor_info("x", [1, 3])], [tensor_info("y", [None], TensorProto.INT64),
                                                            tensor_info("z", [1, 3])], [weight])
     onnx.save(model, tmp_path / "m.onnx")
     loaded = onnx.load(str(tmp_path / "m.onnx"), load_external_data=False)

@@ -182,4 +182,4 @@ def test_every_registered_type_has_a_contract_case(kind, registry):
         table, cases = registry.verifiers, VERIFIER_CASES
     covered = {case.type_name for case in cases}
     missing = sorted(set(table) - covered)
-    assert not missing, f"add a contract case to tests/contract/test_patch_contract.py for {kind}s: {', '.join(missing)}"
+    assert not missing, f"add a contract case to tests/plugin/test_builtin_contract.py for {kind}s: {', '.join(missing)}"

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import make_model, tensor_info, write_spec
+from helpers import graph_model, tensor_info, write_spec
 from onnx import helper, numpy_helper
 
 from patchspec.run.engine import DIGEST_KEY
@@ -22,7 +22,7 @@ PATCHSPEC = Path(sys.executable).parent / "patchspec"
 
 def add_model(value: float = 1.0) -> onnx.ModelProto:
     weight = numpy_helper.from_array(np.full((1, 8), value, dtype=np.float32), "w")
-    return make_model([helper.make_node("Add", ["x", "w"], ["y"])], [tensor_info("x", [1, 8])], [tensor_info("y", [1, 8])], [weight])
+    return graph_model([helper.make_node("Add", ["x", "w"], ["y"])], [tensor_info("x", [1, 8])], [tensor_info("y", [1, 8])], [weight])
 
 
 def save_external(model, path: Path) -> None:

@@ -1,10 +1,10 @@
-from conftest import make_model, tensor_info, write_spec
+from helpers import graph_model, tensor_info, write_spec
 import onnx
 from onnx import helper
 
 
 def test_apply_writes_output_then_reports_up_to_date(tmp_path, run_cli):
-    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [1, 3])], [tensor_info("y", [1, 3])])
+    model = graph_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [1, 3])], [tensor_info("y", [1, 3])])
     onnx.save(model, tmp_path / "m.onnx")
     spec = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches: []\n")
     first = run_cli("apply", spec)

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import make_model, tensor_info, write_spec
+from helpers import graph_model, tensor_info, write_spec
 from onnx import helper, numpy_helper
 
 import patchspec.run.staging
@@ -28,7 +28,7 @@ VENV_PATCHSPEC = Path(sys.executable).parent / "patchspec"
 
 def add_model(value: float, doc: str = "") -> onnx.ModelProto:
     weight = numpy_helper.from_array(np.full((1, 256), value, dtype=np.float32), "w")
-    model = make_model([helper.make_node("Add", ["x", "w"], ["y"])], [tensor_info("x", [1, 256])], [tensor_info("y", [1, 256])], [weight])
+    model = graph_model([helper.make_node("Add", ["x", "w"], ["y"])], [tensor_info("x", [1, 256])], [tensor_info("y", [1, 256])], [weight])
     model.doc_string = doc
     return model
 

@@ -4,7 +4,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from conftest import make_model, tensor_info, write_spec
+from helpers import graph_model, tensor_info, write_spec
 
 SPEC = """\
 patchspec: 1
@@ -20,7 +20,7 @@ verify:
 
 
 def _setup(tmp_path, reference_scale: float):
-    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [2, 3])], [tensor_info("y", [2, 3])])
+    model = graph_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [2, 3])], [tensor_info("y", [2, 3])])
     onnx.save(model, tmp_path / "m.onnx")
     x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
     np.save(tmp_path / "x.npy", x)

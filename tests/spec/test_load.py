@@ -5,7 +5,7 @@ import types
 
 import onnx
 import pytest
-from conftest import make_model, tensor_info, write_spec
+from helpers import graph_model, tensor_info, write_spec
 from onnx import helper
 
 import patchspec.cli
@@ -51,7 +51,7 @@ def probe_plugin(monkeypatch):
 
 
 def small_model(folder, name="m.onnx"):
-    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [1, 3])], [tensor_info("y", [1, 3])])
+    model = graph_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [1, 3])], [tensor_info("y", [1, 3])])
     onnx.save(model, folder / name)
     return folder / name
 

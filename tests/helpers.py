@@ -1,0 +1,45 @@
+"""Helpers for patchspec's own tests (imported as ``helpers``; conftest.py holds fixtures only)."""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+from pathlib import Path
+
+import onnx
+from onnx import TensorProto, helper
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def ppocr_model_paths() -> dict[str, Path]:
+    """det/rec/cls models shipped in the rapidocr-onnxruntime wheel (found without importing it)."""
+    spec = importlib.util.find_spec("rapidocr_onnxruntime")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    folder = Path(list(spec.submodule_search_locations)[0]) / "models"
+    found = {}
+    for path in glob.glob(str(folder / "*.onnx")):
+        for kind in ("det", "rec", "cls"):
+            if f"_{kind}_" in Path(path).name:
+                found[kind] = Path(path)
+    return found
+
+
+def graph_model(nodes, inputs, outputs, initializers=(), opset=17, value_info=(), ir_version=8) -> onnx.ModelProto:
+    """A model from explicit nodes and value infos (``patchspec.testing.make_model`` builds Relu chains
+    from shapes); IR version pinned (helper.make_model's default is too new for onnxruntime)."""
+    graph = helper.make_graph(list(nodes), "g", list(inputs), list(outputs), list(initializers), value_info=list(value_info))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = ir_version
+    return model
+
+
+def tensor_info(name: str, shape, dtype=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def write_spec(folder: Path, text: str, name: str = "spec.yaml") -> Path:
+    path = folder / name
+    path.write_text(text)
+    return path
