@@ -36,10 +36,12 @@ from patchspec.model.external_data import (
     refuse_inline_overflow,
 )
 from patchspec.model.graph import (
+    Namer,
     NodeSite,
     ScopeIndex,
     all_graphs,
     all_names,
+    bodies,
     constant_value,
     default_opset,
     fresh_name,
@@ -85,21 +87,14 @@ from patchspec.shapes.annotations import (
     typed,
     write_dim,
 )
-from patchspec.shapes.compiler import (
-    Namer,
-    ShapeCompileError,
-    ShapeCompiler,
-    TensorIndex,
-    constant_node_value,
-    model_names,
-)
+from patchspec.shapes.compiler import ShapeCompileError, ShapeCompiler, TensorIndex
 from patchspec.shapes.evaluate import BROADCASTING, Known, ShapeEvaluator
 
 __all__ = [
     # messages
     "UsageError", "close_matches", "did_you_mean",
     # graphs
-    "NodeSite", "ScopeIndex", "all_graphs", "all_names", "constant_value", "default_opset", "fresh_name",
+    "Namer", "NodeSite", "ScopeIndex", "all_graphs", "all_names", "bodies", "constant_value", "default_opset", "fresh_name",
     "subgraphs", "uses_of", "walk_nodes",
     # node selection
     "SELECTOR_SCHEMA", "check_selector", "select_nodes",
@@ -107,8 +102,7 @@ __all__ = [
     "PINNED_DIMS", "Dim", "Pins", "annotations", "apply_pins", "dim_params", "format_dims", "has_shape",
     "read_dim", "read_dims", "rederive_shapes", "shape_dims", "typed", "write_dim",
     # shape expressions and their compiler
-    "expressions", "Namer", "ShapeCompileError", "ShapeCompiler", "TensorIndex", "constant_node_value",
-    "model_names",
+    "expressions", "ShapeCompileError", "ShapeCompiler", "TensorIndex",
     # shape evaluation
     "BROADCASTING", "Known", "ShapeEvaluator",
     # external data

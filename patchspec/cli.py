@@ -13,8 +13,8 @@ import click
 
 from patchspec import __version__
 from patchspec.run.engine import Engine, RunReport
-from patchspec.errors import EXIT_INTERNAL, Interrupted, PatchspecError, UsageError
-from patchspec.plugin.registry import PluginRegistry
+from patchspec.errors import EXIT_INTERNAL, Interrupted, PatchspecError, PluginError, UsageError, did_you_mean
+from patchspec.plugin.registry import DISABLE_ENV, PluginRegistry
 from patchspec.spec.load import combined_schema, load_spec
 from patchspec.spec.steps import Spec
 
@@ -55,7 +55,8 @@ def _registry() -> PluginRegistry:
 
 
 def _engine(state: _State, registry: PluginRegistry, strict_paths: bool = False) -> Engine:
-    return Engine(registry, state.echo, verbose=state.verbosity > 0, strict_paths=strict_paths)
+    return Engine(registry, state.echo, verbose=state.verbosity > 0, strict_paths=strict_paths,
+                  quiet=state.verbosity < 0)
 
 
 @cli.command()
@@ -115,7 +116,9 @@ def validate(state: _State, specs) -> None:
         except PatchspecError as exc:
             problems.append(exc)
     if problems:
-        raise UsageError("\n".join(str(p) for p in problems))
+        error = UsageError("\n".join(str(p) for p in problems))
+        error.plugin_tracebacks = tuple(dict.fromkeys(t for p in problems for t in p.plugin_tracebacks))
+        raise error
 
 
 @cli.command()
@@ -151,8 +154,21 @@ def verify(state: _State, spec_path, output) -> None:
 @cli.command()
 @click.pass_obj
 def schema(state: _State) -> None:
-    """Print the JSON Schema of specs (core + every installed plugin), for editors."""
-    click.echo(json.dumps(combined_schema(_registry()), indent=2, sort_keys=True))
+    """Print the JSON Schema of specs (core + every installed plugin), for editors.
+
+    A plugin that fails to load is left out with a warning on stderr, and the exit status is 5:
+    the schema is incomplete (disable the plugin with PATCHSPEC_DISABLE_PLUGINS to leave it out on purpose).
+    """
+    registry = _registry()
+    click.echo(json.dumps(combined_schema(registry), indent=2, sort_keys=True))
+    broken = registry.broken()
+    if broken:
+        lines = [f"warning: the schema above leaves out {len(broken)} plugin(s) that failed to load:"]
+        lines += [f"  {info.label}: {info.error}" for info in broken]
+        names = ",".join(info.name for info in broken)
+        hint = (f"fix or reinstall them ('patchspec plugins' shows why), or leave them out on purpose: "
+                f"{DISABLE_ENV}={names} patchspec schema")
+        raise PluginError("\n".join(lines), hint, "\n".join(info.traceback for info in broken if info.traceback) or None)
 
 
 @cli.command()
@@ -162,7 +178,7 @@ def plugins(state: _State, as_json: bool) -> None:
     """List installed plugins: name, version, what each provides, where it was loaded from."""
     registry = _registry()
     if as_json:
-        click.echo(json.dumps([vars(p) for p in registry.plugins], indent=2))
+        click.echo(json.dumps([vars(p) for p in [*registry.plugins, *registry.disabled]], indent=2))
         return
     for info in registry.plugins:
         kind = "built-in" if info.builtin else info.distribution
@@ -174,6 +190,15 @@ def plugins(state: _State, as_json: bool) -> None:
         click.echo(f"  from: {info.location or info.module}")
         if info.error:
             click.echo(f"  BROKEN: {info.error}")
+            if info.traceback and state.verbosity > 0:
+                click.echo("    " + info.traceback.rstrip("\n").replace("\n", "\n    "))
+    if registry.disabled:
+        names = ", ".join(f"{info.name}" for info in registry.disabled)
+        click.echo(f"disabled by {DISABLE_ENV} (installed, not loaded): {names}")
+    for name in registry.disabled_unknown:
+        installed = [info.name for info in [*registry.plugins, *registry.disabled]]
+        click.echo(f"warning: {DISABLE_ENV} names '{name}', which is not an installed plugin"
+                   + did_you_mean(name, installed), err=True)
 
 
 @cli.command("inspect")
@@ -264,7 +289,10 @@ def main(argv: list[str] | None = None) -> int:
         click.echo("interrupted", err=True)
         return exc.exit_code
     except PatchspecError as exc:
-        if verbose:
+        if verbose and exc.plugin_tracebacks:  # the plugin's code is what failed: patchspec's frames would not help
+            for text in exc.plugin_tracebacks:
+                click.echo(text.rstrip("\n"), err=True)
+        elif verbose:
             traceback.print_exc()
         click.echo(str(exc), err=True)
         return exc.exit_code

@@ -7,7 +7,7 @@ expected, what was found, where, and what to do next). The CLI prints ``str(erro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 EXIT_OK = 0
 EXIT_VERIFY_FAILED = 1
@@ -23,6 +23,9 @@ class PatchspecError(Exception):
     """Base class: a failure patchspec explains to the user."""
 
     exit_code = EXIT_INTERNAL
+    #: tracebacks of plugin code behind this error (a plugin that raised or failed to import);
+    #: ``-v`` prints these instead of patchspec's own traceback, which would not help
+    plugin_tracebacks: tuple[str, ...] = ()
 
     def __init__(self, message: str, hint: str | None = None) -> None:
         super().__init__(message)
@@ -41,6 +44,19 @@ class VerificationFailed(PatchspecError):
     exit_code = EXIT_VERIFY_FAILED
 
 
+class VerifierFailed(VerificationFailed):
+    """A verifier stopped with ``context.fail``: its verdict is "failed" (exit 1), not an error of the run.
+
+    The engine catches it and reports the verifier as failed, like one that returned a failed
+    :class:`VerifyResult`; ``summary`` is the plugin's message, ``key`` where in its params it points.
+    """
+
+    def __init__(self, where: str, summary: str, key: tuple = (), hint: str | None = None) -> None:
+        super().__init__(f"{where}: {summary}", hint)
+        self.summary = summary
+        self.key = tuple(key)
+
+
 class UsageError(PatchspecError):
     """The command line is invalid (detectable without the model)."""
 
@@ -57,6 +73,8 @@ class SpecProblem:
     message: str
     hint: str | None = None
     file: str = ""
+    #: the traceback of the plugin behind the problem (one that failed to load), shown with ``-v``
+    plugin_traceback: str | None = field(default=None, compare=False)
 
     def __str__(self) -> str:
         place = f"{self.file}:{self.line}:{self.column}" if self.line else self.file
@@ -77,6 +95,7 @@ class SpecError(PatchspecError):
             problems = [SpecProblem(0, 0, "", problems, hint)]
         self.problems = sorted(problems)
         super().__init__("\n".join(str(p) for p in self.problems))
+        self.plugin_tracebacks = tuple(dict.fromkeys(p.plugin_traceback for p in self.problems if p.plugin_traceback))
 
     def __str__(self) -> str:
         return self.message
@@ -98,6 +117,11 @@ class PluginError(PatchspecError):
     """A plugin broke its contract or raised; the message names the plugin and its version."""
 
     exit_code = EXIT_INTERNAL
+
+    def __init__(self, message: str, hint: str | None = None, plugin_traceback: str | None = None) -> None:
+        super().__init__(message, hint)
+        if plugin_traceback:
+            self.plugin_tracebacks = (plugin_traceback,)
 
 
 class Interrupted(PatchspecError):

@@ -16,9 +16,10 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from patchspec import PatchResult, PatchType, hookimpl
-from patchspec.api import (PINNED_DIMS, SELECTOR_SCHEMA, check_selector, close_matches, constant_node_value,
-    default_opset, expressions as ex, model_names, rederive_shapes, select_nodes, Namer, ShapeCompileError,
-    ShapeCompiler, TensorIndex)
+from patchspec.api import (PINNED_DIMS, SELECTOR_SCHEMA, Namer, ShapeCompileError, ShapeCompiler, TensorIndex,
+                           all_graphs, all_names, check_selector, close_matches, constant_value, default_opset, rederive_shapes,
+                           select_nodes, subgraphs)
+from patchspec.api import expressions as ex
 
 DTYPES = {name.lower(): value for name, value in TensorProto.DataType.items()
           if value not in (TensorProto.UNDEFINED, TensorProto.STRING)}
@@ -147,7 +148,7 @@ def _original_array(graph, name: str) -> tuple[tuple[int, ...], int]:
     found = _find_constant(graph, name)
     if isinstance(found, onnx.TensorProto):
         return tuple(found.dims), found.data_type
-    value = constant_node_value(found)
+    value = constant_value(found)
     if value is None:
         tensor = next(a.t for a in found.attribute if a.name == "value")
         return tuple(tensor.dims), tensor.data_type
@@ -190,7 +191,7 @@ def _converted(value, dims: tuple, dtype: int, context) -> np.ndarray:
 def _replace_values(model, targets: list[Target], params: dict, context) -> tuple[bool, list[str]]:
     """Overwrite each constant in place when only the targets read it, else feed the targets a new one."""
     changed, details = False, []
-    namer = Namer(model_names(model))
+    namer = Namer(all_names(model))
     by_constant: dict[tuple, list[Target]] = {}
     for target in targets:
         by_constant.setdefault((id(target.graph), target.name), []).append(target)
@@ -227,7 +228,7 @@ def _read_elsewhere(model, group: list[Target]) -> bool:
 def _same_constant(graph, name: str, tensor: onnx.TensorProto) -> bool:
     found = _find_constant(graph, name)
     if isinstance(found, onnx.NodeProto):
-        old = constant_node_value(found)
+        old = constant_value(found)
         if old is None:
             return False
         return old.dtype == numpy_helper.to_array(tensor).dtype and np.array_equal(old, numpy_helper.to_array(tensor))
@@ -247,7 +248,7 @@ def _overwrite_constant(graph, name: str, tensor: onnx.TensorProto) -> None:
 
 # -- shape ----------------------------------------------------------------------------------------------
 def _replace_with_shape(model, targets: list[Target], params: dict, context) -> tuple[bool, list[str]]:
-    namer = Namer(model_names(model))
+    namer = Namer(all_names(model))
     details = []
     compiled_for: dict[int, str] = {}
     text = "[" + ", ".join(str(item) for item in params["shape"]) + "]"
@@ -306,18 +307,10 @@ def _first_user(graph, name: str):
 def graph_users(model: onnx.ModelProto, name: str) -> list[tuple]:
     """(node, input index) for every read of ``name`` in any graph; (None, -1) for a main graph output."""
     users: list[tuple] = [(None, -1) for out in model.graph.output if out.name == name]
-    for graph in _all_graphs(model.graph):
+    for graph in all_graphs(model.graph):
         for node in graph.node:
             users.extend((node, i) for i, used in enumerate(node.input) if used == name)
     return users
-
-
-def _all_graphs(graph: onnx.GraphProto):
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                yield from _all_graphs(sub)
 
 
 def remove_if_unused(model: onnx.ModelProto, graph: onnx.GraphProto, name: str) -> bool:
@@ -369,11 +362,10 @@ def sort_topologically(graph: onnx.GraphProto) -> bool:
 
 def _reads(node: onnx.NodeProto) -> set[str]:
     names = set(node.input)
-    for attr in node.attribute:
-        for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-            for inner in _all_graphs(sub):
-                for each in inner.node:
-                    names.update(each.input)
+    for sub in subgraphs(node):
+        for inner in all_graphs(sub):
+            for each in inner.node:
+                names.update(each.input)
     return names
 
 

@@ -24,6 +24,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from patchspec.errors import ModelFileError, UsageError, close_matches
+from patchspec.model.graph import subgraphs
 from patchspec.plugin.contract import StateKey
 
 ALLOWED_KEYS = {"location", "offset", "length", "checksum", "basepath"}
@@ -83,10 +84,8 @@ def iter_tensors(graph: onnx.GraphProto) -> Iterator[TensorProto]:
             if attr.HasField("t"):
                 yield attr.t
             yield from attr.tensors
-            if attr.HasField("g"):
-                yield from iter_tensors(attr.g)
-            for sub in attr.graphs:
-                yield from iter_tensors(sub)
+        for sub in subgraphs(node):
+            yield from iter_tensors(sub)
 
 
 def is_external(tensor: TensorProto) -> bool:

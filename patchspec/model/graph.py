@@ -9,14 +9,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
+import numpy as np
 import onnx
+from onnx import numpy_helper
 
 # -- graphs -----------------------------------------------------------------------------------------
 def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+    """The bodies of one node (If's branches, Loop's and Scan's body, a custom op's graphs)."""
+    for _, body in bodies(node):
+        yield body
+
+
+def bodies(node: onnx.NodeProto) -> Iterator[tuple[str, onnx.GraphProto]]:
+    """Each body of one node with the name of its attribute (``then_branch``; ``graphs[1]`` for lists)."""
     for attr in node.attribute:
         if attr.HasField("g"):
-            yield attr.g
-        yield from attr.graphs
+            yield attr.name, attr.g
+        for number, sub in enumerate(attr.graphs):
+            yield f"{attr.name}[{number}]", sub
 
 
 def all_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
@@ -98,32 +108,41 @@ def _constants_of(graph: onnx.GraphProto) -> dict:
 
 
 def constant_value(source):
-    """The value of an initializer or Constant node, or None when it cannot be read here."""
-    from onnx import numpy_helper
-
+    """The value of an initializer or Constant node (any of its attribute forms), or None when it
+    cannot be read here (external data, sparse tensors, strings)."""
     if isinstance(source, onnx.TensorProto):
-        if source.data_location == onnx.TensorProto.EXTERNAL:
-            return None
-        return numpy_helper.to_array(source)
-    if isinstance(source, onnx.NodeProto):
-        for attr in source.attribute:
-            if attr.name == "value" and attr.type == onnx.AttributeProto.TENSOR:
-                return None if attr.t.data_location == onnx.TensorProto.EXTERNAL else numpy_helper.to_array(attr.t)
-            if attr.name == "value_ints":
-                import numpy as np
-                return np.array(list(attr.ints), dtype=np.int64)
+        return None if source.data_location == onnx.TensorProto.EXTERNAL else numpy_helper.to_array(source)
+    if not isinstance(source, onnx.NodeProto):
+        return None
+    for attr in source.attribute:
+        if attr.name == "value":
+            return None if attr.t.data_location == onnx.TensorProto.EXTERNAL else numpy_helper.to_array(attr.t)
+        if attr.name in CONSTANT_ATTRIBUTES:
+            dtype, read = CONSTANT_ATTRIBUTES[attr.name]
+            return np.array(read(attr), dtype=dtype)
     return None
 
 
+#: Constant's attribute forms other than ``value``: numpy dtype and how to read the attribute
+CONSTANT_ATTRIBUTES = {
+    "value_int": (np.int64, lambda a: a.i),
+    "value_ints": (np.int64, lambda a: list(a.ints)),
+    "value_float": (np.float32, lambda a: a.f),
+    "value_floats": (np.float32, lambda a: list(a.floats)),
+}
+
+
 def all_names(model: onnx.ModelProto) -> set[str]:
-    """Every tensor name used anywhere in the model (to pick names that collide with none)."""
+    """Every node and tensor name in the model, bodies included (to pick names that collide with none)."""
     names: set[str] = set()
     for graph in all_graphs(model.graph):
         names.update(info.name for info in (*graph.input, *graph.output, *graph.value_info))
         names.update(t.name for t in graph.initializer)
         for node in graph.node:
+            names.add(node.name)
             names.update(node.input)
             names.update(node.output)
+    names.discard("")
     return names
 
 
@@ -137,13 +156,25 @@ def uses_of(model: onnx.ModelProto, name: str) -> int:
 
 
 def fresh_name(wanted: str, taken: set[str]) -> str:
-    name, number = wanted, 1
+    """``wanted``, else ``wanted_1``, ``wanted_2``, ...: the first that is not in ``taken``."""
+    name, count = wanted, 0
     while name in taken:
-        number += 1
-        name = f"{wanted}_{number}"
+        count += 1
+        name = f"{wanted}_{count}"
     return name
 
 
+class Namer:
+    """Readable, collision-free names for the new nodes and tensors of one patch (``fresh_name``
+    that remembers what it handed out)."""
+
+    def __init__(self, taken: set[str]) -> None:
+        self.taken = set(taken)
+
+    def fresh(self, base: str) -> str:
+        name = fresh_name(base, self.taken)
+        self.taken.add(name)
+        return name
 
 
 def default_opset(model: onnx.ModelProto) -> int:
@@ -154,5 +185,5 @@ def default_opset(model: onnx.ModelProto) -> int:
     return 1
 
 
-__all__ = ["NodeSite", "ScopeIndex", "all_graphs", "all_names", "constant_value", "default_opset", "fresh_name",
-           "subgraphs", "uses_of", "walk_nodes"]
+__all__ = ["Namer", "NodeSite", "ScopeIndex", "all_graphs", "bodies", "all_names", "constant_value", "default_opset",
+           "fresh_name", "subgraphs", "uses_of", "walk_nodes"]

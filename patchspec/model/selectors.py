@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Iterator
 import onnx
 
 from patchspec.errors import close_matches, did_you_mean
+from patchspec.model.graph import bodies, subgraphs
 
 PATTERN_KEYS = ("op_type", "name", "domain", "consumes", "produces")
 TENSOR_KEYS = ("after", "before")
@@ -236,11 +237,8 @@ class GraphIndex:
 
 def _bodies(node: onnx.NodeProto, path: str, position: int) -> Iterator[tuple[str, onnx.GraphProto]]:
     label = node.name or f"{node.op_type}#{position}"
-    for attr in node.attribute:
-        if attr.HasField("g"):
-            yield f"{path}/{label}.{attr.name}", attr.g
-        for number, sub in enumerate(attr.graphs):
-            yield f"{path}/{label}.{attr.name}[{number}]", sub
+    for attr_name, body in bodies(node):
+        yield f"{path}/{label}.{attr_name}", body
 
 
 def _free_names(graph: onnx.GraphProto) -> set[str]:
@@ -251,9 +249,8 @@ def _free_names(graph: onnx.GraphProto) -> set[str]:
     for node in graph.node:
         defined.update(out for out in node.output if out)
         used.update(name for name in node.input if name)
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                used |= _free_names(sub)
+        for sub in subgraphs(node):
+            used |= _free_names(sub)
     used.update(v.name for v in graph.output)
     return used - defined
 

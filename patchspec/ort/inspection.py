@@ -22,6 +22,7 @@ from onnx import helper
 
 from patchspec.errors import UsageError, did_you_mean
 from patchspec.model.external_data import ExternalRef, is_external, iter_tensors, validate_external_data
+from patchspec.model.graph import bodies, subgraphs
 from patchspec.model.io import load_model
 
 #: symbolic or unknown size on axis 0 of an input (batch-like) when no shape is given
@@ -222,9 +223,8 @@ def probe_model(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[onnx.Valu
 def _strip_annotations(graph: onnx.GraphProto) -> None:
     del graph.value_info[:]
     for node in graph.node:
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                _strip_annotations(sub)
+        for sub in subgraphs(node):
+            _strip_annotations(sub)
 
 
 def run_probe(model: onnx.ModelProto, model_dir: Path, shapes: dict[str, list[int]]) -> dict[str, list[int]]:
@@ -334,12 +334,10 @@ def _shapes_text(shapes: dict[str, list[int]]) -> str:
 # -- the whole inspection ---------------------------------------------------------------------------
 def _subgraphs(graph: onnx.GraphProto, path: str = "main"):
     for position, node in enumerate(graph.node):
-        for attr in node.attribute:
-            for number, sub in enumerate(([attr.g] if attr.HasField("g") else []) + list(attr.graphs)):
-                suffix = f"[{number}]" if not attr.HasField("g") else ""
-                sub_path = f"{path}/{node.name or f'{node.op_type}#{position}'}.{attr.name}{suffix}"
-                yield sub_path, sub
-                yield from _subgraphs(sub, sub_path)
+        for attr_name, sub in bodies(node):
+            sub_path = f"{path}/{node.name or f'{node.op_type}#{position}'}.{attr_name}"
+            yield sub_path, sub
+            yield from _subgraphs(sub, sub_path)
 
 
 def _value_json(value: onnx.ValueInfoProto) -> dict:

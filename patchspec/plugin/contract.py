@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, Iterable, Literal, NoReturn, TypeVar
 
-from patchspec.errors import PatchError
+from patchspec.errors import PatchError, VerifierFailed
 
 if TYPE_CHECKING:
     import onnx
@@ -141,7 +141,10 @@ class StepContext:
         return self.spec.locate(self.step, key)
 
     def fail(self, message: str, *, key: tuple = (), hint: str | None = None) -> NoReturn:
-        """Stop the run: this patch cannot apply to this model (exit 4)."""
+        """Stop the run: this patch cannot apply to this model (exit 4).
+
+        A :class:`VerifyContext` means something else by it: the output fails verification (exit 1).
+        """
         raise PatchError(f"{self.where(key)}: {message}", hint)
 
     def resolve(self, relative: str) -> Path:
@@ -165,6 +168,11 @@ class VerifyContext(StepContext):
     output_path: Path = Path(".")
     original_path: Path = Path(".")
     model: Any = None  # onnx.ModelProto of the output, graph only; do not modify
+
+    def fail(self, message: str, *, key: tuple = (), hint: str | None = None) -> NoReturn:
+        """Stop this verifier with the verdict "failed": reported like a failed ``VerifyResult``
+        (the other verifiers still run; exit 1, nothing is written)."""
+        raise VerifierFailed(self.where(key), message, key, hint)
 
 
 __all__ = [

@@ -9,6 +9,7 @@ Nothing happens at import time; every run builds its own :class:`PluginRegistry`
 from __future__ import annotations
 
 import os
+import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -55,6 +56,10 @@ class PluginInfo:
     patch_types: list[str] = field(default_factory=list)
     verifiers: list[str] = field(default_factory=list)
     error: str | None = None
+    #: the plugin's own traceback of ``error`` when its code raised (import or registration)
+    traceback: str | None = None
+    #: named in PATCHSPEC_DISABLE_PLUGINS: not loaded, provides nothing
+    disabled: bool = False
 
     @property
     def builtin(self) -> bool:
@@ -62,6 +67,8 @@ class PluginInfo:
 
     @property
     def label(self) -> str:
+        if self.distribution.startswith("("):  # "(registered in process)": no distribution
+            return f"plugin '{self.name}' {self.distribution}"
         return f"plugin '{self.name}' ({self.distribution} {self.version})"
 
 
@@ -73,6 +80,10 @@ class PluginRegistry:
     patch_types: dict[str, type[PatchType]]
     verifiers: dict[str, type[Verifier]]
     owners: dict[tuple[str, str], PluginInfo]  # (kind, name) -> plugin
+    #: installed plugins that PATCHSPEC_DISABLE_PLUGINS kept from loading
+    disabled: list[PluginInfo] = field(default_factory=list)
+    #: names in PATCHSPEC_DISABLE_PLUGINS that no installed plugin has (a typo, or uninstalled since)
+    disabled_unknown: list[str] = field(default_factory=list)
 
     @classmethod
     def load(cls, extra: Iterable[tuple[str, object]] = (), *, entry_points=None) -> "PluginRegistry":
@@ -81,13 +92,19 @@ class PluginRegistry:
         manager = pluggy.PluginManager(hookspecs.NAME)
         manager.add_hookspecs(hookspecs)
         extra = [*_IN_PROCESS, *extra]
-        blocked = {n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()}
-        blocked |= {name for name, _ in _IN_PROCESS}  # an in-process plugin replaces the installed one
+        disabled = disabled_names()
+        replaced = {name for name, _ in _IN_PROCESS}  # an in-process plugin replaces the installed one
         found = sorted(entry_points if entry_points is not None else _patchspec_entry_points(), key=lambda e: e.name)
         for entry_point in found:
-            if entry_point.name in blocked:
+            if entry_point.name in replaced:
+                continue
+            if entry_point.name in disabled:
+                info = _info(entry_point)
+                info.disabled = True
+                registry.disabled.append(info)
                 continue
             registry._load_entry_point(manager, entry_point)
+        registry.disabled_unknown = sorted(disabled - {e.name for e in found})
         for name, module in extra:
             info = PluginInfo(name, "(registered in process)", "", getattr(module, "__name__", repr(module)))
             registry._register_object(manager, info, module)
@@ -97,17 +114,12 @@ class PluginRegistry:
         return registry
 
     def _load_entry_point(self, manager: pluggy.PluginManager, entry_point) -> None:
-        dist = getattr(entry_point, "dist", None)
-        info = PluginInfo(
-            name=entry_point.name,
-            distribution=dist.name if dist else "?",
-            version=dist.version if dist else "?",
-            module=entry_point.value,
-        )
+        info = _info(entry_point)
         try:
             module = entry_point.load()
         except Exception as exc:  # a broken third-party plugin must not break the tool
-            info.error = f"failed to import {entry_point.value}: {type(exc).__name__}: {exc}"
+            site, info.traceback = plugin_failure(exc, [entry_point.value])
+            info.error = f"failed to import {entry_point.value}: {_exception_line(exc)}" + (f" (at {site})" if site else "")
             self.plugins.append(info)
             return
         self._register_object(manager, info, module)
@@ -146,7 +158,8 @@ class PluginRegistry:
         except PluginError as exc:
             info.error = exc.message
         except Exception as exc:
-            info.error = f"{kind} registration raised {type(exc).__name__}: {exc}"
+            site, info.traceback = plugin_failure(exc, [info.module, getattr(function, "__module__", "") or ""])
+            info.error = f"{kind} registration raised {_exception_line(exc)}" + (f" (at {site})" if site else "")
         if info.error:
             self._forget(info)
 
@@ -184,9 +197,70 @@ class PluginRegistry:
     def broken(self) -> list[PluginInfo]:
         return [p for p in self.plugins if p.error]
 
+    def why_missing(self, type_name: str) -> PluginInfo | None:
+        """The installed plugin that would provide ``type_name`` but is broken or disabled, if any.
+
+        The plugin is the name's prefix (``acme`` for ``acme.x``; a bare name is a built-in's own).
+        None when a working plugin of that name is loaded: the type is then merely unknown.
+        """
+        prefix = type_name.split(".")[0]
+        if any(p.name == prefix and not p.error for p in self.plugins):
+            return None
+        return next((p for p in [*self.broken(), *self.disabled] if p.name == prefix), None)
+
     def versions(self) -> dict[str, str]:
         """Name -> version of every loaded plugin (part of the output digest)."""
         return {f"{p.distribution}:{p.name}": p.version for p in self.plugins if not p.error}
+
+
+def disabled_names() -> set[str]:
+    """The entry-point names listed in PATCHSPEC_DISABLE_PLUGINS."""
+    return {n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()}
+
+
+def _info(entry_point) -> PluginInfo:
+    dist = getattr(entry_point, "dist", None)
+    return PluginInfo(
+        name=entry_point.name,
+        distribution=dist.name if dist else "?",
+        version=dist.version if dist else "?",
+        module=entry_point.value,
+    )
+
+
+def _exception_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def plugin_failure(exc: BaseException, modules) -> tuple[str | None, str]:
+    """Where a plugin's code raised ``exc``, and the plugin's own traceback of it.
+
+    ``modules`` are the plugin's module names (``patchspec_acme``, ``pkg.mod:attr``); a frame is the
+    plugin's when its module is in the same top-level package. Returns ``path.py:LINE in function``
+    of the innermost such frame (None when there is none) and the traceback from the plugin's first
+    frame down, without patchspec's frames above it (nor importlib's, for an import).
+    """
+    tops = {str(m).split(":")[0].split(".")[0] for m in modules if m}
+    tops.discard("")
+    tb, first = exc.__traceback__, None
+    innermost = None
+    while tb is not None:
+        module = tb.tb_frame.f_globals.get("__name__")
+        if isinstance(module, str) and module.split(".")[0] in tops:
+            first = first or tb
+            innermost = tb
+        tb = tb.tb_next
+    site = None
+    if innermost is not None:
+        site = f"{innermost.tb_frame.f_code.co_filename}:{innermost.tb_lineno} in {innermost.tb_frame.f_code.co_name}"
+    elif isinstance(exc, SyntaxError) and exc.filename:  # raised while compiling the plugin's file
+        site = f"{exc.filename}:{exc.lineno}"
+    frames = [f for f in traceback.extract_tb(first or exc.__traceback__) if not f.filename.startswith("<frozen importlib")]
+    text = "".join(traceback.format_exception_only(type(exc), exc))
+    if frames:
+        text = "Traceback (most recent call last):\n" + "".join(traceback.StackSummary.from_list(frames).format()) + text
+    return site, text
 
 
 def _patchspec_entry_points():

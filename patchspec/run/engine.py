@@ -17,13 +17,14 @@ from typing import Callable
 import onnx
 
 from patchspec import __version__
-from patchspec.plugin.contract import PatchContext, PatchResult, RunState, VerifyContext, VerifyResult
-from patchspec.errors import ModelFileError, PatchspecError, PluginError, UsageError, VerificationFailed
+from patchspec.plugin.contract import PatchContext, PatchResult, RunState, StepContext, VerifyContext, VerifyResult
+from patchspec.errors import (ModelFileError, PatchspecError, PluginError, UsageError, VerificationFailed,
+                              VerifierFailed)
 from patchspec.model.external_data import (OUTPUT_LAYOUT, Layout, data_files, default_layout,
                                            refuse_input_overwrite, terminal_progress, validate_external_data,
                                            write_model)
 from patchspec.model.io import FileStamp, load_model
-from patchspec.plugin.registry import PluginRegistry
+from patchspec.plugin.registry import PluginInfo, PluginRegistry, plugin_failure
 from patchspec.shapes.annotations import untyped_annotations
 from patchspec.spec.steps import Spec, Step
 from patchspec.run.staging import Staging
@@ -78,11 +79,13 @@ Echo = Callable[[str], None]
 
 
 class Engine:
-    def __init__(self, registry: PluginRegistry, echo: Echo = print, *, verbose: bool = False, strict_paths: bool = False):
+    def __init__(self, registry: PluginRegistry, echo: Echo = print, *, verbose: bool = False, strict_paths: bool = False,
+                 quiet: bool = False):
         self.registry = registry
         self.echo = echo
         self.verbose = verbose
         self.strict_paths = strict_paths
+        self.quiet = quiet  # echo prints nothing: a failure's message must carry what the step lines would have
 
     # -- stages ---------------------------------------------------------------------------------
     def load_input(self, spec: Spec, model: Path | None = None, output: Path | None = None) -> LoadedInput:
@@ -113,39 +116,64 @@ class Engine:
         untyped_before = set(untyped_annotations(model))
         before = onnx.ModelProto()
         before.CopyFrom(model)  # graph only (external weights are not loaded): cheap to keep and compare
-        result = self._call_plugin("patch type", step, lambda: patch_type.apply(model, step.params, context))
+        result = self._call_plugin("patch type", context, lambda: patch_type.apply(model, step.params, context))
         if not isinstance(result, PatchResult):
-            raise self._plugin_bug("patch type", step, f"apply() returned {type(result).__name__}, not a PatchResult")
+            raise self._plugin_bug("patch type", context, f"apply() returned {type(result).__name__}, not a PatchResult",
+                                   broken=patch_type.apply)
         if result.modified != (model != before):
             said, did = ("modified=True", "left the model as it was") if result.modified else \
                 ("modified=False", "changed the model")
-            raise self._plugin_bug("patch type", step, f"apply() returned {said} but {did}; 'modified' must say "
-                                   "whether the model changed (the no-op and the digest rely on it)")
+            raise self._plugin_bug("patch type", context, f"apply() returned {said} but {did}; 'modified' must say "
+                                   "whether the model changed (the no-op and the digest rely on it)", broken=patch_type.apply)
         untyped = [name for name in untyped_annotations(model) if name not in untyped_before]
         if untyped:  # onnxruntime >= 1.32 refuses such a model ("Invalid tensor data type 0")
             shown = ", ".join(f"'{name}'" for name in untyped[:5]) + (" ..." if len(untyped) > 5 else "")
-            raise self._plugin_bug("patch type", step, f"wrote tensor types without an element type ({shown})")
+            raise self._plugin_bug("patch type", context, f"wrote tensor types without an element type ({shown})",
+                                   broken=patch_type.apply)
         status = "modified" if result.modified else "unchanged"
         return StepOutcome(step.label, status, result.summary, list(result.details), time.perf_counter() - started)
 
-    def verify(self, spec: Spec, output: Path, original: Path, report: RunReport) -> None:
-        """Run every verifier on the file at ``output``; raise VerificationFailed if any failed."""
+    def verify(self, spec: Spec, output: Path, original: Path, report: RunReport, *, staged: bool = False) -> None:
+        """Run every verifier on the file at ``output``; raise VerificationFailed if any failed.
+
+        Each verifier's line (and a failed one's details) is echoed as it finishes; the error says
+        which verifier failed, in one line, without repeating the details (unless quiet).
+        """
         model = load_model(output)
+        failed: list[tuple[Step, StepOutcome, tuple]] = []  # with the key a context.fail pointed at
         for step in spec.verify:
             verifier = self.registry.verifiers[step.type_name]()
             context = VerifyContext(spec, step, output_path=output, original_path=original, model=model)
             started = time.perf_counter()
-            result = self._call_plugin("verifier", step, lambda: verifier.verify(step.params, context))
+            key: tuple = ()
+            try:
+                result = self._call_plugin("verifier", context, lambda: verifier.verify(step.params, context))
+            except VerifierFailed as exc:  # context.fail: the verdict is "failed", as if returned
+                result, key = VerifyResult("failed", exc.summary, (f"hint: {exc.hint}",) if exc.hint else ()), exc.key
             if not isinstance(result, VerifyResult):
-                raise self._plugin_bug("verifier", step, f"verify() returned {type(result).__name__}, not a VerifyResult")
+                raise self._plugin_bug("verifier", context, f"verify() returned {type(result).__name__}, not a VerifyResult",
+                                       broken=verifier.verify)
             outcome = StepOutcome(step.label, result.status, result.summary, list(result.details),
                                   time.perf_counter() - started, dict(result.data))
             report.verifiers.append(outcome)
             self._print_step(step, outcome)
-        failed = [o for o in report.verifiers if o.status == "failed"]
+            if outcome.status == "failed":
+                failed.append((step, outcome, key))
         if failed:
-            lines = [f"{o.label}: {o.summary}" + "".join(f"\n    {d}" for d in o.details) for o in failed]
-            raise VerificationFailed("verification failed; nothing was written\n  " + "\n  ".join(lines))
+            raise self._verification_failed(spec, failed, staged)
+
+    def _verification_failed(self, spec: Spec, failed: list, staged: bool) -> VerificationFailed:
+        step, outcome, key = failed[0]
+        message = f"{spec.locate(step, key)}: verification failed: {outcome.summary}"
+        if len(failed) > 1:
+            others = ", ".join(o.label for _, o, _ in failed[1:])
+            message += f" (and {len(failed) - 1} more failed: {others})"
+        if staged:
+            message += "; nothing was written"
+        if self.quiet:  # -q printed no step lines: the details go with the error, once
+            for _, other, _ in failed:
+                message += f"\n  {other.label}: {other.summary}" + "".join(f"\n    {d}" for d in other.details)
+        return VerificationFailed(message)
 
     # -- commands ---------------------------------------------------------------------------------
     def apply(self, spec: Spec, *, model: Path | None = None, output: Path | None = None,
@@ -179,7 +207,7 @@ class Engine:
             except OSError as exc:
                 raise ModelFileError(f"{loaded.output_path}: cannot write: {exc.strerror or exc}") from None
             if not no_verify:
-                self.verify(spec, staged_model, loaded.model_path, report)
+                self.verify(spec, staged_model, loaded.model_path, report, staged=True)
             if not loaded.unchanged():
                 msg = f"{loaded.model_path}: the input changed while patchspec was running; nothing was written"
                 raise ModelFileError(msg, "run again once whatever writes the input has finished")
@@ -216,7 +244,7 @@ class Engine:
         return list(dict.fromkeys(found))
 
     # -- plugin calls ---------------------------------------------------------------------------------
-    def _call_plugin(self, kind: str, step: Step, call):
+    def _call_plugin(self, kind: str, context: StepContext, call):
         try:
             return call()
         except PatchspecError:
@@ -224,14 +252,33 @@ class Engine:
         except (KeyboardInterrupt, SystemExit, MemoryError):
             raise
         except Exception as exc:
-            raise self._plugin_bug(kind, step, f"raised {type(exc).__name__}: {exc}") from exc
+            raise self._plugin_bug(kind, context, f"raised {type(exc).__name__}: {exc}", exc=exc) from exc
 
-    def _plugin_bug(self, kind: str, step: Step, what: str) -> PluginError:
+    def _plugin_bug(self, kind: str, context: StepContext, what: str, *, exc: BaseException | None = None,
+                    broken=None) -> PluginError:
+        """A plugin raised (``exc``) or broke the contract (in the method ``broken``): exit 5, located.
+
+        The message names the step once (``spec.yaml:5:5: patches[0] (acme.x)``), the plugin with its
+        distribution and version, and the innermost line of the plugin's own code; ``-v`` prints the
+        plugin's traceback (from its first frame down), not patchspec's.
+        """
+        step = context.step
         owner = self.registry.owner(kind, step.type_name)
-        who = f"patchspec {__version__}" if owner is None or owner.builtin else f"{owner.label}"
-        where = f"{step.label} at {step_position(step)}"
-        return PluginError(f"{where}: {kind} {step.type_name!r} {what}; this is a bug in {who} "
-                           f"(onnx {onnx.__version__}); nothing was written")
+        table = self.registry.patch_types if kind == "patch type" else self.registry.verifiers
+        cls_ = table.get(step.type_name)
+        modules = [getattr(cls_, "__module__", ""), owner.module if owner else ""]
+        site, plugin_traceback = plugin_failure(exc, modules) if exc is not None else (_definition(broken), None)
+        builtin = owner is None or owner.builtin
+        who = f"patchspec {__version__}" if builtin else owner.label
+        message = f"{context.where()}: {kind} {step.type_name!r} {what}"
+        if site:
+            message += f"\n  at {site}"
+        message += (f"\n  this is a bug in {who}, not in the spec or the model (onnx {onnx.__version__}); "
+                    "nothing was written")
+        hint = f"report it to {_author(owner)} with this message"
+        if plugin_traceback:
+            hint += "; rerun with -v to see the plugin's traceback"
+        return PluginError(message, hint, plugin_traceback)
 
     def _print_step(self, step: Step, outcome: StepOutcome) -> None:
         name = step.type_name
@@ -242,8 +289,18 @@ class Engine:
                 self.echo(f"      {line}")
 
 
-def step_position(step: Step) -> str:
-    return f"{step.section}[{step.index}]"
+def _definition(function) -> str | None:
+    """``path.py:LINE in name`` where a plugin's method is defined (for a contract it broke)."""
+    code = getattr(function, "__code__", None)
+    return f"{code.co_filename}:{code.co_firstlineno} in {code.co_name}" if code is not None else None
+
+
+def _author(owner: PluginInfo | None) -> str:
+    if owner is None or owner.builtin:
+        return "patchspec's maintainers"
+    if owner.distribution in ("?", "(registered in process)"):
+        return f"the author of plugin '{owner.name}'"
+    return f"the author of {owner.distribution}"
 
 
 def _refuse_same_file(model: Path, output: Path) -> None:

@@ -21,6 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from patchspec.shapes import expressions as ex
 from patchspec.errors import close_matches
+from patchspec.model.graph import Namer, constant_value
 
 INTEGER_TYPES = {TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
                  TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64}
@@ -59,7 +60,7 @@ class TensorIndex:
                 if name:
                     self.facts.setdefault(name, TensorFacts(name))
             if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
-                value = constant_node_value(node)
+                value = constant_value(node)
                 if value is not None:
                     self.facts[node.output[0]] = TensorFacts(node.output[0], list(value.shape),
                                                              helper.np_dtype_to_tensor_dtype(value.dtype), value)
@@ -78,58 +79,6 @@ class TensorIndex:
 
     def get(self, name: str) -> TensorFacts | None:
         return self.facts.get(name)
-
-
-def constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
-    """The value of a Constant node (any of its attribute forms), or None for sparse/external ones."""
-    for attr in node.attribute:
-        if attr.name == "value":
-            if attr.t.data_location == TensorProto.EXTERNAL:
-                return None
-            return numpy_helper.to_array(attr.t)
-        if attr.name == "value_int":
-            return np.array(attr.i, dtype=np.int64)
-        if attr.name == "value_ints":
-            return np.array(list(attr.ints), dtype=np.int64)
-        if attr.name == "value_float":
-            return np.array(attr.f, dtype=np.float32)
-        if attr.name == "value_floats":
-            return np.array(list(attr.floats), dtype=np.float32)
-    return None
-
-
-class Namer:
-    """Readable, collision-free names: ``base``, else ``base_1``, ``base_2``, ..."""
-
-    def __init__(self, taken: set[str]) -> None:
-        self.taken = set(taken)
-
-    def fresh(self, base: str) -> str:
-        name, count = base, 0
-        while name in self.taken:
-            count += 1
-            name = f"{base}_{count}"
-        self.taken.add(name)
-        return name
-
-
-def model_names(model: onnx.ModelProto) -> set[str]:
-    """Every node and tensor name in the model, subgraphs included."""
-    names: set[str] = set()
-    graphs = [model.graph]
-    while graphs:
-        graph = graphs.pop()
-        names.update(v.name for v in [*graph.input, *graph.output, *graph.value_info])
-        names.update(t.name for t in graph.initializer)
-        for node in graph.node:
-            names.add(node.name)
-            names.update(node.input)
-            names.update(node.output)
-            for attr in node.attribute:
-                graphs.extend([attr.g] if attr.HasField("g") else [])
-                graphs.extend(attr.graphs)
-    names.discard("")
-    return names
 
 
 @dataclass

@@ -8,13 +8,15 @@ by position: ``specs/x.yaml:8:10: patches[1] (rename_dims) > axes.2: 12.5 is not
 
 from __future__ import annotations
 
+import os
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
 from jsonschema.exceptions import best_match
 
 from patchspec.errors import SpecError, SpecProblem, did_you_mean
-from patchspec.plugin.registry import PluginRegistry
+from patchspec.plugin.registry import DISABLE_ENV, PluginRegistry
 from patchspec.spec.reader import YamlDocument, load_yaml
 from patchspec.spec.steps import Spec, Step
 
@@ -107,7 +109,7 @@ def _steps(document: YamlDocument, section: str, registry: PluginRegistry, probl
         before = len(problems)
         validator = jsonschema.Draft202012Validator(cls_.params_schema)
         for error in validator.iter_errors(params):
-            problems.extend(_param_problems(document, step, error, cls_.params_schema))
+            problems.extend(_param_problems(document, step, error, cls_.params_schema, cls_.shorthand))
         if len(problems) == before:
             for key, message in cls_().check_params(params):
                 doc_path = step_path if shorthand_used else step_path + tuple(key)
@@ -125,18 +127,29 @@ def _normalize(cls_, raw) -> tuple[dict, bool]:
 
 
 def _unknown_type(document, registry, section, index, kind, type_name, table) -> SpecProblem:
-    message = f"unknown {kind} '{type_name}'" + did_you_mean(type_name, table)
+    doc_path, where = (section, index, type_name), f"{section}[{index}]"
+    missing = registry.why_missing(type_name)  # its plugin is installed, but disabled or broken
+    if missing is not None and missing.disabled:
+        message = f"unknown {kind} '{type_name}': plugin '{missing.name}' is disabled by {DISABLE_ENV}"
+        hint = (f"{missing.label} is installed but not loaded; to use it, remove '{missing.name}' from "
+                f"{DISABLE_ENV} (now '{os.environ.get(DISABLE_ENV, '')}')")
+        return document.problem(doc_path, where, message, hint, of_key=True)
+    if missing is not None:  # no 'did you mean' from other plugins: the type is the broken plugin's
+        message = f"unknown {kind} '{type_name}': plugin '{missing.name}' is installed but failed to load"
+        hint = (f"{missing.label} failed to load: {missing.error}; it provides nothing until it is fixed: upgrade "
+                f"or reinstall {missing.distribution}, or report it to its author")
+        if missing.traceback:
+            hint += "; -v shows its traceback"
+        problem = document.problem(doc_path, where, message, hint, of_key=True)
+        return replace(problem, plugin_traceback=missing.traceback)
+    suggestion = did_you_mean(type_name, table)
     hint = None
-    prefix = type_name.split(".")[0]
-    broken = {p.name: p for p in registry.broken()}
-    if prefix in broken:
-        hint = f"{broken[prefix].label} failed to load: {broken[prefix].error}"
-    elif not did_you_mean(type_name, table):
+    if not suggestion:
         hint = f"known {kind}s: {', '.join(sorted(table))}; 'patchspec plugins' lists where they come from"
-    return document.problem((section, index, type_name), f"{section}[{index}]", message, hint, of_key=True)
+    return document.problem(doc_path, where, f"unknown {kind} '{type_name}'" + suggestion, hint, of_key=True)
 
 
-def _param_problems(document, step: Step, error, schema) -> list[SpecProblem]:
+def _param_problems(document, step: Step, error, schema, shorthand: str | None = None) -> list[SpecProblem]:
     path = tuple(error.absolute_path)
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         known = _schema_at(schema, error.schema_path).get("properties", {})
@@ -148,9 +161,10 @@ def _param_problems(document, step: Step, error, schema) -> list[SpecProblem]:
             message = f"unknown key '{key}'" + did_you_mean(str(key), known)
             problems.append(document.problem(step.path + path + (key,), where, message, of_key=True))
         return problems
-    if step.shorthand_used:
-        path = ()
-    return [_schema_problem(document, step.path + path, step.label, error, step.shorthand_used)]
+    if step.shorthand_used:  # located at the value the user wrote; named by the key it stands for
+        note = f" ({step.type_name}: VALUE is short for {step.type_name}: {{{shorthand}: VALUE}})"
+        return [_schema_problem(document, step.path, step.label, error, shorthand_note=note)]
+    return [_schema_problem(document, step.path + path, step.label, error)]
 
 
 def _schema_at(schema: dict, schema_path) -> dict:
@@ -160,15 +174,45 @@ def _schema_at(schema: dict, schema_path) -> dict:
     return node
 
 
-def _schema_problem(document, doc_path: tuple, label: str, error, shorthand=False) -> SpecProblem:
-    if error.context:
-        error = best_match(error.context)
-    rel = tuple(error.absolute_path) if not shorthand else ()
+def _schema_problem(document, doc_path: tuple, label: str, error, shorthand_note: str = "") -> SpecProblem:
+    message = _wrong_type_in_every_branch(error)
+    if message is None:
+        if error.context:
+            error = best_match(_branches_of_the_right_type(error.context))
+        message = _short_message(error)
+    rel = tuple(error.absolute_path)
     where = label + (" > " + ".".join(map(str, rel)) if rel and label else "")
     if not label:
         where = ".".join(map(str, rel))
     full_path = doc_path if label else doc_path + rel
-    return document.problem(full_path, where, _short_message(error))
+    return document.problem(full_path, where, message + shorthand_note)
+
+
+def _wrong_type_in_every_branch(error) -> str | None:
+    """``[1] is not of type 'integer' or 'string'`` when every branch of an anyOf/oneOf wants another type.
+
+    (jsonschema's best match names one branch only, which reads as if the other were not allowed.)
+    """
+    if error.validator not in ("anyOf", "oneOf") or not error.context:
+        return None
+    types: dict[int, list[str]] = {}
+    for sub in error.context:
+        if not sub.relative_path and sub.validator == "type":
+            wanted = sub.validator_value
+            types[sub.relative_schema_path[0]] = wanted if isinstance(wanted, list) else [wanted]
+    if len(types) != len(error.validator_value):
+        return None
+    names = list(dict.fromkeys(name for index in sorted(types) for name in types[index]))
+    return f"{error.instance!r} is not of type " + " or ".join(repr(name) for name in names)
+
+
+def _branches_of_the_right_type(errors):
+    """The errors of the anyOf/oneOf branches whose type the value has (``0`` breaks the integer branch's
+    minimum: say that, not that it is not a string); all of them when no branch has its type."""
+    errors = list(errors)
+    wrong = {e.relative_schema_path[0] for e in errors if not e.relative_path and e.validator == "type"}
+    right = [e for e in errors if e.relative_schema_path[0] not in wrong]
+    return right or errors
 
 
 def _short_message(error) -> str:
@@ -176,6 +220,8 @@ def _short_message(error) -> str:
         return f"expected {error.validator_value!r}, got {error.instance!r}"
     if error.validator == "required":
         return error.message.replace("is a required property", "is required")
+    if error.validator == "enum" and isinstance(error.instance, str):
+        return error.message + did_you_mean(error.instance, [v for v in error.validator_value if isinstance(v, str)])
     if error.validator in ("minProperties", "maxProperties") and isinstance(error.instance, dict):
         return f"each item has exactly one key (the type), got {len(error.instance)}: {', '.join(map(str, error.instance))}"
     return error.message
