@@ -183,3 +183,55 @@ def test_every_registered_type_has_a_contract_case(kind, registry):
     covered = {case.type_name for case in cases}
     missing = sorted(set(table) - covered)
     assert not missing, f"add a contract case to tests/plugin/test_builtin_contract.py for {kind}s: {', '.join(missing)}"
+
+
+# -- the test kit's contract checks, on every built-in (as a third party runs them on its plugin) ----------
+#: an application that changes the model, per patch type that has one
+CHANGE_CASES = {
+    "set_batch": (lambda: make_model({"x": (1, 3, 8, 8)}), "{size: 4}"),
+    "rename_dims": (lambda: make_model({"x": ("N", 3, 8, 8)}), "{tensor: x, axes: {0: batch}}"),
+    "replace_initializer": (model_with_weight, "{initializer: w, value: [4.0, 5.0, 6.0]}"),
+    "add_input": (lambda: make_model({"x": ("N", 3)}), "{name: scale, dtype: float32, shape: [1]}"),
+}
+
+
+def _yaml(text: str):
+    import yaml
+
+    return yaml.safe_load(text)
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_MODULES), ids=str)
+def test_the_test_kit_contract_checks_pass_on_every_builtin(name, registry, tmp_path):
+    from patchspec.testing import check_patch_type, check_verifier
+
+    if name in registry.verifiers:
+        for case in (c for c in VERIFIER_CASES if c.type_name == name):
+            check_verifier(registry.verifiers[name], tmp_path / case.why, case.model(), _yaml(case.params))
+        return
+    cls = registry.patch_types[name]
+    change = CHANGE_CASES.get(name)
+    noops = [c for c in NO_OP_CASES if c.type_name == name]
+    refused = [(c.model(), _yaml(c.params)) for c in REFUSED_CASES if c.type_name == name]
+    check_patch_type(cls, tmp_path, change=(change[0](), _yaml(change[1])) if change else None,
+                     noop=(noops[0].model(), _yaml(noops[0].params)) if noops else None, refused=refused)
+
+
+def test_the_contract_checks_catch_a_lying_patch(tmp_path):
+    from patchspec import PatchResult, PatchType
+    from patchspec.testing import check_patch_type
+
+    class Liar(PatchType):
+        name = "liar.producer"
+        description = "Sets the producer and says it did nothing."
+        params_schema = {"type": "object", "properties": {}, "additionalProperties": False}
+
+        def apply(self, model, params, context):
+            model.producer_name = "liar"
+            return PatchResult(False, "nothing to do")
+
+    with pytest.raises(AssertionError, match="modified=False, but the model changed"):
+        check_patch_type(Liar, tmp_path, noop=(make_model(), {}))
+    Liar.params_schema = {"type": "object", "properties": {"x": {"type": "integer"}}}
+    with pytest.raises(AssertionError, match="not 'additionalProperties': false"):
+        check_patch_type(Liar, tmp_path, noop=(make_model(), {}))

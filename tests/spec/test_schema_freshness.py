@@ -11,7 +11,7 @@ import onnx
 import pytest
 
 from patchspec.plugin.registry import BUILTIN_DISTRIBUTION, DISABLE_ENV, PluginRegistry
-from patchspec.testing import run_cli
+from patchspec.testing import run_cli, schema_problems
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "specs" / "patchspec.schema.json"
@@ -70,28 +70,6 @@ def registered_types() -> list[tuple[str, str, type]]:
     registry = PluginRegistry.load()
     return [("patch type", name, cls) for name, cls in sorted(registry.patch_types.items())] + \
            [("verifier", name, cls) for name, cls in sorted(registry.verifiers.items())]
-
-
-def schema_problems(schema, path: str = "params") -> list[str]:
-    """Where a params schema leaves an object open or a property undescribed."""
-    if not isinstance(schema, dict):
-        return []
-    problems = []
-    if "properties" in schema and schema.get("additionalProperties") is not False:
-        problems.append(f"{path}: has properties but not 'additionalProperties': false (unknown keys would pass)")
-    for key, sub in schema.get("properties", {}).items():
-        if not (isinstance(sub, dict) and isinstance(sub.get("description"), str) and sub["description"].strip()):
-            problems.append(f"{path}.{key}: no 'description'")
-        problems += schema_problems(sub, f"{path}.{key}")
-    for keyword in ("anyOf", "oneOf", "allOf", "prefixItems"):
-        for index, sub in enumerate(schema.get(keyword, [])):
-            problems += schema_problems(sub, f"{path}.{keyword}[{index}]")
-    for keyword in ("items", "additionalProperties", "not", "if", "then", "else"):
-        problems += schema_problems(schema.get(keyword), f"{path}.{keyword}")
-    for keyword in ("$defs", "patternProperties"):
-        for name, sub in schema.get(keyword, {}).items():
-            problems += schema_problems(sub, f"{path}.{keyword}.{name}")
-    return problems
 
 
 @pytest.mark.parametrize(("kind", "name", "cls"), registered_types(), ids=lambda v: v if isinstance(v, str) else "")

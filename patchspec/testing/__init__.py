@@ -14,6 +14,11 @@ Nothing here runs at import time and nothing is registered with pytest unless yo
 - :func:`registered`: make a plugin that is not installed visible to the command line run.
 - :func:`patch_context`: a real ``PatchContext`` for calling ``apply`` directly in a unit test;
   ``context.fail`` raises ``PatchError`` and ``context.state`` is a fresh ``RunState``.
+- :func:`check_patch_type`, :func:`check_verifier`: the contract checks patchspec runs on its own
+  built-ins, one line per type (see ``patchspec.testing.checks``).
+- :func:`run_cli`: run any ``patchspec`` command in-process: ``(exit code, stdout, stderr)``.
+
+The kit needs pytest only for the ``patchspec_run`` fixture: ``pip install patchspec[testkit]``.
 - fixture ``patchspec_run``: :func:`run_spec` bound to the test's ``tmp_path``.
 """
 
@@ -263,4 +268,7 @@ except ImportError:  # pragma: no cover - pytest is not installed
     pass
 
 
-__all__ = ["IR_VERSION", "SPEC_HEADER", "SpecRun", "make_model", "patch_context", "registered", "run_cli", "run_spec"]
+from patchspec.testing.checks import check_patch_type, check_verifier, schema_problems  # noqa: E402
+
+__all__ = ["IR_VERSION", "SPEC_HEADER", "SpecRun", "check_patch_type", "check_verifier", "make_model", "patch_context",
+           "registered", "run_cli", "run_spec", "schema_problems"]
