@@ -17,6 +17,11 @@ DEFAULT_OPTIMIZATIONS = ("all", "disabled")
 
 DEFAULT_RTOL = 1e-4
 DEFAULT_ATOL = 1e-5
+#: (rtol, atol) for outputs whose coarser side has this element type (a patch that casts to fp16);
+#: compare.tolerances overrides them, compare.rtol/atol apply to every other output
+DTYPE_TOLERANCES = {"float16": (1e-2, 1e-3), "bfloat16": (5e-2, 1e-2)}
+#: element types from coarse to fine, to pick the coarser side of a comparison
+PRECISION = ("bfloat16", "float16", "float32", "float64")
 
 _DIM = {"type": ["integer", "string"], "description": "size of one axis: a number (symbolic names are not allowed here)"}
 _INPUT = {
@@ -93,6 +98,20 @@ class RunVerifier(Verifier):
                     },
                     "rtol": {"type": "number", "minimum": 0, "description": f"relative tolerance (default {DEFAULT_RTOL:g})"},
                     "atol": {"type": "number", "minimum": 0, "description": f"absolute tolerance (default {DEFAULT_ATOL:g})"},
+                    "tolerances": {
+                        "type": "object",
+                        "description": ("rtol/atol per element type, for outputs whose coarser side (output or "
+                                        "reference) has it; defaults: " + ", ".join(
+                                            f"{k} rtol {r:g} atol {a:g}" for k, (r, a) in DTYPE_TOLERANCES.items())),
+                        "propertyNames": {"enum": list(PRECISION)},
+                        "additionalProperties": {
+                            "type": "object", "additionalProperties": False, "minProperties": 1,
+                            "properties": {
+                                "rtol": {"type": "number", "minimum": 0, "description": "relative tolerance"},
+                                "atol": {"type": "number", "minimum": 0, "description": "absolute tolerance"},
+                            },
+                        },
+                    },
                 },
                 "additionalProperties": False,
             },
@@ -218,6 +237,10 @@ class _Run:
         self.optimizations = list(params.get("optimizations") or DEFAULT_OPTIMIZATIONS)
         self.rtol = float(compare.get("rtol", DEFAULT_RTOL))
         self.atol = float(compare.get("atol", DEFAULT_ATOL))
+        self.tolerances = dict(DTYPE_TOLERANCES)
+        for dtype, given in compare.get("tolerances", {}).items():
+            rtol, atol = self.tolerances.get(dtype, (self.rtol, self.atol))
+            self.tolerances[dtype] = (float(given.get("rtol", rtol)), float(given.get("atol", atol)))
         self.required = set(params.get("require", []))
 
     def result(self) -> VerifyResult:
@@ -275,7 +298,7 @@ class _Run:
         return row
 
     def _compare(self, outputs: dict, expected: dict) -> tuple[list[OutputComparison], list[str]]:
-        compared = [compare_output(name, outputs[name], expected[name], self.rtol, self.atol)
+        compared = [compare_output(name, outputs[name], expected[name], *self._tolerance(outputs[name], expected[name]))
                     for name in outputs if name in expected]
         notes = [o.message for o in compared if not o.passed]
         if not compared:
@@ -283,6 +306,12 @@ class _Run:
                    f"({', '.join(expected)}) share no name")
             raise RunFailure(msg)
         return compared, notes
+
+    def _tolerance(self, actual: np.ndarray, expected: np.ndarray) -> tuple[float, float]:
+        """compare.rtol/atol, or the tolerance of the coarser side's element type when it has one."""
+        sides = [str(a.dtype) for a in (actual, expected) if str(a.dtype) in PRECISION]
+        coarser = min(sides, key=PRECISION.index) if sides else None
+        return self.tolerances.get(coarser, (self.rtol, self.atol)) if coarser else (self.rtol, self.atol)
 
     def _reference(self, case: dict, provider: str, feeds: dict, references: dict,
                    batched_ranks: dict) -> tuple[dict | None, float]:
@@ -299,7 +328,7 @@ class _Run:
     def _verdict(self, providers: list[str], rows: list[_Row]) -> VerifyResult:
         details = tuple(line for row in rows for line in row.lines())
         data = {"against": self.against, "split_batch": self.split_batch, "optimizations": self.optimizations,
-                "rtol": self.rtol, "atol": self.atol,
+                "rtol": self.rtol, "atol": self.atol, "tolerances": {k: list(v) for k, v in self.tolerances.items()},
                 "results": [row.to_json() for row in rows]}
         failed = [row for row in rows if row.status == "fail"]
         ran = [row for row in rows if row.status == "pass"]
@@ -353,9 +382,11 @@ def _reference_session(path: Path, provider: str) -> Session:
 
 
 def _run_reference(reference: Session, feeds: dict, split: BatchSplit | None, batched_ranks: dict) -> tuple[dict, float]:
-    names = {d.name for d in reference.inputs}
+    declared = {d.name: d for d in reference.inputs}
     missing = [d for d in reference.inputs if d.name not in feeds]
-    ref_feeds = {name: array for name, array in feeds.items() if name in names}
+    # each side gets its own element type: a patch that casts inputs to fp16 is compared with the
+    # fp32 original on the same values
+    ref_feeds = {name: _as_declared(array, declared[name]) for name, array in feeds.items() if name in declared}
     if missing:
         ref_feeds.update(make_feeds({}, missing, lambda p: Path(p)))
     if split is not None:
@@ -368,6 +399,12 @@ def _run_reference(reference: Session, feeds: dict, split: BatchSplit | None, ba
         return reference.run(ref_feeds)
     except RunFailure as exc:
         raise RunFailure(f"reference: {exc.message}", hint) from None
+
+
+def _as_declared(array: np.ndarray, decl) -> np.ndarray:
+    if decl.dtype is None or str(array.dtype) == decl.dtype:
+        return array
+    return array.astype(decl.dtype)
 
 
 def _load_expected(path: Path) -> dict:

@@ -381,3 +381,39 @@ def test_optimizations_can_be_limited_to_one_level(tmp_path, run_cli):
     bad = "  - run:\n      optimizations: [none]\n      cases: [{inputs: {x: [2, 4]}}]\n"
     result, _ = apply(tmp_path / "bad", run_cli, unary_model(), bad)
     assert result.exit_code == 2 and "optimizations" in result.stderr
+
+
+# -- a patch that changes the I/O element type (fp32 -> fp16) ------------------------------------------------
+def tanh_model(dtype):
+    """y = tanh(x) * 3 in ``dtype``: fp16 loses precision against fp32 by a known order."""
+    scale = numpy_helper.from_array(np.array(3.0, helper.tensor_dtype_to_np_dtype(dtype)), "scale")
+    nodes = [helper.make_node("Tanh", ["x"], ["t"]), helper.make_node("Mul", ["t", "scale"], ["y"])]
+    return graph_model(nodes, [tensor_info("x", ["N", 64], dtype)], [tensor_info("y", ["N", 64], dtype)],
+                       initializers=[scale])
+
+
+def test_fp16_output_is_compared_with_the_fp32_original_cast_per_side(tmp_path, run_cli):
+    fp16, fp32 = tanh_model(onnx.TensorProto.FLOAT16), tanh_model(onnx.TensorProto.FLOAT)
+    verify = "  - run:\n      cases: [{inputs: {x: [8, 64]}}]\n      compare: {against: fp32.onnx}\n"
+    result, report = apply(tmp_path / "default", run_cli, fp16, verify, {"fp32.onnx": fp32})
+    assert result.exit_code == 0, result.output  # the fp16 tolerance applies, not fp32's 1e-4
+    data = run_data(report)["data"]
+    assert data["tolerances"]["float16"] == [1e-2, 1e-3]
+    worst = max(o["max_abs"] for row in data["results"] for o in row["outputs"])
+    assert 0 < worst < 1e-2  # it did compare values, and fp16 rounding shows
+
+
+def test_per_dtype_tolerance_can_be_tightened_and_then_fails(tmp_path, run_cli):
+    fp16, fp32 = tanh_model(onnx.TensorProto.FLOAT16), tanh_model(onnx.TensorProto.FLOAT)
+    verify = ("  - run:\n      cases: [{inputs: {x: [8, 64]}}]\n"
+              "      compare: {against: fp32.onnx, tolerances: {float16: {rtol: 0, atol: 1.0e-7}}}\n")
+    result, _ = apply(tmp_path / "tight", run_cli, fp16, verify, {"fp32.onnx": fp32})
+    assert_failed_without_output(tmp_path / "tight", result)
+    assert "differs beyond tolerance (rtol 0, atol 1e-07)" in result.output
+
+
+def test_unknown_dtype_in_tolerances_is_a_spec_error(tmp_path, run_cli):
+    verify = "  - run:\n      cases: [{inputs: {x: [2, 4]}}]\n      compare: {tolerances: {flot16: {rtol: 0.1}}}\n"
+    result, _ = apply(tmp_path, run_cli, unary_model(), verify)
+    assert result.exit_code == 2, result.output
+    assert "flot16" in result.output
