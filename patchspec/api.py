@@ -52,6 +52,7 @@ from patchspec.model.graph import (
 from patchspec.model.selectors import SELECTOR_SCHEMA, check_selector, select_nodes
 from patchspec.ort.inspection import lint_model
 from patchspec.ort.sessions import (
+    CASE_INPUT_SCHEMA,
     DEFAULT_PROVIDERS,
     DTYPES,
     FILLS,
@@ -62,6 +63,7 @@ from patchspec.ort.sessions import (
     RunFailure,
     Session,
     TensorDecl,
+    case_input_problems,
     compare_output,
     feed_shape_problems,
     format_shape,
@@ -109,7 +111,7 @@ __all__ = [
     "ORT_MEMORY_MARKER", "OUTPUT_LAYOUT", "Layout", "is_external", "iter_tensors", "read_tensor",
     "refuse_inline_overflow",
     # ONNX Runtime
-    "DEFAULT_PROVIDERS", "DTYPES", "FILLS", "OPTIMIZATION_LEVELS", "BatchSplit", "OutputComparison",
-    "ProviderUnusable", "RunFailure", "Session", "TensorDecl", "compare_output", "feed_shape_problems",
+    "CASE_INPUT_SCHEMA", "DEFAULT_PROVIDERS", "DTYPES", "FILLS", "OPTIMIZATION_LEVELS", "BatchSplit", "OutputComparison",
+    "ProviderUnusable", "RunFailure", "Session", "TensorDecl", "case_input_problems", "compare_output", "feed_shape_problems",
     "format_shape", "lint_model", "make_feeds", "nonfinite_problems", "provider_skip_reasons", "shape_problems",
 ]

@@ -7,25 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from patchspec import VerifyContext, VerifyResult, Verifier, hookimpl
-from patchspec.api import lint_model, UsageError
-
-_DIM = {"type": "integer", "minimum": 0, "description": "size of one axis (a number)"}
-_INPUT = {
-    "description": "a shape list, or a run case's {shape, dtype, fill, seed, low, high, file}: only the shape is used",
-    "type": ["array", "object"],
-    "items": _DIM,
-    "properties": {
-        "shape": {"type": "array", "items": _DIM, "description": "sizes of the input's axes"},
-        "dtype": {"type": "string", "description": "accepted for symmetry with run cases; not used"},
-        "fill": {"type": "string", "description": "accepted for symmetry with run cases; not used"},
-        "seed": {"type": "integer", "description": "accepted for symmetry with run cases; not used"},
-        "low": {"type": "number", "description": "accepted for symmetry with run cases; not used"},
-        "high": {"type": "number", "description": "accepted for symmetry with run cases; not used"},
-        "file": {"type": "string", "description": ".npy file whose shape is used, relative to the spec's folder"},
-    },
-    "additionalProperties": False,
-}
-
+from patchspec.api import CASE_INPUT_SCHEMA, UsageError, case_input_problems, lint_model
 
 class LintVerifier(Verifier):
     name = "lint"
@@ -38,16 +20,15 @@ class LintVerifier(Verifier):
                 "description": "input name -> shape (as in a run case); default: the first run case's inputs, "
                                "else 1 on axis 0 and 64, 96, ... on other symbolic axes",
                 "type": "object",
-                "additionalProperties": _INPUT,
+                "additionalProperties": CASE_INPUT_SCHEMA,
             },
         },
         "additionalProperties": False,
     }
 
     def check_params(self, params: dict):
-        for name, item in (params.get("inputs") or {}).items():
-            if isinstance(item, dict) and "shape" not in item and "file" not in item:
-                yield ("inputs", name), "give 'shape' (a list of sizes) or 'file' (a .npy file)"
+        for name, item in (params.get("inputs") or {}).items():  # the same inputs as a run case
+            yield from case_input_problems(item, ("inputs", name))
 
     def verify(self, params: dict, context: VerifyContext) -> VerifyResult:
         inputs, origin = _inputs(params, context)

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from patchspec import VerifyContext, VerifyResult, Verifier, hookimpl
-from patchspec.api import (DEFAULT_PROVIDERS, DTYPES, FILLS, OPTIMIZATION_LEVELS, close_matches,
+from patchspec.api import (CASE_INPUT_SCHEMA, case_input_problems, DEFAULT_PROVIDERS, DTYPES, FILLS, OPTIMIZATION_LEVELS, close_matches,
     compare_output, did_you_mean, feed_shape_problems, format_shape, make_feeds, nonfinite_problems,
     provider_skip_reasons, read_dims, shape_problems, BatchSplit, OutputComparison, ProviderUnusable,
     RunFailure, Session, TensorDecl)
@@ -23,23 +23,6 @@ DTYPE_TOLERANCES = {"float16": (1e-2, 1e-3), "bfloat16": (5e-2, 1e-2)}
 #: element types from coarse to fine, to pick the coarser side of a comparison
 PRECISION = ("bfloat16", "float16", "float32", "float64")
 
-_DIM = {"type": ["integer", "string"], "description": "size of one axis: a number (symbolic names are not allowed here)"}
-_INPUT = {
-    "description": "a shape list, or how to make the input: {shape, dtype, fill, seed, low, high, file}",
-    "type": ["array", "object"],
-    "items": _DIM,
-    "properties": {
-        "shape": {"type": "array", "items": _DIM, "description": "sizes of the input's axes (numbers)"},
-        "dtype": {"type": "string", "description": f"numpy dtype; default: the model's ({', '.join(DTYPES)})"},
-        "fill": {"type": "string", "description": f"how to fill it: {' | '.join(FILLS)} (default random)"},
-        "seed": {"type": "integer", "description": "seed of numpy.random.default_rng for fill: random "
-                                                   "(default: the input's position among the model's inputs)"},
-        "low": {"type": "number", "description": "lowest random value (default -1.0 for floats, 0 for integers)"},
-        "high": {"type": "number", "description": "random values stay below this (default 1.0 for floats, 10 for integers)"},
-        "file": {"type": "string", "description": ".npy file with the input, relative to the spec's folder"},
-    },
-    "additionalProperties": False,
-}
 _AGAINST = {"type": "string", "description": "reference: original | none | PATH to a .onnx model or a .npz of "
                                             "expected outputs keyed by output name (relative to the spec's folder)"}
 
@@ -61,7 +44,7 @@ class RunVerifier(Verifier):
                 "items": {
                     "type": "object",
                     "properties": {
-                        "inputs": {"type": "object", "additionalProperties": _INPUT,
+                        "inputs": {"type": "object", "additionalProperties": CASE_INPUT_SCHEMA,
                                    "description": "input name -> shape list or {shape, dtype, fill, seed, low, high, file}"},
                         "against": dict(_AGAINST, description="this case's reference; default: compare.against"),
                     },
@@ -125,7 +108,7 @@ class RunVerifier(Verifier):
             if "against" in case:
                 yield from _against_problems(case["against"], ("cases", index, "against"))
             for name, item in case["inputs"].items():
-                yield from _input_problems(item, ("cases", index, "inputs", name))
+                yield from case_input_problems(item, ("cases", index, "inputs", name))
         if "against" in params.get("compare", {}):
             yield from _against_problems(params["compare"]["against"], ("compare", "against"))
 
@@ -162,31 +145,6 @@ def _against_problems(against: str, key: tuple):
     if against in ("original", "none") or against.endswith((".onnx", ".npz")):
         return
     yield key, f"against must be original, none, or a path ending in .onnx or .npz; got '{against}'"
-
-
-def _input_problems(item, key: tuple):
-    if isinstance(item, list):
-        yield from _shape_problems(item, key)
-        return
-    if "file" not in item and "shape" not in item:
-        yield key, "give 'shape' (a list of sizes) or 'file' (a .npy file)"
-    if "file" in item and ({"fill", "seed", "low", "high"} & set(item)):
-        yield key, "'file' gives the values: 'fill', 'seed', 'low' and 'high' do not apply to it"
-    yield from _shape_problems(item.get("shape") or [], key + ("shape",))
-    if "fill" in item and item["fill"] not in FILLS:
-        yield key + ("fill",), f"unknown fill '{item['fill']}'{did_you_mean(item['fill'], FILLS)}; expected one of {', '.join(FILLS)}"
-    if "dtype" in item and item["dtype"] not in DTYPES:
-        yield key + ("dtype",), f"unknown dtype '{item['dtype']}'{did_you_mean(item['dtype'], DTYPES)}; expected one of {', '.join(DTYPES)}"
-    if "low" in item and "high" in item and not item["low"] < item["high"]:
-        yield key, f"low ({item['low']}) must be below high ({item['high']})"
-
-
-def _shape_problems(shape: list, key: tuple):
-    for axis, dim in enumerate(shape):
-        if isinstance(dim, str):
-            yield key + (axis,), f"symbolic dim '{dim}' must be given as a number in a run case (e.g. 1)"
-        elif dim < 0:
-            yield key + (axis,), f"dim {dim} is negative; sizes in a run case are numbers >= 0"
 
 
 # -- running ----------------------------------------------------------------------------------------

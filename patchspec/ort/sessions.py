@@ -53,6 +53,52 @@ class TensorDecl:
     shape: tuple
 
 
+_DIM = {"type": ["integer", "string"], "description": "size of one axis: a number (symbolic names are not allowed here)"}
+#: one input of a run case (and of lint's inputs): a shape list, or how to make the values
+CASE_INPUT_SCHEMA = {
+    "description": "a shape list, or how to make the input: {shape, dtype, fill, seed, low, high, file}",
+    "type": ["array", "object"],
+    "items": _DIM,
+    "properties": {
+        "shape": {"type": "array", "items": _DIM, "description": "sizes of the input's axes (numbers)"},
+        "dtype": {"type": "string", "description": f"numpy dtype; default: the model's ({', '.join(DTYPES)})"},
+        "fill": {"type": "string", "description": f"how to fill it: {' | '.join(FILLS)} (default random)"},
+        "seed": {"type": "integer", "description": "seed of numpy.random.default_rng for fill: random "
+                                                   "(default: the input's position among the model's inputs)"},
+        "low": {"type": "number", "description": "lowest random value (default -1.0 for floats, 0 for integers)"},
+        "high": {"type": "number", "description": "random values stay below this (default 1.0 for floats, 10 for integers)"},
+        "file": {"type": "string", "description": ".npy file with the input, relative to the spec's folder"},
+    },
+    "additionalProperties": False,
+}
+
+
+def case_input_problems(item, key: tuple):
+    """What JSON Schema cannot say about one case input: (key path, message) pairs."""
+    if isinstance(item, list):
+        yield from _shape_problems(item, key)
+        return
+    if "file" not in item and "shape" not in item:
+        yield key, "give 'shape' (a list of sizes) or 'file' (a .npy file)"
+    if "file" in item and ({"fill", "seed", "low", "high"} & set(item)):
+        yield key, "'file' gives the values: 'fill', 'seed', 'low' and 'high' do not apply to it"
+    yield from _shape_problems(item.get("shape") or [], key + ("shape",))
+    if "fill" in item and item["fill"] not in FILLS:
+        yield key + ("fill",), f"unknown fill '{item['fill']}'{did_you_mean(item['fill'], FILLS)}; expected one of {', '.join(FILLS)}"
+    if "dtype" in item and item["dtype"] not in DTYPES:
+        yield key + ("dtype",), f"unknown dtype '{item['dtype']}'{did_you_mean(item['dtype'], DTYPES)}; expected one of {', '.join(DTYPES)}"
+    if "low" in item and "high" in item and not item["low"] < item["high"]:
+        yield key, f"low ({item['low']}) must be below high ({item['high']})"
+
+
+def _shape_problems(shape: list, key: tuple):
+    for axis, dim in enumerate(shape):
+        if isinstance(dim, str):
+            yield key + (axis,), f"symbolic dim '{dim}' must be given as a number here (e.g. 1)"
+        elif dim < 0:
+            yield key + (axis,), f"dim {dim} is negative; sizes are numbers >= 0"
+
+
 def provider_skip_reasons(providers: Iterable[str], available: list[str] | None = None) -> dict[str, str | None]:
     """``{provider: None}`` when it can run here, else the reason it cannot."""
     if available is None:

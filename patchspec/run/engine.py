@@ -268,8 +268,7 @@ class Engine:
         cls_ = table.get(step.type_name)
         modules = [getattr(cls_, "__module__", ""), owner.module if owner else ""]
         site, plugin_traceback = plugin_failure(exc, modules) if exc is not None else (_definition(broken), None)
-        builtin = owner is None or owner.builtin
-        who = f"patchspec {__version__}" if builtin else owner.label
+        who = f"patchspec {__version__}" if owner is None or owner.builtin else owner.label
         message = f"{context.where()}: {kind} {step.type_name!r} {what}"
         if site:
             message += f"\n  at {site}"

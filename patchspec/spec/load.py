@@ -21,6 +21,8 @@ from patchspec.spec.reader import YamlDocument, load_yaml
 from patchspec.spec.steps import Spec, Step
 
 FORMAT_VERSION = 1
+#: the combined schema's $id: stable for a spec format version (editors and caches key on it)
+SCHEMA_ID = f"https://patchspec.github.io/schema/spec-{FORMAT_VERSION}.schema.json"
 
 ENVELOPE_KEYS = ("patchspec", "model", "output", "patches", "verify")
 
@@ -143,10 +145,10 @@ def _unknown_type(document, registry, section, index, kind, type_name, table) ->
         problem = document.problem(doc_path, where, message, hint, of_key=True)
         return replace(problem, plugin_traceback=missing.traceback)
     suggestion = did_you_mean(type_name, table)
-    hint = None
+    known = None
     if not suggestion:
-        hint = f"known {kind}s: {', '.join(sorted(table))}; 'patchspec plugins' lists where they come from"
-    return document.problem(doc_path, where, f"unknown {kind} '{type_name}'" + suggestion, hint, of_key=True)
+        known = f"known {kind}s: {', '.join(sorted(table))}; 'patchspec plugins' lists where they come from"
+    return document.problem(doc_path, where, f"unknown {kind} '{type_name}'" + suggestion, known, of_key=True)
 
 
 def _param_problems(document, step: Step, error, schema, shorthand: str | None = None) -> list[SpecProblem]:
@@ -251,6 +253,7 @@ def combined_schema(registry: PluginRegistry) -> dict:
 
     schema = dict(ENVELOPE_SCHEMA)
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = SCHEMA_ID
     schema["title"] = "patchspec spec (format 1)"
     props = dict(schema["properties"])
     props["patches"] = dict(props["patches"], items=items(registry.patch_types, "patches"))
