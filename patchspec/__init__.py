@@ -9,8 +9,8 @@ Every other module under ``patchspec`` is internal and may change in any release
 
 __version__ = "0.1.0"
 
-from patchspec.errors import ModelFileError, PatchError, PatchspecError, SpecError, VerificationFailed  # noqa: E402
-from patchspec.plugin.contract import (  # noqa: E402
+from patchspec.errors import ModelFileError, PatchError, PatchspecError, SpecError, VerificationFailed
+from patchspec.plugin.contract import (
     ParamProblem,
     PatchContext,
     PatchResult,
@@ -22,7 +22,7 @@ from patchspec.plugin.contract import (  # noqa: E402
     VerifyContext,
     VerifyResult,
 )
-from patchspec.plugin.hookspecs import hookimpl  # noqa: E402
+from patchspec.plugin.hookspecs import hookimpl
 
 __all__ = [
     "ModelFileError",
@@ -36,8 +36,8 @@ __all__ = [
     "SpecError",
     "StateKey",
     "StepContext",
-    "Verifier",
     "VerificationFailed",
+    "Verifier",
     "VerifyContext",
     "VerifyResult",
     "__version__",

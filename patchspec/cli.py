@@ -12,9 +12,9 @@ from pathlib import Path
 import click
 
 from patchspec import __version__
-from patchspec.run.engine import Engine, RunReport
 from patchspec.errors import EXIT_INTERNAL, Interrupted, PatchspecError, PluginError, UsageError, did_you_mean
 from patchspec.plugin.registry import DISABLE_ENV, PluginRegistry
+from patchspec.run.engine import Engine, RunReport
 from patchspec.spec.load import combined_schema, load_spec
 from patchspec.spec.steps import Spec
 

@@ -7,6 +7,7 @@ expected, what was found, where, and what to do next). The CLI prints ``str(erro
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 EXIT_OK = 0
@@ -132,7 +133,7 @@ class Interrupted(PatchspecError):
         self.exit_code = EXIT_SIGINT if signum == 2 else EXIT_SIGTERM
 
 
-def close_matches(word: str, candidates, limit: int = 3) -> list[str]:
+def close_matches(word: str, candidates: Iterable[str], limit: int = 3) -> list[str]:
     """Names among ``candidates`` that look like ``word``, best first (for 'did you mean')."""
     import difflib
 
@@ -144,7 +145,7 @@ def close_matches(word: str, candidates, limit: int = 3) -> list[str]:
     return found
 
 
-def did_you_mean(word: str, candidates, limit: int = 3) -> str:
+def did_you_mean(word: str, candidates: Iterable[str], limit: int = 3) -> str:
     """`` (did you mean 'x'?)`` or an empty string."""
     found = close_matches(word, candidates, limit)
     if not found:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Optional
 
 import numpy as np
 import onnx
@@ -64,7 +63,7 @@ class BatchTrace:
     rewrites: list[Rewrite] = field(default_factory=list)
     undecided: list[str] = field(default_factory=list)
     symbolic: bool = False  # the new batch is a name: rewrites write -1/0/1/end, never a size
-    evaluator: Optional[ShapeEvaluator] = None
+    evaluator: ShapeEvaluator | None = None
     moves_symbols: bool = False  # a third point moved the other symbolic dims
     symbols: dict = field(default_factory=dict)  # input dim_param -> its size at the first and third points
     #: Squeezes without axes that drop a batch of 1, with the axes they remove at the new batch
@@ -431,7 +430,7 @@ class _Tracker:
             node = site.node
             if node.op_type != "Squeeze" or node.domain not in ("", "ai.onnx") or name != node.output[0]:
                 continue
-            if len(node.input) > 1 and node.input[1] or any(a.name == "axes" for a in node.attribute):
+            if (len(node.input) > 1 and node.input[1]) or any(a.name == "axes" for a in node.attribute):
                 continue
             if not self.evaluator.runs(site)[1] or self.trace.squeezed_axis(name) is None:
                 continue
@@ -497,4 +496,4 @@ def _shape_text(known: Known) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in known.shape) + "]"
 
 
-__all__ = ["BatchTrace", "Rewrite", "SYMBOL_SIZES", "make_points", "trace_batch", "use_counts"]
+__all__ = ["SYMBOL_SIZES", "BatchTrace", "Rewrite", "make_points", "trace_batch", "use_counts"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import PurePosixPath, PureWindowsPath
 
 from patchspec import PatchResult, PatchType, hookimpl
-from patchspec.api import OUTPUT_LAYOUT, ORT_MEMORY_MARKER, is_external, iter_tensors, refuse_inline_overflow, Layout
+from patchspec.api import ORT_MEMORY_MARKER, OUTPUT_LAYOUT, Layout, is_external, iter_tensors, refuse_inline_overflow
 
 MAX_ALIGN = 1 << 30
 

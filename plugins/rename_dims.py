@@ -18,9 +18,25 @@ import re
 import onnx
 
 from patchspec import PatchContext, PatchResult, PatchType, hookimpl
-from patchspec.api import (PINNED_DIMS, SELECTOR_SCHEMA, all_graphs, annotations, check_selector, close_matches,
-    did_you_mean, dim_params, format_dims, fresh_name, has_shape, read_dim, read_dims, rederive_shapes,
-    select_nodes, shape_dims, write_dim)
+from patchspec.api import (
+    PINNED_DIMS,
+    SELECTOR_SCHEMA,
+    all_graphs,
+    annotations,
+    check_selector,
+    close_matches,
+    did_you_mean,
+    dim_params,
+    format_dims,
+    fresh_name,
+    has_shape,
+    read_dim,
+    read_dims,
+    rederive_shapes,
+    select_nodes,
+    shape_dims,
+    write_dim,
+)
 
 NAME_OR_SIZE = {"description": "a symbolic name (string) or a fixed size (integer)",
                 "anyOf": [{"type": "string", "minLength": 1}, {"type": "integer", "minimum": 0}]}

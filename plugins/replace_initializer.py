@@ -16,9 +16,23 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from patchspec import PatchResult, PatchType, hookimpl
-from patchspec.api import (PINNED_DIMS, SELECTOR_SCHEMA, Namer, ShapeCompileError, ShapeCompiler, TensorIndex,
-                           all_graphs, all_names, check_selector, close_matches, constant_value, default_opset, rederive_shapes,
-                           select_nodes, subgraphs)
+from patchspec.api import (
+    PINNED_DIMS,
+    SELECTOR_SCHEMA,
+    Namer,
+    ShapeCompileError,
+    ShapeCompiler,
+    TensorIndex,
+    all_graphs,
+    all_names,
+    check_selector,
+    close_matches,
+    constant_value,
+    default_opset,
+    rederive_shapes,
+    select_nodes,
+    subgraphs,
+)
 from patchspec.api import expressions as ex
 
 DTYPES = {name.lower(): value for name, value in TensorProto.DataType.items()

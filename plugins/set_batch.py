@@ -22,8 +22,22 @@ import onnx
 from onnx import numpy_helper
 
 from patchspec import PatchContext, PatchResult, PatchType, hookimpl
-from patchspec.api import (PINNED_DIMS, all_names, apply_pins, constant_value, default_opset, did_you_mean, format_dims,
-    fresh_name, read_dims, rederive_shapes, shape_dims, typed, write_dim, ScopeIndex)
+from patchspec.api import (
+    PINNED_DIMS,
+    ScopeIndex,
+    all_names,
+    apply_pins,
+    constant_value,
+    default_opset,
+    did_you_mean,
+    format_dims,
+    fresh_name,
+    read_dims,
+    rederive_shapes,
+    shape_dims,
+    typed,
+    write_dim,
+)
 from patchspec_plugins._batch_tracker import INT64_MAX, BatchTrace, Rewrite, trace_batch, use_counts
 
 

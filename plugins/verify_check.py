@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import onnx
 
-from patchspec import VerifyContext, VerifyResult, Verifier, hookimpl
+from patchspec import Verifier, VerifyContext, VerifyResult, hookimpl
 
 
 class CheckVerifier(Verifier):

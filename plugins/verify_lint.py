@@ -6,8 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-from patchspec import VerifyContext, VerifyResult, Verifier, hookimpl
+from patchspec import Verifier, VerifyContext, VerifyResult, hookimpl
 from patchspec.api import CASE_INPUT_SCHEMA, UsageError, case_input_problems, lint_model
+
 
 class LintVerifier(Verifier):
     name = "lint"

@@ -7,11 +7,29 @@ from pathlib import Path
 
 import numpy as np
 
-from patchspec import VerifyContext, VerifyResult, Verifier, hookimpl
-from patchspec.api import (CASE_INPUT_SCHEMA, case_input_problems, DEFAULT_PROVIDERS, DTYPES, FILLS, OPTIMIZATION_LEVELS, close_matches,
-    compare_output, did_you_mean, feed_shape_problems, format_shape, make_feeds, nonfinite_problems,
-    provider_skip_reasons, read_dims, shape_problems, BatchSplit, OutputComparison, ProviderUnusable,
-    RunFailure, Session, TensorDecl)
+from patchspec import Verifier, VerifyContext, VerifyResult, hookimpl
+from patchspec.api import (
+    CASE_INPUT_SCHEMA,
+    DEFAULT_PROVIDERS,
+    OPTIMIZATION_LEVELS,
+    BatchSplit,
+    OutputComparison,
+    ProviderUnusable,
+    RunFailure,
+    Session,
+    TensorDecl,
+    case_input_problems,
+    close_matches,
+    compare_output,
+    did_you_mean,
+    feed_shape_problems,
+    format_shape,
+    make_feeds,
+    nonfinite_problems,
+    provider_skip_reasons,
+    read_dims,
+    shape_problems,
+)
 
 DEFAULT_OPTIMIZATIONS = ("all", "disabled")
 

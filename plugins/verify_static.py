@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from patchspec import VerifyContext, VerifyResult, Verifier, hookimpl
+from patchspec import Verifier, VerifyContext, VerifyResult, hookimpl
 
 
 class StaticVerifier(Verifier):

@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from helpers import graph_model, tensor_info, write_spec
 from onnx import helper, numpy_helper
+
+from helpers import graph_model, tensor_info, write_spec
 
 DATA = "m.onnx_data"
 W_BYTES = 64 * 64 * 4

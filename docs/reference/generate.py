@@ -19,10 +19,10 @@ import json
 import os
 import re
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
-from typing import Iterator
 
 HERE = Path(__file__).resolve().parent  # docs/reference
 DOCS = HERE.parent  # docs

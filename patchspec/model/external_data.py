@@ -15,9 +15,9 @@ import os
 import stat
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Callable, Iterator, Optional
 
 import numpy as np
 import onnx
@@ -70,7 +70,7 @@ class Layout:
 
 
 #: where the output's tensor bytes go; the external_data patch sets it (None: the default layout)
-OUTPUT_LAYOUT: StateKey[Optional[Layout]] = StateKey("patchspec.output_layout", lambda: None)
+OUTPUT_LAYOUT: StateKey[Layout | None] = StateKey("patchspec.output_layout", lambda: None)
 
 
 def iter_tensors(graph: onnx.GraphProto) -> Iterator[TensorProto]:

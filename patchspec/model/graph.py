@@ -6,12 +6,13 @@ shape modules import these rather than walking graphs their own way.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
+
 
 # -- graphs -----------------------------------------------------------------------------------------
 def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
@@ -185,5 +186,17 @@ def default_opset(model: onnx.ModelProto) -> int:
     return 1
 
 
-__all__ = ["Namer", "NodeSite", "ScopeIndex", "all_graphs", "bodies", "all_names", "constant_value", "default_opset",
-           "fresh_name", "subgraphs", "uses_of", "walk_nodes"]
+__all__ = [
+    "Namer",
+    "NodeSite",
+    "ScopeIndex",
+    "all_graphs",
+    "all_names",
+    "bodies",
+    "constant_value",
+    "default_opset",
+    "fresh_name",
+    "subgraphs",
+    "uses_of",
+    "walk_nodes",
+]

@@ -23,7 +23,7 @@ class FileStamp:
     mtime_ns: int
 
     @classmethod
-    def of(cls, path: Path) -> "FileStamp":
+    def of(cls, path: Path) -> FileStamp:
         st = os.stat(path)
         return cls(path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
@@ -58,7 +58,7 @@ def load_model(path: Path) -> onnx.ModelProto:
 
 
 def _check_complete(model: onnx.ModelProto, path: Path, size: int) -> None:
-    if not model.HasField("graph") or not model.graph.node and not model.graph.output:
+    if not model.HasField("graph") or (not model.graph.node and not model.graph.output):
         raise ModelFileError(f"{path}: not an ONNX model (no graph in {size} bytes)")
     if model.ir_version >= 3 and not model.opset_import:
         raise ModelFileError(f"{path}: not an ONNX model (no opset_import; the file may be truncated)")

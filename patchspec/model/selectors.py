@@ -16,8 +16,9 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import onnx
 

@@ -8,9 +8,10 @@ returns a verdict; it never changes anything.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, Iterable, Literal, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, NoReturn, TypeVar
 
 from patchspec.errors import PatchError, VerifierFailed
 
@@ -53,7 +54,8 @@ class RunState:
         """The slot's value; the first call stores ``key.initial()`` (so a dict can be filled in place)."""
         if key not in self._values:
             self._values[key] = key.initial()
-        return self._values[key]
+        value: T = self._values[key]
+        return value
 
     def set(self, key: StateKey[T], value: T) -> None:
         self._values[key] = value
@@ -177,11 +179,11 @@ class VerifyContext(StepContext):
 
 __all__ = [
     "ParamProblem",
-    "RunState",
-    "StateKey",
     "PatchContext",
     "PatchResult",
     "PatchType",
+    "RunState",
+    "StateKey",
     "StepContext",
     "Verifier",
     "VerifyContext",

@@ -7,7 +7,7 @@ decides the order in which patches and verifiers run (the order of the spec), ne
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import pluggy
 

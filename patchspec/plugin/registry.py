@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import os
 import traceback
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Iterable, Iterator
 
 import pluggy
 
+from patchspec.errors import PluginError
 from patchspec.plugin import hookspecs
 from patchspec.plugin.contract import PatchType, Verifier
-from patchspec.errors import PluginError
 
 DISABLE_ENV = "PATCHSPEC_DISABLE_PLUGINS"  # comma-separated entry-point names not to load
 BUILTIN_DISTRIBUTION = "patchspec"
@@ -86,7 +86,8 @@ class PluginRegistry:
     disabled_unknown: list[str] = field(default_factory=list)
 
     @classmethod
-    def load(cls, extra: Iterable[tuple[str, object]] = (), *, entry_points=None) -> "PluginRegistry":
+    def load(cls, extra: Iterable[tuple[str, object]] = (), *,
+             entry_points: Iterable[metadata.EntryPoint] | None = None) -> PluginRegistry:
         """Load entry points (and ``extra`` (name, module) pairs, for tests) into a new registry."""
         registry = cls([], {}, {}, {})
         manager = pluggy.PluginManager(hookspecs.NAME)
@@ -113,7 +114,7 @@ class PluginRegistry:
             raise PluginError(msg, "run: pip install -e .  (or: make demo)")
         return registry
 
-    def _load_entry_point(self, manager: pluggy.PluginManager, entry_point) -> None:
+    def _load_entry_point(self, manager: pluggy.PluginManager, entry_point: metadata.EntryPoint) -> None:
         info = _info(entry_point)
         try:
             module = entry_point.load()
@@ -145,11 +146,11 @@ class PluginRegistry:
                 if impl.plugin is module:
                     self._call_register_hook(info, impl.function, kind, table)
 
-    def _call_register_hook(self, info: PluginInfo, function, kind: str, table: dict) -> None:
+    def _call_register_hook(self, info: PluginInfo, function: Callable[..., object], kind: str, table: dict) -> None:
         base = PatchType if kind == "patch type" else Verifier
         listed = info.patch_types if kind == "patch type" else info.verifiers
 
-        def register(cls_: type) -> None:
+        def register(cls_: type[PatchType] | type[Verifier]) -> None:
             self._add(info, cls_, kind, base, table)
             listed.append(cls_.name)
 
@@ -218,7 +219,7 @@ def disabled_names() -> set[str]:
     return {n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()}
 
 
-def _info(entry_point) -> PluginInfo:
+def _info(entry_point: metadata.EntryPoint) -> PluginInfo:
     dist = getattr(entry_point, "dist", None)
     return PluginInfo(
         name=entry_point.name,
@@ -233,7 +234,7 @@ def _exception_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
-def plugin_failure(exc: BaseException, modules) -> tuple[str | None, str]:
+def plugin_failure(exc: BaseException, modules: Iterable[str]) -> tuple[str | None, str]:
     """Where a plugin's code raised ``exc``, and the plugin's own traceback of it.
 
     ``modules`` are the plugin's module names (``patchspec_acme``, ``pkg.mod:attr``); a frame is the
@@ -263,5 +264,5 @@ def plugin_failure(exc: BaseException, modules) -> tuple[str | None, str]:
     return site, text
 
 
-def _patchspec_entry_points():
+def _patchspec_entry_points() -> list[metadata.EntryPoint]:
     return list(metadata.entry_points(group=hookspecs.NAME))

@@ -7,27 +7,34 @@ and verifier passed.
 
 from __future__ import annotations
 
+import functools
 import hashlib
-from concurrent.futures import ThreadPoolExecutor
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import onnx
 
 from patchspec import __version__
-from patchspec.plugin.contract import PatchContext, PatchResult, RunState, StepContext, VerifyContext, VerifyResult
-from patchspec.errors import (ModelFileError, PatchspecError, PluginError, UsageError, VerificationFailed,
-                              VerifierFailed)
-from patchspec.model.external_data import (OUTPUT_LAYOUT, Layout, data_files, default_layout,
-                                           refuse_input_overwrite, terminal_progress, validate_external_data,
-                                           write_model)
+from patchspec.errors import ModelFileError, PatchspecError, PluginError, UsageError, VerificationFailed, VerifierFailed
+from patchspec.model.external_data import (
+    OUTPUT_LAYOUT,
+    Layout,
+    data_files,
+    default_layout,
+    refuse_input_overwrite,
+    terminal_progress,
+    validate_external_data,
+    write_model,
+)
 from patchspec.model.io import FileStamp, load_model
+from patchspec.plugin.contract import PatchContext, PatchResult, RunState, StepContext, VerifyContext, VerifyResult
 from patchspec.plugin.registry import PluginInfo, PluginRegistry, plugin_failure
+from patchspec.run.staging import Staging
 from patchspec.shapes.annotations import untyped_annotations
 from patchspec.spec.steps import Spec, Step
-from patchspec.run.staging import Staging
 
 VERSION_KEY = "patchspec.version"
 DIGEST_KEY = "patchspec.digest"
@@ -147,7 +154,7 @@ class Engine:
             started = time.perf_counter()
             key: tuple = ()
             try:
-                result = self._call_plugin("verifier", context, lambda: verifier.verify(step.params, context))
+                result = self._call_plugin("verifier", context, functools.partial(verifier.verify, step.params, context))
             except VerifierFailed as exc:  # context.fail: the verdict is "failed", as if returned
                 result, key = VerifyResult("failed", exc.summary, (f"hint: {exc.hint}",) if exc.hint else ()), exc.key
             if not isinstance(result, VerifyResult):

@@ -34,7 +34,7 @@ class Staging:
         self.created: list[Path] = []  # folders made for the output, innermost first
         self.committed = False
 
-    def __enter__(self) -> "Staging":
+    def __enter__(self) -> Staging:
         folder = self.output.parent
         self.created = [p for p in (folder, *folder.parents) if not p.exists()]
         try:

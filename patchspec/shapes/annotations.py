@@ -11,7 +11,7 @@ gigabytes of weights cost what their graph costs.
 
 from __future__ import annotations
 
-from typing import Iterator, Union
+from collections.abc import Iterator
 
 import onnx
 
@@ -19,9 +19,9 @@ from patchspec.model.graph import all_graphs, subgraphs
 from patchspec.plugin.contract import StateKey
 
 #: one dim as patchspec reads it: a size, a symbolic name, or None (unknown)
-Dim = Union[int, str, None]
+Dim = int | str | None
 #: tensor name -> {axis: name or size}: dims named by rename_dims, re-applied after re-derivation
-Pins = dict[str, dict[int, Union[int, str]]]
+Pins = dict[str, dict[int, int | str]]
 #: the dims patches of one run have named (rename_dims), which a later re-derivation keeps
 PINNED_DIMS: StateKey[Pins] = StateKey("patchspec.pinned_dims", dict)
 
@@ -227,8 +227,8 @@ def apply_pins(graph: onnx.GraphProto, pinned_dims: Pins) -> int:
 
 
 __all__ = [
-    "Dim",
     "PINNED_DIMS",
+    "Dim",
     "Pins",
     "annotations",
     "apply_pins",

@@ -19,9 +19,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from patchspec.shapes import expressions as ex
 from patchspec.errors import close_matches
 from patchspec.model.graph import Namer, constant_value
+from patchspec.shapes import expressions as ex
 
 INTEGER_TYPES = {TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
                  TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64}

@@ -18,8 +18,8 @@ is never opened, so a model with gigabytes of weights costs what its graph costs
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
 
 import numpy as np
 import onnx
@@ -36,8 +36,8 @@ class Known:
     """What is known of one tensor at one point: element type (0 unknown), shape, small value."""
 
     dtype: int = 0
-    shape: Optional[tuple] = None  # one int (or None: unknown) per axis; None: rank unknown
-    value: Optional[np.ndarray] = None
+    shape: tuple | None = None  # one int (or None: unknown) per axis; None: rank unknown
+    value: np.ndarray | None = None
 
     @property
     def full(self) -> bool:
@@ -48,7 +48,7 @@ class Known:
 UNKNOWN = Known()
 
 #: ``hook(site, inputs)`` gets, per point, the node's input Knowns; it returns replacements or None
-Hook = Callable[[NodeSite, list], Optional[list]]
+Hook = Callable[[NodeSite, list], list | None]
 
 
 def known_of_array(array: np.ndarray) -> Known:
@@ -105,7 +105,7 @@ class ShapeEvaluator:
     def count(self) -> int:
         return len(self.points)
 
-    def run(self) -> "ShapeEvaluator":
+    def run(self) -> ShapeEvaluator:
         graph = self.model.graph
         for tensor in graph.initializer:
             self.known[tensor.name] = [known_of_tensor(tensor)] * self.count
@@ -323,7 +323,7 @@ def _broadcast(op: str, inputs: list[Known]) -> Known | None:
 
 def merge(a: Known, b: Known) -> Known:
     """What two possible values of one tensor have in common."""
-    same_value = a.value is None and b.value is None or (
+    same_value = (a.value is None and b.value is None) or (
         a.value is not None and b.value is not None and np.array_equal(a.value, b.value))
     if a is b or (a.dtype == b.dtype and a.shape == b.shape and same_value):
         return a
@@ -560,5 +560,14 @@ VALUE_OPS: dict[str, Callable] = {
 }
 
 
-__all__ = ["Hook", "Known", "SMALL", "ShapeEvaluator", "UNKNOWN", "known_of_array", "known_of_tensor",
-           "known_of_type", "merge"]
+__all__ = [
+    "SMALL",
+    "UNKNOWN",
+    "Hook",
+    "Known",
+    "ShapeEvaluator",
+    "known_of_array",
+    "known_of_tensor",
+    "known_of_type",
+    "merge",
+]

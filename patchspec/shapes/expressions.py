@@ -18,8 +18,8 @@ Nothing is ever handed to ``eval`` or Python's ``ast``: a string that is not in 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence, Union
 
 FUNCTIONS = {"min": 2, "max": 2, "dim": 2, "value": None}  # name -> arity (None: 2 or more)
 TENSOR_FUNCTIONS = ("dim", "value")
@@ -45,23 +45,23 @@ class Number:
 
 @dataclass(frozen=True)
 class Negate:
-    operand: "Expr"
+    operand: Expr
     column: int
 
 
 @dataclass(frozen=True)
 class BinaryOp:
     op: str  # + - * // %
-    left: "Expr"
-    right: "Expr"
+    left: Expr
+    right: Expr
     column: int
 
 
 @dataclass(frozen=True)
 class MinMax:
     function: str  # min | max
-    left: "Expr"
-    right: "Expr"
+    left: Expr
+    right: Expr
     column: int
 
 
@@ -79,7 +79,7 @@ class Value:
     column: int
 
 
-Expr = Union[Number, Negate, BinaryOp, MinMax, Dim, Value]
+Expr = Number | Negate | BinaryOp | MinMax | Dim | Value
 
 
 # -- tokens -----------------------------------------------------------------------------------

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import onnx
 from onnx import TensorProto, helper
@@ -149,12 +150,12 @@ class SpecRun:
     def describe(self) -> str:
         return f"patchspec {' '.join(self.args)} -> exit {self.exit_code}\n--- stdout\n{self.stdout}--- stderr\n{self.stderr}"
 
-    def assert_success(self) -> "SpecRun":
+    def assert_success(self) -> SpecRun:
         if self.exit_code != 0:
             raise AssertionError(f"expected exit 0\n{self.describe()}")
         return self
 
-    def assert_failed(self, code: int, *, match: str | None = None) -> "SpecRun":
+    def assert_failed(self, code: int, *, match: str | None = None) -> SpecRun:
         """Expect exit ``code`` (1 verify, 2 spec, 3 file, 4 patch, 5 bug) and ``match`` in the output."""
         if self.exit_code != code:
             raise AssertionError(f"expected exit {code}\n{self.describe()}")
@@ -247,14 +248,14 @@ def _default_name(plugin: object) -> str:
     return module_name.rsplit(".", 1)[-1].removeprefix("patchspec_")
 
 
-def _pytest_fixtures():
+def _pytest_fixtures() -> Callable[..., Any]:
     import pytest
 
     @pytest.fixture
-    def patchspec_run(tmp_path):
+    def patchspec_run(tmp_path: Path) -> Callable[..., SpecRun]:
         """``patchspec_run(spec_text, model, plugins=(), command="apply", args=())`` in ``tmp_path``."""
 
-        def run(spec_text: str, model=None, **kwargs) -> SpecRun:
+        def run(spec_text: str, model: onnx.ModelProto | Path | None = None, **kwargs: Any) -> SpecRun:
             return run_spec(tmp_path, spec_text, model, **kwargs)
 
         return run

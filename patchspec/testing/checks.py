@@ -16,14 +16,23 @@ from the same input; a no-op that changes no byte; a refusal that goes through `
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import jsonschema
 import onnx
 
 from patchspec.errors import PatchError
-from patchspec.plugin.contract import PatchResult, PatchType, RunState, Verifier, VerifyContext, VerifyResult
+from patchspec.plugin.contract import (
+    PatchContext,
+    PatchResult,
+    PatchType,
+    RunState,
+    Verifier,
+    VerifyContext,
+    VerifyResult,
+)
 from patchspec.shapes.annotations import untyped_annotations
 from patchspec.spec.steps import Step
 
@@ -53,7 +62,7 @@ def schema_problems(schema: Any, path: str = "params") -> list[str]:
     return problems
 
 
-def check_declaration(cls: type) -> None:
+def check_declaration(cls: type[PatchType] | type[Verifier]) -> None:
     """A type's name, one-line description and closed, described ``params_schema``."""
     label = f"{cls.__name__}"
     assert isinstance(getattr(cls, "name", None), str) and cls.name, f"{label}: no 'name' (the key users write)"
@@ -140,7 +149,7 @@ class _CheckSpec:
         return f"{self.path}: {step.label}" + (" > " + ".".join(str(k) for k in key) if key else "")
 
 
-def _params(cls: type, params: Any) -> dict:
+def _params(cls: type[PatchType] | type[Verifier], params: Any) -> dict:
     """Params as the spec loader hands them over: shorthand expanded, validated by the schema."""
     if params is None:
         params = {}
@@ -151,17 +160,17 @@ def _params(cls: type, params: Any) -> dict:
     assert not errors, f"{cls.name}: its params_schema rejects {params!r}: {errors[0].message}"
     problems = list(cls().check_params(params))
     assert not problems, f"{cls.name}: check_params rejects {params!r}: {problems}"
-    return params
+    checked: dict = params
+    return checked
 
 
-def _context(cls: type, params: Any, folder: Path | str):
-    from patchspec.plugin.contract import PatchContext
-
+def _context(cls: type[PatchType], params: Any, folder: Path | str) -> PatchContext:
     step = Step("patches", 0, cls.name, _params(cls, params))
     return PatchContext(_CheckSpec(Path(folder)), step, model_dir=Path(folder), state=RunState())  # type: ignore[arg-type]
 
 
-def _apply(cls: type[PatchType], folder: Path | str, model: onnx.ModelProto, params: Any):
+def _apply(cls: type[PatchType], folder: Path | str, model: onnx.ModelProto,
+           params: Any) -> tuple[onnx.ModelProto, PatchResult]:
     copy = _copy(model)
     result = cls().apply(copy, _params(cls, params), _context(cls, params, folder))
     assert isinstance(result, PatchResult), f"{cls.name}: apply() returned {type(result).__name__}, not a PatchResult"
@@ -179,7 +188,8 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _bytes(model: onnx.ModelProto) -> bytes:
-    return model.SerializeToString(deterministic=True)
+    data: bytes = model.SerializeToString(deterministic=True)
+    return data
 
 
 def _files(folder: Path) -> dict[str, str]:

@@ -10,12 +10,12 @@ import types
 import numpy as np
 import onnx
 import pytest
-from helpers import graph_model, tensor_info, write_spec
 from onnx import helper, numpy_helper
 
 import patchspec
 import patchspec.cli
 import patchspec.run.engine
+from helpers import graph_model, tensor_info, write_spec
 from patchspec import PatchType, Verifier, hookimpl
 from patchspec.plugin.registry import PluginRegistry
 

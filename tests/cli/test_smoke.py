@@ -1,6 +1,7 @@
-from helpers import graph_model, tensor_info, write_spec
 import onnx
 from onnx import helper
+
+from helpers import graph_model, tensor_info, write_spec
 
 
 def test_apply_writes_output_then_reports_up_to_date(tmp_path, run_cli):

@@ -12,13 +12,19 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from helpers import graph_model, tensor_info
 from onnx import helper, numpy_helper
 
-from patchspec.model import external_data as extdata
+from helpers import graph_model, tensor_info
 from patchspec.errors import ModelFileError, UsageError
-from patchspec.model.external_data import (Layout, default_layout, iter_tensors, read_tensor,
-    validate_external_data, write_model)
+from patchspec.model import external_data as extdata
+from patchspec.model.external_data import (
+    Layout,
+    default_layout,
+    iter_tensors,
+    read_tensor,
+    validate_external_data,
+    write_model,
+)
 
 
 def matmul_model(size: int = 64, inline_const: bool = True) -> onnx.ModelProto:
@@ -245,7 +251,7 @@ def test_progress_reports_every_byte_and_the_bar_draws_only_past_its_threshold(t
 
 def test_output_data_may_not_replace_an_input(tmp_path):
     source = saved_external(tmp_path)
-    with pytest.raises(UsageError, match="would replace the input's 'm.onnx_data'"):
+    with pytest.raises(UsageError, match=r"would replace the input's 'm\.onnx_data'"):
         extdata.refuse_input_overwrite(Layout("m.onnx_data"), tmp_path / "o.onnx", [source, tmp_path / "m.onnx_data"])
     extdata.refuse_input_overwrite(Layout("other.data"), tmp_path / "o.onnx", [source, tmp_path / "m.onnx_data"])
 

@@ -6,14 +6,14 @@ import os
 import numpy as np
 import onnx
 import pytest
-from helpers import graph_model, tensor_info, write_spec
 from onnx import helper, numpy_helper
 
 import patchspec
-from patchspec.run.engine import DIGEST_KEY, VERSION_KEY
+from helpers import graph_model, tensor_info, write_spec
 from patchspec.errors import ModelFileError
 from patchspec.model.graph import default_opset
 from patchspec.model.io import FileStamp, load_model
+from patchspec.run.engine import DIGEST_KEY, VERSION_KEY
 
 
 def add_model(ir_version=8, opset=17) -> onnx.ModelProto:

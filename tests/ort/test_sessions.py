@@ -3,11 +3,21 @@
 import numpy as np
 import onnx
 import pytest
-from helpers import graph_model, tensor_info
 from onnx import TensorProto, helper
 
-from patchspec.ort.sessions import (RunFailure, Session, TensorDecl, compare_output, feed_shape_problems,
-    generate, make_feeds, nonfinite_problems, provider_skip_reasons, shape_problems)
+from helpers import graph_model, tensor_info
+from patchspec.ort.sessions import (
+    RunFailure,
+    Session,
+    TensorDecl,
+    compare_output,
+    feed_shape_problems,
+    generate,
+    make_feeds,
+    nonfinite_problems,
+    provider_skip_reasons,
+    shape_problems,
+)
 
 
 def relu_model(tmp_path, in_shape=("N", 4), out_shape=("N", 4), name="m.onnx"):
@@ -141,7 +151,7 @@ def test_session_build_failure_names_provider_path_and_ort_message(tmp_path):
 
 def test_run_failure_names_provider_and_path(tmp_path):
     session = Session(relu_model(tmp_path, in_shape=(2, 4), out_shape=(2, 4)), "CPUExecutionProvider")
-    with pytest.raises(RunFailure, match="CPUExecutionProvider: onnxruntime failed to run .*m.onnx"):
+    with pytest.raises(RunFailure, match=r"CPUExecutionProvider: onnxruntime failed to run .*m\.onnx"):
         session.run({"x": np.zeros((3, 4), np.float32)})
     with pytest.raises(RunFailure, match="one batch size across the split inputs; found x: 2 on axis 0, z: 3 on axis 0"):
         session.run_split({"x": np.zeros((2, 4), np.float32), "z": np.zeros((3,), np.int64)})
@@ -189,5 +199,5 @@ def test_provider_that_falls_back_to_cpu_is_unusable(tmp_path, monkeypatch):
     from patchspec.ort.sessions import ProviderUnusable
 
     monkeypatch.setattr(onnxruntime, "InferenceSession", _FakeSession)
-    with pytest.raises(ProviderUnusable, match="CUDAExecutionProvider could not be loaded .*fell back to CPUExecutionProvider"):
+    with pytest.raises(ProviderUnusable, match=r"CUDAExecutionProvider could not be loaded .*fell back to CPUExecutionProvider"):
         Session(tmp_path / "out.onnx", "CUDAExecutionProvider")

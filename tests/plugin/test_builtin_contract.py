@@ -10,23 +10,23 @@ written yet is skipped with that reason.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import jsonschema
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
-from patchspec.plugin.contract import PatchContext, PatchResult, VerifyContext, VerifyResult
 from patchspec.errors import PatchError
 from patchspec.model.io import load_model
+from patchspec.plugin.contract import PatchContext, PatchResult, VerifyContext, VerifyResult
 from patchspec.plugin.registry import PluginRegistry
 from patchspec.spec.load import combined_schema, load_spec
-from patchspec.testing import make_model
 from patchspec.spec.reader import load_yaml
+from patchspec.testing import make_model
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,10 +1,11 @@
 """add_input: a new graph input; an existing name is refused (exit 4)."""
 
+import numpy as np
 import onnx
 import pytest
-from helpers import graph_model, tensor_info, write_spec
 from onnx import TensorProto, helper, numpy_helper
-import numpy as np
+
+from helpers import graph_model, tensor_info, write_spec
 
 
 def model():

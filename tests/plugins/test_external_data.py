@@ -10,9 +10,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from helpers import graph_model, tensor_info, write_spec
 from onnx import helper, numpy_helper
 
+from helpers import graph_model, tensor_info, write_spec
 from patchspec.model import external_data as extdata
 from patchspec.model.external_data import iter_tensors
 

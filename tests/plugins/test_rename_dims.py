@@ -6,14 +6,14 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from helpers import graph_model, tensor_info, write_spec
 from onnx import helper
-from scrfd_like import fpn_model
 
-from patchspec.errors import PatchError
+from helpers import graph_model, tensor_info, write_spec
 from patchspec.api import PINNED_DIMS, read_dims
+from patchspec.errors import PatchError
 from patchspec.testing import patch_context
 from patchspec_plugins.rename_dims import RenameDimsPatch
+from scrfd_like import fpn_model
 
 
 def rename(model, context=None, **params):

@@ -4,9 +4,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from helpers import graph_model, tensor_info, write_spec
 from onnx import TensorProto, helper, numpy_helper
 
+from helpers import graph_model, tensor_info, write_spec
 from patchspec.testing import patch_context
 
 

@@ -6,14 +6,14 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from helpers import graph_model, tensor_info, write_spec
 from onnx import TensorProto, helper, numpy_helper
-from scrfd_like import fpn_model
 
+from helpers import graph_model, tensor_info, write_spec
 from patchspec.errors import PatchError
-from patchspec.testing import patch_context
 from patchspec.shapes.annotations import read_dims
+from patchspec.testing import patch_context
 from patchspec_plugins.set_batch import SetBatchPatch
+from scrfd_like import fpn_model
 
 
 def set_batch(model, **params):
@@ -48,7 +48,7 @@ def assert_declared_shapes_hold(model, feeds, ignore_params=()):
         actual = feeds[info.name].shape if info.name in feeds else results[info.name].shape
         declared = read_dims(info)
         assert declared is None or len(declared) == len(actual), (info.name, declared, actual)
-        for axis, (want, got) in enumerate(zip(declared or [], actual)):
+        for want, got in zip(declared or [], actual):
             if isinstance(want, int):
                 assert want == got, f"{info.name} declares {declared}, is {list(actual)}"
             elif isinstance(want, str) and want not in ignore_params:

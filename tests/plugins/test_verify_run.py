@@ -6,8 +6,9 @@ import numpy as np
 import onnx
 import onnxruntime
 import pytest
-from helpers import graph_model, tensor_info, write_spec
 from onnx import helper, numpy_helper
+
+from helpers import graph_model, tensor_info, write_spec
 
 CUDA = "CUDAExecutionProvider"
 HAS_CUDA = CUDA in onnxruntime.get_available_providers()
@@ -265,6 +266,7 @@ def test_real_ppocr_cls_runs_batched_and_split_against_original(tmp_path, run_cl
 
 def test_every_verify_example_in_the_docs_validates(tmp_path, run_cli):
     import re
+
     from helpers import REPO
 
     text = (REPO / "docs" / "verifiers.md").read_text()

@@ -3,8 +3,9 @@
 import json
 
 import onnx
-from helpers import graph_model, tensor_info, write_spec
 from onnx import helper
+
+from helpers import graph_model, tensor_info, write_spec
 
 
 def two_relus(x_shape, mid_shape, y_shape):

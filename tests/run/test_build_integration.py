@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from helpers import graph_model, tensor_info, write_spec
 from onnx import helper, numpy_helper
 
+from helpers import graph_model, tensor_info, write_spec
 from patchspec.run.engine import DIGEST_KEY
 
 PATCHSPEC = Path(sys.executable).parent / "patchspec"

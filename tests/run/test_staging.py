@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from helpers import graph_model, tensor_info, write_spec
 from onnx import helper, numpy_helper
 
 import patchspec.run.staging
+from helpers import graph_model, tensor_info, write_spec
 from patchspec.run.staging import PREFIX
 
 VENV_PATCHSPEC = Path(sys.executable).parent / "patchspec"
@@ -248,7 +248,7 @@ def test_two_runs_writing_the_same_output_leave_a_complete_consistent_model(tmp_
         runs = [subprocess.Popen([str(VENV_PATCHSPEC), "-q", "apply", "--force", str(tmp_path / f"{name}.yaml")],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name in ("a", "b")]
         for run in runs:
-            stdout, stderr = run.communicate(timeout=120)
+            _, stderr = run.communicate(timeout=120)
             assert run.returncode == 0, stderr
         output = tmp_path / "out" / "m.onnx"
         onnx.checker.check_model(str(output), full_check=True)

@@ -7,9 +7,9 @@ import resource
 import numpy as np
 import onnx
 import onnxruntime as ort
-from helpers import graph_model, tensor_info
 from onnx import TensorProto, helper, numpy_helper
 
+from helpers import graph_model, tensor_info
 from patchspec.model.graph import ScopeIndex, walk_nodes
 from patchspec.shapes.annotations import graph_only_copy, read_dims, rederive_shapes, shape_dims, write_dim
 

@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-from helpers import write_spec
 
+from helpers import write_spec
 from patchspec.shapes import expressions as ex
 
 

@@ -5,10 +5,10 @@ import types
 
 import onnx
 import pytest
-from helpers import graph_model, tensor_info, write_spec
 from onnx import helper
 
 import patchspec.cli
+from helpers import graph_model, tensor_info, write_spec
 from patchspec import PatchResult, PatchType, hookimpl
 from patchspec.plugin.registry import PluginRegistry
 
@@ -224,7 +224,7 @@ def test_relative_paths_resolve_against_the_spec_folder(tmp_path, run_cli):
 def test_command_line_overrides_are_relative_to_the_cwd(tmp_path, run_cli):
     (tmp_path / "specs").mkdir()
     small_model(tmp_path, "input.onnx")
-    spec = write_spec(tmp_path / "specs", "patchspec: 1\nmodel: nothere.onnx\noutput: nothere_out.onnx\npatches: []\n")
+    write_spec(tmp_path / "specs", "patchspec: 1\nmodel: nothere.onnx\noutput: nothere_out.onnx\npatches: []\n")
     result = run_cli("apply", "specs/spec.yaml", "--model", "input.onnx", "--output", "build/o.onnx", cwd=tmp_path)
     assert result.exit_code == 0, result.output
     assert (tmp_path / "build" / "o.onnx").is_file()

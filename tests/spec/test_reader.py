@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import write_spec
 
+from helpers import write_spec
 from patchspec.errors import SpecError
 from patchspec.spec.reader import MAX_DEPTH, MAX_FILE_BYTES, load_yaml
 

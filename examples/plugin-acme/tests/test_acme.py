@@ -81,7 +81,6 @@ def test_an_uninstalled_copy_of_the_plugin_can_be_registered_in_process(tmp_path
 # -- the contract, one line per type (patchspec runs the same checks on its built-ins) --------------------
 def test_strip_doc_strings_keeps_the_patch_contract(tmp_path):
     from patchspec.testing import check_patch_type
-
     from patchspec_acme.strip_doc_strings import StripDocStringsPatch
 
     check_patch_type(StripDocStringsPatch, tmp_path, change=(make_model(doc_string="from acme-torch"), {}),
@@ -90,7 +89,6 @@ def test_strip_doc_strings_keeps_the_patch_contract(tmp_path):
 
 def test_max_nodes_keeps_the_verifier_contract(tmp_path):
     from patchspec.testing import check_verifier
-
     from patchspec_acme.max_nodes import MaxNodesVerifier
 
     check_verifier(MaxNodesVerifier, tmp_path / "small", make_model(depth=2), 10, expect="passed")
