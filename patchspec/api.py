@@ -36,6 +36,7 @@ from patchspec.model.external_data import (
     refuse_inline_overflow,
 )
 from patchspec.model.graph import (
+    ELEMENT_TYPES,
     Namer,
     NodeSite,
     ScopeIndex,
@@ -96,7 +97,8 @@ __all__ = [
     # messages
     "UsageError", "close_matches", "did_you_mean",
     # graphs
-    "Namer", "NodeSite", "ScopeIndex", "all_graphs", "all_names", "bodies", "constant_value", "default_opset", "fresh_name",
+    "ELEMENT_TYPES", "Namer", "NodeSite", "ScopeIndex", "all_graphs", "all_names", "bodies", "constant_value",
+    "default_opset", "fresh_name",
     "subgraphs", "uses_of", "walk_nodes",
     # node selection
     "SELECTOR_SCHEMA", "check_selector", "select_nodes",

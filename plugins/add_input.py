@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import onnx
-from onnx import TensorProto, helper
+from onnx import helper
 
 from patchspec import PatchResult, PatchType, hookimpl
-
-DTYPES = {name.lower(): value for name, value in TensorProto.DataType.items() if value != TensorProto.UNDEFINED}
-DTYPES.update({"float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE})
+from patchspec.api import ELEMENT_TYPES as DTYPES
 
 
 class AddInputPatch(PatchType):

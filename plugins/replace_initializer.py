@@ -17,6 +17,7 @@ from onnx import TensorProto, numpy_helper
 
 from patchspec import PatchResult, PatchType, hookimpl
 from patchspec.api import (
+    ELEMENT_TYPES,
     PINNED_DIMS,
     SELECTOR_SCHEMA,
     Namer,
@@ -35,9 +36,8 @@ from patchspec.api import (
 )
 from patchspec.api import expressions as ex
 
-DTYPES = {name.lower(): value for name, value in TensorProto.DataType.items()
-          if value not in (TensorProto.UNDEFINED, TensorProto.STRING)}
-DTYPES.update({"float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE})
+#: a value's element type: any but string (a shape or weight value is numeric)
+DTYPES = {name: value for name, value in ELEMENT_TYPES.items() if value != TensorProto.STRING}
 
 # no $ref: the fragment is embedded in the combined schema, where a local $defs would not resolve
 NUMBERS = {"anyOf": [{"type": "number"}, {"type": "boolean"}, {"type": "array", "minItems": 1}]}

@@ -49,3 +49,11 @@ def test_every_exported_name_exists_and_is_documented(module):
 def test_the_contract_carries_no_plugin_specific_state():
     fields = set(patchspec.PatchContext.__dataclass_fields__)
     assert fields == {"spec", "step", "model_dir", "state"}, fields
+
+
+def test_the_test_kit_docs_name_everything_the_kit_exports():
+    import patchspec.testing
+
+    text = (REPO / "docs" / "plugins.md").read_text(encoding="utf-8")
+    undocumented = [name for name in patchspec.testing.__all__ if f"`{name}" not in text]
+    assert not undocumented, f"docs/plugins.md (section 5) does not mention: {undocumented}"
