@@ -214,6 +214,7 @@ class _Run:
         self.rtol = float(compare.get("rtol", DEFAULT_RTOL))
         self.atol = float(compare.get("atol", DEFAULT_ATOL))
         self.tolerances = dict(DTYPE_TOLERANCES)
+        self.applied: dict[str, tuple[float, float]] = {}  # element type -> the tolerance used for its outputs
         for dtype, given in compare.get("tolerances", {}).items():
             rtol, atol = self.tolerances.get(dtype, (self.rtol, self.atol))
             self.tolerances[dtype] = (float(given.get("rtol", rtol)), float(given.get("atol", atol)))
@@ -287,7 +288,10 @@ class _Run:
         """compare.rtol/atol, or the tolerance of the coarser side's element type when it has one."""
         sides = [str(a.dtype) for a in (actual, expected) if str(a.dtype) in PRECISION]
         coarser = min(sides, key=PRECISION.index) if sides else None
-        return self.tolerances.get(coarser, (self.rtol, self.atol)) if coarser else (self.rtol, self.atol)
+        if coarser not in self.tolerances:
+            return self.rtol, self.atol
+        self.applied[coarser] = self.tolerances[coarser]
+        return self.tolerances[coarser]
 
     def _reference(self, case: dict, provider: str, feeds: dict, references: dict,
                    batched_ranks: dict) -> tuple[dict | None, float]:
@@ -305,6 +309,7 @@ class _Run:
         details = tuple(line for row in rows for line in row.lines())
         data = {"against": self.against, "split_batch": self.split_batch, "optimizations": self.optimizations,
                 "rtol": self.rtol, "atol": self.atol, "tolerances": {k: list(v) for k, v in self.tolerances.items()},
+                "applied_tolerances": {k: list(v) for k, v in self.applied.items()},
                 "results": [row.to_json() for row in rows]}
         failed = [row for row in rows if row.status == "fail"]
         ran = [row for row in rows if row.status == "pass"]
@@ -317,7 +322,8 @@ class _Run:
         if not ran:
             return VerifyResult("skipped", f"no listed provider can run here{tail}", details, data)
         worst = max((o.max_abs for row in ran for o in row.outputs), default=None)
-        error = "" if worst is None else f", max abs error {worst:.3g} (rtol {self.rtol:g}, atol {self.atol:g})"
+        used = "".join(f"; {dtype} outputs rtol {r:g}, atol {a:g}" for dtype, (r, a) in sorted(self.applied.items()))
+        error = "" if worst is None else f", max abs error {worst:.3g} (rtol {self.rtol:g}, atol {self.atol:g}{used})"
         cases = len({row.case for row in ran})
         levels = f" (optimizations {', '.join(self.optimizations)})" if len(self.optimizations) > 1 else ""
         return VerifyResult("passed", f"{cases} case(s) on {', '.join(sorted({r.provider for r in ran}))}{levels} "

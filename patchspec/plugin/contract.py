@@ -30,7 +30,8 @@ T = TypeVar("T")
 class StateKey(Generic[T]):
     """A typed slot in :class:`RunState`. Define one at module level and import it where it is used.
 
-    ``name`` says whose it is (prefix it with your distribution's name: ``"acme.seen_casts"``);
+    ``name`` says whose it is: start it with your plugin's prefix, as its type names do
+    (``"acme.seen_casts"``);
     ``initial`` makes the value the slot holds until someone sets it (``dict``, ``list``, or
     ``lambda: None``). Two keys are the same slot only if they are the same object.
     """

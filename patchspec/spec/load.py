@@ -88,12 +88,26 @@ def _check_envelope(document: YamlDocument) -> list[SpecProblem]:
     for error in validator.iter_errors(data):
         if error.validator == "additionalProperties":
             continue  # reported above, with suggestions
-        problems.append(_schema_problem(document, (), "", error))
+        bare = _bare_step(document, error)
+        problems.append(bare if bare is not None else _schema_problem(document, (), "", error))
         if error.absolute_path and error.absolute_path[0] in ("patches", "verify"):
             structural = True  # the steps cannot be read: report what was found so far
     if structural:
         raise SpecError(problems)
     return problems
+
+
+def _bare_step(document: YamlDocument, error: jsonschema.ValidationError) -> SpecProblem | None:
+    """A step written as a bare name (``- check``) or a bare value: say how to write it."""
+    path = tuple(error.absolute_path)
+    if len(path) != 2 or path[0] not in ("patches", "verify") or error.validator != "type":
+        return None
+    section, index = path
+    value = error.instance
+    example = f"{value}: {{}}" if isinstance(value, str) else "TYPE: {...}"
+    message = (f"{value!r} is not a step: each item is a mapping with one key, the type "
+               f"(write '- {example}', or '- TYPE: VALUE' for a type with a shorthand)")
+    return document.problem(path, f"{section}[{index}]", message)
 
 
 def _steps(document: YamlDocument, section: str, registry: PluginRegistry, problems: list):

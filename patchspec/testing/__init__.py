@@ -269,7 +269,7 @@ except ImportError:  # pragma: no cover - pytest is not installed
     pass
 
 
-from patchspec.testing.checks import check_patch_type, check_verifier, schema_problems  # noqa: E402
+from patchspec.testing.checks import check_patch_type, check_verifier, schema_problems, verify_context  # noqa: E402
 
 __all__ = ["IR_VERSION", "SPEC_HEADER", "SpecRun", "check_patch_type", "check_verifier", "make_model", "patch_context",
-           "registered", "run_cli", "run_spec", "schema_problems"]
+           "registered", "run_cli", "run_spec", "schema_problems", "verify_context"]

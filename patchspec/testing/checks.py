@@ -23,7 +23,7 @@ from typing import Any
 import jsonschema
 import onnx
 
-from patchspec.errors import PatchError
+from patchspec.errors import PatchError, VerifierFailed
 from patchspec.plugin.contract import (
     PatchContext,
     PatchResult,
@@ -100,7 +100,10 @@ def check_patch_type(cls: type[PatchType], folder: Path | str, *, change: Case |
         patched, result = _apply(cls, folder, *noop)
         assert not result.modified, f"{cls.name}: the no-op case reported modified=True: {result.summary}"
         assert _bytes(patched) == _bytes(noop[0]), f"{cls.name}: modified=False, but the model changed"
-    for model, params in refused:
+    for case in refused:
+        assert isinstance(case, tuple) and len(case) == 2, \
+            f"{cls.name}: each refused case is a (model, params) pair, got {type(case).__name__}"
+        model, params = case
         copy = _copy(model)
         try:
             result = cls().apply(copy, _params(cls, params), _context(cls, params, folder))
@@ -121,10 +124,11 @@ def check_verifier(cls: type[Verifier], folder: Path | str, model: onnx.ModelPro
     path = folder / "model.onnx"
     onnx.save(model, str(path))
     before_files, before_model = _files(folder), _bytes(model)
-    step = Step("verify", 0, cls.name, _params(cls, params))
-    context = VerifyContext(_CheckSpec(folder), step, output_path=path, original_path=path,  # type: ignore[arg-type]
-                            model=model)
-    result = cls().verify(step.params, context)
+    context = verify_context(cls.name, params if isinstance(params, dict) else _params(cls, params), path, model)
+    try:
+        result = cls().verify(_params(cls, params), context)
+    except VerifierFailed as stopped:  # context.fail: a failed verdict, as the engine records it
+        result = VerifyResult("failed", stopped.summary, (f"hint: {stopped.hint}",) if stopped.hint else ())
     assert isinstance(result, VerifyResult), f"{cls.name}: verify() returned {type(result).__name__}, not a VerifyResult"
     assert result.status in ("passed", "failed", "skipped"), f"{cls.name}: unknown status {result.status!r}"
     assert isinstance(result.summary, str) and result.summary and "\n" not in result.summary, \
@@ -133,6 +137,17 @@ def check_verifier(cls: type[Verifier], folder: Path | str, model: onnx.ModelPro
     assert _files(folder) == before_files, f"{cls.name}: the verifier changed files next to the model"
     assert expect is None or result.status == expect, f"{cls.name}: expected {expect}, got {result.status}: {result.summary}"
     return result
+
+
+def verify_context(type_name: str, params: dict | None, output: Path | str, model: onnx.ModelProto | None = None,
+                   *, original: Path | str | None = None) -> VerifyContext:
+    """A ``VerifyContext`` to call ``verify`` directly in a unit test: ``output`` (and ``original``,
+    default the same file) are model paths; ``context.fail`` raises ``patchspec.VerificationFailed``."""
+    output = Path(output)
+    step = Step("verify", 0, type_name, dict(params or {}))
+    loaded = model if model is not None else onnx.load(str(output), load_external_data=False)
+    return VerifyContext(_CheckSpec(output.parent), step, output_path=output,  # type: ignore[arg-type]
+                         original_path=Path(original) if original is not None else output, model=loaded)
 
 
 # -- helpers -------------------------------------------------------------------------------------------
@@ -197,4 +212,4 @@ def _files(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-__all__ = ["check_declaration", "check_patch_type", "check_verifier", "schema_problems"]
+__all__ = ["check_declaration", "check_patch_type", "check_verifier", "schema_problems", "verify_context"]

@@ -235,3 +235,24 @@ def test_the_contract_checks_catch_a_lying_patch(tmp_path):
     Liar.params_schema = {"type": "object", "properties": {"x": {"type": "integer"}}}
     with pytest.raises(AssertionError, match="not 'additionalProperties': false"):
         check_patch_type(Liar, tmp_path, noop=(make_model(), {}))
+
+
+def test_check_verifier_counts_context_fail_as_a_failed_verdict(tmp_path):
+    from patchspec import Verifier
+    from patchspec.testing import check_verifier, verify_context
+
+    class Gate(Verifier):
+        name = "gate.closed"
+        description = "Always fails through context.fail."
+        params_schema = {"type": "object", "properties": {}, "additionalProperties": False}
+
+        def verify(self, params, context):
+            context.fail("gate closed", hint="open it")
+
+    result = check_verifier(Gate, tmp_path, make_model(), {}, expect="failed")
+    assert result.summary == "gate closed" and result.details == ("hint: open it",)
+    from patchspec import VerificationFailed
+
+    onnx.save(make_model(), str(tmp_path / "m.onnx"))
+    with pytest.raises(VerificationFailed, match="gate closed"):
+        Gate().verify({}, verify_context("gate.closed", {}, tmp_path / "m.onnx"))

@@ -400,7 +400,8 @@ def test_fp16_output_is_compared_with_the_fp32_original_cast_per_side(tmp_path, 
     result, report = apply(tmp_path / "default", run_cli, fp16, verify, {"fp32.onnx": fp32})
     assert result.exit_code == 0, result.output  # the fp16 tolerance applies, not fp32's 1e-4
     data = run_data(report)["data"]
-    assert data["tolerances"]["float16"] == [1e-2, 1e-3]
+    assert data["tolerances"]["float16"] == [1e-2, 1e-3] and data["applied_tolerances"] == {"float16": [1e-2, 1e-3]}
+    assert "float16 outputs rtol 0.01, atol 0.001" in result.stdout
     worst = max(o["max_abs"] for row in data["results"] for o in row["outputs"])
     assert 0 < worst < 1e-2  # it did compare values, and fp16 rounding shows
 

@@ -229,3 +229,11 @@ def test_command_line_overrides_are_relative_to_the_cwd(tmp_path, run_cli):
     assert result.exit_code == 0, result.output
     assert (tmp_path / "build" / "o.onnx").is_file()
     assert not (tmp_path / "specs" / "nothere_out.onnx").exists()
+
+
+def test_a_step_written_as_a_bare_name_says_how_to_write_it(tmp_path, run_cli):
+    small_model(tmp_path, "m.onnx")
+    spec = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches: []\nverify:\n  - check\n")
+    result = run_cli("apply", spec)
+    assert result.exit_code == 2, result.output
+    assert "spec.yaml:6:5: verify[0]: 'check' is not a step" in result.stderr and "'- check: {}'" in result.stderr
