@@ -224,15 +224,18 @@ class Engine:
         return report
 
     def digest(self, loaded: LoadedInput, no_verify: bool) -> str:
-        """Hash of everything the output depends on: spec text, model and data bytes, versions."""
+        """Hash of everything the output depends on: spec text, model and data bytes, the bytes of the
+        files steps read, versions. Files enter by content and by the name the spec gives them, never
+        by absolute path, so two checkouts at different folders build the same bytes
+        (docs/build-systems.md lists what enters)."""
         sha = hashlib.sha256()
         sha.update(f"patchspec {__version__}\nno_verify {no_verify}\n".encode())
         sha.update(loaded.spec.text_digest.encode())
         for path in [loaded.model_path, *loaded.data_paths]:
             sha.update(f"\n{path.name}\n".encode())
             sha.update(_file_digest(path).encode())
-        for path in self.step_dependencies(loaded.spec):
-            sha.update(f"\n{path}\n".encode())
+        for written, path in self.written_dependencies(loaded.spec):
+            sha.update(f"\n{written}\n".encode())
             sha.update(_file_digest(path).encode())
         for step in (*loaded.spec.patches, *loaded.spec.verify):
             kind = "patch type" if step.section == "patches" else "verifier"
@@ -242,13 +245,17 @@ class Engine:
 
     def step_dependencies(self, spec: Spec) -> list[Path]:
         """Files the spec's patches and verifiers read besides the models (npy inputs, references)."""
-        found = []
+        return [path for _, path in self.written_dependencies(spec)]
+
+    def written_dependencies(self, spec: Spec) -> list[tuple[str, Path]]:
+        """Each step dependency as the spec writes it (``data/x.npz``) and where it is."""
+        found: dict[Path, str] = {}
         for step in (*spec.patches, *spec.verify):
             table = self.registry.patch_types if step.section == "patches" else self.registry.verifiers
             for relative in table[step.type_name]().dependencies(step.params):
                 if relative not in ("original", "none"):
-                    found.append((spec.folder / relative).resolve())
-        return list(dict.fromkeys(found))
+                    found.setdefault((spec.folder / relative).resolve(), Path(relative).as_posix())
+        return [(written, path) for path, written in found.items()]
 
     # -- plugin calls ---------------------------------------------------------------------------------
     def _call_plugin(self, kind: str, context: StepContext, call):

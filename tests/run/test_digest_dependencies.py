@@ -45,3 +45,25 @@ def test_depfile_lists_verifier_inputs(tmp_path, run_cli):
     assert result.exit_code == 0, result.output
     text = depfile.read_text()
     assert "x.npy" in text and "ref.npz" in text and "m.onnx" in text
+
+
+def test_two_checkouts_at_different_folders_build_identical_bytes(tmp_path, run_cli):
+    """Issue 11: the digest stamped in the output hashed the verifier files' absolute paths."""
+    outputs = []
+    for checkout in ("clone_a", "somewhere/else/clone_b"):
+        folder = tmp_path / checkout
+        folder.mkdir(parents=True)
+        spec = _setup(folder, 1.0)
+        result = run_cli("apply", spec, cwd=folder)
+        assert result.exit_code == 0, result.output
+        outputs.append((folder / "out" / "m2.onnx").read_bytes())
+    assert outputs[0] == outputs[1]
+
+
+def test_delete_and_rebuild_gives_identical_bytes(tmp_path, run_cli):
+    spec = _setup(tmp_path, 1.0)
+    assert run_cli("apply", spec).exit_code == 0
+    first = (tmp_path / "out" / "m2.onnx").read_bytes()
+    (tmp_path / "out" / "m2.onnx").unlink()
+    assert run_cli("apply", spec).exit_code == 0
+    assert (tmp_path / "out" / "m2.onnx").read_bytes() == first
