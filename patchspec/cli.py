@@ -81,25 +81,26 @@ def apply(state: _State, specs, model, output, force, no_verify, depfile, report
     if (model or output) and len(specs) != 1:
         raise UsageError("--model and --output need exactly one spec")
     state.verbosity = -1 if quiet else state.verbosity + verbose  # the contract puts -q/-v after 'apply' too
-    registry = _registry()
-    engine = _engine(state, registry, strict_paths)
-    loaded_specs = [load_spec(path, registry) for path in specs]  # every spec valid before any work
-    reports = []
-    for spec in loaded_specs:
-        report = RunReport(str(spec.path), str(model or spec.model), str(output or spec.output))
-        reports.append(report)
-        state.echo(f"patchspec {spec.path}")
-        try:
+    reports: list[RunReport] = []
+    try:
+        registry = _registry()
+        engine = _engine(state, registry, strict_paths)
+        loaded_specs = [load_spec(path, registry) for path in specs]  # every spec valid before any work
+        for spec in loaded_specs:
+            report = RunReport(str(spec.path), str(model or spec.model), str(output or spec.output))
+            reports.append(report)
+            state.echo(f"patchspec {spec.path}")
             engine.apply(spec, model=model, output=output, force=force, no_verify=no_verify, report=report)
-        except PatchspecError as exc:
-            report.status, report.error = "failed", str(exc)
-            _write_report(report_path, reports)
-            raise
-        if report.status in ("written", "unchanged"):
-            state.echo(f"wrote {report.output}" if report.status == "written" else f"{report.output}: unchanged (identical bytes)")
-        if depfile:
-            _write_depfile(depfile, report, spec, model, output)
-    _write_report(report_path, reports)
+            if report.status in ("written", "unchanged"):
+                state.echo(f"wrote {report.output}" if report.status == "written" else f"{report.output}: unchanged (identical bytes)")
+            if depfile:
+                _write_depfile(depfile, report, spec, model, output)
+    except BaseException as exc:  # the report says how the run ended, whatever ended it
+        if reports and reports[-1].status not in ("written", "unchanged", "up to date"):
+            reports[-1].status, reports[-1].error = "failed", str(exc) or type(exc).__name__
+        _write_report(report_path, reports, exit_code_of(exc), None if reports else str(exc))
+        raise
+    _write_report(report_path, reports, 0)
 
 
 @cli.command()
@@ -250,11 +251,19 @@ def _make_escape(path: Path) -> str:
     return str(path).replace("\\", "\\\\").replace(" ", "\\ ").replace("#", "\\#").replace("$", "$$")
 
 
-def _write_report(report_path: Path | None, reports: list[RunReport]) -> None:
+def _write_report(report_path: Path | None, reports: list[RunReport], exit_code: int, error: str | None = None) -> None:
+    """The JSON report: the process's exit code and patchspec's version, then one run per spec (its
+    fields at the top level when there is one spec); written on every exit, interrupts included."""
     if report_path is None:
         return
-    payload = reports[0].to_json() if len(reports) == 1 else {"runs": [r.to_json() for r in reports]}
-    _atomic_write_text(report_path, json.dumps(payload, indent=2) + "\n")
+    payload: dict = {"exit_code": exit_code, "version": __version__}
+    payload.update(reports[0].to_json() if len(reports) == 1 else {"runs": [r.to_json() for r in reports]})
+    if error is not None:
+        payload["error"] = error
+    try:
+        _atomic_write_text(report_path, json.dumps(payload, indent=2) + "\n")
+    except OSError as exc:  # the report must not hide the run's own outcome
+        click.echo(f"{report_path}: cannot write the report: {exc.strerror or exc}", err=True)
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
@@ -265,6 +274,21 @@ def _atomic_write_text(path: Path, text: str) -> None:
 
 def _raise_interrupt(signum, frame):
     raise Interrupted(signum)
+
+
+def exit_code_of(exc: BaseException) -> int:
+    """The exit code ``main`` turns ``exc`` into (the contract's table)."""
+    if isinstance(exc, click.exceptions.Exit):
+        return int(exc.exit_code)
+    if isinstance(exc, click.ClickException):
+        return 2
+    if isinstance(exc, (click.exceptions.Abort, KeyboardInterrupt)):
+        return 130
+    if isinstance(exc, Interrupted):
+        return int(exc.exit_code)
+    if isinstance(exc, PatchspecError):
+        return int(exc.exit_code)
+    return EXIT_INTERNAL
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -62,6 +62,7 @@ class RunReport:
     #: every file the output depends on besides the spec: model, its data files, verifier inputs
     inputs: list[str] = field(default_factory=list)
     error: str | None = None
+    digest: str | None = None  # the output's digest, once computed
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -193,6 +194,7 @@ class Engine:
             # hashing gigabytes of weights overlaps the patches and the copy unless an existing
             # output's digest must be compared first
             digest = pool.submit(self.digest, loaded, no_verify)
+            digest.add_done_callback(lambda done: setattr(report, "digest", done.result()) if not done.exception() else None)
             if existing is not None and existing == digest.result():
                 report.status = "up to date"
                 self.echo(f"{loaded.output_path}: up to date")
