@@ -12,7 +12,15 @@ from pathlib import Path
 import click
 
 from patchspec import __version__
-from patchspec.errors import EXIT_INTERNAL, Interrupted, PatchspecError, PluginError, UsageError, did_you_mean
+from patchspec.errors import (
+    EXIT_INTERNAL,
+    EXIT_STALE,
+    Interrupted,
+    PatchspecError,
+    PluginError,
+    UsageError,
+    did_you_mean,
+)
 from patchspec.plugin.registry import DISABLE_ENV, PluginRegistry
 from patchspec.run.engine import Engine, RunReport
 from patchspec.spec.load import combined_schema, load_spec
@@ -64,6 +72,8 @@ def _engine(state: _State, registry: PluginRegistry, strict_paths: bool = False)
 @click.option("--model", type=click.Path(path_type=Path), help="Input model instead of the spec's (one spec only).")
 @click.option("--output", type=click.Path(path_type=Path), help="Output path instead of the spec's (one spec only).")
 @click.option("--force", is_flag=True, help="Rebuild even when the output is up to date.")
+@click.option("--check", "check_only", is_flag=True,
+              help="Write nothing: exit 0 when every output is up to date, 6 when one is missing or stale.")
 @click.option("--no-verify", is_flag=True, help="Skip the spec's verifiers.")
 @click.option("--depfile", type=click.Path(path_type=Path), help="Write a Make-format dependency file.")
 @click.option("--report", "report_path", type=click.Path(path_type=Path), help="Write a JSON report of the run.")
@@ -71,7 +81,8 @@ def _engine(state: _State, registry: PluginRegistry, strict_paths: bool = False)
 @click.option("-v", "--verbose", "verbose", count=True, help="More detail; tracebacks on errors.")
 @click.option("-q", "--quiet", "quiet", is_flag=True, help="Only errors.")
 @click.pass_obj
-def apply(state: _State, specs, model, output, force, no_verify, depfile, report_path, strict_paths, verbose, quiet) -> None:
+def apply(state: _State, specs, model, output, force, check_only, no_verify, depfile, report_path, strict_paths,
+          verbose, quiet) -> None:
     """Apply SPEC(s): patch, verify, and write the output atomically.
 
     The output is written to a temporary folder beside it and moved into place only when every
@@ -80,6 +91,12 @@ def apply(state: _State, specs, model, output, force, no_verify, depfile, report
     """
     if (model or output) and len(specs) != 1:
         raise UsageError("--model and --output need exactly one spec")
+    if check_only and (force or depfile or report_path):
+        raise UsageError("--check writes nothing: it does not take --force, --depfile or --report")
+    if check_only:
+        state.verbosity = -1 if quiet else state.verbosity + verbose
+        _check(state, specs, model, output, no_verify, strict_paths)
+        return
     state.verbosity = -1 if quiet else state.verbosity + verbose  # the contract puts -q/-v after 'apply' too
     reports: list[RunReport] = []
     try:
@@ -251,6 +268,24 @@ def _make_escape(path: Path) -> str:
     return str(path).replace("\\", "\\\\").replace(" ", "\\ ").replace("#", "\\#").replace("$", "$$")
 
 
+def _check(state: _State, specs, model, output, no_verify: bool, strict_paths: bool) -> None:
+    """apply --check: one line per output; exit 6 when any would be rebuilt."""
+    registry = _registry()
+    engine = _engine(state, registry, strict_paths)
+    stale = []
+    for spec in [load_spec(path, registry) for path in specs]:
+        verdict, reasons = engine.check(spec, model=model, output=output, no_verify=no_verify)
+        target = output or spec.output
+        if verdict == "up to date":
+            state.echo(f"{target}: up to date")
+            continue
+        stale.append(f"{target}: {verdict}" + (f" ({'; '.join(reasons)})" if reasons else ""))
+    for line in stale:
+        click.echo(line)
+    if stale:
+        raise click.exceptions.Exit(EXIT_STALE)
+
+
 def _write_report(report_path: Path | None, reports: list[RunReport], exit_code: int, error: str | None = None) -> None:
     """The JSON report: the process's exit code and patchspec's version, then one run per spec (its
     fields at the top level when there is one spec); written on every exit, interrupts included."""
@@ -296,8 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     verbose = any(a in ("-v", "--verbose") or (a.startswith("-v") and set(a[1:]) == {"v"}) for a in (argv or sys.argv[1:]))
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        cli.main(args=argv, prog_name="patchspec", standalone_mode=False)
-        return 0
+        returned = cli.main(args=argv, prog_name="patchspec", standalone_mode=False)
+        return returned if isinstance(returned, int) else 0  # click hands back an Exit's code here
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.ClickException as exc:

@@ -16,6 +16,8 @@ EXIT_INVALID_SPEC = 2
 EXIT_BAD_FILE = 3
 EXIT_PATCH_FAILED = 4
 EXIT_INTERNAL = 5
+#: `apply --check`: some output is missing or would be rebuilt (nothing was written)
+EXIT_STALE = 6
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
 

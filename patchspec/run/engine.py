@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +39,8 @@ from patchspec.spec.steps import Spec, Step
 
 VERSION_KEY = "patchspec.version"
 DIGEST_KEY = "patchspec.digest"
+#: what the digest was made of, part by part (JSON), so a stale output can name the input that changed
+INPUTS_KEY = "patchspec.inputs"
 
 
 @dataclass
@@ -193,16 +196,17 @@ class Engine:
         with ThreadPoolExecutor(max_workers=1) as pool:
             # hashing gigabytes of weights overlaps the patches and the copy unless an existing
             # output's digest must be compared first
-            digest = pool.submit(self.digest, loaded, no_verify)
-            digest.add_done_callback(lambda done: setattr(report, "digest", done.result()) if not done.exception() else None)
-            if existing is not None and existing == digest.result():
+            parts = pool.submit(self.digest_parts, loaded, no_verify)
+            parts.add_done_callback(
+                lambda done: setattr(report, "digest", digest_of(done.result())) if not done.exception() else None)
+            if existing is not None and existing == digest_of(parts.result()):
                 report.status = "up to date"
                 self.echo(f"{loaded.output_path}: up to date")
                 return report
             patched, layout = self.patch(loaded, report)
             layout = layout or default_layout(patched, loaded.output_path, original=loaded.model)
             refuse_input_overwrite(layout, loaded.output_path, [loaded.model_path, *loaded.data_paths])
-            return self._write_and_commit(loaded, patched, layout, lambda out: _stamp(out, digest.result()),
+            return self._write_and_commit(loaded, patched, layout, lambda out: _stamp(out, parts.result()),
                                           no_verify, report)
 
     def _write_and_commit(self, loaded: LoadedInput, patched, layout: Layout, stamp, no_verify: bool,
@@ -225,25 +229,43 @@ class Engine:
         report.status = "written" if changed else "unchanged"
         return report
 
-    def digest(self, loaded: LoadedInput, no_verify: bool) -> str:
-        """Hash of everything the output depends on: spec text, model and data bytes, the bytes of the
-        files steps read, versions. Files enter by content and by the name the spec gives them, never
-        by absolute path, so two checkouts at different folders build the same bytes
-        (docs/build-systems.md lists what enters)."""
-        sha = hashlib.sha256()
-        sha.update(f"patchspec {__version__}\nno_verify {no_verify}\n".encode())
-        sha.update(loaded.spec.text_digest.encode())
-        for path in [loaded.model_path, *loaded.data_paths]:
-            sha.update(f"\n{path.name}\n".encode())
-            sha.update(_file_digest(path).encode())
+    def digest_parts(self, loaded: LoadedInput, no_verify: bool) -> dict[str, str]:
+        """Each thing the output depends on, by a name that says what it is, with its hash or version:
+        the spec text, model and data bytes, the bytes of the files steps read, patchspec's and each
+        plugin's version. Files enter by content and by the name the spec gives them, never by
+        absolute path, so two checkouts at different folders build the same bytes (docs/cli.md)."""
+        parts = {"patchspec": f"{__version__} no_verify={no_verify}", "spec": loaded.spec.text_digest,
+                 f"model {loaded.model_path.name}": _file_digest(loaded.model_path)}
+        for path in loaded.data_paths:
+            parts[f"data {path.name}"] = _file_digest(path)
         for written, path in self.written_dependencies(loaded.spec):
-            sha.update(f"\n{written}\n".encode())
-            sha.update(_file_digest(path).encode())
+            parts[f"file {written}"] = _file_digest(path)
         for step in (*loaded.spec.patches, *loaded.spec.verify):
             kind = "patch type" if step.section == "patches" else "verifier"
             owner = self.registry.owner(kind, step.type_name)
-            sha.update(f"\n{step.type_name}={owner.distribution if owner else '?'} {owner.version if owner else '?'}".encode())
-        return sha.hexdigest()
+            parts[f"plugin {step.type_name}"] = f"{owner.distribution} {owner.version}" if owner else "?"
+        return parts
+
+    def check(self, spec: Spec, *, model: Path | None = None, output: Path | None = None,
+              no_verify: bool = False) -> tuple[str, list[str]]:
+        """Whether ``apply`` would rebuild, without writing anything: ("up to date" | "missing" |
+        "stale", what changed since the output was built)."""
+        loaded = self.load_input(spec, model, output)
+        stamped = _existing_stamp(loaded.output_path)
+        if stamped is None and loaded.output_path.exists():
+            return "stale", ["the output is incomplete (a data file missing or short) or not written by patchspec"]
+        if stamped is None:
+            return "missing", []
+        parts = self.digest_parts(loaded, no_verify)
+        digest, built_from = stamped
+        if digest == digest_of(parts):
+            return "up to date", []
+        if built_from is None:
+            return "stale", ["built by a patchspec that did not record its inputs"]
+        changed = [f"{name} changed" for name in parts if name in built_from and built_from[name] != parts[name]]
+        changed += [f"{name} is new" for name in parts if name not in built_from]
+        changed += [f"{name} is gone" for name in built_from if name not in parts]
+        return "stale", changed or ["the digest differs"]
 
     def step_dependencies(self, spec: Spec) -> list[Path]:
         """Files the spec's patches and verifiers read besides the models (npy inputs, references)."""
@@ -340,17 +362,28 @@ def _file_digest(path: Path) -> str:
     return sha.hexdigest()
 
 
-def _stamp(model: onnx.ModelProto, digest: str) -> None:
-    keep = [p for p in model.metadata_props if p.key not in (VERSION_KEY, DIGEST_KEY)]
+def digest_of(parts: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def _stamp(model: onnx.ModelProto, parts: dict[str, str]) -> None:
+    keep = [p for p in model.metadata_props if p.key not in (VERSION_KEY, DIGEST_KEY, INPUTS_KEY)]
     del model.metadata_props[:]
     model.metadata_props.extend(keep)
-    for key, value in ((VERSION_KEY, __version__), (DIGEST_KEY, digest)):
+    stamps = ((VERSION_KEY, __version__), (DIGEST_KEY, digest_of(parts)), (INPUTS_KEY, json.dumps(parts, sort_keys=True)))
+    for key, value in stamps:
         entry = model.metadata_props.add()
         entry.key, entry.value = key, value
 
 
 def _existing_digest(output: Path) -> str | None:
     """The digest stamped in an existing output, if it and its data files look complete."""
+    stamped = _existing_stamp(output)
+    return stamped[0] if stamped else None
+
+
+def _existing_stamp(output: Path) -> tuple[str, dict | None] | None:
+    """(digest, the parts it was made of) of an existing, complete output; None if there is none."""
     if not output.is_file():
         return None
     try:
@@ -358,7 +391,11 @@ def _existing_digest(output: Path) -> str | None:
         validate_external_data(model, output, verify_checksums=False)  # sizes suffice to see it is whole
     except Exception:
         return None
-    for prop in model.metadata_props:
-        if prop.key == DIGEST_KEY:
-            return prop.value
-    return None
+    props = {prop.key: prop.value for prop in model.metadata_props}
+    if DIGEST_KEY not in props:
+        return None
+    try:
+        parts = json.loads(props[INPUTS_KEY]) if INPUTS_KEY in props else None
+    except ValueError:
+        parts = None
+    return props[DIGEST_KEY], parts if isinstance(parts, dict) else None

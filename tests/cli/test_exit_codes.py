@@ -290,7 +290,7 @@ def test_unexpected_exception_in_patchspec_is_one_line_exit_5(project, run_cli, 
     def broken_digest(self, loaded, no_verify):
         raise AttributeError("boom in core")
 
-    monkeypatch.setattr(patchspec.run.engine.Engine, "digest", broken_digest)
+    monkeypatch.setattr(patchspec.run.engine.Engine, "digest_parts", broken_digest)
     before_tree, before = tree(project), snapshot(project / "spec.yaml", project / "m.onnx")
     result = run_cli("apply", project / "spec.yaml")
     assert_failed_cleanly(result, 5, project, before_tree, before, "internal error: AttributeError: boom in core",
