@@ -34,6 +34,7 @@ from patchspec.model.io import FileStamp, load_model
 from patchspec.plugin.contract import PatchContext, PatchResult, RunState, StepContext, VerifyContext, VerifyResult
 from patchspec.plugin.registry import PluginInfo, PluginRegistry, plugin_failure
 from patchspec.run.staging import Staging
+from patchspec.run.statcache import StatCache, file_sha256
 from patchspec.shapes.annotations import untyped_annotations
 from patchspec.spec.steps import Spec, Step
 
@@ -192,22 +193,31 @@ class Engine:
         loaded = self.load_input(spec, model, output)
         report = report or RunReport(str(spec.path), str(loaded.model_path), str(loaded.output_path))
         report.inputs = [str(p) for p in [loaded.model_path, *loaded.data_paths, *self.step_dependencies(spec)]]
-        existing = None if force else _existing_digest(loaded.output_path)
+        cache = StatCache.beside(loaded.output_path)
+        cached = None if force else cache.output_digest()
+        existing = cached or (None if force else _existing_digest(loaded.output_path))
         with ThreadPoolExecutor(max_workers=1) as pool:
             # hashing gigabytes of weights overlaps the patches and the copy unless an existing
-            # output's digest must be compared first
-            parts = pool.submit(self.digest_parts, loaded, no_verify)
+            # output's digest must be compared first (the stat cache makes that a stat per file)
+            parts = pool.submit(self.digest_parts, loaded, no_verify, cache)
             parts.add_done_callback(
                 lambda done: setattr(report, "digest", digest_of(done.result())) if not done.exception() else None)
             if existing is not None and existing == digest_of(parts.result()):
                 report.status = "up to date"
                 self.echo(f"{loaded.output_path}: up to date")
+                if cached is None:  # found by reading the output: remember it, so the next check is a stat
+                    cache.record_output([loaded.output_path, *_output_data_files(loaded.output_path)], existing)
+                if cached is None or cache.hashed:
+                    cache.save()
                 return report
             patched, layout = self.patch(loaded, report)
             layout = layout or default_layout(patched, loaded.output_path, original=loaded.model)
             refuse_input_overwrite(layout, loaded.output_path, [loaded.model_path, *loaded.data_paths])
-            return self._write_and_commit(loaded, patched, layout, lambda out: _stamp(out, parts.result()),
-                                          no_verify, report)
+            self._write_and_commit(loaded, patched, layout, lambda out: _stamp(out, parts.result()),
+                                   no_verify, report)
+        cache.record_output([Path(name) for name in report.files], digest_of(parts.result()))
+        cache.save()
+        return report
 
     def _write_and_commit(self, loaded: LoadedInput, patched, layout: Layout, stamp, no_verify: bool,
                           report: RunReport) -> RunReport:
@@ -229,17 +239,19 @@ class Engine:
         report.status = "written" if changed else "unchanged"
         return report
 
-    def digest_parts(self, loaded: LoadedInput, no_verify: bool) -> dict[str, str]:
+    def digest_parts(self, loaded: LoadedInput, no_verify: bool, cache: StatCache | None = None) -> dict[str, str]:
         """Each thing the output depends on, by a name that says what it is, with its hash or version:
         the spec text, model and data bytes, the bytes of the files steps read, patchspec's and each
         plugin's version. Files enter by content and by the name the spec gives them, never by
-        absolute path, so two checkouts at different folders build the same bytes (docs/cli.md)."""
+        absolute path, so two checkouts at different folders build the same bytes (docs/cli.md).
+        With a stat cache, a file whose identity did not change is not read again."""
+        sha256 = cache.sha256 if cache is not None else file_sha256
         parts = {"patchspec": f"{__version__} no_verify={no_verify}", "spec": loaded.spec.text_digest,
-                 f"model {loaded.model_path.name}": _file_digest(loaded.model_path)}
+                 f"model {loaded.model_path.name}": sha256(loaded.model_path)}
         for path in loaded.data_paths:
-            parts[f"data {path.name}"] = _file_digest(path)
+            parts[f"data {path.name}"] = sha256(path)
         for written, path in self.written_dependencies(loaded.spec):
-            parts[f"file {written}"] = _file_digest(path)
+            parts[f"file {written}"] = sha256(path)
         for step in (*loaded.spec.patches, *loaded.spec.verify):
             kind = "patch type" if step.section == "patches" else "verifier"
             owner = self.registry.owner(kind, step.type_name)
@@ -251,12 +263,13 @@ class Engine:
         """Whether ``apply`` would rebuild, without writing anything: ("up to date" | "missing" |
         "stale", what changed since the output was built)."""
         loaded = self.load_input(spec, model, output)
+        cache = StatCache.beside(loaded.output_path)  # read, never written: --check writes nothing
         stamped = _existing_stamp(loaded.output_path)
         if stamped is None and loaded.output_path.exists():
             return "stale", ["the output is incomplete (a data file missing or short) or not written by patchspec"]
         if stamped is None:
             return "missing", []
-        parts = self.digest_parts(loaded, no_verify)
+        parts = self.digest_parts(loaded, no_verify, cache)
         digest, built_from = stamped
         if digest == digest_of(parts):
             return "up to date", []
@@ -352,14 +365,12 @@ def _refuse_same_file(model: Path, output: Path) -> None:
                          "choose another 'output' (e.g. under build/)")
 
 
-def _file_digest(path: Path) -> str:
-    if not path.is_file():
-        return "missing"
-    sha = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            sha.update(block)
-    return sha.hexdigest()
+def _output_data_files(output: Path) -> list[Path]:
+    try:
+        model = onnx.load(str(output), load_external_data=False)
+        return data_files(validate_external_data(model, output, verify_checksums=False))
+    except Exception:  # the up-to-date check already read it; a cache without them only costs a parse
+        return []
 
 
 def digest_of(parts: dict[str, str]) -> str:

@@ -1,0 +1,103 @@
+"""The stat cache: the hashes of a build's inputs, remembered by each file's identity.
+
+As ninja's log and git's index do, a build keeps, for every file it hashed, its size, mtime_ns,
+inode and ctime_ns next to the hash. The next run takes a file whose four values are unchanged to
+have the same content and skips reading it; any change, a ``touch`` included, costs one re-hash
+(and a touch without a content change is still up to date). The output's own identity and digest
+are kept too, so an up-to-date check does not even parse the output.
+
+The cache is a file beside the output (``.NAME.patchspec-cache.json``), written after a build or a
+no-op that found the output up to date, atomically and on a best-effort basis. It is never part of
+the output's bytes or digest; a missing, foreign or damaged cache only means hashing everything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+#: the cache file's format; another version is ignored (and rewritten)
+FORMAT = 1
+
+
+def cache_path(output: Path) -> Path:
+    return output.with_name(f".{output.name}.patchspec-cache.json")
+
+
+def identity(path: Path) -> list[int] | None:
+    """(size, mtime_ns, inode, ctime_ns), or None when the file cannot be stat'ed."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]
+
+
+def file_sha256(path: Path) -> str:
+    if not path.is_file():
+        return "missing"
+    sha = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            sha.update(block)
+    return sha.hexdigest()
+
+
+class StatCache:
+    """File hashes by identity, and the output's identity and digest, for one output."""
+
+    def __init__(self, output: Path, data: dict | None = None) -> None:
+        self.output = output
+        self.files: dict[str, dict] = dict((data or {}).get("files", {}))
+        self.built: dict = dict((data or {}).get("output", {}))
+        self.hashed: list[str] = []  # files this run had to read (for messages and tests)
+
+    @classmethod
+    def beside(cls, output: Path) -> StatCache:
+        try:
+            data = json.loads(cache_path(output).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return cls(output)
+        return cls(output, data if isinstance(data, dict) and data.get("format") == FORMAT else None)
+
+    def sha256(self, path: Path) -> str:
+        """The file's hash: remembered when its identity is unchanged, else read (and remembered)."""
+        key, now = str(path.absolute()), identity(path)
+        entry = self.files.get(key)
+        if now is not None and entry is not None and entry.get("identity") == now:
+            return str(entry["sha256"])
+        digest = file_sha256(path)
+        self.hashed.append(key)
+        if now is not None:
+            self.files[key] = {"identity": now, "sha256": digest}
+        return digest
+
+    def output_digest(self) -> str | None:
+        """The digest the output was built with, if the output and its files are as that build left them."""
+        files = self.built.get("files") or {}
+        if not files or str(self.output.absolute()) not in files:
+            return None
+        if any(identity(Path(name)) != kept for name, kept in files.items()):
+            return None
+        digest = self.built.get("digest")
+        return digest if isinstance(digest, str) else None
+
+    def record_output(self, files: list[Path], digest: str) -> None:
+        """After a build (or a check that found it up to date): the output's files and digest."""
+        self.built = {"digest": digest, "files": {str(p.absolute()): identity(p) for p in files}}
+
+    def save(self) -> None:
+        """Write the cache beside the output; a failure only costs hashing next time."""
+        target = cache_path(self.output)
+        payload = {"format": FORMAT, "output": self.built, "files": self.files}
+        temporary = target.with_name(target.name + f".{os.getpid()}.tmp")
+        try:
+            temporary.write_text(json.dumps(payload, sort_keys=True), encoding="utf-8")
+            os.replace(temporary, target)
+        except OSError:
+            temporary.unlink(missing_ok=True)
+
+
+__all__ = ["StatCache", "cache_path", "file_sha256", "identity"]
