@@ -252,7 +252,10 @@ def _write_depfile(depfile: Path, report: RunReport, spec: Spec, model, output) 
     model_path, *others = map(Path, report.inputs)
     deps = [spec.path, model or _cwd_relative(model_path), *map(_cwd_relative, others)]
     target = output or _cwd_relative(Path(report.output))
-    text = f"{_make_escape(target)}: " + " ".join(_make_escape(p) for p in deps) + "\n"
+    # the output's data files are outputs too (grouped targets): deleting one makes the rule run
+    data = [_cwd_relative(Path(f)) for f in report.files if Path(f).absolute() != Path(report.output).absolute()]
+    targets = " ".join(_make_escape(p) for p in [target, *data])
+    text = f"{targets}: " + " ".join(_make_escape(p) for p in deps) + "\n"
     _atomic_write_text(depfile, text)
 
 

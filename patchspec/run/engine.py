@@ -209,6 +209,7 @@ class Engine:
                     cache.record_output([loaded.output_path, *_output_data_files(loaded.output_path)], existing)
                 if cached is None or cache.hashed:
                     cache.save()
+                report.files = list(cache.built.get("files", {}))  # the output and its data files
                 return report
             patched, layout = self.patch(loaded, report)
             layout = layout or default_layout(patched, loaded.output_path, original=loaded.model)

@@ -14,3 +14,13 @@ def test_apply_writes_output_then_reports_up_to_date(tmp_path, run_cli):
     second = run_cli("apply", spec)
     assert second.exit_code == 0
     assert "up to date" in second.stdout
+
+
+def test_python_dash_m_patchspec_is_the_same_command_line():
+    import subprocess
+    import sys
+
+    import patchspec
+
+    done = subprocess.run([sys.executable, "-m", "patchspec", "--version"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and patchspec.__version__ in done.stdout, done.stderr

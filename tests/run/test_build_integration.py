@@ -33,8 +33,8 @@ def digest_of(path: Path) -> str:
     return {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}[DIGEST_KEY]
 
 
-def parse_depfile(text: str) -> tuple[str, list[str]]:
-    """Split a one-rule Make depfile into target and prerequisites, undoing Make's escapes."""
+def parse_depfile(text: str) -> tuple[list[str], list[str]]:
+    """Split a one-rule Make depfile into targets and prerequisites, undoing Make's escapes."""
     assert text.endswith("\n") and text.count("\n") == 1
     words, current, index = [], "", 0
     line = text.rstrip("\n")
@@ -53,8 +53,8 @@ def parse_depfile(text: str) -> tuple[str, list[str]]:
             continue
         current, index = current + char, index + 1
     words.append(current)
-    assert words[0].endswith(":")
-    return words[0][:-1], words[1:]
+    colon = next(i for i, word in enumerate(words) if word.endswith(":"))
+    return words[:colon] + [words[colon][:-1]], words[colon + 1:]
 
 
 @pytest.fixture
@@ -113,16 +113,16 @@ def test_model_and_output_overrides(project, run_cli):
 def test_depfile_lists_spec_model_and_data_as_given(project, run_cli):
     result = run_cli("-q", "apply", "spec.yaml", "--depfile", "build/m.d", cwd=project)
     assert result.exit_code == 0, result.output
-    target, deps = parse_depfile((project / "build" / "m.d").read_text())
-    assert target == "build/m.onnx"
+    targets, deps = parse_depfile((project / "build" / "m.d").read_text())
+    assert targets == ["build/m.onnx", "build/m.onnx.data"]  # the data file is an output too
     assert deps == ["spec.yaml", "m.onnx", "m.onnx.data"]
 
 
 def test_depfile_target_is_the_output_option_as_written(project, run_cli):
     result = run_cli("-q", "apply", "spec.yaml", "--model", "./m.onnx", "--output", "out/x.onnx", "--depfile", "x.d", cwd=project)
     assert result.exit_code == 0, result.output
-    target, deps = parse_depfile((project / "x.d").read_text())
-    assert (target, deps) == ("out/x.onnx", ["spec.yaml", "m.onnx", "m.onnx.data"])
+    targets, deps = parse_depfile((project / "x.d").read_text())
+    assert (targets, deps) == (["out/x.onnx", "out/x.onnx.data"], ["spec.yaml", "m.onnx", "m.onnx.data"])
 
 
 def test_depfile_escapes_spaces_and_special_characters(tmp_path, run_cli):
@@ -137,8 +137,8 @@ def test_depfile_escapes_spaces_and_special_characters(tmp_path, run_cli):
     assert result.exit_code == 0, result.output
     text = (tmp_path / "deps.d").read_text()
     assert "a\\ model.onnx" in text and "\\#1" in text and "$$out" in text
-    target, deps = parse_depfile(text)
-    assert target == str(tmp_path / "build $out" / "m.onnx")  # outside the CWD: absolute
+    targets, deps = parse_depfile(text)
+    assert targets[0] == str(tmp_path / "build $out" / "m.onnx")  # outside the CWD: absolute
     assert deps == [str(spec), str(folder / "a model.onnx"), str(folder / "a model.onnx.data")]
 
 
@@ -238,7 +238,7 @@ def test_cmake_custom_command_with_depfile(project):
     (project / "CMakeLists.txt").write_text(
         "cmake_minimum_required(VERSION 3.21)\nproject(patched NONE)\n"
         "add_custom_command(\n"
-        "  OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/m.onnx\n"
+        "  OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/m.onnx ${CMAKE_CURRENT_BINARY_DIR}/m.onnx.data\n"
         f"  COMMAND {PATCHSPEC} -q apply ${{CMAKE_CURRENT_SOURCE_DIR}}/spec.yaml\n"
         "          --output ${CMAKE_CURRENT_BINARY_DIR}/m.onnx --depfile ${CMAKE_CURRENT_BINARY_DIR}/m.onnx.d\n"
         "  DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/spec.yaml\n"
