@@ -15,14 +15,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from filelock import FileLock
+
 from patchspec.errors import ModelFileError
 
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows: commits are not serialised
-    fcntl = None
-
 PREFIX = ".patchspec-"
+#: the lock file that serialises commits into one folder (filelock: flock on POSIX, LockFileEx on Windows)
+LOCK_NAME = ".patchspec.lock"
 
 
 class Staging:
@@ -119,16 +118,12 @@ def _restore(final: Path, backup: Path | None) -> None:
 
 @contextlib.contextmanager
 def _folder_lock(folder: Path):
-    """Serialise the commits of concurrent runs into one folder: model and data from the same run."""
-    if fcntl is None:
+    """Serialise the commits of concurrent runs into one folder: model and data from the same run.
+
+    The lock file stays (removing it would race with a waiting run); it is empty and hidden.
+    """
+    with FileLock(str(folder / LOCK_NAME)):
         yield
-        return
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
 
 
 def _fsync_dir(folder: Path) -> None:

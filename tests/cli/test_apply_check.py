@@ -21,7 +21,7 @@ verify:
 """
 
 
-def setup(tmp_path):
+def make_project(tmp_path):
     onnx.save(make_model({"x": ("N", 3)}), tmp_path / "m.onnx")
     np.save(tmp_path / "x.npy", np.ones((4, 3), np.float32))
     (tmp_path / "spec.yaml").write_text(SPEC)
@@ -34,7 +34,7 @@ def snapshot(folder):
 
 
 def test_missing_then_up_to_date_and_nothing_written(tmp_path, run_cli):
-    spec = setup(tmp_path)
+    spec = make_project(tmp_path)
     before = snapshot(tmp_path)
     missing = run_cli("apply", "--check", spec)
     assert missing.exit_code == 6 and "out/m2.onnx: missing" in missing.stdout
@@ -46,7 +46,7 @@ def test_missing_then_up_to_date_and_nothing_written(tmp_path, run_cli):
 
 
 def test_stale_output_names_the_input_whose_content_changed(tmp_path, run_cli):
-    spec = setup(tmp_path)
+    spec = make_project(tmp_path)
     assert run_cli("apply", spec).exit_code == 0
     np.save(tmp_path / "x.npy", np.zeros((4, 3), np.float32))  # a verifier's file
     result = run_cli("apply", "--check", spec)
@@ -59,13 +59,13 @@ def test_stale_output_names_the_input_whose_content_changed(tmp_path, run_cli):
 
 
 def test_a_touch_without_a_content_change_stays_up_to_date(tmp_path, run_cli):
-    spec = setup(tmp_path)
+    spec = make_project(tmp_path)
     assert run_cli("apply", spec).exit_code == 0
     os.utime(tmp_path / "m.onnx", ns=(1, 1))
     assert run_cli("apply", "--check", spec).exit_code == 0
 
 
 def test_check_refuses_options_that_write(tmp_path, run_cli):
-    spec = setup(tmp_path)
+    spec = make_project(tmp_path)
     result = run_cli("apply", "--check", "--report", tmp_path / "r.json", spec)
     assert result.exit_code == 2 and "--check writes nothing" in result.stderr

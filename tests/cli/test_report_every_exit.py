@@ -12,7 +12,7 @@ import patchspec.run.engine
 from patchspec.testing import make_model
 
 
-def setup(tmp_path, patches="[]", verify="  - check: {}\n"):
+def make_project(tmp_path, patches="[]", verify="  - check: {}\n"):
     onnx.save(make_model({"x": ("N", 3)}), tmp_path / "m.onnx")
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches: {patches}\nverify:\n{verify}")
@@ -29,7 +29,7 @@ def report_of(run_cli, tmp_path, spec, *args):
 
 
 def test_success_reports_exit_0_digest_steps_and_files(tmp_path, run_cli):
-    spec = setup(tmp_path, patches="[{set_batch: 4}]")
+    spec = make_project(tmp_path, patches="[{set_batch: 4}]")
     result, report = report_of(run_cli, tmp_path, spec)
     assert result.exit_code == 0 and report["status"] == "written"
     assert len(report["digest"]) == 64 and report["files"] == [str(tmp_path / "out" / "m2.onnx")]
@@ -43,13 +43,13 @@ def test_success_reports_exit_0_digest_steps_and_files(tmp_path, run_cli):
     ("spec error", 2), ("patch cannot apply", 4), ("verification failed", 1), ("model unusable", 3)])
 def test_every_failure_writes_the_report_with_its_exit_code(tmp_path, run_cli, case, code):
     if case == "spec error":
-        spec = setup(tmp_path, patches="[{set_batch: {sise: 4}}]")
+        spec = make_project(tmp_path, patches="[{set_batch: {sise: 4}}]")
     elif case == "patch cannot apply":
-        spec = setup(tmp_path, patches="[{set_batch: {size: 4, inputs: [nope]}}]")
+        spec = make_project(tmp_path, patches="[{set_batch: {size: 4, inputs: [nope]}}]")
     elif case == "verification failed":
-        spec = setup(tmp_path, verify="  - static: {}\n")  # the batch stays symbolic: static fails
+        spec = make_project(tmp_path, verify="  - static: {}\n")  # the batch stays symbolic: static fails
     else:
-        spec = setup(tmp_path)
+        spec = make_project(tmp_path)
         (tmp_path / "m.onnx").write_bytes(b"not a model")
     result, report = report_of(run_cli, tmp_path, spec)
     assert result.exit_code == code, result.output
@@ -64,7 +64,7 @@ def test_an_interrupt_writes_the_report_with_130(tmp_path, run_cli, monkeypatch)
         raise KeyboardInterrupt
 
     monkeypatch.setattr(patchspec.run.engine.Engine, "patch", interrupted)
-    spec = setup(tmp_path, patches="[{set_batch: 4}]")
+    spec = make_project(tmp_path, patches="[{set_batch: 4}]")
     result, report = report_of(run_cli, tmp_path, spec)
     assert result.exit_code == 130 and report["status"] == "failed" and report["error"] == "KeyboardInterrupt"
     assert not (tmp_path / "out" / "m2.onnx").exists()

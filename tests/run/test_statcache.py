@@ -15,7 +15,7 @@ from patchspec.testing import make_model
 SPEC = "patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches: [{set_batch: 4}]\n"
 
 
-def setup(tmp_path):
+def make_project(tmp_path):
     weight = numpy_helper.from_array(np.ones(64, np.float32), "w")
     node = helper.make_node("Add", ["x", "w"], ["y"])
     model = make_model({"x": ("N", 64)}, {"y": ("N", 64)}, nodes=[node], initializers=[weight])
@@ -32,7 +32,7 @@ def count_reads(monkeypatch):
 
 
 def test_a_no_op_reads_no_input_and_a_touch_costs_one_rehash(tmp_path, run_cli, monkeypatch):
-    spec = setup(tmp_path)
+    spec = make_project(tmp_path)
     assert run_cli("apply", spec).exit_code == 0
     assert cache_path(tmp_path / "out" / "m2.onnx").is_file()
     reads = count_reads(monkeypatch)
@@ -46,7 +46,7 @@ def test_a_no_op_reads_no_input_and_a_touch_costs_one_rehash(tmp_path, run_cli, 
 
 
 def test_changed_content_rebuilds_and_a_damaged_cache_only_costs_hashing(tmp_path, run_cli):
-    spec = setup(tmp_path)
+    spec = make_project(tmp_path)
     assert run_cli("apply", spec).exit_code == 0
     cache_path(tmp_path / "out" / "m2.onnx").write_text("{not json")
     assert "up to date" in run_cli("apply", spec).stdout
@@ -58,7 +58,7 @@ def test_changed_content_rebuilds_and_a_damaged_cache_only_costs_hashing(tmp_pat
 
 
 def test_a_deleted_output_data_file_means_rebuild(tmp_path, run_cli):
-    spec = setup(tmp_path)
+    spec = make_project(tmp_path)
     assert run_cli("apply", spec).exit_code == 0
     written = [p for p in (tmp_path / "out").iterdir() if p.suffix != ".onnx" and not p.name.startswith(".")]
     assert written, "the output has a data file"
