@@ -122,17 +122,27 @@ def apply(state: _State, specs, model, output, force, check_only, no_verify, dep
 
 @cli.command()
 @click.argument("specs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @click.pass_obj
-def validate(state: _State, specs) -> None:
+def validate(state: _State, specs, as_json: bool) -> None:
     """Check SPEC(s) against the schema and each plugin's rules; no model is read."""
     registry = _registry()
     problems = []
+    results = []
     for path in specs:
         try:
             load_spec(path, registry)
-            state.echo(f"{path}: ok")
+            results.append({"spec": str(path), "ok": True, "problems": []})
+            if not as_json:
+                state.echo(f"{path}: ok")
         except PatchspecError as exc:
             problems.append(exc)
+            results.append({"spec": str(path), "ok": False, "problems": str(exc).splitlines()})
+    if as_json:
+        click.echo(json.dumps({"specs": results}, indent=2))
+        if problems:
+            raise click.exceptions.Exit(problems[0].exit_code)
+        return
     if problems:
         error = UsageError("\n".join(str(p) for p in problems))
         error.plugin_tracebacks = tuple(dict.fromkeys(t for p in problems for t in p.plugin_tracebacks))
@@ -142,16 +152,20 @@ def validate(state: _State, specs) -> None:
 @cli.command()
 @click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
 @click.option("--model", type=click.Path(path_type=Path), help="Input model instead of the spec's.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @click.pass_obj
-def plan(state: _State, spec_path, model) -> None:
+def plan(state: _State, spec_path, model, as_json: bool) -> None:
     """Load the model and say what each patch would change; writes nothing."""
     registry = _registry()
     spec = load_spec(spec_path, registry)
-    engine = Engine(registry, state.echo, verbose=True)
+    engine = Engine(registry, (lambda _: None) if as_json else state.echo, verbose=True)
     loaded = engine.load_input(spec, model)
     report = RunReport(str(spec.path), str(loaded.model_path), str(loaded.output_path), status="planned")
-    state.echo(f"plan for {spec.path} ({loaded.model_path.name} -> {loaded.output_path}); nothing is written")
+    if not as_json:
+        state.echo(f"plan for {spec.path} ({loaded.model_path.name} -> {loaded.output_path}); nothing is written")
     engine.patch(loaded, report)
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2))
 
 
 @cli.command()
@@ -238,11 +252,15 @@ def inspect_command(state: _State, model_path: Path, shapes, as_json: bool) -> N
 
 
 @cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @click.pass_obj
-def env(state: _State) -> None:
+def env(state: _State, as_json: bool) -> None:
     """Versions of patchspec, onnx and every ONNX Runtime distribution; available providers."""
-    from patchspec.ort.environment import environment_lines
+    from patchspec.ort.environment import environment, environment_lines
 
+    if as_json:
+        click.echo(json.dumps(environment(), indent=2))
+        return
     for line in environment_lines():
         click.echo(line)
 

@@ -24,26 +24,46 @@ def installed_ort_distributions() -> dict[str, str]:
     return found
 
 
-def environment_lines() -> list[str]:
+def environment() -> dict:
+    """What ``patchspec env`` reports, as data (``env --json`` prints it)."""
     import onnx
 
+    found: dict = {
+        "patchspec": __version__,
+        "python": platform.python_version(),
+        "platform": f"{platform.system()} {platform.machine()}",
+        "onnx": {"version": onnx.__version__, "ir_version": onnx.IR_VERSION, "opset": onnx.defs.onnx_opset_version()},
+        "onnxruntime_distributions": installed_ort_distributions(),
+    }
+    try:
+        import onnxruntime
+
+        found["onnxruntime"] = {"version": onnxruntime.__version__, "module": onnxruntime.__file__,
+                                "providers": list(onnxruntime.get_available_providers())}
+    except Exception as exc:
+        found["onnxruntime"] = {"error": f"{type(exc).__name__}: {exc}"}
+    return found
+
+
+def environment_lines() -> list[str]:
+    found = environment()
+    onnx_info = found["onnx"]
     lines = [
-        f"patchspec {__version__}",
-        f"python {platform.python_version()} ({platform.system()} {platform.machine()})",
-        f"onnx {onnx.__version__} (IR version {onnx.IR_VERSION}, opset {onnx.defs.onnx_opset_version()})",
+        f"patchspec {found['patchspec']}",
+        f"python {found['python']} ({found['platform']})",
+        f"onnx {onnx_info['version']} (IR version {onnx_info['ir_version']}, opset {onnx_info['opset']})",
     ]
-    dists = installed_ort_distributions()
+    dists = found["onnxruntime_distributions"]
     for name, version in dists.items():
         lines.append(f"{name} {version} (distribution)")
     if len(dists) > 1:
         lines.append(f"warning: {len(dists)} ONNX Runtime distributions share the 'onnxruntime' module; the last "
                      f"installed silently wins. Keep one: pip uninstall {' '.join(n for n in dists if n != 'onnxruntime')}"
                      " or onnxruntime")
-    try:
-        import onnxruntime
-
-        lines.append(f"onnxruntime module {onnxruntime.__version__} from {onnxruntime.__file__}")
-        lines.append("execution providers: " + ", ".join(onnxruntime.get_available_providers()))
-    except Exception as exc:
-        lines.append(f"onnxruntime: not importable ({type(exc).__name__}: {exc})")
+    ort = found["onnxruntime"]
+    if "error" in ort:
+        lines.append(f"onnxruntime: not importable ({ort['error']})")
+    else:
+        lines.append(f"onnxruntime module {ort['version']} from {ort['module']}")
+        lines.append("execution providers: " + ", ".join(ort["providers"]))
     return lines

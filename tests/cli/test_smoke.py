@@ -24,3 +24,24 @@ def test_python_dash_m_patchspec_is_the_same_command_line():
 
     done = subprocess.run([sys.executable, "-m", "patchspec", "--version"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and patchspec.__version__ in done.stdout, done.stderr
+
+
+def test_env_plan_and_validate_print_json_when_asked(tmp_path, run_cli):
+    import json
+
+    import onnx
+
+    from patchspec.testing import make_model
+
+    env = json.loads(run_cli("env", "--json").stdout)
+    assert env["onnx"]["version"] == onnx.__version__ and "CPUExecutionProvider" in env["onnxruntime"]["providers"]
+    onnx.save(make_model({"x": ("N", 3)}), tmp_path / "m.onnx")
+    (tmp_path / "good.yaml").write_text("patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches: [{set_batch: 2}]\n")
+    (tmp_path / "bad.yaml").write_text("patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches: [{set_batch: {sise: 2}}]\n")
+    plan = json.loads(run_cli("plan", "--json", tmp_path / "good.yaml").stdout)
+    assert plan["status"] == "planned" and plan["patches"][0]["status"] == "modified"
+    assert not (tmp_path / "o.onnx").exists()
+    result = run_cli("validate", "--json", tmp_path / "bad.yaml", tmp_path / "good.yaml")
+    checked = json.loads(result.stdout)["specs"]
+    assert result.exit_code == 2 and [s["ok"] for s in checked] == [False, True]
+    assert any("did you mean 'size'" in line for line in checked[0]["problems"])
