@@ -553,23 +553,39 @@ def _write_proto(model: onnx.ModelProto, out_path: Path) -> None:
 
 # -- progress ---------------------------------------------------------------------------------------
 class ProgressBar:
-    """``copying weights  1.20/2.00 GiB  60%`` on one terminal line, for copies of ``min_total`` or more."""
+    """``copying weights [####----]  60%  1.20/2.00 GiB  640 MiB/s  00:01:12`` on a terminal (click's
+    bar: percentage and ETA; the bytes and rate beside it), for copies of ``min_total`` or more."""
 
-    def __init__(self, stream, min_total: int = 100 * 1024 * 1024, interval: float = 0.2) -> None:
-        self.stream, self.min_total, self.interval = stream, min_total, interval
-        self.last = 0.0
+    def __init__(self, stream, min_total: int = 100 * 1024 * 1024) -> None:
+        self.stream, self.min_total = stream, min_total
+        self.bar = None
+        self.done = 0
+        self.started = 0.0
 
     def __call__(self, done: int, total: int) -> None:
         if total < self.min_total:
             return
-        now = time.monotonic()
-        if done < total and now - self.last < self.interval:
-            return
-        self.last = now
-        percent = 100 * done // max(total, 1)
-        end = "\n" if done >= total else ""
-        self.stream.write(f"\rcopying weights  {done / 2**30:.2f}/{total / 2**30:.2f} GiB  {percent:3d}%{end}")
-        self.stream.flush()
+        import click
+
+        if self.bar is None:
+            self.started = time.monotonic()
+            self.bar = click.progressbar(length=total, label="copying weights", file=self.stream, show_eta=True,
+                                         show_percent=True, item_show_func=self._bytes_and_rate,
+                                         update_min_steps=1)
+            self.bar.__enter__()
+            self.bar.render_progress()  # click draws at most every 0.2 s from here on
+        self.bar.update(done - self.done, (done, total))
+        self.done = done
+        if done >= total:
+            self.bar.render_finish()
+            self.bar = None
+
+    def _bytes_and_rate(self, item) -> str:
+        if item is None:
+            return ""
+        done, total = item
+        seconds = max(time.monotonic() - self.started, 1e-9)
+        return f"{done / 2**30:.2f}/{total / 2**30:.2f} GiB  {done / seconds / 2**20:.0f} MiB/s"
 
 
 def terminal_progress(stream=None) -> ProgressBar | None:
