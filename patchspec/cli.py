@@ -251,6 +251,12 @@ def inspect_command(state: _State, model_path: Path, shapes, as_json: bool) -> N
     click.echo(json.dumps(data, indent=2) if as_json else format_inspection(data))
 
 
+@cli.command(name="cmake-path")
+def cmake_path() -> None:
+    """Print the folder of patchspec's CMake module, for CMAKE_MODULE_PATH (include(Patchspec))."""
+    click.echo(Path(__file__).resolve().parent / "cmake")
+
+
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @click.pass_obj

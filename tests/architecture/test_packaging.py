@@ -88,6 +88,10 @@ def test_wheel_ships_the_plugins_under_their_own_name_with_the_entry_points(whee
     assert shipped == sorted(["__init__", *(p.stem for p in (REPO / "plugins").glob("*.py") if p.stem != "__init__")])
     assert dict(parser["patchspec"]) == declared_entry_points()
     assert parser["console_scripts"]["patchspec"] == "patchspec.cli:main"
+    data = {"patchspec/py.typed", "patchspec/cmake/Patchspec.cmake", "patchspec/spec/patchspec.schema.json"}
+    assert data <= set(names), f"the wheel lacks {sorted(data - set(names))}"
+    packages = {str(p.parent.relative_to(REPO)) for p in (REPO / "patchspec").rglob("__init__.py")}
+    assert {f"{pkg}/__init__.py" for pkg in packages} <= set(names), "a subpackage is missing from the wheel"
 
 
 @pytest.mark.slow

@@ -252,3 +252,27 @@ def test_cmake_custom_command_with_depfile(project):
     bump_mtime(project / "m.onnx.data")
     assert "patchspec" in run_tool(["cmake", "--build", str(build), "--verbose"], project)
     assert "no work to do" in run_tool(["cmake", "--build", str(build)], project)
+
+
+@pytest.mark.slow
+@needs_console_script
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is not installed")
+@pytest.mark.parametrize("generator", ["Ninja", "Unix Makefiles"])
+def test_cmake_module_patchspec_add_model(project, generator):
+    if shutil.which("ninja" if generator == "Ninja" else "make") is None:
+        pytest.skip(f"no {generator} build tool installed")
+    module_dir = run_tool([str(PATCHSPEC), "cmake-path"], project).strip()
+    assert (Path(module_dir) / "Patchspec.cmake").is_file()
+    (project / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.20)\nproject(patched NONE)\n"
+        f'list(APPEND CMAKE_MODULE_PATH "{module_dir}")\ninclude(Patchspec)\n'
+        f'patchspec_add_model(model SPEC spec.yaml OUTPUT m.onnx DATA m.onnx.data PATCHSPEC "{PATCHSPEC}")\n')
+    build = project / f"cmake-{generator.split()[0].lower()}"
+    run_tool(["cmake", "-G", generator, "-S", str(project), "-B", str(build)], project)
+    run_tool(["cmake", "--build", str(build)], project)
+    assert (build / "m.onnx").is_file() and (build / "m.onnx.data").is_file()
+    bump_mtime(project / "m.onnx.data")  # an input's data file: the depfile names it
+    assert "patchspec" in run_tool(["cmake", "--build", str(build), "--verbose"], project)
+    (build / "m.onnx.data").unlink()  # a deleted output data file rebuilds too
+    run_tool(["cmake", "--build", str(build)], project)
+    assert (build / "m.onnx.data").is_file()
