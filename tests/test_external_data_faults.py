@@ -222,3 +222,42 @@ def test_unknown_data_type_and_negative_dims(run_cli, project):
     proto.graph.initializer[0].dims[0] = -64
     model.write_bytes(proto.SerializeToString())
     run_fails(run_cli, project, "'W'", "negative dimension")
+
+
+# -- models as users have them (issue 12) ----------------------------------------------------------
+LFS_TEXT = ("version https://git-lfs.github.com/spec/v1\n"
+            "oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\nsize 16384\n")
+
+
+def test_a_data_file_left_as_a_git_lfs_pointer_says_so(run_cli, project):
+    model, _, _ = project
+    (model.parent / DATA).write_text(LFS_TEXT)
+    stderr = run_fails(run_cli, project, "'W'", f"'{DATA}'", "is a Git LFS pointer", f'git lfs pull --include="{DATA}"')
+    assert "truncated" not in stderr
+
+
+def test_a_model_left_as_a_git_lfs_pointer_says_so(run_cli, project):
+    model, _, _ = project
+    model.write_text(LFS_TEXT)
+    run_fails(run_cli, project, "a Git LFS pointer", "not the model", 'git lfs pull --include="m.onnx"')
+
+
+def test_several_missing_data_files_are_listed_at_once_with_where_they_are(run_cli, tmp_path):
+    folder = tmp_path / "models"
+    model = build(folder)
+    loaded = onnx.load(str(model), load_external_data=False)
+    bias = next(t for t in loaded.graph.initializer if t.name == "B")
+    onnx.external_data_helper.set_external_data(bias, location="bias.bin")  # a second data file
+    bias.data_location = onnx.TensorProto.EXTERNAL
+    bias.ClearField("raw_data")
+    bias.ClearField("float_data")
+    model.write_bytes(loaded.SerializeToString())
+    (tmp_path / "downloads").mkdir()
+    (folder / DATA).rename(tmp_path / "downloads" / DATA)  # fetched into the wrong folder
+    spec = write_spec(tmp_path, "patchspec: 1\nmodel: models/m.onnx\noutput: out/o.onnx\npatches: []\n")
+    result = run_cli("apply", spec)
+    assert result.exit_code == 3, result.output
+    assert "2 external data files not found" in result.stderr
+    assert f"'{DATA}' (1 tensor); a file of that name is at {tmp_path / 'downloads' / DATA}" in result.stderr
+    assert "'bias.bin' (1 tensor)" in result.stderr
+    assert not (tmp_path / "out").exists()

@@ -135,6 +135,7 @@ def validate_external_data(model: onnx.ModelProto, model_path: Path, *, strict_p
     to the link. ``strict_paths`` refuses symlinks anywhere below that folder and hard-linked files.
     """
     model_path = Path(os.path.abspath(model_path))
+    _refuse_missing_files(model, model_path)
     stats: dict[Path, os.stat_result] = {}
     refs = []
     for tensor in iter_tensors(model.graph):
@@ -163,6 +164,9 @@ def _check_tensor(tensor: TensorProto, model_dir: Path, label: str, strict_paths
                f"{list(tensor.dims)} and type {_type_name(tensor)} ({expected} bytes)")
         raise ModelFileError(msg)
     if offset + length > size:
+        if is_lfs_pointer(path):
+            raise ModelFileError(f"{where}: external data '{location}' is a Git LFS pointer ({size} bytes), not the data",
+                                 f"fetch it: git lfs pull --include=\"{location}\" (in the repository the model comes from)")
         msg = (f"{where}: needs bytes {offset}..{offset + length} (offset {offset}, length {length}) of "
                f"'{location}' but the file has {size} bytes; it is truncated or not this model's data")
         raise ModelFileError(msg, "copy the data file again from where the model came from")
@@ -235,6 +239,53 @@ def _refuse_links(path: Path, location: str, where: str, model_dir: Path) -> Non
         if current.is_symlink():
             msg = f"{where}: external data '{location}' goes through the symbolic link {current} (refused by --strict-paths)"
             raise ModelFileError(msg, "copy the file instead of linking it, or drop --strict-paths")
+
+
+#: the first line of a Git LFS pointer file, left in place of the content when LFS was not pulled
+LFS_POINTER = b"version https://git-lfs.github.com/spec/"
+
+
+def is_lfs_pointer(path: Path) -> bool:
+    """A small file that starts like a Git LFS pointer (checked by content, never by name)."""
+    try:
+        if os.path.getsize(path) > 1024:
+            return False
+        with open(path, "rb") as handle:
+            return handle.read(len(LFS_POINTER)) == LFS_POINTER
+    except OSError:
+        return False
+
+
+def _refuse_missing_files(model: onnx.ModelProto, model_path: Path) -> None:
+    """One error for every missing data file at once, with its tensor count and where a file of that
+    name does exist nearby (a sibling or sub-folder of the model's folder)."""
+    counts: dict[str, int] = {}
+    for tensor in iter_tensors(model.graph):
+        if is_external(tensor):
+            location = external_info(tensor).get("location", "")
+            counts[location] = counts.get(location, 0) + 1
+    model_dir = model_path.parent
+    missing = [loc for loc in counts if loc and not os.path.lexists(model_dir / loc)]
+    if len(missing) < 2:
+        return  # none, or one: the per-tensor check names it with similar files
+    lines = []
+    for location in missing:
+        nearby = _same_name_nearby(model_dir, PurePosixPath(location.replace("\\", "/")).name)
+        seen = f"; a file of that name is at {', '.join(str(p) for p in nearby)}" if nearby else ""
+        lines.append(f"  '{location}' ({counts[location]} tensor{'s' * (counts[location] != 1)}){seen}")
+    raise ModelFileError(f"{model_path}: {len(missing)} external data files not found in {model_dir}:\n" + "\n".join(lines),
+                         "put the data files next to the model (or fetch them: git lfs pull, huggingface-cli download)")
+
+
+def _same_name_nearby(model_dir: Path, name: str, limit: int = 3) -> list[Path]:
+    """Files called ``name`` in the model folder's parent, siblings and sub-folders (two levels)."""
+    found = []
+    for folder in [model_dir.parent, *sorted(p for p in model_dir.parent.iterdir() if p.is_dir())] \
+            if model_dir.parent.is_dir() else []:
+        for candidate in [folder / name, *sorted(folder.glob(f"*/{name}"))]:
+            if candidate.is_file() and candidate.parent != model_dir and candidate not in found:
+                found.append(candidate)
+    return found[:limit]
 
 
 def _missing_message(path: Path, location: str, where: str, model_dir: Path) -> str:

@@ -10,6 +10,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from patchspec.errors import ModelFileError
+from patchspec.model.external_data import LFS_POINTER
 
 
 @dataclass(frozen=True)
@@ -46,12 +47,14 @@ def load_model(path: Path) -> onnx.ModelProto:
         raise ModelFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if not raw:
         raise ModelFileError(f"{path}: not an ONNX model (0 bytes)")
+    if raw.startswith(LFS_POINTER):
+        raise ModelFileError(f"{path}: a Git LFS pointer ({len(raw)} bytes), not the model",
+                             f"fetch it: git lfs pull --include=\"{path.name}\" (in the repository it comes from)")
     model = onnx.ModelProto()
     try:
         model.ParseFromString(raw)
     except (DecodeError, RuntimeError, ValueError):
-        hint = "is it a Git LFS pointer? run: git lfs pull" if raw.startswith(b"version https://git-lfs") else None
-        raise ModelFileError(f"{path}: not an ONNX model (parse failed)", hint) from None
+        raise ModelFileError(f"{path}: not an ONNX model (parse failed)") from None
     _check_complete(model, path, len(raw))
     _check_versions(model, path)
     return model
