@@ -261,3 +261,27 @@ def test_several_missing_data_files_are_listed_at_once_with_where_they_are(run_c
     assert f"'{DATA}' (1 tensor); a file of that name is at {tmp_path / 'downloads' / DATA}" in result.stderr
     assert "'bias.bin' (1 tensor)" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_hugging_face_cache_snapshot_works_end_to_end(run_cli, tmp_path):
+    """snapshots/<rev>/model.onnx and its data are relative links into blobs/ (issue 12)."""
+    repo = tmp_path / "hub" / "models--acme--det"
+    built = build(tmp_path / "export")
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "snapshots" / "abc123").mkdir(parents=True)
+    os.replace(built, repo / "blobs" / "1f0c")
+    os.replace(built.parent / DATA, repo / "blobs" / "9a7e")
+    (repo / "snapshots" / "abc123" / "m.onnx").symlink_to("../../blobs/1f0c")
+    (repo / "snapshots" / "abc123" / DATA).symlink_to("../../blobs/9a7e")
+    spec = write_spec(tmp_path, "patchspec: 1\nmodel: hub/models--acme--det/snapshots/abc123/m.onnx\n"
+                                "output: out/det.onnx\npatches: [{set_batch: 4}]\nverify:\n"
+                                "  - run: {cases: [{inputs: {x: [4, 64]}}], compare: {split_batch: true}}\n")
+    before = snapshot(repo)
+    result = run_cli("apply", spec)
+    assert result.exit_code == 0, result.output
+    assert "passed" in result.stdout and snapshot(repo) == before
+    written = onnx.load(str(tmp_path / "out" / "det.onnx"), load_external_data=False)
+    (weight,) = [t for t in written.graph.initializer if t.name == "W"]
+    assert {e.key: e.value for e in weight.external_data}["location"] == "det.onnx.data"  # its own data
+    strict = run_cli("apply", "--strict-paths", "--force", spec)
+    assert strict.exit_code == 3 and "symbolic link" in strict.stderr  # the policy still sees the links

@@ -63,7 +63,11 @@ def load_spec(path: Path | str, registry: PluginRegistry, *, text: str | None = 
     folder = path.resolve().parent
     output = folder / data["output"]
     output = output.parent.resolve() / output.name  # a symlink at the output is replaced, never written through
-    return Spec(path, document, (folder / data["model"]).resolve(), output, patches, verify)
+    # the model keeps the path the spec names (normalised, symlinks not followed): its data files are
+    # found next to that name, as in a Hugging Face cache, where snapshots/<rev>/model.onnx and its
+    # data are each a link into blobs/; the data policy then checks where the links lead
+    model = Path(os.path.normpath(folder / data["model"]))
+    return Spec(path, document, model, output, patches, verify)
 
 
 def _check_envelope(document: YamlDocument) -> list[SpecProblem]:
