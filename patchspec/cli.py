@@ -247,7 +247,16 @@ def inspect_command(state: _State, model_path: Path, shapes, as_json: bool) -> N
     """
     from patchspec.ort.inspection import format_inspection, inspect_model, parse_shape_options
 
-    data = inspect_model(model_path, parse_shape_options(shapes))
+    try:
+        data = inspect_model(model_path, parse_shape_options(shapes))
+    except PatchspecError as exc:
+        if not as_json:
+            raise
+        # --json always prints JSON on stdout: the error as data, with the same exit code
+        error = {"model": str(model_path), "error": {"exit_code": exc.exit_code, "message": exc.message,
+                                                      "hint": exc.hint}}
+        click.echo(json.dumps(error, indent=2))
+        raise click.exceptions.Exit(exc.exit_code) from None
     click.echo(json.dumps(data, indent=2) if as_json else format_inspection(data))
 
 

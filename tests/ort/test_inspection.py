@@ -194,3 +194,14 @@ def test_ppocr_models_lint_with_default_shapes(ppocr_models, tmp_path):
         result = lint_model(onnx.load(path, load_external_data=False), path.parent)
         assert result.error is None, (kind, result.error)
         assert all(size >= 1 for shape in result.input_shapes.values() for size in shape)  # cls says -1
+
+
+@pytest.mark.parametrize("content, code, text", [(None, 3, "No such file"), (b"garbage!", 3, "not an ONNX model"),
+                                                 (b"version https://git-lfs.github.com/spec/v1\nsize 9\n", 3, "Git LFS")])
+def test_inspect_json_prints_json_even_for_an_error(run_cli, tmp_path, content, code, text):
+    path = tmp_path / "m.onnx"
+    if content is not None:
+        path.write_bytes(content)
+    result = run_cli("inspect", "--json", path)
+    data = json.loads(result.stdout)  # JSON on stdout, whatever happened
+    assert result.exit_code == code and data["error"]["exit_code"] == code and text in data["error"]["message"]
