@@ -229,12 +229,14 @@ def _strip_annotations(graph: onnx.GraphProto) -> None:
 
 def run_probe(model: onnx.ModelProto, model_dir: Path, shapes: dict[str, list[int]]) -> dict[str, list[int]]:
     """Actual sizes of every output of the probe (and of the inputs fed), by tensor name."""
-    import onnxruntime as ort
+    from patchspec.ort.sessions import quiet_onnxruntime
+
+    ort = quiet_onnxruntime()
 
     probe, _ = probe_model(model)
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
+    options.log_severity_level = 4  # fatal only: errors are reported by patchspec, without ANSI
     external = any(is_external(t) for t in iter_tensors(model.graph))
     session = _session_from_bytes(probe.SerializeToString(), options, model_dir if external else None)
     feeds = {v.name: _feed(v, shapes[v.name]) for v in model_inputs(model)}

@@ -7,6 +7,7 @@ about specs or plugins, so each piece is testable on its own.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -186,11 +187,20 @@ class Session:
                 for name in self.output_names}, seconds
 
 
-def _build_session(path: Path, provider: str, optimization: str = "all"):
+def quiet_onnxruntime():
+    """onnxruntime, with its own logging off (fatal only): it writes ANSI-coloured lines straight to
+    stderr, and every error it raises is wrapped and reported by patchspec instead."""
     import onnxruntime
 
+    onnxruntime.set_default_logger_severity(4)
+    return onnxruntime
+
+
+def _build_session(path: Path, provider: str, optimization: str = "all"):
+    onnxruntime = quiet_onnxruntime()
+
     options = onnxruntime.SessionOptions()
-    options.log_severity_level = 3  # errors only: ORT's warnings are not the user's business here
+    options.log_severity_level = 4  # fatal only: patchspec reports the errors itself, without ANSI
     options.graph_optimization_level = {
         "all": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL,
         "extended": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
@@ -214,8 +224,12 @@ def _build_session(path: Path, provider: str, optimization: str = "all"):
     return session
 
 
+#: terminal colour and cursor codes, which onnxruntime puts in some messages
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
 def _ort_message(exc: Exception) -> str:
-    text = " ".join(str(exc).split())
+    text = " ".join(ANSI_ESCAPE.sub("", str(exc)).split())
     return text or type(exc).__name__
 
 

@@ -1,9 +1,11 @@
 """patchspec.ort.sessions without the plugin: input generation, sessions, shape checks, comparison."""
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from helpers import graph_model, tensor_info
 from patchspec.ort.sessions import (
@@ -173,7 +175,7 @@ class _FakeSession:
     providers = ["CPUExecutionProvider"]
 
     def __init__(self, path, sess_options=None, providers=None):
-        assert sess_options.log_severity_level == 3
+        assert sess_options.log_severity_level == 4
         if self.error:
             raise RuntimeError(self.error)
 
@@ -201,3 +203,21 @@ def test_provider_that_falls_back_to_cpu_is_unusable(tmp_path, monkeypatch):
     monkeypatch.setattr(onnxruntime, "InferenceSession", _FakeSession)
     with pytest.raises(ProviderUnusable, match=r"CUDAExecutionProvider could not be loaded .*fell back to CPUExecutionProvider"):
         Session(tmp_path / "out.onnx", "CUDAExecutionProvider")
+
+
+def test_no_ansi_escape_reaches_the_user_when_onnxruntime_refuses_a_model(tmp_path):
+    """onnxruntime logs coloured lines straight to the process's stderr; patchspec turns them off and
+    reports the error itself (issue 12). A subprocess, since the lines bypass Python's streams."""
+    import subprocess
+    import sys
+
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="bilinear")  # an old exporter's mode
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    model = graph_model([node], [tensor_info("x", [1, 1, 4, 4])], [tensor_info("y", [1, 1, 8, 8])], [scales],
+                        opset=13)
+    onnx.save(model, tmp_path / "m.onnx")
+    (tmp_path / "s.yaml").write_text("patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches: []\nverify:\n  - run: {}\n")
+    patchspec = Path(sys.executable).with_name("patchspec")
+    done = subprocess.run([str(patchspec), "apply", "s.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "mode attribute is bilinear" in done.stdout + done.stderr
+    assert "\x1b[" not in done.stdout + done.stderr
