@@ -202,8 +202,8 @@ def _schema_problem(document, doc_path: tuple, label: str, error, shorthand_note
         message = _short_message(error)
     rel = tuple(error.absolute_path)
     where = label + (" > " + ".".join(map(str, rel)) if rel and label else "")
-    if not label:
-        where = ".".join(map(str, rel))
+    if not label:  # the envelope: patches[0], as steps are named everywhere else
+        where = "".join(f"[{k}]" if isinstance(k, int) else (f".{k}" if i else str(k)) for i, k in enumerate(rel))
     full_path = doc_path if label else doc_path + rel
     return document.problem(full_path, where, message + shorthand_note)
 

@@ -237,3 +237,11 @@ def test_a_step_written_as_a_bare_name_says_how_to_write_it(tmp_path, run_cli):
     result = run_cli("apply", spec)
     assert result.exit_code == 2, result.output
     assert "spec.yaml:6:5: verify[0]: 'check' is not a step" in result.stderr and "'- check: {}'" in result.stderr
+
+
+def test_envelope_errors_name_items_as_steps_are_named(tmp_path, run_cli):
+    small_model(tmp_path, "m.onnx")
+    spec = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches: [{set_batch: 2, rename_dims: {}}]\n")
+    result = run_cli("validate", spec)
+    assert result.exit_code == 2 and "spec.yaml:4:11: patches[0]: each item has exactly one key" in result.stderr
+    assert "patches.0" not in result.stderr
