@@ -370,19 +370,13 @@ def main(argv: list[str] | None = None) -> int:
         returned = cli.main(args=argv, prog_name="patchspec", standalone_mode=False)
         return returned if isinstance(returned, int) else 0  # click hands back an Exit's code here
     except click.exceptions.Exit as exc:
-        return exc.exit_code
+        return exit_code_of(exc)
     except click.ClickException as exc:
         exc.show()
-        return 2
-    except click.exceptions.Abort:
+        return exit_code_of(exc)
+    except (click.exceptions.Abort, KeyboardInterrupt, Interrupted) as exc:
         click.echo("interrupted", err=True)
-        return 130
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        return 130
-    except Interrupted as exc:
-        click.echo("interrupted", err=True)
-        return exc.exit_code
+        return exit_code_of(exc)
     except PatchspecError as exc:
         if verbose and exc.plugin_tracebacks:  # the plugin's code is what failed: patchspec's frames would not help
             for text in exc.plugin_tracebacks:
@@ -390,12 +384,12 @@ def main(argv: list[str] | None = None) -> int:
         elif verbose:
             traceback.print_exc()
         click.echo(str(exc), err=True)
-        return exc.exit_code
+        return exit_code_of(exc)
     except Exception as exc:  # a bug: one line unless -v
         if verbose:
             traceback.print_exc()
         click.echo(f"internal error: {type(exc).__name__}: {exc}\n{_bug_line()}", err=True)
-        return EXIT_INTERNAL
+        return exit_code_of(exc)
 
 
 def _bug_line() -> str:

@@ -195,7 +195,8 @@ class Engine:
         report.inputs = [str(p) for p in [loaded.model_path, *loaded.data_paths, *self.step_dependencies(spec)]]
         cache = StatCache.beside(loaded.output_path)
         cached = None if force else cache.output_digest()
-        existing = cached or (None if force else _existing_digest(loaded.output_path))
+        stamp = None if force or cached else OutputStamp.read(loaded.output_path)  # the output parsed once
+        existing = cached or (stamp.digest if stamp else None)
         with ThreadPoolExecutor(max_workers=1) as pool:
             # hashing gigabytes of weights overlaps the patches and the copy unless an existing
             # output's digest must be compared first (the stat cache makes that a stat per file)
@@ -205,8 +206,8 @@ class Engine:
             if existing is not None and existing == digest_of(parts.result()):
                 report.status = "up to date"
                 self.echo(f"{loaded.output_path}: up to date")
-                if cached is None:  # found by reading the output: remember it, so the next check is a stat
-                    cache.record_output([loaded.output_path, *_output_data_files(loaded.output_path)], existing)
+                if stamp is not None:  # found by reading the output: remember it, so the next check is a stat
+                    cache.record_output([loaded.output_path, *stamp.data_files], existing)
                 if cached is None or cache.hashed:
                     cache.save()
                 report.files = list(cache.built.get("files", {}))  # the output and its data files
@@ -265,13 +266,13 @@ class Engine:
         "stale", what changed since the output was built)."""
         loaded = self.load_input(spec, model, output)
         cache = StatCache.beside(loaded.output_path)  # read, never written: --check writes nothing
-        stamped = _existing_stamp(loaded.output_path)
+        stamped = OutputStamp.read(loaded.output_path)
         if stamped is None and loaded.output_path.exists():
             return "stale", ["the output is incomplete (a data file missing or short) or not written by patchspec"]
         if stamped is None:
             return "missing", []
         parts = self.digest_parts(loaded, no_verify, cache)
-        digest, built_from = stamped
+        digest, built_from = stamped.digest, stamped.parts
         if digest == digest_of(parts):
             return "up to date", []
         if built_from is None:
@@ -366,14 +367,6 @@ def _refuse_same_file(model: Path, output: Path) -> None:
                          "choose another 'output' (e.g. under build/)")
 
 
-def _output_data_files(output: Path) -> list[Path]:
-    try:
-        model = onnx.load(str(output), load_external_data=False)
-        return data_files(validate_external_data(model, output, verify_checksums=False))
-    except Exception:  # the up-to-date check already read it; a cache without them only costs a parse
-        return []
-
-
 def digest_of(parts: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
@@ -388,26 +381,29 @@ def _stamp(model: onnx.ModelProto, parts: dict[str, str]) -> None:
         entry.key, entry.value = key, value
 
 
-def _existing_digest(output: Path) -> str | None:
-    """The digest stamped in an existing output, if it and its data files look complete."""
-    stamped = _existing_stamp(output)
-    return stamped[0] if stamped else None
+@dataclass(frozen=True)
+class OutputStamp:
+    """What an existing, complete output says of the build that wrote it."""
 
+    digest: str
+    parts: dict | None  # what the digest was made of (None: written before patchspec recorded it)
+    data_files: list[Path]
 
-def _existing_stamp(output: Path) -> tuple[str, dict | None] | None:
-    """(digest, the parts it was made of) of an existing, complete output; None if there is none."""
-    if not output.is_file():
-        return None
-    try:
-        model = onnx.load(str(output), load_external_data=False)
-        validate_external_data(model, output, verify_checksums=False)  # sizes suffice to see it is whole
-    except Exception:
-        return None
-    props = {prop.key: prop.value for prop in model.metadata_props}
-    if DIGEST_KEY not in props:
-        return None
-    try:
-        parts = json.loads(props[INPUTS_KEY]) if INPUTS_KEY in props else None
-    except ValueError:
-        parts = None
-    return props[DIGEST_KEY], parts if isinstance(parts, dict) else None
+    @classmethod
+    def read(cls, output: Path) -> OutputStamp | None:
+        """The stamp of ``output`` if it and its data files look complete (sizes suffice); else None."""
+        if not output.is_file():
+            return None
+        try:
+            model = onnx.load(str(output), load_external_data=False)
+            refs = validate_external_data(model, output, verify_checksums=False)
+        except Exception:
+            return None
+        props = {prop.key: prop.value for prop in model.metadata_props}
+        if DIGEST_KEY not in props:
+            return None
+        try:
+            parts = json.loads(props[INPUTS_KEY]) if INPUTS_KEY in props else None
+        except ValueError:
+            parts = None
+        return cls(props[DIGEST_KEY], parts if isinstance(parts, dict) else None, data_files(refs))

@@ -34,9 +34,7 @@ from typing import Any
 import onnx
 from onnx import TensorProto, helper
 
-from patchspec.plugin.contract import PatchContext, RunState
 from patchspec.plugin.registry import in_process_plugin
-from patchspec.spec.steps import Step
 
 IR_VERSION = 8  #: helper.make_model writes a newer IR than onnxruntime accepts; test models use 8
 MODEL_FILE = "model.onnx"
@@ -45,31 +43,6 @@ SPEC_FILE = "spec.yaml"
 SPEC_HEADER = f"patchspec: 1\nmodel: {MODEL_FILE}\noutput: {OUTPUT_FILE}\n"
 
 Shape = Sequence["int | str | None"]
-
-
-class _UnitTestSpec:
-    """What a context needs of a spec when a test calls ``apply`` without one: its folder and positions."""
-
-    path = Path("<unit test>")
-    verify: tuple = ()
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-
-    def locate(self, step: Step, key: tuple = ()) -> str:
-        where = step.label + (" > " + ".".join(str(k) for k in key) if key else "")
-        return f"{self.path}: {where}"
-
-
-def patch_context(type_name: str = "patch", params: Mapping | None = None, *, model_dir: Path | str = ".",
-                  state: RunState | None = None, index: int = 0) -> PatchContext:
-    """A ``PatchContext`` for ``SomePatch().apply(model, params, patch_context(...))`` in a unit test.
-
-    Pass the same ``state`` to several calls to test patches that share run state.
-    """
-    step = Step("patches", index, type_name, dict(params or {}))
-    return PatchContext(_UnitTestSpec(Path(model_dir)), step, model_dir=Path(model_dir),  # type: ignore[arg-type]
-                        state=state if state is not None else RunState())
 
 
 def make_model(
@@ -269,7 +242,8 @@ except ImportError:  # pragma: no cover - pytest is not installed
     pass
 
 
-from patchspec.testing.checks import check_patch_type, check_verifier, schema_problems, verify_context  # noqa: E402
+from patchspec.testing.checks import check_patch_type, check_verifier, schema_problems  # noqa: E402
+from patchspec.testing.contexts import patch_context, verify_context  # noqa: E402
 
 __all__ = ["IR_VERSION", "SPEC_HEADER", "SpecRun", "check_patch_type", "check_verifier", "make_model", "patch_context",
            "registered", "run_cli", "run_spec", "schema_problems", "verify_context"]

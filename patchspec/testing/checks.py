@@ -25,16 +25,13 @@ import onnx
 
 from patchspec.errors import PatchError, VerifierFailed
 from patchspec.plugin.contract import (
-    PatchContext,
     PatchResult,
     PatchType,
-    RunState,
     Verifier,
-    VerifyContext,
     VerifyResult,
 )
 from patchspec.shapes.annotations import untyped_annotations
-from patchspec.spec.steps import Step
+from patchspec.testing.contexts import patch_context, verify_context
 
 #: (model, params): params as written in a spec, a mapping or a shorthand value
 Case = tuple[onnx.ModelProto, Any]
@@ -104,9 +101,9 @@ def check_patch_type(cls: type[PatchType], folder: Path | str, *, change: Case |
         assert isinstance(case, tuple) and len(case) == 2, \
             f"{cls.name}: each refused case is a (model, params) pair, got {type(case).__name__}"
         model, params = case
-        copy = _copy(model)
+        copy, checked = _copy(model), _params(cls, params)
         try:
-            result = cls().apply(copy, _params(cls, params), _context(cls, params, folder))
+            result = cls().apply(copy, checked, patch_context(cls.name, checked, model_dir=folder))
         except PatchError:
             assert _bytes(copy) == _bytes(model), f"{cls.name}: a refused application changed the model first"
             continue
@@ -124,9 +121,9 @@ def check_verifier(cls: type[Verifier], folder: Path | str, model: onnx.ModelPro
     path = folder / "model.onnx"
     onnx.save(model, str(path))
     before_files, before_model = _files(folder), _bytes(model)
-    context = verify_context(cls.name, params if isinstance(params, dict) else _params(cls, params), path, model)
+    checked = _params(cls, params)
     try:
-        result = cls().verify(_params(cls, params), context)
+        result = cls().verify(checked, verify_context(cls.name, checked, path, model))
     except VerifierFailed as stopped:  # context.fail: a failed verdict, as the engine records it
         result = VerifyResult("failed", stopped.summary, (f"hint: {stopped.hint}",) if stopped.hint else ())
     assert isinstance(result, VerifyResult), f"{cls.name}: verify() returned {type(result).__name__}, not a VerifyResult"
@@ -139,31 +136,7 @@ def check_verifier(cls: type[Verifier], folder: Path | str, model: onnx.ModelPro
     return result
 
 
-def verify_context(type_name: str, params: dict | None, output: Path | str, model: onnx.ModelProto | None = None,
-                   *, original: Path | str | None = None) -> VerifyContext:
-    """A ``VerifyContext`` to call ``verify`` directly in a unit test: ``output`` (and ``original``,
-    default the same file) are model paths; ``context.fail`` raises ``patchspec.VerificationFailed``."""
-    output = Path(output)
-    step = Step("verify", 0, type_name, dict(params or {}))
-    loaded = model if model is not None else onnx.load(str(output), load_external_data=False)
-    return VerifyContext(_CheckSpec(output.parent), step, output_path=output,  # type: ignore[arg-type]
-                         original_path=Path(original) if original is not None else output, model=loaded)
-
-
 # -- helpers -------------------------------------------------------------------------------------------
-class _CheckSpec:
-    """What a context needs of a spec when a check calls a plugin directly."""
-
-    path = Path("<contract check>")
-    verify: tuple = ()
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-
-    def locate(self, step: Step, key: tuple = ()) -> str:
-        return f"{self.path}: {step.label}" + (" > " + ".".join(str(k) for k in key) if key else "")
-
-
 def _params(cls: type[PatchType] | type[Verifier], params: Any) -> dict:
     """Params as the spec loader hands them over: shorthand expanded, validated by the schema."""
     if params is None:
@@ -179,15 +152,10 @@ def _params(cls: type[PatchType] | type[Verifier], params: Any) -> dict:
     return checked
 
 
-def _context(cls: type[PatchType], params: Any, folder: Path | str) -> PatchContext:
-    step = Step("patches", 0, cls.name, _params(cls, params))
-    return PatchContext(_CheckSpec(Path(folder)), step, model_dir=Path(folder), state=RunState())  # type: ignore[arg-type]
-
-
 def _apply(cls: type[PatchType], folder: Path | str, model: onnx.ModelProto,
            params: Any) -> tuple[onnx.ModelProto, PatchResult]:
-    copy = _copy(model)
-    result = cls().apply(copy, _params(cls, params), _context(cls, params, folder))
+    copy, checked = _copy(model), _params(cls, params)
+    result = cls().apply(copy, checked, patch_context(cls.name, checked, model_dir=folder))
     assert isinstance(result, PatchResult), f"{cls.name}: apply() returned {type(result).__name__}, not a PatchResult"
     assert isinstance(result.summary, str) and result.summary and "\n" not in result.summary, \
         f"{cls.name}: the summary must be one line"
@@ -212,4 +180,4 @@ def _files(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-__all__ = ["check_declaration", "check_patch_type", "check_verifier", "schema_problems", "verify_context"]
+__all__ = ["check_declaration", "check_patch_type", "check_verifier", "schema_problems"]
