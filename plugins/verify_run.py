@@ -99,6 +99,22 @@ class RunVerifier(Verifier):
                     },
                     "rtol": {"type": "number", "minimum": 0, "description": f"relative tolerance (default {DEFAULT_RTOL:g})"},
                     "atol": {"type": "number", "minimum": 0, "description": f"absolute tolerance (default {DEFAULT_ATOL:g})"},
+                    "outputs": {
+                        "type": "object",
+                        "description": ("per output: {rtol, atol} for this output only, or skip (run it, check its "
+                                        "declared shape, do not compare its values): for outputs the original "
+                                        "itself does not reproduce (near-tied TopK, a quantized head)"),
+                        "additionalProperties": {
+                            "anyOf": [
+                                {"const": "skip"},
+                                {"type": "object", "additionalProperties": False, "minProperties": 1,
+                                 "properties": {
+                                     "rtol": {"type": "number", "minimum": 0, "description": "relative tolerance"},
+                                     "atol": {"type": "number", "minimum": 0, "description": "absolute tolerance"},
+                                 }},
+                            ],
+                        },
+                    },
                     "tolerances": {
                         "type": "object",
                         "description": ("rtol/atol per element type, for outputs whose coarser side (output or "
@@ -201,6 +217,25 @@ class _Row:
                 "messages": list(self.messages)}
 
 
+@dataclass
+class _CaseRun:
+    """One case on the output at one level: the feeds it got and what came out (or why nothing did)."""
+
+    index: int
+    case: dict
+    feeds: dict | None = None
+    outputs: dict | None = None
+    seconds: float = 0.0
+    failure: str | None = None
+
+
+@dataclass(frozen=True)
+class _Tolerance:
+    rtol: float
+    atol: float
+    skip: bool = False
+
+
 class _Run:
     def __init__(self, params: dict, context: VerifyContext) -> None:
         self.params = params
@@ -218,9 +253,17 @@ class _Run:
         for dtype, given in compare.get("tolerances", {}).items():
             rtol, atol = self.tolerances.get(dtype, (self.rtol, self.atol))
             self.tolerances[dtype] = (float(given.get("rtol", rtol)), float(given.get("atol", atol)))
+        self.per_output = {name: _Tolerance(self.rtol, self.atol, True) if given == "skip" else
+                           _Tolerance(float(given.get("rtol", self.rtol)), float(given.get("atol", self.atol)))
+                           for name, given in compare.get("outputs", {}).items()}
         self.required = set(params.get("require", []))
+        #: (outputs, seconds) of the reference, by (reference path, provider, level, case index, per sample?)
+        self.expected: dict[tuple, tuple[dict, float] | RunFailure] = {}
 
     def result(self) -> VerifyResult:
+        unknown = self._unknown_output_settings()
+        if unknown:
+            return VerifyResult("failed", unknown)
         providers = self.params.get("providers") or list(DEFAULT_PROVIDERS)
         reasons = provider_skip_reasons(providers)
         rows: list[_Row] = []
@@ -231,85 +274,211 @@ class _Run:
                 rows.extend(self._provider_rows(provider))
         return self._verdict(providers, rows)
 
+    def _unknown_output_settings(self) -> str | None:
+        names = [info.name for info in self.context.model.graph.output]
+        for name in self.per_output:
+            if name not in names:
+                return (f"compare.outputs names '{name}', which is not an output of the model"
+                        f"{did_you_mean(name, names)}; its outputs are: {', '.join(names)}")
+        return None
+
     def _unavailable(self, provider: str, reason: str) -> _Row:
         if provider in self.required:
             return _Row(provider, None, "fail", [f"required provider {provider} cannot run: {reason}"])
         return _Row(provider, None, "skip", [reason])
 
     def _provider_rows(self, provider: str) -> list[_Row]:
-        references: dict[Path, Session] = {}
         rows = []
         for level in self.optimizations:
             label = level if len(self.optimizations) > 1 else ""
             try:
-                session = Session(self.context.output_path, provider, level)
-                cases = self.params.get("cases") or [_default_case(session.inputs)]
+                runs = self._run_output(provider, level)
             except ProviderUnusable as exc:
                 return [self._unavailable(provider, _text(exc))]
             except RunFailure as exc:
                 rows.append(_Row(provider, None, "fail", [_text(exc)], label))
                 continue
-            rows += [self._case_row(session, index, case, references, label) for index, case in enumerate(cases)]
+            self._run_references(provider, level, runs)
+            rows += [self._case_row(provider, level, label, run) for run in runs]
         return rows
 
-    def _case_row(self, session: Session, index: int, case: dict, references: dict, level: str) -> _Row:
-        row = _Row(session.provider, index, "pass", optimization=level)
-        try:
-            feeds = make_feeds(case["inputs"], session.inputs, self.context.resolve)
-            misfit = feed_shape_problems(feeds, session.inputs)
-            if misfit:
-                raise RunFailure("the case does not fit the output's inputs: " + "; ".join(misfit))
-            outputs, row.seconds = session.run(feeds)
-            row.messages += declared_shape_problems(self.context.model, outputs)
-            ranks = {name: array.ndim for name, array in outputs.items()}
-            expected, row.reference_seconds = self._reference(case, session.provider, feeds, references, ranks)
-            if expected is None:
-                row.messages += nonfinite_problems(outputs)
-            else:
-                row.outputs, notes = self._compare(outputs, expected)
-                row.messages += notes
-        except RunFailure as exc:
-            row.messages.append(_text(exc))
+    def _run_output(self, provider: str, level: str) -> list[_CaseRun]:
+        """Every case on the output at one level; the session is freed before any reference is built,
+        so the output's and the reference's weights are never in memory together."""
+        session = Session(self.context.output_path, provider, level)
+        cases = self.params.get("cases") or [_default_case(session.inputs)]
+        runs = []
+        for index, case in enumerate(cases):
+            run = _CaseRun(index, case)
+            try:
+                run.feeds = make_feeds(case["inputs"], session.inputs, self.context.resolve)
+                misfit = feed_shape_problems(run.feeds, session.inputs)
+                if misfit:
+                    raise RunFailure("the case does not fit the output's inputs: " + "; ".join(misfit))
+                run.outputs, run.seconds = session.run(run.feeds)
+            except RunFailure as exc:
+                run.failure = _text(exc)
+            runs.append(run)
+        del session
+        return runs
+
+    def _case_row(self, provider: str, level: str, label: str, run: _CaseRun) -> _Row:
+        row = _Row(provider, run.index, "pass", optimization=label, seconds=run.seconds)
+        if run.failure is not None:
+            row.messages.append(run.failure)
+        else:
+            row.messages += declared_shape_problems(self.context.model, run.outputs)
+            try:
+                expected, row.reference_seconds = self._reference(provider, level, run)
+                if expected is None:
+                    row.messages += nonfinite_problems(run.outputs)
+                else:
+                    row.outputs, failed = self._compare(run.outputs, expected)
+                    row.messages += [o.message for o in failed]
+                    if failed:
+                        row.messages += self._diagnose(provider, level, run, expected, failed)
+            except RunFailure as exc:
+                row.messages.append(_text(exc))
         if row.messages:  # every message is a reason to fail: a lie, a NaN, a difference, an error
             row.status = "fail"
         return row
 
-    def _compare(self, outputs: dict, expected: dict) -> tuple[list[OutputComparison], list[str]]:
-        compared = [compare_output(name, outputs[name], expected[name], *self._tolerance(outputs[name], expected[name]))
-                    for name in outputs if name in expected]
-        notes = [o.message for o in compared if not o.passed]
-        if not compared:
+    def _compare(self, outputs: dict, expected: dict) -> tuple[list[OutputComparison], list[OutputComparison]]:
+        compared = []
+        for name in outputs:
+            if name not in expected:
+                continue
+            tolerance = self._tolerance(name, outputs[name], expected[name])
+            if not tolerance.skip:
+                compared.append(compare_output(name, outputs[name], expected[name], tolerance.rtol, tolerance.atol))
+        if not compared and not any(name in expected for name in outputs):
             msg = (f"nothing compared: the output's outputs ({', '.join(outputs)}) and the reference's "
                    f"({', '.join(expected)}) share no name")
             raise RunFailure(msg)
-        return compared, notes
+        return compared, [o for o in compared if not o.passed]
 
-    def _tolerance(self, actual: np.ndarray, expected: np.ndarray) -> tuple[float, float]:
-        """compare.rtol/atol, or the tolerance of the coarser side's element type when it has one."""
+    def _tolerance(self, name: str, actual: np.ndarray, expected: np.ndarray) -> _Tolerance:
+        """compare.outputs for this output, else the coarser side's element type's, else compare.rtol/atol."""
+        if name in self.per_output:
+            return self.per_output[name]
         sides = [str(a.dtype) for a in (actual, expected) if str(a.dtype) in PRECISION]
         coarser = min(sides, key=PRECISION.index) if sides else None
         if coarser not in self.tolerances:
-            return self.rtol, self.atol
+            return _Tolerance(self.rtol, self.atol)
         self.applied[coarser] = self.tolerances[coarser]
-        return self.tolerances[coarser]
+        return _Tolerance(*self.tolerances[coarser])
 
-    def _reference(self, case: dict, provider: str, feeds: dict, references: dict,
-                   batched_ranks: dict) -> tuple[dict | None, float]:
-        against = case.get("against", self.against)
+    # -- the reference ---------------------------------------------------------------------------------
+    def _reference_path(self, run: _CaseRun) -> Path | None:
+        against = run.case.get("against", self.against)
         if against == "none":
+            return None
+        return self.context.original_path if against == "original" else self.context.resolve(against)
+
+    def _reference(self, provider: str, level: str, run: _CaseRun) -> tuple[dict | None, float]:
+        """The reference's outputs for this case, at the level the output ran at: like with like."""
+        path = self._reference_path(run)
+        if path is None:
             return None, 0.0
-        path = self.context.original_path if against == "original" else self.context.resolve(against)
         if path.suffix == ".npz":
             return _load_expected(path), 0.0
-        if path not in references:
-            references[path] = _reference_session(path, provider)
-        return _run_reference(references[path], feeds, self.split if self.split_batch else None, batched_ranks)
+        return self._expected(path, provider, level, run, self.split_batch)
+
+    def _run_references(self, provider: str, level: str, runs: list[_CaseRun]) -> None:
+        """Every case's reference at one level: one session per reference model, freed before the next."""
+        by_path: dict[Path, list[_CaseRun]] = {}
+        for run in runs:
+            path = self._reference_path(run)
+            if run.outputs is not None and path is not None and path.suffix != ".npz":
+                by_path.setdefault(path, []).append(run)
+        for path, group in by_path.items():
+            self._run_reference(path, provider, level, self.split_batch, group)
+
+    def _expected(self, path: Path, provider: str, level: str, run: _CaseRun, split: bool) -> tuple[dict, float]:
+        """The reference model's outputs and seconds for one case, run once per (provider, level, split)."""
+        key = (path, provider, level, run.index, split)
+        if key not in self.expected:
+            self._run_reference(path, provider, level, split, [run])
+        found = self.expected[key]
+        if isinstance(found, RunFailure):
+            raise found
+        return found
+
+    def _run_reference(self, path: Path, provider: str, level: str, split: bool, runs: list[_CaseRun]) -> None:
+        runs = [run for run in runs if (path, provider, level, run.index, split) not in self.expected]
+        if not runs:
+            return
+        try:
+            reference = _reference_session(path, provider, level)
+        except RunFailure as exc:
+            for run in runs:
+                self.expected[(path, provider, level, run.index, split)] = exc
+            return
+        for run in runs:
+            key = (path, provider, level, run.index, split)
+            ranks = {name: array.ndim for name, array in run.outputs.items()}
+            try:
+                self.expected[key] = _run_reference(reference, run.feeds, self.split if split else None, ranks)
+            except RunFailure as exc:
+                self.expected[key] = exc
+        del reference
+
+    # -- when an output differs: is it the patch, or the reference's own noise? ------------------------
+    def _diagnose(self, provider: str, level: str, run: _CaseRun, expected: dict,
+                  failed: list[OutputComparison]) -> list[str]:
+        """Run the original against itself: at another optimization level, and batched against per
+        sample. Where it differs from itself beyond tolerance too, the difference is not the patch's."""
+        path = self._reference_path(run)
+        if path is None or path.suffix == ".npz":
+            return []
+        others = [(f"at optimizations {level} and {other}", other, self.split_batch)
+                  for other in self._other_levels(level)]
+        if self.split_batch:
+            others.append(("run batched and per sample", level, False))
+        notes = []
+        for comparison in failed:
+            noise = self._noise(path, provider, run, comparison.name, expected, others)
+            if noise is not None:
+                notes.append(self._noise_message(comparison, noise))
+        return notes
+
+    def _other_levels(self, level: str) -> list[str]:
+        given = [other for other in self.optimizations if other != level]
+        return given or ["disabled" if level != "disabled" else "all"]
+
+    def _noise(self, path: Path, provider: str, run: _CaseRun, name: str, expected: dict,
+               others: list) -> tuple[str, float] | None:
+        """(how, max abs difference) of the first way the reference disagrees with itself on ``name``."""
+        want = expected[name]
+        for how, level, split in others:
+            try:
+                again, _ = self._expected(path, provider, level, run, split)
+            except RunFailure:
+                continue  # e.g. an original that refuses the batch: that comparison cannot be made
+            if name not in again:
+                continue
+            tolerance = self._tolerance(name, run.outputs[name], want)
+            check = compare_output(name, again[name], want, tolerance.rtol, tolerance.atol)
+            if not check.passed:
+                return how, check.max_abs
+        return None
+
+    def _noise_message(self, comparison: OutputComparison, noise: tuple[str, float]) -> str:
+        how, figure = noise
+        suggested = float(f"{max(figure, comparison.max_abs) * 2:.1g}")
+        return (f"the reference is unstable on '{comparison.name}': the original itself differs by {figure:.3g} "
+                f"(max abs) {how}, so a difference of {comparison.max_abs:.3g} is not evidence against the patch. "
+                f"Give real inputs (file: x.npy) for this case, or set this output's tolerance or skip it: "
+                f"compare: {{outputs: {{{comparison.name}: {{atol: {suggested:g}}}}}}} or "
+                f"compare: {{outputs: {{{comparison.name}: skip}}}}")
 
     def _verdict(self, providers: list[str], rows: list[_Row]) -> VerifyResult:
         details = tuple(line for row in rows for line in row.lines())
         data = {"against": self.against, "split_batch": self.split_batch, "optimizations": self.optimizations,
                 "rtol": self.rtol, "atol": self.atol, "tolerances": {k: list(v) for k, v in self.tolerances.items()},
                 "applied_tolerances": {k: list(v) for k, v in self.applied.items()},
+                "outputs": {name: ("skip" if t.skip else {"rtol": t.rtol, "atol": t.atol})
+                            for name, t in self.per_output.items()},
                 "results": [row.to_json() for row in rows]}
         failed = [row for row in rows if row.status == "fail"]
         ran = [row for row in rows if row.status == "pass"]
@@ -317,13 +486,18 @@ class _Run:
         tail = f"; skipped {', '.join(skipped)}" if skipped else ""
         if failed:
             first = failed[0]
-            summary = f"{len(failed)} of {len(rows)} runs failed; first: {first.where}: {first.messages[0]}"
+            reason = next((m for m in first.messages if m.startswith("the reference is unstable")), first.messages[0])
+            summary = f"{len(failed)} of {len(rows)} runs failed; first: {first.where}: {reason}"
             return VerifyResult("failed", summary, details, data)
         if not ran:
             return VerifyResult("skipped", f"no listed provider can run here{tail}", details, data)
         worst = max((o.max_abs for row in ran for o in row.outputs), default=None)
         used = "".join(f"; {dtype} outputs rtol {r:g}, atol {a:g}" for dtype, (r, a) in sorted(self.applied.items()))
+        used += "".join(f"; '{name}' rtol {t.rtol:g}, atol {t.atol:g}" for name, t in self.per_output.items() if not t.skip)
         error = "" if worst is None else f", max abs error {worst:.3g} (rtol {self.rtol:g}, atol {self.atol:g}{used})"
+        skipped_outputs = [name for name, t in self.per_output.items() if t.skip]
+        if skipped_outputs:
+            error += f"; not compared: {', '.join(skipped_outputs)}"
         cases = len({row.case for row in ran})
         levels = f" (optimizations {', '.join(self.optimizations)})" if len(self.optimizations) > 1 else ""
         return VerifyResult("passed", f"{cases} case(s) on {', '.join(sorted({r.provider for r in ran}))}{levels} "
@@ -354,11 +528,11 @@ def _default_case(declared: list[TensorDecl]) -> dict:
     return {"inputs": {}}
 
 
-def _reference_session(path: Path, provider: str) -> Session:
+def _reference_session(path: Path, provider: str, level: str) -> Session:
     if not path.is_file():
         raise RunFailure(f"reference model {path} does not exist", "'against' paths are relative to the spec's folder")
     try:
-        return Session(path, provider)
+        return Session(path, provider, level)
     except RunFailure as exc:
         raise RunFailure(f"reference: {exc.message}", exc.hint) from None
 

@@ -1,0 +1,153 @@
+"""The ``run`` verifier compares like with like, and never blames a patch for the original's own noise.
+
+A QDQ-quantized model is the realistic case: at optimizations ``all`` onnxruntime fuses each
+QuantizeLinear/DequantizeLinear pair into integer kernels, at ``disabled`` it does not, so the
+original's own outputs differ between the two levels by whole quantization steps.
+"""
+
+import numpy as np
+import onnx
+import onnxruntime
+from onnx import helper, numpy_helper
+
+from helpers import graph_model, tensor_info, write_spec
+
+
+def qdq_matmul(activations_quantized=True):
+    """y = dq(q(dq(q(x)) @ dq(w))): int8 weights, and int8 activations unless told otherwise."""
+    rng = np.random.default_rng(0)
+    initializers = [
+        numpy_helper.from_array(rng.integers(-127, 127, size=(64, 64)).astype(np.int8), "w_q"),
+        numpy_helper.from_array(np.array(0.001, np.float32), "w_s"),
+        numpy_helper.from_array(np.array(0, np.int8), "w_z"),
+    ]
+    nodes = [helper.make_node("DequantizeLinear", ["w_q", "w_s", "w_z"], ["wd"])]
+    if activations_quantized:
+        initializers += [numpy_helper.from_array(np.array(1 / 127, np.float32), "x_s"),
+                         numpy_helper.from_array(np.array(0, np.int8), "x_z"),
+                         numpy_helper.from_array(np.array(0.01, np.float32), "y_s"),
+                         numpy_helper.from_array(np.array(0, np.int8), "y_z")]
+        nodes += [helper.make_node("QuantizeLinear", ["x", "x_s", "x_z"], ["xq"]),
+                  helper.make_node("DequantizeLinear", ["xq", "x_s", "x_z"], ["xd"]),
+                  helper.make_node("MatMul", ["xd", "wd"], ["m"]),
+                  helper.make_node("QuantizeLinear", ["m", "y_s", "y_z"], ["mq"]),
+                  helper.make_node("DequantizeLinear", ["mq", "y_s", "y_z"], ["y"])]
+    else:
+        nodes.append(helper.make_node("MatMul", ["x", "wd"], ["y"]))
+    return graph_model(nodes, [tensor_info("x", ["N", 64])], [tensor_info("y", ["N", 64])], initializers)
+
+
+def level_difference(path) -> float:
+    x = np.random.default_rng(1).uniform(-1, 1, (4, 64)).astype(np.float32)
+    outputs = []
+    for level in (onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL, onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL):
+        options = onnxruntime.SessionOptions()
+        options.graph_optimization_level = level
+        session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        outputs.append(session.run(None, {"x": x})[0])
+    return float(np.abs(outputs[0] - outputs[1]).max())
+
+
+def spec(tmp_path, patches="  - set_batch: 4\n", run="", model=None):
+    onnx.save(model or qdq_matmul(), tmp_path / "m.onnx")
+    return write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches:\n" + patches +
+                      "verify:\n  - run:\n      cases: [{inputs: {x: [4, 64]}}]\n" + run)
+
+
+def test_the_original_of_the_family_differs_between_levels(tmp_path):
+    """The premise of the tests below: without it they would prove nothing."""
+    onnx.save(qdq_matmul(), tmp_path / "m.onnx")
+    assert level_difference(tmp_path / "m.onnx") > 1e-3
+
+
+def test_a_correct_patch_of_a_qdq_model_passes_at_every_level(tmp_path, run_cli):
+    path = spec(tmp_path, run="      compare: {against: original, split_batch: true}\n")
+    result = run_cli("apply", path, "-v")
+    assert result.exit_code == 0, result.output
+    assert "(optimizations all, disabled)" in result.stdout
+    assert "case 0 (optimizations disabled) y: pass max abs 0 " in result.stdout
+
+
+def test_a_single_level_runs_the_reference_at_that_level(tmp_path, run_cli):
+    path = spec(tmp_path, run="      optimizations: [disabled]\n      compare: {against: original}\n")
+    result = run_cli("apply", path, "-v")
+    assert result.exit_code == 0, result.output
+    assert "max abs error 0 " in result.stdout
+
+
+def unstable_setup(tmp_path, run=""):
+    """The output drops the activation quantization (a float model); the reference is the QDQ original.
+
+    At every level the two differ, and so does the reference from itself across levels: the failure
+    must say the reference is unstable, with the figure, and how to get out of it.
+    """
+    onnx.save(qdq_matmul(), tmp_path / "qdq.onnx")
+    return spec(tmp_path, patches="  []\n", model=qdq_matmul(activations_quantized=False),
+                run="      compare: {against: qdq.onnx}\n" + run)
+
+
+def test_an_unstable_reference_is_named_with_its_figure_and_the_way_out(tmp_path, run_cli):
+    result = run_cli("apply", unstable_setup(tmp_path))
+    assert result.exit_code == 1, result.output
+    message = result.output
+    assert "the reference is unstable on 'y': the original itself differs by" in message
+    assert "at optimizations all and disabled" in message
+    assert "compare: {outputs: {y: {atol:" in message and "{y: skip}" in message
+    assert "file: x.npy" in message
+    assert not (tmp_path / "out" / "m2.onnx").exists()
+
+
+def test_per_output_tolerance_is_the_way_out(tmp_path, run_cli):
+    result = run_cli("apply", unstable_setup(tmp_path, "      compare: {against: qdq.onnx, outputs: {y: {atol: 1.0}}}\n"))
+    # the second compare key replaces the first: write the whole mapping once
+    assert result.exit_code == 2, result.output  # duplicate key 'compare'
+    path = spec(tmp_path, patches="  []\n", model=qdq_matmul(activations_quantized=False),
+                run="      compare: {against: qdq.onnx, outputs: {y: {atol: 1.0}}}\n")
+    result = run_cli("apply", path)
+    assert result.exit_code == 0, result.output
+    assert "'y' rtol 0.0001, atol 1" in result.stdout
+
+
+def test_a_skipped_output_is_run_but_not_compared(tmp_path, run_cli):
+    onnx.save(qdq_matmul(), tmp_path / "qdq.onnx")
+    path = spec(tmp_path, patches="  []\n", model=qdq_matmul(activations_quantized=False),
+                run="      compare: {against: qdq.onnx, outputs: {y: skip}}\n")
+    result = run_cli("apply", path, "-v")
+    assert result.exit_code == 0, result.output
+    assert "not compared: y" in result.stdout
+
+
+def test_per_output_settings_name_an_output_of_the_model(tmp_path, run_cli):
+    path = spec(tmp_path, run="      compare: {outputs: {why: skip}}\n")
+    result = run_cli("apply", path)
+    assert result.exit_code == 1, result.output
+    assert "compare.outputs names 'why', which is not an output of the model (did you mean 'y'?)" in result.output
+
+
+def test_a_wrong_patch_is_not_excused_when_the_reference_is_stable(tmp_path, run_cli):
+    """A float model whose reference scales its output: the original is stable, so no excuse is offered."""
+    scale = numpy_helper.from_array(np.array(1.5, np.float32), "scale")
+    reference = graph_model([helper.make_node("Mul", ["x", "scale"], ["y"])], [tensor_info("x", ["N", 64])],
+                            [tensor_info("y", ["N", 64])], initializers=[scale])
+    onnx.save(reference, tmp_path / "ref.onnx")
+    identity = graph_model([helper.make_node("Identity", ["x"], ["y"])], [tensor_info("x", ["N", 64])],
+                           [tensor_info("y", ["N", 64])])
+    path = spec(tmp_path, patches="  []\n", model=identity, run="      compare: {against: ref.onnx}\n")
+    result = run_cli("apply", path)
+    assert result.exit_code == 1, result.output
+    assert "differs beyond tolerance" in result.output
+    assert "unstable" not in result.output
+
+
+def test_an_original_that_mixes_samples_is_named_by_its_batched_run(tmp_path, run_cli):
+    """y = x - mean over the batch: per-sample runs of the original cannot be the reference, and the
+    failure says so (the original batched differs from the original per sample), not "the patch"."""
+    axes = numpy_helper.from_array(np.array([0], np.int64), "axes")
+    model = graph_model([helper.make_node("ReduceMean", ["x", "axes"], ["mean"], keepdims=1),
+                         helper.make_node("Sub", ["x", "mean"], ["y"])],
+                        [tensor_info("x", ["N", 64])], [tensor_info("y", ["N", 64])], initializers=[axes], opset=18)
+    path = spec(tmp_path, model=model, run="      compare: {against: original, split_batch: true}\n")
+    result = run_cli("apply", path)
+    assert result.exit_code == 1, result.output
+    assert "the reference is unstable on 'y'" in result.output
+    assert "run batched and per sample" in result.output
