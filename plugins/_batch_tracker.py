@@ -61,7 +61,11 @@ class BatchTrace:
     b1: int
     b2: int
     rewrites: list[Rewrite] = field(default_factory=list)
+    #: points the evaluation could not settle: warnings, with the spec lines that settle them by hand
     undecided: list[str] = field(default_factory=list)
+    #: what the evaluation proves: a node that cannot run at the new batch, or drops or mixes samples
+    #: there. A model with one is never written.
+    refusals: list[str] = field(default_factory=list)
     symbolic: bool = False  # the new batch is a name: rewrites write -1/0/1/end, never a size
     evaluator: ShapeEvaluator | None = None
     moves_symbols: bool = False  # a third point moved the other symbolic dims
@@ -156,7 +160,7 @@ def trace_batch(model: onnx.ModelProto, batch_axes, b1: int, b2: int, *, symboli
     trace.evaluator = ShapeEvaluator(model, points, hook=tracker.hook)
     tracker.evaluator = trace.evaluator
     trace.evaluator.run()
-    trace.undecided.extend(tracker.conflicts())
+    trace.refusals.extend(tracker.conflicts())
     trace.squeezes.extend(tracker.batch_squeezes())
     return trace
 
@@ -170,6 +174,9 @@ class _Tracker:
         self.evaluator: ShapeEvaluator | None = None
         self.uses = use_counts(model)
         self.decided: set[int] = set()  # ids of nodes with a rewrite or an undecided report
+        #: tensors whose batch a Reshape merged into an axis behind other dims: name -> (axis, how many
+        #: elements of that axis come before each sample's), so a later Reshape can split it out again
+        self.folded: dict[str, tuple[int, int]] = {}
 
     # -- the hook ------------------------------------------------------------------------------------
     def hook(self, site: NodeSite, inputs: list) -> list | None:
@@ -199,6 +206,58 @@ class _Tracker:
         differing = [i for i, (a, b) in enumerate(zip(out1.shape, out2.shape)) if a != b]
         return differing == [batch_axis] and out1.shape[batch_axis] * self.b2 == out2.shape[batch_axis] * self.b1
 
+    def folded_behind(self, data_shape: tuple, axis: int, out1: Known, out2: Known) -> tuple[int, int] | None:
+        """The Reshape merges the batch into an output axis as its innermost part, behind data dims that
+        come before it: ``[L, batch, E] -> [-1, E]`` (PyTorch's attention, sequence first). Each row is
+        still one sample's, and the element that absorbed the batch is already right at any batch;
+        making another element "the batch" would move the batch into the features."""
+        if not (out1.full and out2.full) or len(out1.shape) != len(out2.shape):
+            return None
+        differing = [j for j, (a, b) in enumerate(zip(out1.shape, out2.shape)) if a != b]
+        if len(differing) != 1 or out1.shape[differing[0]] * self.b2 != out2.shape[differing[0]] * self.b1:
+            return None
+        j = differing[0]
+        before, after = _product(data_shape[:axis]), _product(data_shape[axis + 1:])
+        outer = _product(out1.shape[:j])
+        if (after == _product(out1.shape[j + 1:]) and outer < before and before % outer == 0
+                and outer * out1.shape[j] == before * self.b1):
+            return j, before // outer
+        return None
+
+    def fold_of(self, name: str) -> tuple[int, int] | None:
+        """Where a folded batch sits in ``name``: carried from the Reshape that folded it through ops
+        that keep that axis as it is (elementwise ops, MatMul/Gemm rows, Transpose moves it)."""
+        chain = []
+        while name not in self.folded:
+            producer = self.evaluator.producer.get(name)
+            if producer is None or len(chain) > 64 or not producer.node.input:
+                return None
+            chain.append((name, producer.node))
+            name = producer.node.input[0]
+        fold = self.folded[name]
+        for tensor, node in reversed(chain):
+            fold = self._carried_fold(node, name, tensor, fold)
+            if fold is None:
+                return None
+            self.folded[tensor] = fold
+            name = tensor
+        return fold
+
+    def _carried_fold(self, node: onnx.NodeProto, source: str, target: str, fold: tuple[int, int]):
+        axis, before = fold
+        if node.op_type == "Transpose":
+            perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
+            return (perm.index(axis), before) if perm and axis in perm else None
+        if node.op_type in ("Reshape", "Flatten", "Squeeze", "Unsqueeze"):
+            return None  # they move axes: only a Reshape of its own can say where the batch went
+        points = zip(self.evaluator.at(source)[:2], self.evaluator.at(target)[:2])
+        for given, made in points:
+            if given.shape is None or made.shape is None or len(given.shape) != len(made.shape):
+                return None
+            if axis >= len(made.shape) or given.shape[axis] != made.shape[axis]:
+                return None
+        return fold
+
     def _carried(self, site: NodeSite, inputs: list) -> tuple[int, list[int]] | None:
         """(the data's batch axis, the shape operand's values) when the data carries the batch."""
         if len(site.node.input) < 2 or inputs[0][1].value is None:
@@ -216,14 +275,23 @@ class _Tracker:
         axis, values = carried
         (data1, shape1), (data2, shape2) = inputs[0][:2], inputs[1][:2]
         out1 = self._eval(site, [data1, shape1])
-        i = batch_position(data1.shape[:axis], out1.shape) if out1.full else None
-        if self.consistent(out1, self._eval(site, [data2, shape2]), i):
+        prefix = list(data1.shape[:axis])
+        fold = self.fold_of(site.node.input[0])
+        if fold is not None and fold[0] == axis:
+            prefix = [_product(prefix) * fold[1]]  # the batch sits behind part of its axis
+        i = batch_position(prefix, out1.shape) if out1.full else None
+        out2 = self._eval(site, [data2, shape2])
+        if self.consistent(out1, out2, i):
+            return None
+        behind = self.folded_behind(data1.shape, axis, out1, out2) if fold is None else None
+        if behind is not None:
+            self.folded[site.node.output[0]] = behind
             return None
         proved = i is not None and i < len(values) and values[i] not in (0, -1) and values[i] % self.b1 == 0
         new_static = values[i] // self.b1 * self.b2 if proved else None
         if not proved or not self.consistent(out1, self._eval(site, [data2, _int64(_with(values, i, new_static))]), i):
-            return self._undecided(site, values, f"its data carries the batch on axis {axis}, and no element of its "
-                                   "shape can be proved to be the batch", self._suggest(site, values, axis))
+            return self._unsettled(site, [data2, shape2], values, f"its data carries the batch on axis {axis}, and no "
+                                   "element of its shape can be proved to be the batch", self._suggest(site, values, axis))
         written = self._written_value(site, values, i, data1, out1, axis)
         if written is None:
             return self._undecided(site, values, f"element {i} is the batch, but a symbolic batch there needs a "
@@ -257,7 +325,8 @@ class _Tracker:
         new_static = values[slot] // self.b1 * self.b2 if proved else None
         if not proved or not self.consistent(out1, self._eval(site, [data2, _int64(_with(values, slot, new_static))]),
                                              aligned):
-            return self._undecided(site, values, "its data carries the batch, which its shape does not let through")
+            return self._unsettled(site, [data2, shape2], values, "its data carries the batch, which its shape does "
+                                   "not let through")
         return self._rewrite_element(site, 1, values, slot, new_static, 1 if self.symbolic else new_static, inputs)
 
     def _slice(self, site: NodeSite, inputs: list) -> list | None:
@@ -283,8 +352,9 @@ class _Tracker:
         if entry is None:
             return None  # the batch axis is not sliced: whatever changed, it is not this constant
         if starts[entry] != 0 or steps[entry] != 1 or out1.shape[axis] != data1.shape[axis]:
-            return self._undecided(site, ends, f"it slices the batch axis {axis}: at a larger batch it keeps "
-                                   "only part of the batch")
+            return self._refuse(site, f"drops samples at batch {self.b2}: it slices axis {axis}, which carries the "
+                                f"batch, with constant bounds (starts {starts}, ends {ends}), so it keeps only part of "
+                                "the batch and every later sample is lost or read as the first one's")
         trial = [list(point) for point in inputs]
         trial[1][2] = _int64(_with(ends, entry, INT64_MAX))
         if not self.consistent(out1, self._eval(site, trial[1]), axis):
@@ -361,6 +431,20 @@ class _Tracker:
             return found
         return None
 
+    def _unsettled(self, site: NodeSite, inputs2: list, values: list[int], why: str, suggestion: str = "") -> None:
+        """Undecided, or refused when the node as exported cannot run at the new batch at all."""
+        if self._eval(site, inputs2).shape is None:
+            fix = f"; to fix it, add before set_batch:\n{suggestion}" if suggestion else ""
+            return self._refuse(site, f"cannot run at batch {self.b2} with its constant shape {values}: {why}{fix}")
+        return self._undecided(site, values, why, suggestion)
+
+    def _refuse(self, site: NodeSite, why: str) -> None:
+        node = site.node
+        label = f"{node.op_type} '{node.name or node.output[0]}'{self.evaluator.where(site)}"
+        self.trace.refusals.append(f"{label} {why}")
+        self.decided.add(id(node))
+        return None
+
     def _undecided(self, site: NodeSite, values: list[int], why: str, suggestion: str = "") -> None:
         node = site.node
         label = f"{node.op_type} '{node.name or node.output[0]}'{self.evaluator.where(site)}"
@@ -393,17 +477,16 @@ class _Tracker:
                 continue
             if node.domain not in ("", "ai.onnx") or not self.evaluator.runs(site)[1]:
                 continue  # a node in a branch not taken at the new batch never runs there
+            condition = self._condition_follows_batch(site)
+            if condition:
+                found.append(condition)
+                continue
             shifted = next((n for n in node.input if n and self.trace.squeezed_axis(n) is not None), None)
             if shifted is not None and node.op_type not in AXIS_FREE:
                 found.append(self._conflict(site, self._shifted_axes(shifted), "runs, but mixes samples,"))
                 continue
             first, second = self.evaluator.at(name)[:2]
             if node.op_type == "If":
-                cond = self.evaluator.at(node.input[0])
-                if cond[1].shape is not None and cond[1].full and _product(cond[1].shape) != _product(cond[0].shape or ()):
-                    found.append(self._conflict(site, f"its condition {_shape_text(cond[1])} follows the batch; an If "
-                                                "takes one condition, so the model decides for all samples at once "
-                                                "and cannot run batched as it is"))
                 continue
             if first.shape is None or second.shape is not None:
                 continue
@@ -411,12 +494,59 @@ class _Tracker:
                    for n in node.input if n):
                 continue  # an input already failed upstream: that node is the one reported
             inputs = ", ".join(f"{n} {_shape_text(self.evaluator.at(n)[1])}" for n in node.input if n)
+            if node.op_type in BROADCASTING and self._meets_a_free_dim(node):
+                self.trace.undecided.append("undecided: " + self._conflict(site, (
+                    f"its inputs ({inputs}) do not fit together at the sizes tried; one of the dims that disagree "
+                    "follows another symbolic input dim, which may be the batch under another name: list every "
+                    "input that carries the batch in 'inputs'")))
+                continue
             why = (f"it removes axes that are 1 only at batch {self.b1}: a batched model keeps the batch there"
                    if node.op_type == "Squeeze" else
                    f"its inputs ({inputs}) do not fit together; a constant upstream probably holds the old batch "
                    f"{self.b1}")
             found.append(self._conflict(site, why))
         return found
+
+    def _meets_a_free_dim(self, node: onnx.NodeProto) -> bool:
+        """Whether the axes on which a broadcasting node's inputs disagree at the new batch include a dim
+        that moves with another symbolic input dim (the evaluation chose its size, the model did not)."""
+        if not self.trace.moves_symbols:
+            return False
+        shapes = [(self.evaluator.at(n)[1].shape, self.evaluator.at(n)[2].shape, self.evaluator.at(n)[0].shape)
+                  for n in node.input if n]
+        if any(None in (new, moved, old) for new, moved, old in shapes):
+            return True  # too little is known to call it a proof
+        rank = max(len(new) for new, _, _ in shapes)
+        for back in range(1, rank + 1):
+            sizes = {new[-back] for new, _, _ in shapes if back <= len(new)} - {1}
+            if len(sizes) > 1 and any(back <= len(new) and moved[-back] != old[-back] for new, moved, old in shapes):
+                return True
+        return False
+
+    def _condition_follows_batch(self, site: NodeSite) -> str | None:
+        """An If or Loop whose condition is computed from a tensor that carries the batch."""
+        node = site.node
+        operand = {"If": 0, "Loop": 1}.get(node.op_type)
+        if operand is None or len(node.input) <= operand or not node.input[operand]:
+            return None
+        name = node.input[operand]
+        first, second = self.evaluator.at(name)[:2]
+        before = self._before_squeeze(name)
+        if before is not None:
+            first, second = self.evaluator.at(before)[:2]
+        if second.shape is None or not second.full or _product(second.shape) == _product(first.shape or ()):
+            return None
+        article = "an" if node.op_type == "If" else "a"
+        return self._conflict(site, f"its condition '{name}' is computed from the batch ({_shape_text(first)} at batch "
+                              f"{self.b1}, {_shape_text(second)} at batch {self.b2}); {article} {node.op_type} takes "
+                              "one condition for the whole batch, so the model cannot run batched as it is")
+
+    def _before_squeeze(self, name: str) -> str | None:
+        """The input of the Squeeze that made ``name`` a scalar, if one did."""
+        producer = self.evaluator.producer.get(name)
+        if producer is not None and producer.node.op_type in ("Squeeze", "Reshape", "Identity") and producer.node.input:
+            return producer.node.input[0]
+        return None
 
     def batch_squeezes(self) -> list:
         """Squeezes without axes whose output loses the batch at the old batch of 1 only.
@@ -434,10 +564,16 @@ class _Tracker:
                 continue
             if not self.evaluator.runs(site)[1] or self.trace.squeezed_axis(name) is None:
                 continue
+            if any(self._condition_follows_batch(consumer) for consumer in self._consumers(name)):
+                continue  # a condition that follows the batch: the model is refused, not repaired
             data = self.evaluator.at(node.input[0])[1]
             if data.full:  # no axes at all: at the new batch it removes nothing (an Identity)
                 found.append((site, [axis for axis, size in enumerate(data.shape) if size == 1]))
         return found
+
+    def _consumers(self, name: str) -> list[NodeSite]:
+        return [site for output, site in self.evaluator.producer.items()
+                if output == next((o for o in site.node.output if o), None) and name in site.node.input]
 
     def _shifted_axes(self, name: str) -> str:
         first, second = self.evaluator.at(name)[:2]
@@ -452,7 +588,7 @@ class _Tracker:
     def _conflict(self, site: NodeSite, why: str, problem: str = "cannot run") -> str:
         node = site.node
         label = f"{node.op_type} '{node.name or node.output[0]}'{self.evaluator.where(site)}"
-        return f"undecided: {label} {problem} at batch {self.b2}: {why}"
+        return f"{label} {problem} at batch {self.b2}: {why}"
 
 
 def batch_position(data_prefix, out_shape) -> int | None:

@@ -97,6 +97,8 @@ class SetBatchPatch(PatchType):
         same = not symbolic and size == batch.old_size  # constants are baked for this size already
         b2 = batch.old_size + 6 if symbolic or same else size
         trace = trace_batch(model, batch.axes, batch.old_size, b2, symbolic=symbolic)
+        if trace.refusals and not same:
+            refuse(trace, size, where, context)
         rewrites, undecided = ([], []) if same else (trace.rewrites, trace.undecided)
         changed = rewrite_constants(model, rewrites, f"batch_{size}")
         squeezes = [] if same else explicit_squeezes(model, trace.squeezes)
@@ -117,6 +119,18 @@ class SetBatchPatch(PatchType):
             counts += f", {len(corrected)} output declaration{'s' * (len(corrected) != 1)} corrected"
         details = batch.notes + tuple(changed) + tuple(squeezes) + tuple(corrected) + tuple(undecided)
         return PatchResult(True, f"batch {size} on {where}; {counts}", details)
+
+
+def refuse(trace: BatchTrace, size, where: str, context: PatchContext) -> None:
+    """Stop: the evaluation proves the model cannot run at the new batch, or drops or mixes samples there."""
+    first, *others = trace.refusals
+    more = "".join(f"\n  also: {line}" for line in others[:9])
+    if len(others) > 9:
+        more += f"\n  and {len(others) - 9} more"
+    at = f"batch {size}" if isinstance(size, int) else f"a batch other than {trace.b1}"
+    context.fail(f"{first}{more}\nthe model cannot run correctly at {at} on {where} as it was exported, so nothing "
+                 "is written", hint="fix the named nodes with patches listed before set_batch (replace_initializer "
+                 "for a constant that holds the batch), or keep the exported batch and run one sample at a time")
 
 
 def explicit_squeezes(model: onnx.ModelProto, squeezes: list) -> list[str]:
@@ -284,7 +298,8 @@ def declare_from_trace(model: onnx.ModelProto, trace: BatchTrace, size, declared
         now = read_dims(info)
         if _contradicted(before, now, trace, info.name):
             note = ""
-            if len(set(trace.ranks(info.name)[:2])) > 1:
+            ranks = trace.ranks(info.name)[:2]
+            if None not in ranks and ranks[0] != ranks[1]:
                 note = f" (a Squeeze without axes dropped the batch at batch {trace.b1}: rank {trace.ranks(info.name)[0]} there)"
             corrected.append(f"output '{info.name}' was declared {format_dims(before)}, is {format_dims(now)}{note}")
     for info in model.graph.value_info:

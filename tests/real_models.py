@@ -40,10 +40,9 @@ class RealModel:
     atol: float = 1e-4
     old_batch: int = 1  # the batch the export was traced with
     stacked: tuple = ()  # outputs whose batch a Squeeze drops at batch 1: per-sample runs are stacked
-    # NOT_BATCHABLE only: a `run` case at batch 2 (YAML), and what set_batch and `run` must say
+    # NOT_BATCHABLE only: a `run` case at batch 2 (YAML), and the refusal set_batch must lead with
     run_case: str = ""
-    undecided: str = ""
-    run_says: str = ""
+    refusal: str = ""
 
     @property
     def file(self) -> Path:
@@ -98,20 +97,19 @@ MODELS = [
               input_axes={"h0": 1}, batch_inputs={"input": 0, "h0": 1}, stacked=("output",)),
 ]
 
-#: models set_batch must refuse to call done: it reports them undecided, and `run` fails
+#: models set_batch must refuse (exit 4, nothing written, with or without verification): the evaluation
+#: proves they cannot run at a new batch, or mix samples there
 NOT_BATCHABLE = [
     RealModel("wakeword_if_on_data", "openwakeword==0.5.1", "openwakeword/resources/models/hey_jarvis_v0.1.onnx",
               "an If whose condition is computed from the sample (score >= 0.5): one decision for the whole batch",
               lambda b: {"x.1": _floats(b, 16, 96)},
-              run_case="{x.1: [2, 16, 96]}", undecided="If 'If_32' cannot run at batch 2",
-              run_says="condition input must have exactly one element"),
+              run_case="{x.1: [2, 16, 96]}", refusal="If 'If_32' cannot run at batch 2: its condition"),
     RealModel("aecmos_slices_after_squeeze", "speechmos==0.0.1.1",
               "speechmos/aecmos_models/Run_1663829550_Stage_0.onnx",
               "squeeze() drops the batch at batch 1, then Slice/Concat on axis 0 (the scores there, the batch at N)",
               lambda b: {"input": _floats(b, 3, 64, 160), "h0": _floats(4, b, 64, seed=1, low=-0.1, high=0.1)},
               input_axes={"h0": 1}, batch_inputs={"input": 0, "h0": 1}, stacked=("output",),
-              run_case="{input: [2, 3, 64, 160], h0: [4, 2, 64]}", undecided="Slice 'Slice_43' runs, but mixes samples",
-              run_says="differs beyond tolerance"),
+              run_case="{input: [2, 3, 64, 160], h0: [4, 2, 64]}", refusal="Slice 'Slice_43' runs, but mixes samples"),
 ]
 
 WHEELS = sorted({m.wheel for m in MODELS + NOT_BATCHABLE})

@@ -86,13 +86,14 @@ def test_state_on_axis_1_verified_per_sample_by_the_run_verifier(tmp_path, run_c
     assert result.exit_code == 0, result.output
 
 
+@pytest.mark.parametrize("no_verify", [False, True], ids=["verified", "no-verify"])
 @pytest.mark.parametrize("model", NOT_BATCHABLE, ids=lambda m: m.key)
-def test_a_model_that_cannot_run_batched_is_reported_and_not_written(model, tmp_path, run_cli):
+def test_a_model_that_cannot_run_batched_is_refused_and_not_written(model, no_verify, tmp_path, run_cli):
     _require(model)
     axes = {"inputs": model.input_axes, "outputs": model.output_axes}
     verify = f"  - run:\n      cases: [{{inputs: {model.run_case}}}]\n      compare: {{split_batch: {json.dumps(axes)}}}\n"
-    result = run_cli("-v", "apply", _spec(tmp_path, model, 2, verify))
-    assert result.exit_code == 1, result.output
-    assert "undecided" in result.stdout and model.undecided in result.output
-    assert model.run_says in result.output
-    assert not (tmp_path / "out" / f"{model.key}.onnx").exists()
+    result = run_cli("apply", _spec(tmp_path, model, 2, verify), *(["--no-verify"] if no_verify else []))
+    assert result.exit_code == 4, result.output
+    first = result.stderr.splitlines()[0]
+    assert model.refusal in first, first  # the cause leads, not the declaration mismatch it leads to
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

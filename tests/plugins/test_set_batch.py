@@ -538,10 +538,9 @@ def test_a_branch_the_new_batch_does_not_take_is_not_reported():
 def test_a_conflict_inside_a_branch_names_the_if():
     model = unbatched_branch_model()
     model.graph.node[3].op_type = "GreaterOrEqual"  # batch >= 1: the squeezing branch is taken at every batch
-    result = set_batch(model, size=4)
-    assert "1 undecided" in result.summary, result.details
-    assert any("Squeeze 'drop_batch' (in If 'unbatched' then_branch) cannot run at batch 4" in line
-               for line in result.details), result.details
+    with pytest.raises(PatchError) as caught:
+        set_batch(model, size=4)
+    assert "Squeeze 'drop_batch' (in If 'unbatched' then_branch) cannot run at batch 4" in str(caught.value)
 
 
 def squeeze_then_slice_model(head=4):
@@ -555,14 +554,12 @@ def squeeze_then_slice_model(head=4):
                       constants)
 
 
-def test_squeezed_output_gets_the_batch_and_an_axis_counting_op_after_it_is_undecided():
+def test_an_axis_counting_op_after_a_squeeze_that_dropped_the_batch_is_refused():
     model = squeeze_then_slice_model()
-    result = set_batch(model, size=3)
-    assert read_dims(model.graph.output[0]) == [3, 4]
-    assert "output 'p' was declared [4], is [3, 4]" in "\n".join(result.details)
-    assert "replaced Squeeze 'squeeze_all' by an Identity" in "\n".join(result.details)
-    (line,) = [d for d in result.details if "undecided" in d]
-    assert "Slice 'first_two' runs, but mixes samples, at batch 3" in line and "Squeeze 'squeeze_all'" in line
+    with pytest.raises(PatchError) as caught:
+        set_batch(model, size=3)
+    first = str(caught.value).splitlines()[0]
+    assert "Slice 'first_two' runs, but mixes samples, at batch 3" in first and "Squeeze 'squeeze_all'" in first
 
 
 def test_squeezed_output_without_axis_counting_ops_is_not_undecided():
@@ -575,3 +572,36 @@ def test_squeezed_output_without_axis_counting_ops_is_not_undecided():
     for batch in (3, 1):  # the declared rank holds at every batch, batch 1 included
         x = rand(batch, 4)
         np.testing.assert_allclose(run(model, {"x": x})[0], 1 / (1 + np.exp(-x)), rtol=1e-6)
+
+
+# -- a batch folded behind the sequence (PyTorch attention, sequence first) --------------------------------
+def sequence_first_projection():
+    """[B, 30, 32] -> [30, B, 32] -> Reshape [-1, 32] -> Gemm -> Reshape [30, 1, 32] -> [B, 30, 32].
+
+    The first Reshape folds the batch behind the 30 positions ([30*B, 32]: each row one sample's);
+    its -1 is right at any batch. The second splits the rows out again: its element 1 is the batch.
+    Calling element 1 of [-1, 32] "the batch" (32 -> 128) moved the batch into the features.
+    """
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2]),
+             helper.make_node("Reshape", ["t", "flat"], ["rows"], name="fold"),
+             helper.make_node("Gemm", ["rows", "w", "b"], ["projected"], transB=1),
+             helper.make_node("Reshape", ["projected", "back"], ["u"], name="unfold"),
+             helper.make_node("Transpose", ["u"], ["y"], perm=[1, 0, 2])]
+    constants = [numpy_helper.from_array(np.array([-1, 32], np.int64), "flat"),
+                 numpy_helper.from_array(np.array([30, 1, 32], np.int64), "back"),
+                 numpy_helper.from_array(rng.standard_normal((32, 32)).astype(np.float32), "w"),
+                 numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "b")]
+    return graph_model(nodes, [tensor_info("x", [1, 30, 32])], [tensor_info("y", [1, 30, 32])], constants)
+
+
+@pytest.mark.parametrize("size", [4, "N"])
+def test_a_batch_folded_behind_the_sequence_is_left_there_and_split_out_again(size):
+    original = sequence_first_projection()
+    model = sequence_first_projection()
+    result = set_batch(model, size=size)
+    lines = "\n".join(result.details)
+    assert "'fold'" not in lines, lines  # [-1, 32] is right at any batch
+    assert "Reshape 'unfold': element 1 is the batch" in lines, lines
+    feeds = {"x": rand(4, 30, 32)}
+    np.testing.assert_allclose(run(model, feeds)[0], per_sample(original, feeds, ["x"])[0], rtol=1e-5, atol=1e-5)
