@@ -13,8 +13,11 @@ the machine is busy with other work (the load average is printed with the table)
 
     python benchmarks/bench_apply.py                 # prints a markdown table
     python benchmarks/bench_apply.py --sizes-gib 1 2 --repeat 3 --polygraphy /tmp/polyvenv/bin/polygraphy
+    python benchmarks/bench_apply.py --quick         # seconds: PP-OCR det and 64 MiB of weights, 1 run
 
-Generated files go to a temporary folder (``--workdir``) that is removed at the end.
+Generated files go to a temporary folder (``--workdir``) that is removed at the end. ``--quick`` runs
+the same code at toy sizes so that ``make test`` fails when the benchmark breaks; its figures are
+not the benchmark's.
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ WIDTH = 4096  # each weight is WIDTH x WIDTH float32 = 64 MiB
 TENSOR_BYTES = WIDTH * WIDTH * 4
 PATCHSPEC = [sys.executable, "-m", "patchspec"] if importlib.util.find_spec("patchspec.__main__") else [
     str(Path(sys.executable).with_name("patchspec"))]
+
+# --quick: one run; det only (it has the most rows), one 64 MiB weight
+QUICK = {"repeat": 1, "sizes_gib": [TENSOR_BYTES / 2**30], "kinds": ["det"]}
 
 ONNX_COPY = "import onnx, sys; onnx.save(onnx.load(sys.argv[1]), sys.argv[2])"
 ONNX_INFER = ("import onnx, sys; m = onnx.load(sys.argv[1]); "
@@ -98,12 +104,12 @@ def write_spec(folder: Path, model: Path, output: str, batch: int = 4) -> Path:
     return spec
 
 
-def make_big_model(folder: Path, gib: int) -> Path:
+def make_big_model(folder: Path, gib: float) -> Path:
     """A MatMul chain whose weights (``gib`` GiB, 64 MiB each) live in one external data file."""
-    count = gib * (1 << 30) // TENSOR_BYTES
+    count = max(1, round(gib * (1 << 30) / TENSOR_BYTES))
     block = np.random.default_rng(0).standard_normal((WIDTH, WIDTH), dtype=np.float32) * (1.0 / WIDTH)
     raw = block.tobytes()
-    model_path, data_name = folder / f"big_{gib}gib.onnx", f"big_{gib}gib.onnx.data"
+    model_path, data_name = folder / f"big_{gib:g}gib.onnx", f"big_{gib:g}gib.onnx.data"
     weights, nodes, value_info = [], [], []
     with open(folder / data_name, "wb") as sink:
         for index in range(count):
@@ -127,9 +133,11 @@ def make_big_model(folder: Path, gib: int) -> Path:
     return model_path
 
 
-def bench_ppocr(work: Path, times: int) -> list[Row]:
+def bench_ppocr(work: Path, times: int, kinds: list[str] | None = None) -> list[Row]:
     rows = []
     for kind, model in ppocr_models().items():
+        if kinds is not None and kind not in kinds:
+            continue
         spec = write_spec(work, model, f"out_{kind}_b4.onnx")
         case = f"PP-OCR {kind} ({model.stat().st_size / 2**20:.1f} MiB)"
         rows.append(repeat(case, "patchspec apply --no-verify --force (set_batch: 4)",
@@ -141,14 +149,14 @@ def bench_ppocr(work: Path, times: int) -> list[Row]:
     return rows
 
 
-def bench_external(work: Path, sizes_gib: list[int], times: int) -> list[Row]:
+def bench_external(work: Path, sizes_gib: list[float], times: int) -> list[Row]:
     rows = []
     for gib in sizes_gib:
-        folder = work / f"ext{gib}"
+        folder = work / f"ext{gib:g}"
         folder.mkdir()
         model = make_big_model(folder, gib)
         spec = write_spec(folder, model, "out_b4.onnx")
-        case = f"MatMul chain, {gib} GiB external weights"
+        case = f"MatMul chain, {gib:g} GiB external weights"
         rows.append(repeat(case, "patchspec apply --no-verify --force (set_batch: 4)",
                            [*PATCHSPEC, "-q", "apply", "--no-verify", "--force", str(spec)], folder, times))
         rows.append(repeat(case, "onnx.load + onnx.save (external data)",
@@ -182,16 +190,23 @@ def table(rows: list[Row]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="runs per measurement (median wall, max RSS)")
-    parser.add_argument("--sizes-gib", type=int, nargs="*", default=[1, 2], help="external-weight model sizes")
+    parser.add_argument("--sizes-gib", type=float, nargs="*", default=[1, 2],
+                        help="external-weight model sizes (64 MiB steps)")
     parser.add_argument("--polygraphy", help="path of a polygraphy executable to compare with (optional)")
     parser.add_argument("--workdir", type=Path, help="where generated files go (default: a temporary folder)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a check that the benchmark runs, in seconds: PP-OCR det only, --sizes-gib "
+                             f"{QUICK['sizes_gib'][0]:g} --repeat 1 (make test runs it)")
+    parser.set_defaults(kinds=None)
     args = parser.parse_args(argv)
+    if args.quick:
+        vars(args).update(QUICK)
     if not ppocr_models():
         print("PP-OCR models not found: pip install --no-deps rapidocr-onnxruntime==1.4.4", file=sys.stderr)
     load_before = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="patchspec-bench-", dir=args.workdir))
     try:
-        rows = bench_ppocr(work, args.repeat)
+        rows = bench_ppocr(work, args.repeat, args.kinds)
         if args.polygraphy:
             rows += bench_polygraphy(work, args.polygraphy, min(args.repeat, 2))
         rows += bench_external(work, args.sizes_gib, args.repeat)

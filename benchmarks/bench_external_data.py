@@ -9,12 +9,15 @@ For each size it generates a chain of MatMul + Add layers with [4096, 4096] floa
   plus ``external_data: {location: new.data, align: 65536}``;
 - a plain ``onnx.load`` + ``onnx.save(save_as_external_data=True)`` of the same model.
 
-Peak RSS is each process's own (``os.wait4``). The patchspec output is then loaded in ONNX
-Runtime and compared with the input model. Figures are warm-cache (the data was just written).
+Peak RSS is each process's own (``/usr/bin/time``, else ``os.wait4``). The patchspec output is then
+loaded in ONNX Runtime and compared with the input model. Figures are warm-cache (the data was just written).
 
     python benchmarks/bench_external_data.py --sizes 1 2 4 --workdir /tmp/ps-bench
+    python benchmarks/bench_external_data.py --quick     # seconds: 16 MiB of [1024, 1024] weights, 1 run
 
-Not part of the test suite. Removes its multi-GB files afterwards unless ``--keep``.
+Removes its multi-GB files afterwards unless ``--keep`` (and ``--workdir`` itself only when it made
+it). ``--quick`` runs the same code at a toy size in a temporary folder so that ``make test`` fails
+when the benchmark breaks; its figures are not the benchmark's.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -35,6 +39,9 @@ from onnx import TensorProto, helper
 SIDE = 4096
 TENSOR_BYTES = SIDE * SIDE * 4
 ALIGN = 4096
+TIME = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None  # else os.wait4
+# --quick: four [1024, 1024] layers (16 MiB), one run
+QUICK = {"sizes": [4 * 1024 * 1024 * 4 / 2**30], "side": 1024, "repeat": 1}
 
 
 def generate(folder: Path, gib: float, side: int = SIDE) -> Path:
@@ -80,12 +87,21 @@ def timed(command: list[str], workdir: Path) -> tuple[float, float]:
     """(seconds, peak RSS in MiB) of one fresh process, after flushing earlier writes to disk.
 
     The command runs under /usr/bin/time: a child forked from this (large) process would report
-    this process's pages as its own peak RSS.
+    this process's pages as its own peak RSS. Where there is no /usr/bin/time (slim images), the
+    child's own rusage is used, which can carry this process's peak.
     """
     os.sync()
     report = workdir / "time.txt"
     started = time.perf_counter()
-    result = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", str(report), *command],
+    if not TIME:
+        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        stderr = child.stderr.read()
+        _, status, usage = os.wait4(child.pid, 0)
+        seconds = time.perf_counter() - started
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise SystemExit(f"failed ({os.waitstatus_to_exitcode(status)}): {' '.join(command)}\n{stderr}")
+        return seconds, usage.ru_maxrss / 1024  # Linux: KiB
+    result = subprocess.run([TIME, "-f", "%M", "-o", str(report), *command],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     seconds = time.perf_counter() - started
     if result.returncode != 0:
@@ -113,9 +129,15 @@ ONNX_RESAVE = (
 )
 
 
+def patchspec_command() -> list[str]:
+    """The ``patchspec`` beside this interpreter (no need for an activated venv), else the one on PATH."""
+    here = Path(sys.executable).with_name("patchspec")
+    return [str(here) if here.is_file() else shutil.which("patchspec") or "patchspec"]
+
+
 def measure(folder: Path, model: Path, spec: Path, repeat: int) -> dict[str, tuple[float, float]]:
     data, out = model.parent / "model.onnx_data", folder / "out"
-    patchspec = [shutil.which("patchspec") or "patchspec"]
+    patchspec = patchspec_command()
     runs: dict[str, list[tuple[float, float]]] = {"cp": [], "cp+fsync": [], "patchspec": [], "startup": [],
                                                   "onnx load+save": []}
     for _ in range(repeat):
@@ -160,10 +182,20 @@ def check_output(model: Path, output: Path, batch: int, side: int = SIDE) -> str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=float, nargs="+", default=[1, 2, 4], help="GiB of weights per model")
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/patchspec-bench"))
+    parser.add_argument("--workdir", type=Path, help="where the files go (default: /tmp/patchspec-bench; "
+                                                     "with --quick, a new temporary folder)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"a check that the benchmark runs, in seconds: --sizes {QUICK['sizes'][0]:g} with "
+                             f"[{QUICK['side']}, {QUICK['side']}] weights, --repeat 1 (make test runs it)")
+    parser.set_defaults(side=SIDE)
     args = parser.parse_args()
+    if args.quick:
+        vars(args).update(QUICK)
+    made_workdir = args.workdir is None or not args.workdir.exists()  # a folder named and already there stays
+    if args.workdir is None:
+        args.workdir = Path(tempfile.mkdtemp(prefix="patchspec-bench-")) if args.quick else Path("/tmp/patchspec-bench")
     set_batch = has_set_batch()
     print(f"spec patches: {'set_batch: 8 + ' if set_batch else '(set_batch not installed) '}external_data: {{location: new.data, align: 65536}}")
     print("| weights | cp | cp + fsync | patchspec apply | ratio to cp | ratio to cp + fsync | patchspec startup "
@@ -174,7 +206,7 @@ def main() -> None:
         for gib in args.sizes:
             folder = args.workdir / f"{gib:g}gib"
             _remove([folder])
-            model = generate(folder / "in", gib)
+            model = generate(folder / "in", gib, args.side)
             spec = write_spec(folder, model, set_batch)
             figures = measure(folder, model, spec, args.repeat)
             cp, cp_sync, ps, start, resave = (figures[k] for k in ("cp", "cp+fsync", "patchspec", "startup", "onnx load+save"))
@@ -182,11 +214,12 @@ def main() -> None:
                   f"{ps[0] / cp_sync[0]:.2f}x | {start[0]:.2f} s | {ps[1]:.0f} MiB | {resave[0]:.2f} s | {resave[1]:.0f} MiB |",
                   flush=True)
             if gib == args.sizes[0]:
-                checks.append(f"{gib:g} GiB: " + check_output(model, folder / "out" / "model.onnx", 8 if set_batch else 2))
+                checks.append(f"{gib:g} GiB: " + check_output(model, folder / "out" / "model.onnx", 8 if set_batch else 2,
+                                                              args.side))
             if not args.keep:
                 _remove([folder])
     finally:
-        if not args.keep:
+        if not args.keep and made_workdir:  # never a folder that was there before
             _remove([args.workdir])
     for line in checks:
         print(line)

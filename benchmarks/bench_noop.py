@@ -10,8 +10,11 @@ instead of hashing the weights again. Each figure is the median of ``--repeat`` 
 - the same with the cache file deleted (every input hashed, the cost before the cache).
 
     python benchmarks/bench_noop.py --sizes-gib 2 --repeat 3 --workdir /tmp/ps-noop
+    python benchmarks/bench_noop.py --quick          # seconds: 16 MiB of [1024, 1024] weights, 1 run
 
-Not part of the test suite. Removes its files afterwards unless ``--keep``.
+Removes its files afterwards unless ``--keep``. ``--quick`` runs the same code at a toy size in a
+temporary folder (removed) so that ``make test`` fails when the benchmark breaks; its figures are
+not the benchmark's.
 """
 
 from __future__ import annotations
@@ -22,14 +25,17 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_external_data import generate
+from bench_external_data import SIDE, generate
 
 PATCHSPEC = Path(sys.executable).with_name("patchspec")
 SPEC = "patchspec: 1\nmodel: model.onnx\noutput: out/model.onnx\npatches: [{set_batch: 4}]\n"
+# --quick: four [1024, 1024] layers (16 MiB), one run of each
+QUICK = {"sizes_gib": [4 * 1024 * 1024 * 4 / 2**30], "side": 1024, "repeat": 1}
 
 
 def timed(argv: list[str], cwd: Path) -> float:
@@ -50,8 +56,8 @@ def median(argv: list[str], cwd: Path, repeat: int, before=None) -> float:
     return statistics.median(samples)
 
 
-def measure(folder: Path, gib: float, repeat: int) -> dict:
-    model = generate(folder, gib)
+def measure(folder: Path, gib: float, repeat: int, side: int = SIDE) -> dict:
+    model = generate(folder, gib, side)
     if model.name != "model.onnx":
         model.rename(folder / "model.onnx")
     (folder / "spec.yaml").write_text(SPEC)
@@ -72,22 +78,35 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes-gib", type=float, nargs="+", default=[2.0])
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/ps-noop"))
+    parser.add_argument("--workdir", type=Path, help="default: /tmp/ps-noop; with --quick, a new temporary folder")
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"a check that the benchmark runs, in seconds: --sizes-gib {QUICK['sizes_gib'][0]:g} "
+                             f"with [{QUICK['side']}, {QUICK['side']}] weights, --repeat 1 (make test runs it)")
+    parser.set_defaults(side=SIDE)
     args = parser.parse_args()
+    temporary = args.quick and args.workdir is None
+    if args.quick:
+        vars(args).update(QUICK)
+    if args.workdir is None:
+        args.workdir = Path(tempfile.mkdtemp(prefix="ps-noop-")) if temporary else Path("/tmp/ps-noop")
     print("| GiB | --version (s) | no-op (s) | after touch (s) | no cache (s) | no-op / --version |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: |")
-    for gib in args.sizes_gib:
-        folder = args.workdir / f"{gib:g}GiB"
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-        try:
-            r = measure(folder, gib, args.repeat)
-        finally:
-            if not args.keep:
-                shutil.rmtree(folder, ignore_errors=True)
-        print(f"| {gib:g} | {r['--version']:.2f} | {r['no-op']:.2f} | {r['after touch']:.2f} | "
-              f"{r['no cache']:.2f} | {r['no-op / --version']:.2f} |", flush=True)
+    try:
+        for gib in args.sizes_gib:
+            folder = args.workdir / f"{gib:g}GiB"
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            try:
+                r = measure(folder, gib, args.repeat, args.side)
+            finally:
+                if not args.keep:
+                    shutil.rmtree(folder, ignore_errors=True)
+            print(f"| {gib:g} | {r['--version']:.2f} | {r['no-op']:.2f} | {r['after touch']:.2f} | "
+                  f"{r['no cache']:.2f} | {r['no-op / --version']:.2f} |", flush=True)
+    finally:
+        if temporary and not args.keep:
+            shutil.rmtree(args.workdir, ignore_errors=True)
     return 0
 
 

@@ -26,8 +26,11 @@ runs (fewer once another run would take a measurement past ``--budget-s``); RSS 
     python benchmarks/bench_set_batch.py                       # prints markdown tables
     python benchmarks/bench_set_batch.py --nodes 2500 5000 10000 20000 --sizes-gib 2 --repeat 3
     python benchmarks/bench_set_batch.py --profile 20000       # cProfile of the in-process apply
+    python benchmarks/bench_set_batch.py --quick               # seconds: 200 / 400 nodes, 64 MiB, 1 run
 
-Generated files go to a temporary folder under ``--workdir`` (default /tmp), removed at the end.
+Generated files go to a temporary folder under ``--workdir`` (default: the system's temporary
+folder, /tmp), removed at the end. ``--quick`` runs both parts through the same code at toy sizes,
+so that ``make test`` fails when the benchmark breaks; its figures are not the benchmark's.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from patchspec.errors import PatchError
+from patchspec.testing import patch_context
 from patchspec_plugins.set_batch import SetBatchPatch
 
 C, H, W = 4, 8, 8  # the scaling model's activation: 256 floats at batch 1
@@ -63,16 +66,13 @@ RSS_TARGET_MB = 300
 PATCHSPEC = str(Path(sys.executable).with_name("patchspec"))
 TIME = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None
 REWRITTEN = re.compile(r"(\d+) shape constants? rewritten")
+# --quick: both parts, same code, toy sizes (two node counts, so that the ratios are computed too)
+QUICK = {"nodes": [200, 400], "sizes_gib": [TENSOR_BYTES / 2**30], "repeat": 1}
 
 
-class FakeContext:
-    """What a patch needs from a PatchContext: ``fail`` and ``pinned_dims`` (as in the plugin's tests)."""
-
-    def __init__(self):
-        self.pinned_dims = {}
-
-    def fail(self, message, *, key=(), hint=None):
-        raise PatchError(f"{key}: {message}", hint)
+def context():
+    """A real PatchContext with a fresh RunState per call, as a spec run would give ``set_batch``."""
+    return patch_context("set_batch", {"size": BATCH})
 
 
 @dataclass
@@ -196,8 +196,9 @@ def apply_in_process(model: onnx.ModelProto, times: int, budget_s: float) -> tup
     def once() -> tuple[float, float, int]:
         copy = onnx.ModelProto()
         copy.CopyFrom(model)
+        fresh = context()
         wall, cpu = time.perf_counter(), time.process_time()
-        result = SetBatchPatch().apply(copy, {"size": BATCH}, FakeContext())
+        result = SetBatchPatch().apply(copy, {"size": BATCH}, fresh)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         match = REWRITTEN.search(result.summary)
         return wall, cpu, int(match.group(1)) if match else -1
@@ -257,7 +258,7 @@ def profile(nodes: int, top: int = 15) -> str:
     model, _ = scaling_model(nodes)
     profiler = cProfile.Profile()
     profiler.enable()
-    SetBatchPatch().apply(model, {"size": BATCH}, FakeContext())
+    SetBatchPatch().apply(model, {"size": BATCH}, context())
     profiler.disable()
     out = io.StringIO()
     pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(top)
@@ -307,10 +308,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=30.0,
                         help="no further repetition of a measurement once it would pass this many seconds "
                              "(a slow case runs once)")
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp"), help="where the temporary folder goes")
+    parser.add_argument("--workdir", type=Path, help="where the temporary folder goes (default: the system's, /tmp)")
     parser.add_argument("--profile", type=int, metavar="NODES",
                         help="only print a cProfile (top 15, cumulative) of the in-process set_batch at NODES nodes")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"a check that the benchmark runs, in seconds: --nodes {' '.join(map(str, QUICK['nodes']))} "
+                             f"--sizes-gib {QUICK['sizes_gib'][0]:g} --repeat 1 (make test runs it)")
     args = parser.parse_args(argv)
+    if args.quick:
+        vars(args).update(QUICK)
     if args.profile:
         print(profile(args.profile))
         return 0
