@@ -19,7 +19,15 @@ from pathlib import Path
 import onnx
 
 from patchspec import __version__
-from patchspec.errors import ModelFileError, PatchspecError, PluginError, UsageError, VerificationFailed, VerifierFailed
+from patchspec.errors import (
+    ModelFileError,
+    PatchError,
+    PatchspecError,
+    PluginError,
+    UsageError,
+    VerificationFailed,
+    VerifierFailed,
+)
 from patchspec.model.external_data import (
     OUTPUT_LAYOUT,
     Layout,
@@ -300,6 +308,11 @@ class Engine:
     def _call_plugin(self, kind: str, context: StepContext, call):
         try:
             return call()
+        except PatchError as exc:  # from a helper of the API, not context.fail: give it the step's place
+            where = context.where()
+            if exc.message.startswith(where):
+                raise
+            raise PatchError(f"{where}: {exc.message}", exc.hint) from None
         except PatchspecError:
             raise
         except (KeyboardInterrupt, SystemExit, MemoryError):

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import onnx
 
+from patchspec.errors import PatchError
 from patchspec.model.graph import all_graphs, subgraphs
 from patchspec.plugin.contract import StateKey
 
@@ -134,7 +135,23 @@ def _forget_dims(info: onnx.ValueInfoProto, keep: dict) -> None:
 def infer_graph_only(model: onnx.ModelProto) -> onnx.ModelProto:
     """ONNX shape inference (with data propagation) on a copy whose large tensors are stubs."""
     light = graph_only_copy(model)
-    return onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
+    try:
+        return onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
+    except Exception as exc:  # onnx raises InferenceError, ValidationError or a bare RuntimeError here
+        raise _inference_refused(light, exc) from None
+
+
+def _inference_refused(model: onnx.ModelProto, exc: Exception) -> PatchError:
+    """ONNX shape inference gives up on the whole model even when lenient: name why, and the way out."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    declared = {opset.domain for opset in model.opset_import} | {"ai.onnx"}
+    undeclared = sorted({node.domain for graph in all_graphs(model.graph) for node in graph.node} - declared)
+    if undeclared:
+        hint = (f"the model uses the operator domain(s) {', '.join(map(repr, undeclared))} without an opset import; "
+                "onnxruntime refuses such a model too: fix the export, or add the import to the model")
+    else:
+        hint = "run 'patchspec inspect' on the model; onnxruntime probably refuses it as well"
+    return PatchError(f"ONNX shape inference ({onnx.__version__}) cannot process this model: {text}", hint)
 
 
 def graph_only_copy(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -101,3 +101,15 @@ def test_an_undecided_point_that_is_not_a_proof_stays_a_warning(tmp_path, run_cl
     assert "undecided: Reshape 'regroup'" in result.stdout
     assert "replace_initializer:" in result.stdout
     assert (tmp_path / "out" / "m2.onnx").exists()
+
+
+def test_a_model_onnx_inference_gives_up_on_is_a_located_refusal_not_a_bug(tmp_path, run_cli):
+    """A custom-op node whose domain has no opset import (Polygraphy's custom_op_node.onnx): onnx's
+    inference raises even when lenient. That is the model's problem (exit 4), never patchspec's (5)."""
+    node = helper.make_node("NegPos", ["x"], ["y"], domain="ai.onnx.contrib")
+    model = graph_model([node], [tensor_info("x", ["N", 3])], [tensor_info("y", ["N", 3])])
+    result = run_cli("apply", spec_for(tmp_path, model), "--no-verify")
+    assert result.exit_code == 4, result.output
+    first = result.stderr.splitlines()[0]
+    assert "patches[0] (set_batch): ONNX shape inference" in first and "No opset import for domain" in first
+    assert "'ai.onnx.contrib' without an opset import" in result.stderr
