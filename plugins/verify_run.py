@@ -181,6 +181,10 @@ def _against_problems(against: str, key: tuple):
     yield key, f"against must be original, none, or a path ending in .onnx or .npz; got '{against}'"
 
 
+#: how the messages begin that say a failure is not the patch's doing: the summary leads with them
+_NOT_THE_PATCH = ("the reference is unstable", "the original fails the same way")
+
+
 # -- running ----------------------------------------------------------------------------------------
 
 @dataclass
@@ -296,11 +300,22 @@ class _Run:
             except ProviderUnusable as exc:
                 return [self._unavailable(provider, _text(exc))]
             except RunFailure as exc:
-                rows.append(_Row(provider, None, "fail", [_text(exc)], label))
+                rows.append(_Row(provider, None, "fail", self._original_fails_too(provider, level) + [_text(exc)], label))
                 continue
             self._run_references(provider, level, runs)
             rows += [self._case_row(provider, level, label, run) for run in runs]
         return rows
+
+    def _original_fails_too(self, provider: str, level: str) -> list[str]:
+        """When the output has no session, whether the original has one: if not, the patch is not the cause."""
+        original = self.context.original_path
+        try:
+            Session(original, provider, level)
+        except RunFailure as exc:
+            return [f"the original fails the same way on {provider} ({exc.message.split(': ', 1)[-1]}), so this is "
+                    "not the patch's doing: onnxruntime here cannot run the model; run it on a provider that can, or "
+                    "drop 'run' from verify"]
+        return []
 
     def _run_output(self, provider: str, level: str) -> list[_CaseRun]:
         """Every case on the output at one level; the session is freed before any reference is built,
@@ -486,7 +501,7 @@ class _Run:
         tail = f"; skipped {', '.join(skipped)}" if skipped else ""
         if failed:
             first = failed[0]
-            reason = next((m for m in first.messages if m.startswith("the reference is unstable")), first.messages[0])
+            reason = next((m for m in first.messages if m.startswith(_NOT_THE_PATCH)), first.messages[0])
             summary = f"{len(failed)} of {len(rows)} runs failed; first: {first.where}: {reason}"
             return VerifyResult("failed", summary, details, data)
         if not ran:

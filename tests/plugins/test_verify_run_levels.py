@@ -151,3 +151,19 @@ def test_an_original_that_mixes_samples_is_named_by_its_batched_run(tmp_path, ru
     assert result.exit_code == 1, result.output
     assert "the reference is unstable on 'y'" in result.output
     assert "run batched and per sample" in result.output
+
+
+def test_a_model_onnxruntime_cannot_run_at_all_is_not_blamed_on_the_patch(tmp_path, run_cli):
+    """A bfloat16 MatMul (Polygraphy's matmul.bf16.onnx): the CPU provider has no kernel for it. The
+    run fails, but leads with the original failing the same way, not with the patched file."""
+    from onnx import TensorProto
+
+    model = graph_model([helper.make_node("MatMul", ["a", "b"], ["y"])],
+                        [tensor_info("a", ["N", 4], TensorProto.BFLOAT16), tensor_info("b", [4, 4], TensorProto.BFLOAT16)],
+                        [tensor_info("y", ["N", 4], TensorProto.BFLOAT16)])
+    onnx.save(model, tmp_path / "m.onnx")
+    path = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches:\n  - set_batch: 4\n"
+                                "verify:\n  - run: {}\n")
+    result = run_cli("apply", path)
+    assert result.exit_code == 1, result.output
+    assert "first: CPUExecutionProvider (optimizations all): the original fails the same way" in result.output
