@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from patchspec import Verifier, VerifyContext, VerifyResult, hookimpl
-from patchspec.api import CASE_INPUT_SCHEMA, UsageError, case_input_problems, lint_model
+from patchspec.api import CASE_INPUT_SCHEMA, RunFailure, Session, UsageError, case_input_problems, lint_model
 
 
 class LintVerifier(Verifier):
@@ -42,6 +42,10 @@ class LintVerifier(Verifier):
         data = result.to_json()
         shapes = " ".join(f"{n}={','.join(map(str, d))}" for n, d in result.input_shapes.items())
         if result.error:
+            unusable = _original_unusable(context)
+            if unusable:  # onnxruntime cannot run this model at all here: nothing to say about the patch
+                return VerifyResult("skipped", f"onnxruntime cannot run the original either, so there is nothing to "
+                                               f"lint here: {unusable}", data=data)
             return VerifyResult("failed", f"could not lint at {shapes} ({origin}): {result.error}", data=data)
         if result.conflicts or result.wrong_sizes:
             details = tuple(c.text() for c in result.conflicts) + tuple(result.wrong_sizes)
@@ -51,6 +55,15 @@ class LintVerifier(Verifier):
             found += [f"{len(result.wrong_sizes)} fixed size(s) that differ at run time"] if result.wrong_sizes else []
             return VerifyResult("failed", f"{' and '.join(found)} at {shapes} ({origin})", details + fix, data)
         return VerifyResult("passed", f"{result.probed} annotated tensors agree at {shapes} ({origin})", data=data)
+
+
+def _original_unusable(context: VerifyContext) -> str | None:
+    """Why onnxruntime cannot build a CPU session for the original, or None when it can."""
+    try:
+        Session(context.original_path, "CPUExecutionProvider")
+    except RunFailure as exc:
+        return exc.message
+    return None
 
 
 def _inputs(params: dict, context: VerifyContext) -> tuple[dict, str]:

@@ -193,8 +193,31 @@ def default_opset(model: onnx.ModelProto) -> int:
     return 1
 
 
+#: before IR version 4, every initializer of the main graph must also be one of its inputs
+IR_INITIALIZERS_NEED_INPUTS = 4
+
+
+def sync_initializer_inputs(model: onnx.ModelProto, before: onnx.ModelProto) -> bool:
+    """In an IR < 4 model, list each main-graph initializer as a graph input too, and drop the inputs
+    of initializers a patch removed. Returns whether anything changed. Later IR versions: nothing."""
+    if model.ir_version >= IR_INITIALIZERS_NEED_INPUTS:
+        return False
+    graph = model.graph
+    initializers = {t.name: t for t in graph.initializer}
+    backed_before = {t.name for t in before.graph.initializer}
+    stale = [info for info in graph.input if info.name in backed_before and info.name not in initializers]
+    for info in stale:
+        graph.input.remove(info)
+    listed = {info.name for info in graph.input}
+    missing = [t for t in graph.initializer if t.name not in listed]
+    for tensor in missing:
+        graph.input.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims)))
+    return bool(stale or missing)
+
+
 __all__ = [
     "ELEMENT_TYPES",
+    "IR_INITIALIZERS_NEED_INPUTS",
     "Namer",
     "NodeSite",
     "ScopeIndex",
@@ -205,6 +228,7 @@ __all__ = [
     "default_opset",
     "fresh_name",
     "subgraphs",
+    "sync_initializer_inputs",
     "uses_of",
     "walk_nodes",
 ]

@@ -38,6 +38,7 @@ from patchspec.model.external_data import (
     validate_external_data,
     write_model,
 )
+from patchspec.model.graph import sync_initializer_inputs
 from patchspec.model.io import FileStamp, load_model
 from patchspec.plugin.contract import PatchContext, PatchResult, RunState, StepContext, VerifyContext, VerifyResult
 from patchspec.plugin.registry import PluginInfo, PluginRegistry, plugin_failure
@@ -145,6 +146,7 @@ class Engine:
                 ("modified=False", "changed the model")
             raise self._plugin_bug("patch type", context, f"apply() returned {said} but {did}; 'modified' must say "
                                    "whether the model changed (the no-op and the digest rely on it)", broken=patch_type.apply)
+        sync_initializer_inputs(model, before)  # IR < 4: a new initializer must be a graph input too
         untyped = [name for name in untyped_annotations(model) if name not in untyped_before]
         if untyped:  # onnxruntime >= 1.32 refuses such a model ("Invalid tensor data type 0")
             shown = ", ".join(f"'{name}'" for name in untyped[:5]) + (" ..." if len(untyped) > 5 else "")

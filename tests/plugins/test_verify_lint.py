@@ -97,3 +97,20 @@ def test_validate_rejects_a_bad_regex_in_rename_dims_select(run_cli, folder):
     result = run_cli("validate", spec)
     assert result.exit_code == 2, result.output
     assert "patches[0] (rename_dims) > select.name: invalid regular expression '/lat.(0'" in result.output
+
+
+def test_lint_is_skipped_when_onnxruntime_cannot_run_the_original_either(run_cli, tmp_path):
+    """An old export whose op version onnxruntime no longer implements (AveragePool-1): lint cannot run
+    the model, and neither can anything else here; that is not the patch's fault."""
+    from onnx import helper
+
+    from helpers import graph_model, tensor_info
+
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2])
+    model = graph_model([node], [tensor_info("x", [1, 3, 6])], [tensor_info("y", [1, 3, 5])], opset=1, ir_version=3)
+    onnx.save(model, tmp_path / "m.onnx")
+    spec = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out.onnx\npatches:\n  - set_batch: 4\n"
+                                "verify:\n  - lint: {}\n")
+    result = run_cli("apply", spec)
+    assert result.exit_code == 0, result.output
+    assert "lint .................... skipped   onnxruntime cannot run the original either" in result.stdout
