@@ -311,11 +311,11 @@ def _check(state: _State, specs, model, output, no_verify: bool, strict_paths: b
     stale = []
     for spec in [load_spec(path, registry) for path in specs]:
         verdict, reasons = engine.check(spec, model=model, output=output, no_verify=no_verify)
-        target = output or spec.output
+        target = output or _cwd_relative(spec.output)
         if verdict == "up to date":
             state.echo(f"{target}: up to date")
             continue
-        stale.append(f"{target}: {verdict}" + (f" ({'; '.join(reasons)})" if reasons else ""))
+        stale.append(f"{target}: {verdict}" + (f": {'; '.join(reasons)}" if reasons else ""))
     for line in stale:
         click.echo(line)
     if stale:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +34,9 @@ from patchspec.model.external_data import (
     Layout,
     data_files,
     default_layout,
+    external_info,
+    is_external,
+    iter_tensors,
     refuse_input_overwrite,
     terminal_progress,
     validate_external_data,
@@ -51,6 +55,8 @@ VERSION_KEY = "patchspec.version"
 DIGEST_KEY = "patchspec.digest"
 #: what the digest was made of, part by part (JSON), so a stale output can name the input that changed
 INPUTS_KEY = "patchspec.inputs"
+#: the output's own data files as the build wrote them (JSON: name -> size, sha256), checked like inputs
+FILES_KEY = "patchspec.files"
 
 
 @dataclass
@@ -204,15 +210,19 @@ class Engine:
         report = report or RunReport(str(spec.path), str(loaded.model_path), str(loaded.output_path))
         report.inputs = [str(p) for p in [loaded.model_path, *loaded.data_paths, *self.step_dependencies(spec)]]
         cache = StatCache.beside(loaded.output_path)
+        # the output and its data files as the last build or check left them: a stat per file
         cached = None if force else cache.output_digest()
         stamp = None if force or cached else OutputStamp.read(loaded.output_path)  # the output parsed once
-        existing = cached or (stamp.digest if stamp else None)
         with ThreadPoolExecutor(max_workers=1) as pool:
             # hashing gigabytes of weights overlaps the patches and the copy unless an existing
             # output's digest must be compared first (the stat cache makes that a stat per file)
             parts = pool.submit(self.digest_parts, loaded, no_verify, cache)
             parts.add_done_callback(
                 lambda done: setattr(report, "digest", digest_of(done.result())) if not done.exception() else None)
+            # else its data files are compared with the build's record (hashed only where their
+            # identity changed), meanwhile the inputs are hashed
+            intact = stamp is not None and not stamp.data_changes(cache.sha256)
+            existing = cached or (stamp.digest if stamp is not None and intact else None)
             if existing is not None and existing == digest_of(parts.result()):
                 report.status = "up to date"
                 self.echo(f"{loaded.output_path}: up to date")
@@ -225,20 +235,28 @@ class Engine:
             patched, layout = self.patch(loaded, report)
             layout = layout or default_layout(patched, loaded.output_path, original=loaded.model)
             refuse_input_overwrite(layout, loaded.output_path, [loaded.model_path, *loaded.data_paths])
-            self._write_and_commit(loaded, patched, layout, lambda out: _stamp(out, parts.result()),
-                                   no_verify, report)
+            written = self._write_and_commit(loaded, patched, layout, parts.result, no_verify, report)
         cache.record_output([Path(name) for name in report.files], digest_of(parts.result()))
+        for name, entry in written.items():  # hashed at build time: the next check need not read them
+            cache.remember(loaded.output_path.parent / name, entry["sha256"])
         cache.save()
         return report
 
-    def _write_and_commit(self, loaded: LoadedInput, patched, layout: Layout, stamp, no_verify: bool,
-                          report: RunReport) -> RunReport:
+    def _write_and_commit(self, loaded: LoadedInput, patched, layout: Layout, parts: Callable[[], dict[str, str]],
+                          no_verify: bool, report: RunReport) -> dict[str, dict]:
+        """Stage, verify and commit the output; returns its data files' record (name -> size, sha256)."""
         spec = loaded.spec
+        written: dict[str, dict] = {}
         with Staging(loaded.output_path) as staging:
             staged_model = staging.path(loaded.output_path)
+
+            def finalize(out: onnx.ModelProto) -> None:  # the data file is written, the .onnx not yet
+                written.update(_data_record(out, staged_model.parent))
+                _stamp(out, parts(), written)
+
             try:
                 files = write_model(patched, staged_model, loaded.model_path.parent, layout, terminal_progress(),
-                                    finalize=stamp)
+                                    finalize=finalize)
             except OSError as exc:
                 raise ModelFileError(f"{loaded.output_path}: cannot write: {exc.strerror or exc}") from None
             if not no_verify:
@@ -249,7 +267,7 @@ class Engine:
             changed = staging.commit(files)
         report.files = [str(loaded.output_path.parent / f.name) for f in files]
         report.status = "written" if changed else "unchanged"
-        return report
+        return written
 
     def digest_parts(self, loaded: LoadedInput, no_verify: bool, cache: StatCache | None = None) -> dict[str, str]:
         """Each thing the output depends on, by a name that says what it is, with its hash or version:
@@ -273,7 +291,7 @@ class Engine:
     def check(self, spec: Spec, *, model: Path | None = None, output: Path | None = None,
               no_verify: bool = False) -> tuple[str, list[str]]:
         """Whether ``apply`` would rebuild, without writing anything: ("up to date" | "missing" |
-        "stale", what changed since the output was built)."""
+        "stale", what changed since the output was built, files named by their paths)."""
         loaded = self.load_input(spec, model, output)
         cache = StatCache.beside(loaded.output_path)  # read, never written: --check writes nothing
         stamped = OutputStamp.read(loaded.output_path)
@@ -282,15 +300,26 @@ class Engine:
         if stamped is None:
             return "missing", []
         parts = self.digest_parts(loaded, no_verify, cache)
-        digest, built_from = stamped.digest, stamped.parts
-        if digest == digest_of(parts):
-            return "up to date", []
+        changed = self._input_changes(loaded, stamped.parts, parts) if stamped.digest != digest_of(parts) else []
+        changed += stamped.data_changes(cache.sha256)
+        return ("stale", changed) if changed else ("up to date", [])
+
+    def _input_changes(self, loaded: LoadedInput, built_from: dict | None, parts: dict[str, str]) -> list[str]:
+        """What differs between the parts the output was built from and today's, files by path."""
         if built_from is None:
-            return "stale", ["built by a patchspec that did not record its inputs"]
-        changed = [f"{name} changed" for name in parts if name in built_from and built_from[name] != parts[name]]
-        changed += [f"{name} is new" for name in parts if name not in built_from]
+            return ["built by a patchspec that did not record its inputs"]
+        paths = {"spec": loaded.spec.path, f"model {loaded.model_path.name}": loaded.model_path}
+        paths.update({f"data {path.name}": path for path in loaded.data_paths})
+        paths.update({f"file {written}": path for written, path in self.written_dependencies(loaded.spec)})
+        changed = []
+        for name in parts:
+            if name not in built_from:
+                changed.append(f"{shown_path(paths[name]) if name in paths else name} is new")
+            elif built_from[name] != parts[name]:  # a file by its path; a version with both values
+                changed.append(f"{shown_path(paths[name])} changed" if name in paths
+                               else f"{name} changed ({built_from[name]} -> {parts[name]})")
         changed += [f"{name} is gone" for name in built_from if name not in parts]
-        return "stale", changed or ["the digest differs"]
+        return changed or ["the digest differs"]
 
     def step_dependencies(self, spec: Spec) -> list[Path]:
         """Files the spec's patches and verifiers read besides the models (npy inputs, references)."""
@@ -382,15 +411,31 @@ def _refuse_same_file(model: Path, output: Path) -> None:
                          "choose another 'output' (e.g. under build/)")
 
 
+def shown_path(path: Path) -> str:
+    """``path`` as the user knows it: relative to the current directory when below it, else absolute."""
+    absolute = Path(os.path.abspath(path))
+    try:
+        return str(absolute.relative_to(Path.cwd()))
+    except (ValueError, OSError):
+        return str(absolute)
+
+
 def digest_of(parts: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-def _stamp(model: onnx.ModelProto, parts: dict[str, str]) -> None:
-    keep = [p for p in model.metadata_props if p.key not in (VERSION_KEY, DIGEST_KEY, INPUTS_KEY)]
+def _data_record(model: onnx.ModelProto, folder: Path) -> dict[str, dict]:
+    """Size and sha256 of each data file ``model`` (written in ``folder``) points at, by location."""
+    locations = dict.fromkeys(external_info(t)["location"] for t in iter_tensors(model.graph) if is_external(t))
+    return {name: {"size": (folder / name).stat().st_size, "sha256": file_sha256(folder / name)} for name in locations}
+
+
+def _stamp(model: onnx.ModelProto, parts: dict[str, str], files: dict[str, dict]) -> None:
+    keep = [p for p in model.metadata_props if p.key not in (VERSION_KEY, DIGEST_KEY, INPUTS_KEY, FILES_KEY)]
     del model.metadata_props[:]
     model.metadata_props.extend(keep)
-    stamps = ((VERSION_KEY, __version__), (DIGEST_KEY, digest_of(parts)), (INPUTS_KEY, json.dumps(parts, sort_keys=True)))
+    stamps = ((VERSION_KEY, __version__), (DIGEST_KEY, digest_of(parts)), (INPUTS_KEY, json.dumps(parts, sort_keys=True)),
+              (FILES_KEY, json.dumps(files, sort_keys=True)))
     for key, value in stamps:
         entry = model.metadata_props.add()
         entry.key, entry.value = key, value
@@ -398,27 +443,79 @@ def _stamp(model: onnx.ModelProto, parts: dict[str, str]) -> None:
 
 @dataclass(frozen=True)
 class OutputStamp:
-    """What an existing, complete output says of the build that wrote it."""
+    """What an existing output says of the build that wrote it, and of the data files that build wrote."""
 
     digest: str
     parts: dict | None  # what the digest was made of (None: written before patchspec recorded it)
     data_files: list[Path]
+    #: the data files as the build wrote them, name -> {size, sha256} (None: not recorded)
+    recorded: dict[str, dict] | None = None
+    complete: bool = True  # the data files hold every tensor the model points at (sizes suffice)
+    folder: Path = Path()  # the output's folder, where the recorded names are
 
     @classmethod
     def read(cls, output: Path) -> OutputStamp | None:
-        """The stamp of ``output`` if it and its data files look complete (sizes suffice); else None."""
+        """The stamp of ``output``; None when it is not a patchspec output, or when its data files
+        are incomplete and no record says which (``data_changes`` names them where one does)."""
         if not output.is_file():
             return None
         try:
             model = onnx.load(str(output), load_external_data=False)
-            refs = validate_external_data(model, output, verify_checksums=False)
         except Exception:
             return None
         props = {prop.key: prop.value for prop in model.metadata_props}
         if DIGEST_KEY not in props:
             return None
+        parts, recorded = _json_dict(props.get(INPUTS_KEY)), _recorded_files(props.get(FILES_KEY))
         try:
-            parts = json.loads(props[INPUTS_KEY]) if INPUTS_KEY in props else None
-        except ValueError:
-            parts = None
-        return cls(props[DIGEST_KEY], parts if isinstance(parts, dict) else None, data_files(refs))
+            files, complete = data_files(validate_external_data(model, output, verify_checksums=False)), True
+        except Exception:
+            if recorded is None:
+                return None
+            files, complete = [output.parent / name for name in recorded], False
+        if recorded is not None:
+            files = [output.parent / name for name in recorded]
+        return cls(props[DIGEST_KEY], parts, files, recorded, complete, output.parent)
+
+    def data_changes(self, sha256: Callable[[Path], str]) -> list[str]:
+        """How the output's data files differ from what the build recorded, each named by its path;
+        [] when they are as built. A size is a stat; ``sha256`` (the stat cache's) reads a file only
+        when its identity changed since it was last hashed."""
+        if self.recorded is None:
+            return ["the output's data files were not recorded by the patchspec that built it"] if self.data_files else []
+        changes = []
+        for name, built in self.recorded.items():
+            path = self.folder / name
+            try:
+                size = os.stat(path).st_size
+            except OSError:
+                changes.append(f"{shown_path(path)} is missing")
+                continue
+            if size != built["size"]:
+                changes.append(f"{shown_path(path)} changed (size {built['size']} -> {size})")
+            elif sha256(path) != built["sha256"]:
+                changes.append(f"{shown_path(path)} changed (same size, different content)")
+        if not changes and not self.complete:
+            changes.append("the output is incomplete (its model points past its data files)")
+        return changes
+
+
+def _json_dict(text: str | None) -> dict | None:
+    try:
+        value = json.loads(text) if text is not None else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _recorded_files(text: str | None) -> dict[str, dict] | None:
+    """The ``patchspec.files`` record, if well formed (else None: the data files cannot be checked)."""
+    record = _json_dict(text)
+    if record is None:
+        return None
+    for name, entry in record.items():
+        if not (isinstance(entry, dict) and isinstance(entry.get("size"), int) and isinstance(entry.get("sha256"), str)):
+            return None
+        if Path(name).is_absolute() or ".." in Path(name).parts:
+            return None
+    return record

@@ -6,6 +6,13 @@ have the same content and skips reading it; any change, a ``touch`` included, co
 (and a touch without a content change is still up to date). The output's own identity and digest
 are kept too, so an up-to-date check does not even parse the output.
 
+The output's data files are outputs: a build records each one's size and sha256 in the output's
+metadata (``patchspec.files``) and remembers its identity here. While the identities of the output
+and its data files are unchanged, an up-to-date check is a stat per file; when one changed (a touch,
+an append, a rewrite with the mtime put back: the ctime still moves), the check reads the output and
+compares each data file's size and then its hash with the build's record, so only a content change
+rebuilds. Without a cache, the data files are hashed and compared with that record, never trusted.
+
 The cache is a file beside the output (``.NAME.patchspec-cache.json``), written after a build or a
 no-op that found the output up to date, atomically and on a best-effort basis. It is never part of
 the output's bytes or digest; a missing, foreign or damaged cache only means hashing everything.
@@ -16,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from pathlib import Path
 
 #: the cache file's format; another version is ignored (and rewritten)
@@ -53,6 +61,7 @@ class StatCache:
         self.files: dict[str, dict] = dict((data or {}).get("files", {}))
         self.built: dict = dict((data or {}).get("output", {}))
         self.hashed: list[str] = []  # files this run had to read (for messages and tests)
+        self._lock = threading.Lock()  # the inputs are hashed on a worker thread, the output's data here
 
     @classmethod
     def beside(cls, output: Path) -> StatCache:
@@ -69,10 +78,18 @@ class StatCache:
         if now is not None and entry is not None and entry.get("identity") == now:
             return str(entry["sha256"])
         digest = file_sha256(path)
-        self.hashed.append(key)
-        if now is not None:
-            self.files[key] = {"identity": now, "sha256": digest}
+        with self._lock:
+            self.hashed.append(key)
+            if now is not None:
+                self.files[key] = {"identity": now, "sha256": digest}
         return digest
+
+    def remember(self, path: Path, sha256: str) -> None:
+        """A hash known without reading ``path`` (a data file the build just wrote and hashed)."""
+        now = identity(path)
+        if now is not None:
+            with self._lock:
+                self.files[str(path.absolute())] = {"identity": now, "sha256": sha256}
 
     def output_digest(self) -> str | None:
         """The digest the output was built with, if the output and its files are as that build left them."""
