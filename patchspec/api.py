@@ -90,6 +90,7 @@ from patchspec.shapes.annotations import (
     typed,
     write_dim,
 )
+from patchspec.shapes.batch_axes import BatchAxes, BatchAxesError, batch_axes, fed_inputs
 from patchspec.shapes.compiler import ShapeCompileError, ShapeCompiler, TensorIndex
 from patchspec.shapes.evaluate import BROADCASTING, Known, ShapeEvaluator
 
@@ -105,6 +106,8 @@ __all__ = [
     # shape annotations
     "PINNED_DIMS", "Dim", "Pins", "annotations", "apply_pins", "dim_params", "format_dims", "has_shape",
     "read_dim", "read_dims", "rederive_shapes", "shape_dims", "typed", "write_dim",
+    # the batch's axes
+    "BatchAxes", "BatchAxesError", "batch_axes", "fed_inputs",
     # shape expressions and their compiler
     "expressions", "ShapeCompileError", "ShapeCompiler", "TensorIndex",
     # shape evaluation

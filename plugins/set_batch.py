@@ -15,8 +15,6 @@ and reported as undecided, with a hint to use ``replace_initializer``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import onnx
 from onnx import numpy_helper
@@ -24,12 +22,15 @@ from onnx import numpy_helper
 from patchspec import PatchContext, PatchResult, PatchType, hookimpl
 from patchspec.api import (
     PINNED_DIMS,
+    BatchAxes,
+    BatchAxesError,
     ScopeIndex,
     all_names,
     apply_pins,
+    batch_axes,
     constant_value,
     default_opset,
-    did_you_mean,
+    fed_inputs,
     format_dims,
     fresh_name,
     read_dims,
@@ -39,15 +40,6 @@ from patchspec.api import (
     write_dim,
 )
 from patchspec_plugins._batch_tracker import INT64_MAX, BatchTrace, Rewrite, trace_batch, use_counts
-
-
-@dataclass(frozen=True)
-class BatchAxes:
-    """Where the batch is: (input name, axis) pairs, the old batch, and notes for the details."""
-
-    axes: tuple[tuple[str, int], ...]
-    old_size: int  # the batch value baked into constants by the export (1 when it was symbolic)
-    notes: tuple[str, ...] = ()
 
 
 class SetBatchPatch(PatchType):
@@ -89,7 +81,7 @@ class SetBatchPatch(PatchType):
         size = params["size"]
         batch = choose_batch_axes(model, params, context)
         where = ", ".join(f"{name}[{axis}]" for name, axis in batch.axes)
-        inputs = _inputs_by_name(model.graph)
+        inputs = fed_inputs(model.graph)
         _refuse_name_in_use(size, inputs, batch, context)
         if all(read_dims(inputs[name])[axis] == size for name, axis in batch.axes):
             return PatchResult(False, f"batch already {size} on {where}", batch.notes)
@@ -162,35 +154,11 @@ def explicit_squeezes(model: onnx.ModelProto, squeezes: list) -> list[str]:
 
 
 # -- which axes carry the batch ---------------------------------------------------------------------------
-def _inputs_by_name(graph: onnx.GraphProto) -> dict[str, onnx.ValueInfoProto]:
-    constants = {t.name for t in graph.initializer}
-    return {info.name: info for info in graph.input if info.name not in constants}
-
-
 def choose_batch_axes(model: onnx.ModelProto, params: dict, context: PatchContext) -> BatchAxes:
-    inputs = _inputs_by_name(model.graph)
-    if not inputs:
-        context.fail("the model has no graph inputs to set a batch on")
-    if "inputs" in params:
-        return _given_axes(inputs, params["inputs"], context)
-    return _detected_axes(inputs, context)
-
-
-def _given_axes(inputs: dict, given, context: PatchContext) -> BatchAxes:
-    pairs = [(name, 0, ("inputs", i)) for i, name in enumerate(given)] if isinstance(given, list) else \
-        [(name, axis, ("inputs", name)) for name, axis in given.items()]
-    chosen = []
-    for name, axis, key in pairs:
-        if name not in inputs:
-            msg = f"input '{name}' is not a graph input of this model" + did_you_mean(name, inputs)
-            context.fail(msg, key=key, hint=f"the model's inputs are: {', '.join(inputs)}")
-        dims = read_dims(inputs[name])
-        if dims is None or not -len(dims) <= axis < len(dims):
-            rank = "unknown rank" if dims is None else f"rank {len(dims)}"
-            context.fail(f"input '{name}' has {rank}; axis {axis} does not exist", key=key,
-                         hint="give the axis that carries the batch as {name: axis}")
-        chosen.append((name, axis % len(dims)))
-    return BatchAxes(tuple(chosen), _old_size(inputs, chosen))
+    try:
+        return batch_axes(model, params.get("inputs"))
+    except BatchAxesError as exc:
+        context.fail(exc.message, key=exc.key, hint=exc.hint)
 
 
 def _refuse_name_in_use(size, inputs: dict, batch: BatchAxes, context: PatchContext) -> None:
@@ -203,36 +171,6 @@ def _refuse_name_in_use(size, inputs: dict, batch: BatchAxes, context: PatchCont
     if clashes:
         context.fail(f"'{size}' already names {', '.join(clashes)}, which is not a batch axis here",
                      key=("size",), hint="choose another batch name, or list those axes in 'inputs'")
-
-
-def _old_size(inputs: dict, chosen) -> int:
-    sizes = {read_dims(inputs[name])[axis] for name, axis in chosen}
-    static = [s for s in sizes if isinstance(s, int)]
-    return static[0] if len(static) == 1 and len(sizes) == 1 else 1
-
-
-def _detected_axes(inputs: dict, context: PatchContext) -> BatchAxes:
-    first_name, first = next(iter(inputs.items()))
-    dims = read_dims(first)
-    if not dims:
-        context.fail(f"cannot find the batch: the first input '{first_name}' has no axis 0 "
-                     f"({'unknown rank' if dims is None else 'a scalar'})",
-                     hint="name the inputs and axes that carry the batch: inputs: {name: axis}")
-    batch_name = dims[0]
-    if isinstance(batch_name, str) and batch_name not in dims[1:]:
-        chosen = [(name, axis) for name, info in inputs.items()
-                  for axis, dim in enumerate(read_dims(info) or []) if dim == batch_name]
-        return BatchAxes(tuple(chosen), 1)
-    if isinstance(batch_name, str):
-        chosen = [(name, 0) for name, info in inputs.items() if (read_dims(info) or [None])[0] == batch_name]
-        others = [str(axis) for axis, dim in enumerate(dims) if dim == batch_name and axis]
-        note = (f"'{batch_name}' also names axes {', '.join(others)} of '{first_name}': took axis 0 only; "
-                f"tell them apart with rename_dims (tensor: {first_name}, axes: {{...}})")
-        return BatchAxes(tuple(chosen), 1, (note,))
-    old = batch_name if isinstance(batch_name, int) else 1
-    chosen = [(name, 0) for name, info in inputs.items()
-              if (read_dims(info) or [])[:1] in ([old], [None])]
-    return BatchAxes(tuple(chosen), old)
 
 
 # -- shape constants and declarations ---------------------------------------------------------------------
