@@ -84,7 +84,7 @@ def test_contributing_map_names_every_package():
 def test_tests_mirror_the_tree_and_never_import_conftest():
     tests = REPO / "tests"
     packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
-    extra = {"cli", "plugins", "architecture"}  # patchspec/cli.py, the built-in plugins, these checks
+    extra = {"cli", "plugins", "architecture", "fixtures"}  # patchspec/cli.py, the built-in plugins, these checks, data
     folders = {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
     assert folders <= packages | extra, f"test folders with no package to mirror: {sorted(folders - packages - extra)}"
     importing = [str(p.relative_to(REPO)) for p in tests.rglob("*.py")
