@@ -81,6 +81,8 @@ def _shape(item, context: VerifyContext) -> list[int]:
         return [int(d) for d in item]
     if item.get("shape") is not None:
         return [int(d) for d in item["shape"]]
+    if "value" in item:
+        return list(np.shape(item["value"]))
     return list(np.load(context.resolve(item["file"]), mmap_mode="r", allow_pickle=False).shape)
 
 

@@ -63,7 +63,7 @@ class RunVerifier(Verifier):
                     "type": "object",
                     "properties": {
                         "inputs": {"type": "object", "additionalProperties": CASE_INPUT_SCHEMA,
-                                   "description": "input name -> shape list or {shape, dtype, fill, seed, low, high, file}"},
+                                   "description": "input name -> shape list or {shape, dtype, fill, seed, low, high, file, value}"},
                         "against": dict(_AGAINST, description="this case's reference; default: compare.against"),
                     },
                     "required": ["inputs"],

@@ -57,7 +57,7 @@ class TensorDecl:
 _DIM = {"type": ["integer", "string"], "description": "size of one axis: a number (symbolic names are not allowed here)"}
 #: one input of a run case (and of lint's inputs): a shape list, or how to make the values
 CASE_INPUT_SCHEMA = {
-    "description": "a shape list, or how to make the input: {shape, dtype, fill, seed, low, high, file}",
+    "description": "a shape list, or how to make the input: {shape, dtype, fill, seed, low, high, file, value}",
     "type": ["array", "object"],
     "items": _DIM,
     "properties": {
@@ -69,6 +69,9 @@ CASE_INPUT_SCHEMA = {
         "low": {"type": "number", "description": "lowest random value (default -1.0 for floats, 0 for integers)"},
         "high": {"type": "number", "description": "random values stay below this (default 1.0 for floats, 10 for integers)"},
         "file": {"type": "string", "description": ".npy file with the input, relative to the spec's folder"},
+        "value": {"type": ["number", "boolean", "array"],
+                  "description": "the input's exact value: a number (a scalar, or every element of 'shape') or "
+                                 "a nested list (its shape is the list's); e.g. sr: {value: 16000}"},
     },
     "additionalProperties": False,
 }
@@ -79,10 +82,15 @@ def case_input_problems(item, key: tuple):
     if isinstance(item, list):
         yield from _shape_problems(item, key)
         return
-    if "file" not in item and "shape" not in item:
-        yield key, "give 'shape' (a list of sizes) or 'file' (a .npy file)"
-    if "file" in item and ({"fill", "seed", "low", "high"} & set(item)):
-        yield key, "'file' gives the values: 'fill', 'seed', 'low' and 'high' do not apply to it"
+    if not {"file", "shape", "value"} & set(item):
+        yield key, "give 'shape' (a list of sizes), 'value' (the exact value) or 'file' (a .npy file)"
+    for source in ("file", "value"):
+        if source in item and ({"fill", "seed", "low", "high"} & set(item)):
+            yield key, f"'{source}' gives the values: 'fill', 'seed', 'low' and 'high' do not apply to it"
+    if "file" in item and "value" in item:
+        yield key, "give the values once: 'file' or 'value', not both"
+    if "value" in item and isinstance(item["value"], list) and "shape" in item:
+        yield key, "a list 'value' has its own shape: drop 'shape', or give one number to fill it"
     yield from _shape_problems(item.get("shape") or [], key + ("shape",))
     if "fill" in item and item["fill"] not in FILLS:
         yield key + ("fill",), f"unknown fill '{item['fill']}'{did_you_mean(item['fill'], FILLS)}; expected one of {', '.join(FILLS)}"
@@ -283,6 +291,13 @@ def input_array(decl: TensorDecl, item, position: int, resolve: Callable[[str], 
     if dtype is None:
         msg = f"input '{decl.name}' has a type numpy cannot hold; give 'dtype' in the case"
         raise RunFailure(msg)
+    if "value" in item:
+        value = item["value"]
+        array = np.full(tuple(item["shape"]), value) if "shape" in item else np.array(value)
+        try:
+            return array.astype(dtype)
+        except (TypeError, ValueError) as exc:
+            raise RunFailure(f"input '{decl.name}': value {value!r} is not a {dtype}: {exc}") from None
     if "file" in item:
         array = load_array(decl.name, resolve(item["file"]))
         expected = {"shape": list(array.shape) if item.get("shape") is None else list(item["shape"]), "dtype": dtype}

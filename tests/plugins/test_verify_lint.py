@@ -70,7 +70,7 @@ def test_lint_fails_when_the_model_cannot_run(run_cli, folder):
 @pytest.mark.parametrize("params, message", [
     ("{input: {x: [1]}}", "unknown key 'input' (did you mean 'inputs'?)"),
     ("{inputs: {x: [1, -3]}}", "dim -3 is negative; sizes are numbers >= 0"),
-    ("{inputs: {x: {fill: zeros}}}", "give 'shape' (a list of sizes) or 'file' (a .npy file)"),
+    ("{inputs: {x: {fill: zeros}}}", "give 'shape' (a list of sizes), 'value' (the exact value) or 'file' (a .npy file)"),
 ])
 def test_validate_rejects_bad_params(run_cli, folder, params, message):
     spec = write_spec(folder, HEAD + f"verify:\n  - lint: {params}\n")

@@ -421,3 +421,32 @@ def test_unknown_dtype_in_tolerances_is_a_spec_error(tmp_path, run_cli):
     result, _ = apply(tmp_path, run_cli, unary_model(), verify)
     assert result.exit_code == 2, result.output
     assert "flot16" in result.output
+
+
+def test_an_input_can_be_given_its_exact_value(tmp_path, run_cli):
+    """sr: {value: 16000}: a model that only runs for certain values of an input (silero's sample rate)."""
+    rate = numpy_helper.from_array(np.array(16000, np.int64), "rate")
+    nodes = [helper.make_node("Equal", ["sr", "rate"], ["ok"]), helper.make_node("Cast", ["ok"], ["okf"], to=1),
+             helper.make_node("Mul", ["x", "okf"], ["y"])]
+    model = graph_model(nodes, [tensor_info("x", ["N", 4]), tensor_info("sr", [], onnx.TensorProto.INT64)],
+                        [tensor_info("y", ["N", 4])], initializers=[rate])
+    scaled = graph_model([helper.make_node("Identity", ["x"], ["y"])], [tensor_info("x", ["N", 4])], [tensor_info("y", ["N", 4])])
+    result, report = apply(tmp_path, run_cli, model,
+                           "  - run:\n      cases: [{inputs: {x: [2, 4], sr: {value: 16000}}}]\n"
+                           "      compare: {against: ref.onnx}\n", {"ref.onnx": scaled})
+    assert result.exit_code == 0, result.output  # y == x only when sr is exactly 16000
+    result, _ = apply(tmp_path / "again", run_cli, model,
+                      "  - run:\n      cases: [{inputs: {x: [2, 4], sr: {value: 8000}}}]\n"
+                      "      compare: {against: ref.onnx}\n", {"ref.onnx": scaled})
+    assert result.exit_code == 1, result.output
+
+
+@pytest.mark.parametrize("item, message", [
+    ("{value: 1, low: 0}", "'value' gives the values"),
+    ("{value: 1, file: a.npy}", "give the values once"),
+    ("{value: [1, 2], shape: [2]}", "a list 'value' has its own shape"),
+])
+def test_value_cannot_be_combined_with_other_sources(tmp_path, run_cli, item, message):
+    result, _ = apply(tmp_path, run_cli, unary_model(), f"  - run:\n      cases: [{{inputs: {{x: {item}}}}}]\n")
+    assert result.exit_code == 2, result.output
+    assert message in result.output
