@@ -1,0 +1,159 @@
+"""What values an input needs, where the graph says so.
+
+A random array is a fine input for a float tensor. Integer inputs are different: a sample rate that
+picks an If branch, token ids that index an embedding table, a 0/1 mask. Each rule here reads a
+fact from the graph (a comparison with a constant, a Gather's table, a cast into arithmetic) and
+says why; an integer input no rule explains is flagged, never given a value that merely runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from patchspec.model.graph import ScopeIndex, all_graphs, walk_nodes
+
+#: ops that pass a value through unchanged (for following an input to where it is used)
+_PASS_THROUGH = {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Identity", "Flatten", "Expand"}
+#: ops that carry a boolean on towards a condition
+_LOGIC = {"Not", "And", "Or", "Xor", "Cast", "Squeeze", "Unsqueeze", "Reshape", "Identity"}
+_COMPARISONS = {"Equal": 0, "Greater": 1, "GreaterOrEqual": 0, "Less": -1, "LessOrEqual": 0}
+_ARITHMETIC = {"Sub", "Mul", "Add", "Div", "Where"}
+_FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
+
+
+@dataclass(frozen=True)
+class InputValues:
+    """How to fill one input in a run case, and why: ``item`` is merged into the case's input mapping
+    (``{"value": 16000}``, ``{"low": 0, "high": 30522}``); ``flag`` says the graph did not tell."""
+
+    item: dict
+    why: str
+    flag: bool = False
+
+
+def input_values(model: onnx.ModelProto, name: str, elem_type: int) -> InputValues | None:
+    """None for a float input (random values do); otherwise the values and the reason."""
+    if elem_type in _FLOATS:
+        return None
+    uses = _Uses(model)
+    found = uses.branch_value(name) or uses.table_rows(name) or uses.mask(name)
+    if found is not None:
+        return found
+    return InputValues({}, "an integer input the graph says nothing definite about: give real values "
+                           "(a .npy file, 'file: ...') or state them ('value: ...')", flag=True)
+
+
+class _Uses:
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.consumers: dict[str, list] = {}
+        for site in walk_nodes(model.graph):
+            for operand, tensor in enumerate(site.node.input):
+                if tensor:
+                    self.consumers.setdefault(tensor, []).append((site, operand))
+        self.index = ScopeIndex()
+        self.producers = {o: node for graph in all_graphs(model.graph) for node in graph.node for o in node.output if o}
+        self.conditions = {node.input[0] for graph in all_graphs(model.graph) for node in graph.node
+                           if node.op_type == "If" and node.input} | \
+                          {node.input[1] for graph in all_graphs(model.graph) for node in graph.node
+                           if node.op_type == "Loop" and len(node.input) > 1}
+
+    def reached(self, name: str, through: set[str]):
+        """(site, operand) of every use of ``name``, following ops in ``through``."""
+        seen, stack = set(), [name]
+        while stack:
+            tensor = stack.pop()
+            for site, operand in self.consumers.get(tensor, []):
+                node = site.node
+                if node.op_type in through and operand == 0:
+                    stack.extend(o for o in node.output if o and o not in seen)
+                    seen.update(node.output)
+                else:
+                    yield site, operand
+
+    def constant(self, site, operand: int):
+        if operand >= len(site.node.input):
+            return None
+        value = self.index.constant(site.node.input[operand], site.scopes)
+        return None if value is None else np.asarray(value)
+
+    def feeds_a_condition(self, tensor: str) -> str | None:
+        seen, stack = set(), [tensor]
+        while stack:
+            name = stack.pop()
+            if name in self.conditions:
+                return name
+            for site, _ in self.consumers.get(name, []):
+                if site.node.op_type in _LOGIC:
+                    stack.extend(o for o in site.node.output if o and o not in seen)
+                    seen.update(site.node.output)
+        return None
+
+    def branch_value(self, name: str) -> InputValues | None:
+        """Compared with a constant, and the result decides an If or a Loop: the constant is the value."""
+        choices, chosen = [], None
+        for site, operand in self.reached(name, _PASS_THROUGH):
+            node = site.node
+            if node.op_type not in _COMPARISONS or len(node.input) != 2:
+                continue
+            other = self.constant(site, 1 - operand)
+            if other is None or other.size != 1:
+                continue
+            step = _COMPARISONS[node.op_type] * (1 if operand == 0 else -1)
+            value = other.reshape(-1)[0].item() + step
+            choices.append(value)
+            if chosen is None and self.feeds_a_condition(node.output[0]):
+                chosen = (value, node)
+        if chosen is None:
+            return None
+        value, node = chosen
+        others = sorted({c for c in choices if c != value})
+        alternatives = f"; the graph also compares it with {', '.join(map(str, others))}" if others else ""
+        return InputValues({"value": value}, f"{node.op_type} '{node.name or node.output[0]}' compares it with "
+                                             f"{value}, and the result chooses a branch{alternatives}")
+
+    def table_rows(self, name: str) -> InputValues | None:
+        """Indices into a constant table (token ids into an embedding): 0 <= id < its row count."""
+        for site, operand in self.reached(name, _PASS_THROUGH):
+            node = site.node
+            if node.op_type != "Gather" or operand != 1:
+                continue
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+            rows = self._rows(site, axis)
+            if rows:
+                return InputValues({"low": 0, "high": rows}, f"indexes the {rows} rows of Gather "
+                                                             f"'{node.name or node.output[0]}''s table")
+        return None
+
+    def _rows(self, site, axis: int) -> int | None:
+        """Rows of the table a Gather reads: an initializer, or one dequantized, cast or scaled on the way."""
+        table = site.node.input[0]
+        for _ in range(4):
+            for graph in site.scopes:
+                for tensor in graph.initializer:
+                    if tensor.name == table:
+                        return int(tensor.dims[axis]) if len(tensor.dims) > axis else None
+            producer = self.producers.get(table)
+            if producer is None or producer.op_type not in ("DequantizeLinear", "Cast", "Identity", "Mul"):
+                return None
+            table = producer.input[0]
+        return None
+
+    def mask(self, name: str) -> InputValues | None:
+        """Cast to bool, or to a float used in arithmetic (1 - mask, mask * x): a 0/1 mask."""
+        for site, _ in self.consumers.get(name, []):
+            node = site.node
+            to = next((a.i for a in node.attribute if a.name == "to"), None)
+            if node.op_type != "Cast":
+                continue
+            if to == onnx.TensorProto.BOOL:
+                return InputValues({"low": 0, "high": 2}, f"cast to bool by '{node.name or node.output[0]}': a 0/1 mask")
+            used = [s.node.op_type for s, _ in self.reached(node.output[0], _PASS_THROUGH)]
+            if to in _FLOATS and used and all(op in _ARITHMETIC for op in used):
+                return InputValues({"low": 0, "high": 2}, "cast to a float and used in arithmetic: a 0/1 mask")
+        return None
+
+
+__all__ = ["InputValues", "input_values"]
