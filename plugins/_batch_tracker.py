@@ -206,18 +206,20 @@ class _Tracker:
         differing = [i for i, (a, b) in enumerate(zip(out1.shape, out2.shape)) if a != b]
         return differing == [batch_axis] and out1.shape[batch_axis] * self.b2 == out2.shape[batch_axis] * self.b1
 
-    def folded_behind(self, data_shape: tuple, axis: int, out1: Known, out2: Known) -> tuple[int, int] | None:
+    def folded_behind(self, data_shape: tuple, axis: int, factor: int, out1: Known,
+                      out2: Known) -> tuple[int, int] | None:
         """The Reshape merges the batch into an output axis as its innermost part, behind data dims that
         come before it: ``[L, batch, E] -> [-1, E]`` (PyTorch's attention, sequence first). Each row is
         still one sample's, and the element that absorbed the batch is already right at any batch;
-        making another element "the batch" would move the batch into the features."""
+        making another element "the batch" would move the batch into the features. ``factor``: the batch
+        axis's size per sample; a batch folded with heads before (``[L, B*heads, d]``) is their outer part."""
         if not (out1.full and out2.full) or len(out1.shape) != len(out2.shape):
             return None
         differing = [j for j, (a, b) in enumerate(zip(out1.shape, out2.shape)) if a != b]
         if len(differing) != 1 or out1.shape[differing[0]] * self.b2 != out2.shape[differing[0]] * self.b1:
             return None
         j = differing[0]
-        before, after = _product(data_shape[:axis]), _product(data_shape[axis + 1:])
+        before, after = _product(data_shape[:axis]), factor * _product(data_shape[axis + 1:])
         outer = _product(out1.shape[:j])
         if (after == _product(out1.shape[j + 1:]) and outer < before and before % outer == 0
                 and outer * out1.shape[j] == before * self.b1):
@@ -258,21 +260,22 @@ class _Tracker:
                 return None
         return fold
 
-    def _carried(self, site: NodeSite, inputs: list) -> tuple[int, list[int]] | None:
-        """(the data's batch axis, the shape operand's values) when the data carries the batch."""
+    def _carried(self, site: NodeSite, inputs: list) -> tuple[int, int, list[int]] | None:
+        """(the data's batch axis, its size per sample, the shape operand's values) when the data carries
+        the batch."""
         if len(site.node.input) < 2 or inputs[0][1].value is None:
             return None
         found = self.carrier(inputs[0][0], inputs[1][0])
         if found is None:
             return None
-        return found[0], [int(v) for v in np.asarray(inputs[0][1].value).reshape(-1)]
+        return found[0], found[1], [int(v) for v in np.asarray(inputs[0][1].value).reshape(-1)]
 
     # -- Reshape ---------------------------------------------------------------------------------------
     def _reshape(self, site: NodeSite, inputs: list) -> list | None:
         carried = self._carried(site, inputs)
         if carried is None:
             return None
-        axis, values = carried
+        axis, factor, values = carried
         (data1, shape1), (data2, shape2) = inputs[0][:2], inputs[1][:2]
         out1 = self._eval(site, [data1, shape1])
         prefix = list(data1.shape[:axis])
@@ -283,7 +286,7 @@ class _Tracker:
         out2 = self._eval(site, [data2, shape2])
         if self.consistent(out1, out2, i):
             return None
-        behind = self.folded_behind(data1.shape, axis, out1, out2) if fold is None else None
+        behind = self.folded_behind(data1.shape, axis, factor, out1, out2) if fold is None else None
         if behind is not None:
             self.folded[site.node.output[0]] = behind
             return None
@@ -314,7 +317,7 @@ class _Tracker:
         carried = self._carried(site, inputs)
         if carried is None:
             return None
-        axis, values = carried
+        axis, _, values = carried
         (data1, shape1), (data2, shape2) = inputs[0][:2], inputs[1][:2]
         out1 = self._eval(site, [data1, shape1])
         aligned = axis + max(len(values), len(data1.shape)) - len(data1.shape)
