@@ -1,0 +1,242 @@
+"""The spec that makes one export work at any size, derived from two exports at two sizes.
+
+A and B are one network traced at two input sizes. Their graphs pair up node for node (same op
+types, domains, attributes and wiring, Constant nodes aside; constants pair by the node input that
+reads them, :mod:`.pairing`). Each entry of an integer constant that differs is fitted as an
+expression of the input dims that differ (:mod:`.fit`), or becomes ``-1`` in a Reshape's shape;
+sizes the inputs do not carry (a merger's grid, flattened into its patches) become an added int64
+input read with ``value()``. The spec frees the input dims that differ and verifies at both sizes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from patchspec.author.fit import Atom, Fit, fit, folded_into, same_values
+from patchspec.author.pairing import Export, Rewrite, pair, rewrites
+from patchspec.author.spec_text import DraftStep, SpecDraft, checked
+from patchspec.errors import ModelFileError, PatchError
+from patchspec.model.graph import all_names, fresh_name
+from patchspec.shapes.annotations import dim_params, format_dims, read_dims
+from patchspec.shapes.expressions import quote_tensor
+
+#: the name of the input that carries sizes no input dim holds (a fresh one if the model has it)
+SIZES_INPUT = "sizes"
+SEARCH = "dim, dim * k, dim // k, dim + k, dim - k, and products of two or three dims (optionally * k or // k)"
+
+
+@dataclass
+class Row:
+    """One fitted entry, for the table the command prints."""
+
+    constant: str
+    a: int
+    b: int
+    expression: str
+
+
+@dataclass
+class Derivation:
+    text: str
+    spec_path: Path
+    rows: list[Row] = field(default_factory=list)
+    freed: list[str] = field(default_factory=list)  # 'x[2] 320 -> 256 as x_dim2'
+    arrays: dict[Path, np.ndarray] = field(default_factory=dict)  # .npy files the run cases read
+    notes: list[str] = field(default_factory=list)
+
+
+def derive(a_path: Path, b_path: Path, spec_path: Path, registry) -> Derivation:
+    """The spec (checked by the spec loader) that makes ``a_path`` work at any size, to be written at
+    ``spec_path``; raises ModelFileError (3) for a model that cannot be read, PatchError (4) for two
+    graphs that do not pair or an entry no expression fits."""
+    a, b = Export(a_path, "A"), Export(b_path, "B")
+    changed = rewrites(a, b, pair(a, b))
+    atoms = _varying_dims(a, b)
+    if not changed and not atoms:
+        msg = f"{a_path} and {b_path} have the same input sizes and the same constants: there is nothing to derive"
+        raise PatchError(msg, "export B at another input size than A")
+    sizes = _Sizes(fresh_name(SIZES_INPUT, all_names(a.model)))
+    _fit_entries(changed, atoms, sizes)
+    folder = spec_path.resolve().parent
+    draft = SpecDraft(_relative(a_path, folder), _relative(a_path.parent / f"{a_path.stem}.dynamic.onnx", folder),
+                      header=_header(a_path, b_path, spec_path))
+    arrays: dict[Path, np.ndarray] = {}
+    if sizes.pairs:
+        draft.patches.append(sizes.step(atoms))
+        arrays = {folder / sizes.file(spec_path, side): sizes.values(side) for side in (0, 1)}
+    draft.patches += [_replace_step(rewrite) for rewrite in changed]
+    renames, freed = _renames(a, b)
+    draft.patches += renames
+    draft.verify += [DraftStep("check", {}, ["onnx's checker and strict shape inference on the output"]),
+                     _run_step(a, b, b_path, folder, sizes, spec_path)]
+    text = checked(draft, spec_path, registry)
+    rows = [Row(f"{r.name}[{i}]", r.a[i], r.b[i], r.fits[i].text) for r in changed for i in sorted(r.fits)]
+    return Derivation(text, spec_path, rows, freed, arrays, _notes(a, atoms, changed))
+
+
+# -- fitting --------------------------------------------------------------------------------------------
+def _varying_dims(a: Export, b: Export) -> list[Atom]:
+    """``dim(x, axis)`` for every input axis whose fixed size differs between A and B."""
+    atoms = []
+    for info_a, info_b in zip(a.inputs, b.inputs):
+        for axis, (da, db) in enumerate(zip(read_dims(info_a) or [], read_dims(info_b) or [])):
+            if isinstance(da, int) and isinstance(db, int) and da != db:
+                atoms.append(Atom(f"dim({quote_tensor(info_a.name)}, {axis})", da, db))
+    return atoms
+
+
+class _Sizes:
+    """The added input: sizes no input dim holds, one element each (``value(sizes, 0)``, ...)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.pairs: list[tuple[int, int]] = []
+        self.uses: dict[int, list[str]] = {}
+
+    def atoms(self) -> list[Atom]:
+        return [Atom(f"value({quote_tensor(self.name)}, {i})", a, b) for i, (a, b) in enumerate(self.pairs)]
+
+    def values(self, side: int) -> np.ndarray:
+        return np.array([pair[side] for pair in self.pairs], dtype=np.int64)
+
+    def file(self, spec_path: Path, side: int) -> str:
+        stem = spec_path.name.rsplit(".", 1)[0] if spec_path.suffix in (".yaml", ".yml") else spec_path.name
+        return f"{stem}.{self.name}.{'ab'[side]}.npy"
+
+    def step(self, atoms: list[Atom]) -> DraftStep:
+        atom, factor = folded_into(self.pairs, atoms)  # checked by _fit_entries
+        product = " * ".join(a.text for a in self.atoms())
+        comments = [f"sizes the inputs do not carry: {atom.text} is {factor} * {product} in A and in B,",
+                    "so they were flattened into it; feed them at run time (the run cases read them from .npy files)"]
+        comments += [f"{a.text}: {a.a} in A, {a.b} in B; {', '.join(self.uses.get(i, []))}"
+                     for i, a in enumerate(self.atoms())]
+        return DraftStep("add_input", {"name": self.name, "dtype": "int64", "shape": [len(self.pairs)]}, comments)
+
+
+def _fit_entries(changed: list[Rewrite], atoms: list[Atom], sizes: _Sizes) -> None:
+    """Fill each rewrite's ``fits``: dims first, then -1 in Reshape shapes, then the added input."""
+    for rewrite in changed:
+        for i in rewrite.entries:
+            found = fit(rewrite.a[i], rewrite.b[i], atoms)
+            if found is not None:
+                rewrite.fits[i] = found
+        if rewrite.reshape:
+            free = [i for i in rewrite.entries if i not in rewrite.fits] or rewrite.entries
+            worst = max(reversed(free), key=lambda i: rewrite.fits[i].cost if i in rewrite.fits else 99)
+            rewrite.fits[worst] = Fit("-1", 0)
+    left = [(rewrite, i) for rewrite in changed for i in rewrite.entries if i not in rewrite.fits]
+    if not left:
+        return
+    for pair_ in sorted({(rewrite.a[i], rewrite.b[i]) for rewrite, i in left}):
+        if fit(*pair_, atoms + sizes.atoms()) is None:
+            sizes.pairs.append(pair_)
+    if min(min(pair_) for pair_ in sizes.pairs) < 1 or folded_into(sizes.pairs, atoms) is None:
+        raise _no_fit(left, atoms)
+    for rewrite, i in left:
+        rewrite.fits[i] = fit(rewrite.a[i], rewrite.b[i], atoms + sizes.atoms())
+        for slot, atom in enumerate(sizes.atoms()):
+            if atom.text in rewrite.fits[i].text:
+                sizes.uses.setdefault(slot, []).append(f"{rewrite.name}[{i}]")
+
+
+def _no_fit(left: list[tuple[Rewrite, int]], atoms: list[Atom]) -> PatchError:
+    lines = ["no expression of the input sizes gives these entries at both A's and B's sizes:"]
+    for rewrite in dict.fromkeys(rewrite for rewrite, _ in left):
+        entries = "; ".join(f"entry {i}: {rewrite.a[i]} in A, {rewrite.b[i]} in B" for r, i in left if r is rewrite)
+        lines.append(f"  {rewrite.readers}: constant '{rewrite.name}' is {rewrite.a} in A and {rewrite.b} in B; {entries}")
+    lines.append("  and they are not sizes flattened into one input dim, which an added input could carry")
+    known = ", ".join(f"{atom.text} is {atom.a} in A, {atom.b} in B" for atom in atoms) or "none: no input dim differs"
+    hint = (f"derive tries {SEARCH}; the sizes it can use: {known}. "
+            "Write this replace_initializer by hand (docs/expressions.md), or export A and B at sizes that are multiples "
+            "of the model's strides")
+    return PatchError("\n".join(lines), hint)
+
+
+# -- the spec --------------------------------------------------------------------------------------------
+def _header(a_path: Path, b_path: Path, spec_path: Path) -> list[str]:
+    return [f"Written by 'patchspec derive {a_path.name} {b_path.name}': one network exported at two input sizes.",
+            "It computes at run time the constants the trace baked in and frees the input sizes;",
+            f"check the comments, then 'patchspec apply {spec_path.name}'. Paths are relative to this file's folder."]
+
+
+def _replace_step(rewrite: Rewrite) -> DraftStep:
+    shape = [rewrite.fits[i].text if i in rewrite.fits else value for i, value in enumerate(rewrite.a)]
+    shape = [int(item) if item == "-1" else item for item in shape]
+    comments = [f"{rewrite.readers}: {rewrite.a} in A, {rewrite.b} in B"]
+    return DraftStep("replace_initializer", {"initializer": rewrite.name, "shape": shape}, comments)
+
+
+def _renames(a: Export, b: Export) -> tuple[list[DraftStep], list[str]]:
+    """rename_dims on each input's axes that differ; outputs and intermediates are re-derived from them."""
+    taken = dim_params(a.model)
+    steps, freed = [], []
+    for info_a, info_b in zip(a.inputs, b.inputs):
+        dims_a, dims_b = read_dims(info_a) or [], read_dims(info_b) or []
+        axes = {}
+        for axis, (da, db) in enumerate(zip(dims_a, dims_b)):
+            if da != db and isinstance(da, int):
+                axes[axis] = fresh_name(f"{info_a.name}_dim{axis}", taken)
+                taken.add(axes[axis])
+                freed.append(f"{info_a.name}[{axis}] {da} -> {db} as {axes[axis]}")
+        if axes:
+            comment = f"{info_a.name}: {format_dims(dims_a)} in A, {format_dims(dims_b)} in B; the outputs follow"
+            steps.append(DraftStep("rename_dims", {"tensor": info_a.name, "axes": axes}, [comment]))
+    return steps, freed
+
+
+def _run_step(a: Export, b: Export, b_path: Path, folder: Path, sizes: _Sizes, spec_path: Path) -> DraftStep:
+    cases = []
+    for side, export in enumerate((a, b)):
+        inputs: dict = {info_a.name: [d if isinstance(d, int) else 1 for d in read_dims(info) or []]
+                        for info_a, info in zip(a.inputs, export.inputs)}  # by A's names: the spec patches A
+        if sizes.pairs:
+            inputs[sizes.name] = {"file": sizes.file(spec_path, side)}
+        cases.append({"inputs": inputs})
+    cases[1]["against"] = _relative(b_path, folder)
+    comments = ["case 1 at A's sizes, compared with A (the original); case 2 at B's sizes, compared with B"]
+    return DraftStep("run", {"cases": cases}, comments)
+
+
+def _notes(a: Export, atoms: list[Atom], changed: list[Rewrite]) -> list[str]:
+    notes = []
+    used = " ".join(f.text for rewrite in changed for f in rewrite.fits.values())
+    for x, y in same_values(atoms):
+        if x.text in used or y.text in used:
+            notes.append(f"{x.text} and {y.text} are both {x.a} in A and {x.b} in B: the fits cannot tell them apart; "
+                         "check the expressions, or export B with different sizes on these axes")
+    for info in a.inputs:
+        unknown = [axis for axis, d in enumerate(read_dims(info) or []) if not isinstance(d, int)]
+        if unknown:
+            notes.append(f"input '{info.name}' has no fixed size on axes {unknown} in A: the run cases use 1 there")
+    return notes
+
+
+def _relative(path: Path, folder: Path) -> str:
+    return Path(os.path.relpath(Path(path).resolve(), folder)).as_posix()
+
+
+def write(derivation: Derivation) -> None:
+    """The .npy files first, then the spec, each written whole and renamed into place."""
+    for path, array in derivation.arrays.items():
+        _replace(path, lambda handle, array=array: np.save(handle, array))
+    _replace(derivation.spec_path, lambda handle: handle.write(derivation.text.encode("utf-8")))
+
+
+def _replace(path: Path, writer) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as handle:
+            writer(handle)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise ModelFileError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+__all__ = ["Derivation", "Row", "derive", "write"]
