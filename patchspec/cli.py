@@ -238,15 +238,30 @@ def plugins(state: _State, as_json: bool) -> None:
 @click.option("--shape", "shapes", multiple=True, metavar="NAME=D0,D1,...",
               help="Input shape for the lint (repeatable); default: 1 on axis 0, 64, 96, ... elsewhere.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--suggest", is_flag=True,
+              help="List the shape constants that bake the export's input sizes, and the spec lines that free them "
+                   "(reads the graph only; no lint run).")
 @click.pass_obj
-def inspect_command(state: _State, model_path: Path, shapes, as_json: bool) -> None:
+def inspect_command(state: _State, model_path: Path, shapes, as_json: bool, suggest: bool) -> None:
     """Inputs, outputs, dim_params and who shares them, external data, subgraphs, and lint findings.
 
     The lint runs the model on ONNX Runtime at the given (or default) input shapes and reports every
     dim_param that is bound to different sizes, with the patch that fixes it. Never writes anything.
+
+    \b
+    --suggest instead finds constants a tracer baked from the export's input sizes (a Reshape to
+    [1, 85, 96] for a 64x96 image at stride 8) and prints the rename_dims / replace_initializer
+    lines that make them follow the inputs, e.g.:
+      patchspec inspect models/det.onnx --suggest
     """
     from patchspec.ort.inspection import format_inspection, inspect_model, parse_shape_options
 
+    if suggest:
+        from patchspec.author.suggest import format_suggestions, suggest_report
+
+        data = suggest_report(model_path)
+        click.echo(json.dumps(data, indent=2) if as_json else format_suggestions(data))
+        return
     try:
         data = inspect_model(model_path, parse_shape_options(shapes))
     except PatchspecError as exc:
