@@ -7,6 +7,7 @@ onnx.helper) plus, for several grids, the inputs (.npy) and the outputs a correc
 (.npz, computed with numpy from the same weights)::
 
     python examples/qwen_vl_merger/make_model.py models/qwen_vl_merger
+    python examples/qwen_vl_merger/make_model.py models/merger_16x16 --grid 1,16,16   # another trace
 
 ``specs/qwen_vl_merger.yaml`` then makes the model work for any grid.
 """
@@ -43,10 +44,10 @@ def traced_shapes(grid=TRACED_GRID) -> tuple[list[int], list[int]]:
     return grid_shape, merged_shape
 
 
-def build_model() -> onnx.ModelProto:
+def build_model(grid=TRACED_GRID) -> onnx.ModelProto:
     w = weights()
-    grid_shape, merged_shape = traced_shapes()
-    t, h, wd = TRACED_GRID
+    grid_shape, merged_shape = traced_shapes(grid)
+    t, h, wd = grid
     initializers = [numpy_helper.from_array(v, k) for k, v in w.items()]
     initializers.append(numpy_helper.from_array(np.array(grid_shape, np.int64), "onnx::Reshape_41"))
     merged_const = numpy_helper.from_array(np.array(merged_shape, np.int64), "merged_shape")
@@ -105,9 +106,14 @@ def write_cases(folder: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
+    grid = TRACED_GRID
+    if "--grid" in argv:  # trace at another grid: a second export for 'patchspec derive'
+        at = argv.index("--grid")
+        grid = tuple(int(v) for v in argv[at + 1].split(","))
+        argv = argv[:at] + argv[at + 2:]
     folder = Path(argv[0] if argv else "models/qwen_vl_merger")
     folder.mkdir(parents=True, exist_ok=True)
-    onnx.save(build_model(), folder / "merger.onnx")
+    onnx.save(build_model(grid), folder / "merger.onnx")
     write_cases(folder)
     print(f"wrote {folder / 'merger.onnx'} and {len(GRIDS)} reference cases under {folder / 'cases'}")
     return 0
