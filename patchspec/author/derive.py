@@ -10,6 +10,7 @@ input read with ``value()``. The spec frees the input dims that differ and verif
 
 from __future__ import annotations
 
+import io
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from patchspec.author.pairing import Export, Rewrite, pair, rewrites
 from patchspec.author.spec_text import DraftStep, SpecDraft, checked
 from patchspec.errors import ModelFileError, PatchError
 from patchspec.model.graph import all_names, fresh_name
+from patchspec.plugin.registry import PluginRegistry
 from patchspec.shapes.annotations import dim_params, format_dims, read_dims
 from patchspec.shapes.expressions import quote_tensor
 
@@ -49,7 +51,7 @@ class Derivation:
     notes: list[str] = field(default_factory=list)
 
 
-def derive(a_path: Path, b_path: Path, spec_path: Path, registry) -> Derivation:
+def derive(a_path: Path, b_path: Path, spec_path: Path, registry: PluginRegistry) -> Derivation:
     """The spec (checked by the spec loader) that makes ``a_path`` work at any size, to be written at
     ``spec_path``; raises ModelFileError (3) for a model that cannot be read, PatchError (4) for two
     graphs that do not pair or an entry no expression fits."""
@@ -108,7 +110,9 @@ class _Sizes:
         return f"{stem}.{self.name}.{'ab'[side]}.npy"
 
     def step(self, atoms: list[Atom]) -> DraftStep:
-        atom, factor = folded_into(self.pairs, atoms)  # checked by _fit_entries
+        folded = folded_into(self.pairs, atoms)
+        assert folded is not None, "_fit_entries refuses sizes that are not folded into an input dim"
+        atom, factor = folded
         product = " * ".join(a.text for a in self.atoms())
         comments = [f"sizes the inputs do not carry: {atom.text} is {factor} * {product} in A and in B,",
                     "so they were flattened into it; feed them at run time (the run cases read them from .npy files)"]
@@ -189,14 +193,14 @@ def _renames(a: Export, b: Export) -> tuple[list[DraftStep], list[str]]:
 
 
 def _run_step(a: Export, b: Export, b_path: Path, folder: Path, sizes: _Sizes, spec_path: Path) -> DraftStep:
-    cases = []
+    cases: list[dict] = []
     for side, export in enumerate((a, b)):
         inputs: dict = {info_a.name: [d if isinstance(d, int) else 1 for d in read_dims(info) or []]
                         for info_a, info in zip(a.inputs, export.inputs)}  # by A's names: the spec patches A
         if sizes.pairs:
             inputs[sizes.name] = {"file": sizes.file(spec_path, side)}
         cases.append({"inputs": inputs})
-    cases[1]["against"] = _relative(b_path, folder)
+    cases[1]["against"] = _relative(b_path, folder)  # case 1 keeps the default: the original
     comments = ["case 1 at A's sizes, compared with A (the original); case 2 at B's sizes, compared with B"]
     return DraftStep("run", {"cases": cases}, comments)
 
@@ -222,16 +226,21 @@ def _relative(path: Path, folder: Path) -> str:
 def write(derivation: Derivation) -> None:
     """The .npy files first, then the spec, each written whole and renamed into place."""
     for path, array in derivation.arrays.items():
-        _replace(path, lambda handle, array=array: np.save(handle, array))
-    _replace(derivation.spec_path, lambda handle: handle.write(derivation.text.encode("utf-8")))
+        _replace(path, _npy_bytes(array))
+    _replace(derivation.spec_path, derivation.text.encode("utf-8"))
 
 
-def _replace(path: Path, writer) -> None:
+def _npy_bytes(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+def _replace(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as handle:
-            writer(handle)
+        tmp.write_bytes(data)
         os.replace(tmp, path)
     except OSError as exc:
         raise ModelFileError(f"{path}: cannot write: {exc.strerror or exc}") from None

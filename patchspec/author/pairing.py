@@ -211,6 +211,7 @@ def rewrites(a: Export, b: Export, uses: list[Use]) -> list[Rewrite]:
         if problem:
             problems.append(f"{readers}: {problem}")
             continue
+        assert tensor_a is not None and tensor_b is not None  # _cannot_rewrite refuses what is not a tensor
         values_a, values_b = (numpy_helper.to_array(t).astype(np.int64).tolist() for t in (tensor_a, tensor_b))
         reshape = all(a.sites[u.position].node.op_type == "Reshape" and u.index == 1 for u in group) \
             and -1 not in values_a and -1 not in values_b
@@ -235,21 +236,25 @@ def _cannot_rewrite(name: str, x: TensorProto | None, y: TensorProto | None) -> 
     return None
 
 
-def _tensor(source) -> TensorProto | None:
+def _tensor(source: object) -> TensorProto | None:
     """The tensor an initializer or a Constant node holds (None: a sparse or unreadable Constant)."""
     if isinstance(source, TensorProto):
         return source
+    assert isinstance(source, onnx.NodeProto)
     for attr in source.attribute:
         if attr.name == "value":
-            return attr.t
+            tensor: TensorProto = attr.t
+            return tensor
     value = constant_value(source)
     return None if value is None else numpy_helper.from_array(np.asarray(value))
 
 
-def _same(x, y) -> bool:
+def _same(x: object, y: object) -> bool:
     tensor_x, tensor_y = _tensor(x), _tensor(y)
     if tensor_x is None or tensor_y is None:
-        return list(x.attribute) == list(y.attribute) if not isinstance(x, TensorProto) else False
+        if isinstance(x, onnx.NodeProto) and isinstance(y, onnx.NodeProto):
+            return list(x.attribute) == list(y.attribute)
+        return False
     if (tensor_x.data_type, list(tensor_x.dims)) != (tensor_y.data_type, list(tensor_y.dims)):
         return False
     if TensorProto.EXTERNAL in (tensor_x.data_location, tensor_y.data_location):

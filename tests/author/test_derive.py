@@ -249,6 +249,20 @@ def test_existing_spec_needs_force(tmp_path):
     assert "rename_dims" in (tmp_path / "spec.yaml").read_text()
 
 
+def test_output_that_is_a_folder_is_a_usage_error(tmp_path):
+    (tmp_path / "specs").mkdir()
+    code, text = derive_fails(tmp_path, tiny(8, reps=2), tiny(12, reps=2), "--output", "specs", "--force")
+    assert code == 2 and "is a folder" in text
+
+
+def test_square_exports_are_flagged(tmp_path):
+    onnx.save(detector(320, 320), str(tmp_path / "a.onnx"))
+    onnx.save(detector(256, 256), str(tmp_path / "b.onnx"))
+    code, out, err = run_cli(["derive", "a.onnx", "b.onnx"], cwd=tmp_path)
+    assert code == 0, err
+    assert "note: dim(images, 2) and dim(images, 3) are both 320 in A and 256 in B" in out
+
+
 def test_same_model_twice_is_a_usage_error(tmp_path):
     onnx.save(tiny(8), str(tmp_path / "a.onnx"))
     code, _, err = run_cli(["derive", "a.onnx", "./a.onnx"], cwd=tmp_path)
