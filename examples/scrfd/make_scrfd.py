@@ -150,9 +150,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("output", type=Path, help="where to write the model, e.g. models/scrfd_like.onnx")
     parser.add_argument("--traced-batch", action="store_true",
                         help="flatten the heads to [1, -1, k], the batch a torch trace at batch 1 bakes in")
+    parser.add_argument("--external-data", action="store_true",
+                        help="keep the weights in OUTPUT.data next to the model, as large exports do")
     args = parser.parse_args(argv)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_bytes(build_model(args.traced_batch).SerializeToString(deterministic=True))
+    model = build_model(args.traced_batch)
+    if args.external_data:
+        data = args.output.with_name(args.output.name + ".data")
+        data.unlink(missing_ok=True)  # onnx.save appends to a data file left from an earlier run
+        onnx.save(model, args.output, save_as_external_data=True, location=data.name, size_threshold=1024)
+        print(f"wrote {args.output} and {data}")
+        return 0
+    args.output.write_bytes(model.SerializeToString(deterministic=True))
     print(f"wrote {args.output}")
     return 0
 
