@@ -7,7 +7,7 @@ onnx.helper) plus, for several grids, the inputs (.npy) and the outputs a correc
 (.npz, computed with numpy from the same weights)::
 
     python examples/qwen_vl_merger/make_model.py models/qwen_vl_merger
-    python examples/qwen_vl_merger/make_model.py models/merger_16x16 --grid 1,16,16   # another trace
+    python examples/qwen_vl_merger/make_model.py models/merger_16x16 --grid 1,16,16 --static  # another trace
 
 ``specs/qwen_vl_merger.yaml`` then makes the model work for any grid.
 """
@@ -44,7 +44,8 @@ def traced_shapes(grid=TRACED_GRID) -> tuple[list[int], list[int]]:
     return grid_shape, merged_shape
 
 
-def build_model(grid=TRACED_GRID) -> onnx.ModelProto:
+def build_model(grid=TRACED_GRID, static: bool = False) -> onnx.ModelProto:
+    """``static``: the input and output declared at the traced sizes, as a plain trace declares them."""
     w = weights()
     grid_shape, merged_shape = traced_shapes(grid)
     t, h, wd = grid
@@ -70,8 +71,9 @@ def build_model(grid=TRACED_GRID) -> onnx.ModelProto:
     ]
     graph = helper.make_graph(
         nodes, "qwen_vl_merger",
-        [helper.make_tensor_value_info("hidden_states", TensorProto.FLOAT, ["num_patches", CHANNELS])],
-        [helper.make_tensor_value_info("merged", TensorProto.FLOAT, ["num_tokens", OUT])],
+        [helper.make_tensor_value_info("hidden_states", TensorProto.FLOAT,
+                                       [t * h * wd if static else "num_patches", CHANNELS])],
+        [helper.make_tensor_value_info("merged", TensorProto.FLOAT, [merged_shape[0] if static else "num_tokens", OUT])],
         initializers, value_info=value_info,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="pytorch-like")
@@ -111,9 +113,11 @@ def main(argv: list[str]) -> int:
         at = argv.index("--grid")
         grid = tuple(int(v) for v in argv[at + 1].split(","))
         argv = argv[:at] + argv[at + 2:]
+    static = "--static" in argv  # the input declared at the traced size, as torch.jit.trace writes it
+    argv = [a for a in argv if a != "--static"]
     folder = Path(argv[0] if argv else "models/qwen_vl_merger")
     folder.mkdir(parents=True, exist_ok=True)
-    onnx.save(build_model(grid), folder / "merger.onnx")
+    onnx.save(build_model(grid, static), folder / "merger.onnx")
     write_cases(folder)
     print(f"wrote {folder / 'merger.onnx'} and {len(GRIDS)} reference cases under {folder / 'cases'}")
     return 0
