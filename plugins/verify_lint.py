@@ -5,9 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import onnx
 
 from patchspec import Verifier, VerifyContext, VerifyResult, hookimpl
 from patchspec.api import CASE_INPUT_SCHEMA, RunFailure, Session, UsageError, case_input_problems, lint_model
+
+
+#: where lint's inputs come from when neither lint nor a run case gives them
+DEFAULT_ORIGIN = "default shapes"
 
 
 class LintVerifier(Verifier):
@@ -46,6 +51,11 @@ class LintVerifier(Verifier):
             if unusable:  # onnxruntime cannot run this model at all here: nothing to say about the patch
                 return VerifyResult("skipped", f"onnxruntime cannot run the original either, so there is nothing to "
                                                f"lint here: {unusable}", data=data)
+            if origin == DEFAULT_ORIGIN and _original_fails_at(context, given):  # lint's own guess of inputs
+                return VerifyResult("skipped", f"the original does not run at {shapes} ({origin}) either: "
+                                               f"{result.error}", ("hint: lint feeds random values; other shapes go "
+                                                                   "in lint: {inputs: ...}, exact values in a 'run' case "
+                                                                   "({value: ...})",), data)
             return VerifyResult("failed", f"could not lint at {shapes} ({origin}): {result.error}", data=data)
         if result.conflicts or result.wrong_sizes:
             details = tuple(c.text() for c in result.conflicts) + tuple(result.wrong_sizes)
@@ -66,6 +76,15 @@ def _original_unusable(context: VerifyContext) -> str | None:
     return None
 
 
+def _original_fails_at(context: VerifyContext, given: dict) -> bool:
+    """Whether the original, linted at the same shapes, cannot run either."""
+    try:
+        original = onnx.load(str(context.original_path), load_external_data=False)
+        return bool(lint_model(original, Path(context.original_path).parent, given).error)
+    except Exception:  # an original that cannot be read or probed: no excuse for the output
+        return False
+
+
 def _inputs(params: dict, context: VerifyContext) -> tuple[dict, str]:
     if "inputs" in params:
         return params["inputs"], "lint inputs"
@@ -73,7 +92,7 @@ def _inputs(params: dict, context: VerifyContext) -> tuple[dict, str]:
         cases = step.params.get("cases") if step.type_name == "run" else None
         if cases and isinstance(cases[0], dict) and cases[0].get("inputs"):
             return cases[0]["inputs"], f"inputs of {step.label} case 0"
-    return {}, "default shapes"
+    return {}, DEFAULT_ORIGIN
 
 
 def _shape(item, context: VerifyContext) -> list[int]:

@@ -114,3 +114,21 @@ def test_lint_is_skipped_when_onnxruntime_cannot_run_the_original_either(run_cli
     result = run_cli("apply", spec)
     assert result.exit_code == 0, result.output
     assert "lint .................... skipped   onnxruntime cannot run the original either" in result.stdout
+
+
+def test_lint_is_skipped_when_the_original_does_not_run_at_the_lint_inputs_either(run_cli, tmp_path):
+    """Polygraphy's empty_tensor_expand.onnx: an int64 input is an Expand's shape, and lint's random
+    values are no shape. The original fails the same way: that is the inputs, not the patch."""
+    from onnx import TensorProto, helper
+
+    from helpers import graph_model, tensor_info
+
+    node = helper.make_node("Expand", ["data", "new_shape"], ["y"])
+    model = graph_model([node], [tensor_info("data", ["N", 3]), tensor_info("new_shape", [2], TensorProto.INT64)],
+                        [tensor_info("y", ["N", 3])])
+    onnx.save(model, tmp_path / "m.onnx")
+    spec = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out.onnx\npatches:\n  - set_batch: 4\n"
+                                "verify:\n  - lint: {}\n")
+    result = run_cli("apply", spec)
+    assert result.exit_code == 0, result.output
+    assert "skipped   the original does not run at" in result.stdout
