@@ -10,7 +10,6 @@ import onnx
 from patchspec import Verifier, VerifyContext, VerifyResult, hookimpl
 from patchspec.api import CASE_INPUT_SCHEMA, RunFailure, Session, UsageError, case_input_problems, lint_model
 
-
 #: where lint's inputs come from when neither lint nor a run case gives them
 DEFAULT_ORIGIN = "default shapes"
 
