@@ -431,7 +431,7 @@ def test_an_input_can_be_given_its_exact_value(tmp_path, run_cli):
     model = graph_model(nodes, [tensor_info("x", ["N", 4]), tensor_info("sr", [], onnx.TensorProto.INT64)],
                         [tensor_info("y", ["N", 4])], initializers=[rate])
     scaled = graph_model([helper.make_node("Identity", ["x"], ["y"])], [tensor_info("x", ["N", 4])], [tensor_info("y", ["N", 4])])
-    result, report = apply(tmp_path, run_cli, model,
+    result, _ = apply(tmp_path, run_cli, model,
                            "  - run:\n      cases: [{inputs: {x: [2, 4], sr: {value: 16000}}}]\n"
                            "      compare: {against: ref.onnx}\n", {"ref.onnx": scaled})
     assert result.exit_code == 0, result.output  # y == x only when sr is exactly 16000
