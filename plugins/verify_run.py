@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import onnx
 
 from patchspec import Verifier, VerifyContext, VerifyResult, hookimpl
 from patchspec.api import (
@@ -22,6 +23,7 @@ from patchspec.api import (
     close_matches,
     compare_output,
     did_you_mean,
+    fed_inputs,
     feed_shape_problems,
     format_shape,
     make_feeds,
@@ -146,6 +148,36 @@ class RunVerifier(Verifier):
         if "against" in params.get("compare", {}):
             yield from _against_problems(params["compare"]["against"], ("compare", "against"))
 
+    def check_model(self, params: dict, model):
+        """The cases, split axes and per-output settings against the patched model's inputs and outputs."""
+        inputs = {name: info for name, info in fed_inputs(model.graph).items()}
+        outputs = [info.name for info in model.graph.output]
+        for index, case in enumerate(params.get("cases") or []):
+            given = case["inputs"]
+            for name, item in given.items():
+                key = ("cases", index, "inputs", name)
+                if name not in inputs:
+                    yield key, (f"'{name}' is not an input of the patched model{did_you_mean(str(name), inputs)}; "
+                                f"its inputs are: {', '.join(inputs)}")
+                    continue
+                yield from _case_fit(inputs[name], item, key)
+            for name, info in inputs.items():
+                dims = read_dims(info)
+                if name not in given and dims is not None and not all(isinstance(d, int) for d in dims):
+                    yield ("cases", index, "inputs"), (f"the case gives no shape for input '{name}', declared "
+                                                       f"{format_shape(tuple(dims))}: add '{name}: [sizes...]'")
+        split = params.get("compare", {}).get("split_batch")
+        for section, names in (("inputs", inputs), ("outputs", outputs)):
+            for name in (split.get(section, {}) if isinstance(split, dict) else {}):
+                if name not in names:
+                    yield ("compare", "split_batch", section, name), (
+                        f"'{name}' is not one of the patched model's {section}{did_you_mean(str(name), names)}")
+        for name in params.get("compare", {}).get("outputs", {}):
+            if name not in outputs:
+                yield ("compare", "outputs", name), (f"'{name}' is not an output of the patched model"
+                                                     f"{did_you_mean(str(name), outputs)}; its outputs are: "
+                                                     f"{', '.join(outputs)}")
+
     def dependencies(self, params: dict):
         """Reference models, .npz outputs and .npy inputs: part of the digest and the depfile."""
         compare_against = params.get("compare", {}).get("against", "original")
@@ -183,6 +215,34 @@ def _against_problems(against: str, key: tuple):
 
 #: how the messages begin that say a failure is not the patch's doing: the summary leads with them
 _NOT_THE_PATCH = ("the reference is unstable", "the original fails the same way")
+
+
+def _case_fit(info, item, key: tuple):
+    """A case input's rank, fixed sizes and element type against the model's declaration."""
+    dims = read_dims(info)
+    shape = item if isinstance(item, list) else item.get("shape")
+    if shape is None and isinstance(item, dict) and "value" in item:
+        shape = list(np.shape(item["value"]))
+    if dims is not None and shape is not None:
+        if len(shape) != len(dims):
+            yield key, (f"a shape of rank {len(shape)} ({list(shape)}) for an input of rank {len(dims)}, declared "
+                        f"{format_shape(tuple(dims))}")
+        else:
+            wrong = [f"axis {axis} is fixed at {want}, the case gives {got}" for axis, (want, got)
+                     in enumerate(zip(dims, shape)) if isinstance(want, int) and want != got]
+            if wrong:
+                yield key, f"{'; '.join(wrong)} (declared {format_shape(tuple(dims))})"
+    dtype = item.get("dtype") if isinstance(item, dict) else None
+    declared = _numpy_name(info.type.tensor_type.elem_type)
+    if dtype and declared and dtype != declared:
+        yield key + ("dtype",), f"the patched model's input is {declared}, the case gives {dtype}"
+
+
+def _numpy_name(elem_type: int) -> str | None:
+    try:
+        return str(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, ValueError, TypeError):
+        return None
 
 
 # -- running ----------------------------------------------------------------------------------------

@@ -128,6 +128,14 @@ class Verifier:
         """
         return ()
 
+    def check_model(self, params: dict, model: Any) -> Iterable[ParamProblem]:
+        """Problems with ``params`` that only the patched model can show (a run case naming an input the
+        model lacks, a shape of the wrong rank): ``(key path, message)`` pairs, reported like
+        ``check_params``'s (exit 2, located at the key). ``apply`` and ``plan`` call it after the
+        patches, before anything is staged, written or run; ``model`` is the patched graph (no
+        weights; do not modify it). Since plugin API 1.1."""
+        return ()
+
     def verify(self, params: dict, context: VerifyContext) -> VerifyResult:
         raise NotImplementedError(f"verifier {self.name!r} does not implement verify()")
 

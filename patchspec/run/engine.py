@@ -25,6 +25,7 @@ from patchspec.errors import (
     PatchError,
     PatchspecError,
     PluginError,
+    SpecError,
     UsageError,
     VerificationFailed,
     VerifierFailed,
@@ -119,14 +120,20 @@ class Engine:
         model_path = (model or spec.model).absolute()
         output_path = (output or spec.output).absolute()
         _refuse_same_file(model_path, output_path)
+        if model is None and not model_path.exists():
+            raise _missing_model(spec, model_path)
         proto = load_model(model_path)
         refs = validate_external_data(proto, model_path, strict_paths=self.strict_paths)
         paths = data_files(refs)
         stamps = [FileStamp.of(p) for p in [model_path, *paths]]
         return LoadedInput(spec, model_path, output_path, proto, paths, stamps)
 
-    def patch(self, loaded: LoadedInput, report: RunReport) -> tuple[onnx.ModelProto, Layout | None]:
-        """Apply every patch in spec order to a copy of the input; returns the model and output layout."""
+    def patch(self, loaded: LoadedInput, report: RunReport, *,
+              check_verifiers: bool = True) -> tuple[onnx.ModelProto, Layout | None]:
+        """Apply every patch in spec order to a copy of the input; returns the model and output layout.
+
+        Then (``check_verifiers``) each verifier checks its params against the patched model, so a
+        run case that names an input the model lacks is a spec error now, not a failed run later."""
         model = onnx.ModelProto()
         model.CopyFrom(loaded.model)
         state = RunState()  # one per run: the patches of this spec share it, nothing else does
@@ -135,7 +142,21 @@ class Engine:
             outcome = self._run_patch(step, model, context)
             report.patches.append(outcome)
             self._print_step(step, outcome)
+        if check_verifiers:
+            self.check_verifiers(loaded.spec, model)
         return model, state.get(OUTPUT_LAYOUT)
+
+    def check_verifiers(self, spec: Spec, model: onnx.ModelProto) -> None:
+        """Every verifier's ``check_model`` on the patched graph; all problems at once, as a spec error."""
+        problems = []
+        for step in spec.verify:
+            verifier = self.registry.verifiers[step.type_name]()
+            context = VerifyContext(spec, step, model=model)
+            found = self._call_plugin("verifier", context, lambda v=verifier, s=step: list(v.check_model(s.params, model)))
+            for key, message in found:
+                problems.append(spec.problem(step, tuple(key), message))
+        if problems:
+            raise SpecError(problems)
 
     def _run_patch(self, step: Step, model: onnx.ModelProto, context: PatchContext) -> StepOutcome:
         patch_type = self.registry.patch_types[step.type_name]()
@@ -232,7 +253,7 @@ class Engine:
                     cache.save()
                 report.files = list(cache.built.get("files", {}))  # the output and its data files
                 return report
-            patched, layout = self.patch(loaded, report)
+            patched, layout = self.patch(loaded, report, check_verifiers=not no_verify)
             layout = layout or default_layout(patched, loaded.output_path, original=loaded.model)
             refuse_input_overwrite(layout, loaded.output_path, [loaded.model_path, *loaded.data_paths])
             written = self._write_and_commit(loaded, patched, layout, parts.result, no_verify, report)
@@ -397,6 +418,18 @@ def _author(owner: PluginInfo | None) -> str:
     if owner.distribution in ("?", "(registered in process)"):
         return f"the author of plugin '{owner.name}'"
     return f"the author of {owner.distribution}"
+
+
+def _missing_model(spec: Spec, model_path: Path) -> ModelFileError:
+    """The spec's model does not exist: where the spec names it, as written, as resolved, and the rule."""
+    pos = spec.document.position(("model",))
+    written = spec.document.data.get("model")
+    nearby = sorted(p.name for p in model_path.parent.glob("*.onnx"))[:5] if model_path.parent.is_dir() else []
+    found = f"; .onnx files there: {', '.join(nearby)}" if nearby else (
+        "" if model_path.parent.is_dir() else f"; the folder {shown_path(model_path.parent)} does not exist either")
+    msg = (f"{spec.path}:{pos.line}:{pos.column}: model: {written} does not exist (resolved to {model_path}){found}")
+    return ModelFileError(msg, f"paths in a spec are relative to the spec's folder ({spec.path.resolve().parent}), "
+                               "not to the current directory")
 
 
 def _refuse_same_file(model: Path, output: Path) -> None:

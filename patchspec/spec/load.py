@@ -56,6 +56,8 @@ def load_spec(path: Path | str, registry: PluginRegistry, *, text: str | None = 
     data = document.data
     patches = tuple(_steps(document, "patches", registry, problems))
     verify = tuple(_steps(document, "verify", registry, problems))
+    if text is None and not problems:  # a spec on disk: the files its steps read must be there (a draft's not yet)
+        problems += _missing_files(document, path.resolve().parent, registry, patches + verify)
     if problems:
         raise SpecError(problems)
     if "verify" not in data:
@@ -68,6 +70,35 @@ def load_spec(path: Path | str, registry: PluginRegistry, *, text: str | None = 
     # data are each a link into blobs/; the data policy then checks where the links lead
     model = Path(os.path.normpath(folder / data["model"]))
     return Spec(path, document, model, output, patches, verify)
+
+
+def _missing_files(document: YamlDocument, folder: Path, registry: PluginRegistry, steps) -> list[SpecProblem]:
+    """Files a step reads (``file:`` inputs, reference models, .npz outputs) that do not exist."""
+    problems = []
+    for step in steps:
+        table = registry.patch_types if step.section == "patches" else registry.verifiers
+        for relative in table[step.type_name]().dependencies(step.params):
+            if relative in ("original", "none") or (folder / relative).exists():
+                continue
+            key = _key_of(step.params, relative) or ()
+            doc_path = step.path if step.shorthand_used else step.path + key
+            where = step.label + (" > " + ".".join(map(str, key)) if key else "")
+            message = (f"{relative} does not exist (resolved to {(folder / relative).resolve()}); paths in a spec are "
+                       f"relative to the spec's folder")
+            problems.append(document.problem(doc_path, where, message))
+    return problems
+
+
+def _key_of(params, value: str, key: tuple = ()) -> tuple | None:
+    """The key path where ``value`` is written in ``params``."""
+    if params == value:
+        return key
+    items = params.items() if isinstance(params, dict) else enumerate(params) if isinstance(params, list) else ()
+    for name, item in items:
+        found = _key_of(item, value, key + (name,))
+        if found is not None:
+            return found
+    return None
 
 
 def _check_envelope(document: YamlDocument) -> list[SpecProblem]:

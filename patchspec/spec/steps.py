@@ -6,6 +6,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from patchspec.errors import SpecProblem
 from patchspec.spec.reader import YamlDocument
 
 
@@ -54,6 +55,13 @@ class Spec:
         pos = self.document.position(doc_path)
         where = step.label + (" > " + ".".join(str(k) for k in key) if key else "")
         return f"{self.path}:{pos.line}:{pos.column}: {where}"
+
+    def problem(self, step: Step, key: tuple, message: str, hint: str | None = None) -> SpecProblem:
+        """A located problem inside a step's params, as the loader reports its own."""
+        key = tuple(key)
+        doc_path = step.path if step.shorthand_used else step.path + key
+        where = step.label + (" > " + ".".join(str(k) for k in key) if key else "")
+        return self.document.problem(doc_path, where, message, hint)
 
 
 __all__ = ["Spec", "Step"]

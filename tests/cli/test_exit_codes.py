@@ -69,7 +69,7 @@ def write_bad_model(path, kind):
 @pytest.mark.parametrize(
     ("kind", "message"),
     [
-        ("missing", "bad.onnx: No such file or directory"),
+        ("missing", "spec.yaml:2:8: model: bad.onnx does not exist (resolved to "),
         ("directory", "bad.onnx: is a directory, not an ONNX model"),
         ("zero bytes", "bad.onnx: not an ONNX model (0 bytes)"),
         ("garbage", "bad.onnx: not an ONNX model"),
@@ -325,3 +325,16 @@ def test_quiet_and_verbose_also_work_after_apply(project, run_cli):
     (project / "m.onnx").write_bytes(b"")
     verbose = run_cli("apply", project / "spec.yaml", "--force", "-v")
     assert verbose.exit_code == 3 and "Traceback" in verbose.stderr
+
+
+def test_a_missing_model_says_paths_are_relative_to_the_spec(tmp_path, run_cli):
+    """The path as written, as resolved, the spec's line, and the rule that trips people up."""
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "models").mkdir()
+    onnx.save(add_model(), tmp_path / "models" / "m.onnx")
+    spec = write_spec(tmp_path / "specs", "patchspec: 1\nmodel: models/m.onnx\noutput: out.onnx\npatches: []\n")
+    result = run_cli("apply", spec, cwd=tmp_path)  # models/m.onnx exists from here, not from the spec's folder
+    assert result.exit_code == 3, result.output
+    assert "spec.yaml:2:8: model: models/m.onnx does not exist (resolved to " in result.stderr
+    assert str(tmp_path / "specs" / "models" / "m.onnx") in result.stderr
+    assert "paths in a spec are relative to the spec's folder" in result.stderr

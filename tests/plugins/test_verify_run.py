@@ -159,11 +159,28 @@ def test_cuda_runs_and_compares_for_real(tmp_path, run_cli):
     assert run_data(report)["data"]["results"][0]["status"] == "pass"
 
 
-def test_case_input_not_in_the_model_fails_with_close_matches(tmp_path, run_cli):
+def test_case_input_not_in_the_model_is_a_spec_error_before_anything_runs(tmp_path, run_cli):
+    """Found after the patches, before staging or running (exit 2, located at the key); plan finds it too."""
     verify = "  - run:\n      cases: [{inputs: {xx: [1, 4]}}]\n"
     result, _ = apply(tmp_path, run_cli, unary_model(), verify)
-    assert_failed_without_output(tmp_path, result)
-    assert "case input 'xx' is not an input of the model (did you mean 'x'?)" in result.stderr
+    assert result.exit_code == 2, result.output
+    assert "spec.yaml:7:29: verify[0] (run) > cases.0.inputs.xx: 'xx' is not an input of the patched model " \
+           "(did you mean 'x'?)" in result.stderr
+    assert "the case gives no shape for input 'x'" in result.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    planned = run_cli("plan", tmp_path / "spec.yaml")
+    assert planned.exit_code == 2 and "'xx' is not an input of the patched model" in planned.stderr
+
+
+@pytest.mark.parametrize("case, message", [
+    ("{x: [3, 4, 1]}", "a shape of rank 3 ([3, 4, 1]) for an input of rank 2, declared [N, 4]"),
+    ("{x: [3, 5]}", "axis 1 is fixed at 4, the case gives 5 (declared [N, 4])"),
+    ("{x: {shape: [3, 4], dtype: int64}}", "the patched model's input is float32, the case gives int64"),
+])
+def test_a_case_that_does_not_fit_the_patched_model_is_a_spec_error(tmp_path, run_cli, case, message):
+    result, _ = apply(tmp_path, run_cli, unary_model(), f"  - run:\n      cases: [{{inputs: {case}}}]\n")
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
 
 
 def test_file_inputs_are_read_relative_to_the_spec(tmp_path, run_cli):
@@ -450,3 +467,14 @@ def test_value_cannot_be_combined_with_other_sources(tmp_path, run_cli, item, me
     result, _ = apply(tmp_path, run_cli, unary_model(), f"  - run:\n      cases: [{{inputs: {{x: {item}}}}}]\n")
     assert result.exit_code == 2, result.output
     assert message in result.output
+
+
+def test_validate_finds_a_missing_file_without_the_model(tmp_path, run_cli):
+    """`file:` inputs and reference models are checked by validate: no model is needed to see they are absent."""
+    spec = write_spec(tmp_path, "patchspec: 1\nmodel: not-there.onnx\noutput: out/m2.onnx\npatches: []\nverify:\n"
+                                "  - run:\n      cases: [{inputs: {x: {file: data/x.npy}}}]\n      compare: {against: ref.onnx}\n")
+    result = run_cli("validate", spec)
+    assert result.exit_code == 2, result.output
+    assert "spec.yaml:7:35: verify[0] (run) > cases.0.inputs.x.file: data/x.npy does not exist (resolved to " in result.output
+    assert "compare.against: ref.onnx does not exist" in result.output
+    assert "relative to the spec's folder" in result.output

@@ -121,8 +121,8 @@ def test_a_skipped_output_is_run_but_not_compared(tmp_path, run_cli):
 def test_per_output_settings_name_an_output_of_the_model(tmp_path, run_cli):
     path = spec(tmp_path, run="      compare: {outputs: {why: skip}}\n")
     result = run_cli("apply", path)
-    assert result.exit_code == 1, result.output
-    assert "compare.outputs names 'why', which is not an output of the model (did you mean 'y'?)" in result.output
+    assert result.exit_code == 2, result.output  # found before anything runs
+    assert "compare.outputs.why: 'why' is not an output of the patched model (did you mean 'y'?)" in result.output
 
 
 def test_a_wrong_patch_is_not_excused_when_the_reference_is_stable(tmp_path, run_cli):
