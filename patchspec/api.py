@@ -93,6 +93,7 @@ from patchspec.shapes.annotations import (
 from patchspec.shapes.batch_axes import BatchAxes, BatchAxesError, batch_axes, fed_inputs
 from patchspec.shapes.compiler import ShapeCompileError, ShapeCompiler, TensorIndex
 from patchspec.shapes.evaluate import BROADCASTING, Known, ShapeEvaluator
+from patchspec.shapes.values import InputValues, input_values
 
 __all__ = [
     # messages
@@ -108,6 +109,8 @@ __all__ = [
     "read_dim", "read_dims", "rederive_shapes", "shape_dims", "typed", "write_dim",
     # the batch's axes
     "BatchAxes", "BatchAxesError", "batch_axes", "fed_inputs",
+    # what values an integer input needs, where the graph says
+    "InputValues", "input_values",
     # shape expressions and their compiler
     "expressions", "ShapeCompileError", "ShapeCompiler", "TensorIndex",
     # shape evaluation

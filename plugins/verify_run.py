@@ -26,6 +26,7 @@ from patchspec.api import (
     fed_inputs,
     feed_shape_problems,
     format_shape,
+    input_values,
     make_feeds,
     nonfinite_problems,
     provider_skip_reasons,
@@ -238,6 +239,26 @@ def _case_fit(info, item, key: tuple):
         yield key + ("dtype",), f"the patched model's input is {declared}, the case gives {dtype}"
 
 
+def _value_notes(model, feeds: dict | None) -> list[str]:
+    """For a run that failed: integer inputs whose values the graph says something about, and do not fit."""
+    notes = []
+    for name, info in fed_inputs(model.graph).items():
+        array = (feeds or {}).get(name)
+        if array is None or array.dtype.kind not in "iub":
+            continue
+        wanted = input_values(model, name, info.type.tensor_type.elem_type)
+        if wanted is None or wanted.flag:
+            continue
+        item = wanted.item
+        if "value" in item and not np.all(array == item["value"]):
+            notes.append(f"input '{name}' is {array.reshape(-1)[:4].tolist()}, but {wanted.why}: "
+                         f"give it {{value: {item['value']}}}")
+        elif "high" in item and array.size and (array.min() < item.get("low", 0) or array.max() >= item["high"]):
+            notes.append(f"input '{name}' has values from {array.min()} to {array.max()}, but it {wanted.why}: "
+                         f"give it {{low: {item.get('low', 0)}, high: {item['high']}}}")
+    return notes
+
+
 def _numpy_name(elem_type: int) -> str | None:
     try:
         return str(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
@@ -392,7 +413,7 @@ class _Run:
                     raise RunFailure("the case does not fit the output's inputs: " + "; ".join(misfit))
                 run.outputs, run.seconds = session.run(run.feeds)
             except RunFailure as exc:
-                run.failure = _text(exc)
+                run.failure = _text(exc) + "".join(f"; {note}" for note in _value_notes(self.context.model, run.feeds))
             runs.append(run)
         del session
         return runs

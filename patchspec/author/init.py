@@ -6,7 +6,7 @@
 2. Dim names an input repeats on several axes (SCRFD's ``[?, 3, ?, ?]``) are told apart.
 3. A verify block: ``check``, and ``run`` against the original, per sample (``split_batch``) where
    the original's batch is fixed. Integer inputs get values where the graph says what they are
-   (:mod:`patchspec.author.values`); others are flagged, in the spec and on the terminal.
+   (:mod:`patchspec.shapes.values`); others are flagged, in the spec and on the terminal.
 
 Everything reads the graph only; the spec is checked by the loader before it is written.
 """
@@ -20,7 +20,6 @@ from pathlib import Path
 import onnx
 
 from patchspec.author.spec_text import DraftStep, SpecDraft, checked
-from patchspec.author.values import input_values
 from patchspec.errors import PatchError
 from patchspec.model.graph import all_graphs
 from patchspec.model.io import load_model
@@ -28,6 +27,7 @@ from patchspec.ort.inspection import probe_shapes
 from patchspec.run.engine import Engine, RunReport
 from patchspec.shapes.annotations import read_dims
 from patchspec.shapes.batch_axes import BatchAxesError, batch_axes, fed_inputs
+from patchspec.shapes.values import input_values
 from patchspec.spec.load import load_spec
 
 #: the symbolic batch of the probe run: a name no export uses, so the outputs' batch axes show

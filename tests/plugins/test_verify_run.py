@@ -478,3 +478,21 @@ def test_validate_finds_a_missing_file_without_the_model(tmp_path, run_cli):
     assert "spec.yaml:7:35: verify[0] (run) > cases.0.inputs.x.file: data/x.npy does not exist (resolved to " in result.output
     assert "compare.against: ref.onnx does not exist" in result.output
     assert "relative to the spec's folder" in result.output
+
+
+def test_a_failed_run_says_what_value_an_input_needs(tmp_path, run_cli):
+    """silero-like: sr compared with 16000 chooses the branch; the other branch cannot run. A case with
+    sr 8000 fails, and the failure says what the graph expects of sr."""
+    rate = numpy_helper.from_array(np.array(16000, np.int64), "rate")
+    shape = numpy_helper.from_array(np.array([-1, 7], np.int64), "bad_shape")  # x [N, 4] cannot be [-1, 7]
+    then_branch = helper.make_graph([helper.make_node("Identity", ["x"], ["t"])], "then", [], [tensor_info("t", ["N", 4])])
+    else_branch = helper.make_graph([helper.make_node("Reshape", ["x", "bad_shape"], ["e"])], "else", [],
+                                    [tensor_info("e", ["N", 7])], [shape])
+    nodes = [helper.make_node("Equal", ["sr", "rate"], ["is_16k"]),
+             helper.make_node("If", ["is_16k"], ["y"], then_branch=then_branch, else_branch=else_branch)]
+    model = graph_model(nodes, [tensor_info("x", ["N", 4]), tensor_info("sr", [], onnx.TensorProto.INT64)],
+                        [tensor_info("y", ["N", 4])], initializers=[rate])
+    result, _ = apply(tmp_path, run_cli, model, "  - run:\n      cases: [{inputs: {x: [2, 4], sr: {value: 8000}}}]\n"
+                                                "      compare: {against: none}\n")
+    assert result.exit_code == 1, result.output
+    assert "input 'sr' is [8000], but Equal" in result.output and "give it {value: 16000}" in result.output
