@@ -1,8 +1,8 @@
 """One list of plugins, and a wheel that works outside this checkout.
 
 The folder ``plugins/`` (installed as ``patchspec_plugins``) and ``[project.entry-points.patchspec]``
-must agree. The slow test builds the wheel, installs it with the example plugin into a throwaway
-virtualenv, and runs ``patchspec`` from there.
+must agree. The slow tests build the wheel (without a warning from the build backend), install it into a
+throwaway virtualenv, then the example plugin, and run ``patchspec`` from there.
 """
 
 from __future__ import annotations
@@ -23,17 +23,22 @@ from patchspec.testing import SPEC_HEADER, make_model
 REPO = Path(__file__).resolve().parents[2]
 ACME = REPO / "examples" / "plugin-acme"
 PLUGIN_PACKAGE = "patchspec_plugins"
-SOURCES = ("pyproject.toml", "README.md", "LICENSE", "patchspec", "plugins")  # what the wheel is built from
+SOURCES = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "patchspec", "plugins")  # what the wheel is built from
+#: what only the test suite and the linters need: a user's install has none of it
+TEST_ONLY = ("acme", "pytest", "hypothesis", "hatchling", "ruff", "mypy", "rapidocr", "corpus", "[test", "lint]")
 
 
-def declared_entry_points() -> dict[str, str]:
+def pyproject() -> dict:
     if sys.version_info < (3, 11):
         pytest.skip("reads pyproject.toml with tomllib (python 3.11+); the 3.11 CI job covers it")
     import tomllib
 
     with open(REPO / "pyproject.toml", "rb") as handle:
-        project = tomllib.load(handle)["project"]
-    return dict(project.get("entry-points", {}).get("patchspec", {}))
+        return tomllib.load(handle)
+
+
+def declared_entry_points() -> dict[str, str]:
+    return dict(pyproject()["project"].get("entry-points", {}).get("patchspec", {}))
 
 
 def plugin_modules() -> list[str]:
@@ -65,14 +70,46 @@ def test_every_entry_point_names_a_module_in_the_plugins_folder():
     assert not problems, "\n".join(problems)
 
 
+def test_the_version_is_written_once_and_packages_are_found_not_listed():
+    config = pyproject()
+    assert "version" not in config["project"] and "version" in config["project"]["dynamic"], \
+        "pyproject.toml must read the version from patchspec.__version__, not repeat it"
+    assert config["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "patchspec.__version__"}
+    assert "packages" not in config["tool"]["setuptools"], "a hand-kept package list: setup.py finds the packages"
+
+
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    """patchspec's wheel, built from a copy of the sources (the checkout gets no build/ folder)."""
+def built(tmp_path_factory) -> tuple[Path, str]:
+    """patchspec's wheel and pip's verbose log, built from a copy of the sources (the checkout gets no build/ folder)."""
     work = tmp_path_factory.mktemp("wheel")
     source = copy_sources(REPO, SOURCES, work / "src")
-    pip(sys.executable, "wheel", "--no-deps", "-q", "-w", str(work / "dist"), str(source))
-    (built,) = (work / "dist").glob("patchspec-*.whl")
-    return built
+    log = pip(sys.executable, "wheel", "--no-deps", "-v", "-w", str(work / "dist"), str(source))
+    (wheel,) = (work / "dist").glob("patchspec-*.whl")
+    return wheel, log
+
+
+@pytest.fixture(scope="module")
+def wheel(built) -> Path:
+    return built[0]
+
+
+@pytest.mark.slow
+def test_the_build_backend_has_no_warning(built):
+    _, log = built
+    warnings = [line.strip() for line in log.splitlines() if "Warning" in line or "absent from" in line]
+    assert not warnings, "building the wheel warns:\n" + "\n".join(warnings)
+
+
+@pytest.mark.slow
+def test_the_wheel_has_the_version_and_requires_no_test_tool(wheel):
+    import patchspec
+
+    with zipfile.ZipFile(wheel) as archive:
+        (metadata_file,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        metadata = archive.read(metadata_file).decode()
+    assert f"\nVersion: {patchspec.__version__}\n" in metadata
+    required = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:") and "extra ==" not in line]
+    assert required and not [line for line in required if any(word in line.lower() for word in TEST_ONLY)], required
 
 
 @pytest.mark.slow
@@ -90,8 +127,9 @@ def test_wheel_ships_the_plugins_under_their_own_name_with_the_entry_points(whee
     assert parser["console_scripts"]["patchspec"] == "patchspec.cli:main"
     data = {"patchspec/py.typed", "patchspec/cmake/Patchspec.cmake", "patchspec/spec/patchspec.schema.json"}
     assert data <= set(names), f"the wheel lacks {sorted(data - set(names))}"
-    packages = {str(p.parent.relative_to(REPO)) for p in (REPO / "patchspec").rglob("__init__.py")}
-    assert {f"{pkg}/__init__.py" for pkg in packages} <= set(names), "a subpackage is missing from the wheel"
+    sources = {p.relative_to(REPO).as_posix() for p in (REPO / "patchspec").rglob("*")
+               if p.is_file() and "__pycache__" not in p.parts}
+    assert not sources - set(names), f"the wheel lacks {sorted(sources - set(names))}"
 
 
 @pytest.mark.slow
@@ -99,8 +137,11 @@ def test_wheel_and_example_plugin_work_in_a_fresh_virtualenv(wheel, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     python = str(venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python"))
+    pip(python, "install", "-q", str(wheel))
+    alone = patchspec(venv, "plugins", cwd=tmp_path)
+    assert "check (built-in" in alone and "acme" not in alone, alone
     acme = copy_sources(ACME, ("pyproject.toml", "README.md", "patchspec_acme"), tmp_path / "acme")
-    pip(python, "install", "-q", str(wheel), str(acme), "pytest")
+    pip(python, "install", "-q", str(acme), "pytest")
     listing = patchspec(venv, "plugins", cwd=tmp_path)
     assert "check (built-in 0.1.0)" in listing and "acme (patchspec-acme 0.1.0)" in listing, listing
     assert str(REPO) not in listing, f"plugins were loaded from the checkout, not the wheel:\n{listing}"
@@ -127,9 +168,10 @@ def copy_sources(folder: Path, names, target: Path) -> Path:
     return target
 
 
-def pip(python: str, *args: str) -> None:
+def pip(python: str, *args: str) -> str:
     done = subprocess.run([python, "-m", "pip", *args], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"pip {' '.join(args)} failed:\n{done.stdout}{done.stderr}"
+    return done.stdout + done.stderr
 
 
 def patchspec(venv: Path, *args: str, cwd: Path) -> str:
