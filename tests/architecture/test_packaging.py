@@ -1,7 +1,8 @@
-"""One list of plugins, and a wheel that works outside this checkout.
+"""One list of plugins, a wheel that works outside this checkout, and a demo that installs what a user gets.
 
 The folder ``plugins/`` (installed as ``patchspec_plugins``) and ``[project.entry-points.patchspec]``
-must agree. The slow tests build the wheel (without a warning from the build backend), install it into a
+must agree. ``make demo`` installs patchspec as a user does, without the test tools or the example
+plugin. The slow tests build the wheel (without a warning from the build backend), install it into a
 throwaway virtualenv, then the example plugin, and run ``patchspec`` from there.
 """
 
@@ -76,6 +77,32 @@ def test_the_version_is_written_once_and_packages_are_found_not_listed():
         "pyproject.toml must read the version from patchspec.__version__, not repeat it"
     assert config["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "patchspec.__version__"}
     assert "packages" not in config["tool"]["setuptools"], "a hand-kept package list: setup.py finds the packages"
+
+
+def make_dry_run(target: str, tmp_path: Path) -> str:
+    """The commands ``make TARGET`` runs on a fresh clone (.venv spelled ``$VENV``): every step (-B), printed, not run (-n)."""
+    if shutil.which("make") is None:
+        pytest.skip("needs make")
+    venv = tmp_path / "fresh" / ".venv"
+    done = subprocess.run(["make", "-n", "-B", target, f"VENV={venv}"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout.replace(str(venv), "$VENV")
+
+
+def test_make_demo_installs_patchspec_as_a_user_does(tmp_path):
+    commands = make_dry_run("demo", tmp_path)
+    installs = [line for line in commands.splitlines() if " pip install" in line]
+    assert any(line.endswith("pip install -q .") for line in installs), f"make demo does not `pip install .`:\n{commands}"
+    extra = [line for line in installs if " -e " in line or any(word in line for word in TEST_ONLY)]
+    assert not extra, "make demo installs what only the tests need (a user's install has none of it):\n" + "\n".join(extra)
+    assert "patchspec apply specs/scrfd_b32.yaml" in commands
+
+
+def test_make_test_still_sets_up_the_whole_suite(tmp_path):
+    commands = make_dry_run("test", tmp_path)
+    for needed in ("pip install -q -e '.[test,lint]'", "pip install -q -e examples/plugin-acme", "rapidocr",
+                   "--target $VENV/corpus", "pytest -q tests", "examples/plugin-acme/tests"):
+        assert needed in commands, f"make test no longer runs {needed!r}:\n{commands}"
 
 
 @pytest.fixture(scope="module")
