@@ -102,7 +102,11 @@ def case_input_problems(item, key: tuple):
 
 def _shape_problems(shape: list, key: tuple):
     for axis, dim in enumerate(shape):
-        if isinstance(dim, str):
+        if isinstance(dim, str) and re.fullmatch(r"-?\d+(\s+-?\d+)+", dim.strip()):
+            items = ", ".join(str(v) for v in shape[:axis]) + (", " if axis else "") + ", ".join(dim.split())
+            yield key + (axis,), (f"'{dim}' is one item: YAML separates the items of [...] with commas: "
+                                  f"[{items}{', ...' if axis + 1 < len(shape) else ''}]")
+        elif isinstance(dim, str):
             yield key + (axis,), f"symbolic dim '{dim}' must be given as a number here (e.g. 1)"
         elif dim < 0:
             yield key + (axis,), f"dim {dim} is negative; sizes are numbers >= 0"

@@ -9,6 +9,7 @@ by position: ``specs/x.yaml:8:10: patches[1] (rename_dims) > axes.2: 12.5 is not
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -236,7 +237,21 @@ def _schema_problem(document, doc_path: tuple, label: str, error, shorthand_note
     if not label:  # the envelope: patches[0], as steps are named everywhere else
         where = "".join(f"[{k}]" if isinstance(k, int) else (f".{k}" if i else str(k)) for i, k in enumerate(rel))
     full_path = doc_path if label else doc_path + rel
-    return document.problem(full_path, where, message + shorthand_note)
+    return document.problem(full_path, where, message + shorthand_note, _missing_comma(error.instance))
+
+
+#: "4 3" or "N 3 640": numbers (or names and numbers) separated by spaces, as a flow list without commas reads
+_SPACED_ITEMS = re.compile(r"[\w.+-]+(?:\s+[\w.+-]+)+")
+
+
+def _missing_comma(instance) -> str | None:
+    """YAML reads ``[4 3]`` as a list of one string, '4 3': say that a comma is missing."""
+    if isinstance(instance, str) and _SPACED_ITEMS.fullmatch(instance.strip()) and any(c.isdigit() for c in instance):
+        fixed = ", ".join(instance.split())
+        return f"'{instance}' is one item: YAML separates the items of [...] with commas: [{fixed}]"
+    if isinstance(instance, list) and len(instance) == 1:
+        return _missing_comma(instance[0])
+    return None
 
 
 def _wrong_type_in_every_branch(error) -> str | None:

@@ -245,3 +245,16 @@ def test_envelope_errors_name_items_as_steps_are_named(tmp_path, run_cli):
     result = run_cli("validate", spec)
     assert result.exit_code == 2 and "spec.yaml:4:11: patches[0]: each item has exactly one key" in result.stderr
     assert "patches.0" not in result.stderr
+
+
+def test_a_flow_list_missing_its_commas_gets_the_fix(tmp_path, run_cli):
+    """YAML reads [4 3] as one string: say so, with the list as it was meant."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches:\n  - set_batch: {size: 4, inputs: [x y]}\n"
+                    "verify:\n  - run:\n      cases: [{inputs: {x: [4 3]}}]\n")
+    result = run_cli("validate", spec)
+    assert result.exit_code == 2, result.output
+    assert "cases.0.inputs.x.0: '4 3' is one item: YAML separates the items of [...] with commas: [4, 3]" in result.output
+    spec.write_text("patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches:\n  - rename_dims: {tensor: x, axes: [0 4]}\n")
+    result = run_cli("validate", spec)
+    assert result.exit_code == 2 and "hint: '0 4' is one item" in result.output and "[0, 4]" in result.output
