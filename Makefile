@@ -35,10 +35,12 @@ endif
 
 venv: $(STAMP)
 
-# the first layer: what `pip install` of this checkout gives a user
+# the first layer: what `pip install` of this checkout gives a user (setuptools builds the wheel in
+# build/, where a module deleted since the last build would still be shipped: that goes first)
 $(PRODUCT): pyproject.toml setup.py Makefile $(PACKAGE_FILES)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	rm -rf build/lib build/bdist.*
 	$(PY) -m pip install -q $(INSTALL_PATCHSPEC)
 	touch $@
 
