@@ -57,6 +57,10 @@ class RunVerifier(Verifier):
             "providers": {"type": "array", "items": {"type": "string"}, "minItems": 1,
                           "description": "execution providers to run on (default [CPUExecutionProvider]); "
                                          "one not available here is skipped with the reason"},
+            "custom_op_libraries": {"type": "array", "items": {"type": "string"}, "minItems": 1,
+                                    "description": "shared libraries that register the model's custom ops "
+                                                   "(onnxruntime's register_custom_ops_library), relative to the "
+                                                   "spec's folder; loaded into every session, the reference's too"},
             "require": {"type": "array", "items": {"type": "string"},
                         "description": "providers that must run: unavailable fails the verifier"},
             "cases": {
@@ -180,7 +184,8 @@ class RunVerifier(Verifier):
                                                      f"{', '.join(outputs)}")
 
     def dependencies(self, params: dict):
-        """Reference models, .npz outputs and .npy inputs: part of the digest and the depfile."""
+        """Reference models, .npz outputs, .npy inputs and custom-op libraries: part of the digest and the depfile."""
+        yield from params.get("custom_op_libraries", [])
         compare_against = params.get("compare", {}).get("against", "original")
         yield compare_against
         for case in params.get("cases") or []:
@@ -342,6 +347,7 @@ class _Run:
                            _Tolerance(float(given.get("rtol", self.rtol)), float(given.get("atol", self.atol)))
                            for name, given in compare.get("outputs", {}).items()}
         self.required = set(params.get("require", []))
+        self.libraries = tuple(context.resolve(p) for p in params.get("custom_op_libraries", []))
         #: (outputs, seconds) of the reference, by (reference path, provider, level, case index, per sample?)
         self.expected: dict[tuple, tuple[dict, float] | RunFailure] = {}
 
@@ -391,7 +397,7 @@ class _Run:
         """When the output has no session, whether the original has one: if not, the patch is not the cause."""
         original = self.context.original_path
         try:
-            Session(original, provider, level)
+            Session(original, provider, level, self.libraries)
         except RunFailure as exc:
             return [f"the original fails the same way on {provider} ({exc.message.split(': ', 1)[-1]}), so this is "
                     "not the patch's doing: onnxruntime here cannot run the model; run it on a provider that can, or "
@@ -401,7 +407,7 @@ class _Run:
     def _run_output(self, provider: str, level: str) -> list[_CaseRun]:
         """Every case on the output at one level; the session is freed before any reference is built,
         so the output's and the reference's weights are never in memory together."""
-        session = Session(self.context.output_path, provider, level)
+        session = Session(self.context.output_path, provider, level, self.libraries)
         cases = self.params.get("cases") or [_default_case(session.inputs)]
         runs = []
         for index, case in enumerate(cases):
@@ -505,7 +511,7 @@ class _Run:
         if not runs:
             return
         try:
-            reference = _reference_session(path, provider, level)
+            reference = _reference_session(path, provider, level, self.libraries)
         except RunFailure as exc:
             for run in runs:
                 self.expected[(path, provider, level, run.index, split)] = exc
@@ -624,11 +630,11 @@ def _default_case(declared: list[TensorDecl]) -> dict:
     return {"inputs": {}}
 
 
-def _reference_session(path: Path, provider: str, level: str) -> Session:
+def _reference_session(path: Path, provider: str, level: str, libraries: tuple = ()) -> Session:
     if not path.is_file():
         raise RunFailure(f"reference model {path} does not exist", "'against' paths are relative to the spec's folder")
     try:
-        return Session(path, provider, level)
+        return Session(path, provider, level, libraries)
     except RunFailure as exc:
         raise RunFailure(f"reference: {exc.message}", exc.hint) from None
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from patchspec.errors import did_you_mean
+from patchspec.ort.hints import diagnose, node_of
 
 DEFAULT_PROVIDERS = ("CPUExecutionProvider",)
 FILLS = ("random", "zeros", "ones", "arange")
@@ -148,11 +149,12 @@ class BatchSplit:
 class Session:
     """One ONNX Runtime session of one model file on one provider, at one optimization level."""
 
-    def __init__(self, path: Path, provider: str, optimization: str = "all") -> None:
+    def __init__(self, path: Path, provider: str, optimization: str = "all", libraries: tuple = ()) -> None:
+        """``libraries``: custom-op libraries to register (onnxruntime's register_custom_ops_library)."""
         self.path = Path(path)
         self.provider = provider
         self.optimization = optimization
-        self._session = _build_session(self.path, provider, optimization)
+        self._session = _build_session(self.path, provider, optimization, libraries)
         self.inputs = [_decl(arg) for arg in self._session.get_inputs()]
         self.outputs = [_decl(arg) for arg in self._session.get_outputs()]
 
@@ -166,8 +168,10 @@ class Session:
         try:
             values = self._session.run(None, feeds)
         except Exception as exc:  # ORT raises its own Fail/InvalidArgument/RuntimeException classes
-            msg = f"{self.provider}: onnxruntime failed to run {self.path}: {_ort_message(exc)}"
-            raise RunFailure(msg) from None
+            message = _ort_message(exc)
+            msg = f"{self.provider}: onnxruntime failed to run {self.path}{_at_node(message)}: {message}"
+            found = diagnose(message)
+            raise RunFailure(msg, found.hint if found else None) from None
         return dict(zip(self.output_names, values)), time.perf_counter() - started
 
     def run_split(self, feeds: Feeds, split: BatchSplit | None = None,
@@ -208,10 +212,16 @@ def quiet_onnxruntime():
     return onnxruntime
 
 
-def _build_session(path: Path, provider: str, optimization: str = "all"):
+def _build_session(path: Path, provider: str, optimization: str = "all", libraries: tuple = ()):
     onnxruntime = quiet_onnxruntime()
 
     options = onnxruntime.SessionOptions()
+    for library in libraries:
+        try:
+            options.register_custom_ops_library(str(library))
+        except Exception as exc:
+            msg = f"onnxruntime cannot load the custom-op library {library}: {_ort_message(exc)}"
+            raise RunFailure(msg, "give a shared library built for this onnxruntime; paths are relative to the spec") from None
     options.log_severity_level = 4  # fatal only: patchspec reports the errors itself, without ANSI
     options.graph_optimization_level = {
         "all": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL,
@@ -223,8 +233,10 @@ def _build_session(path: Path, provider: str, optimization: str = "all"):
         session = onnxruntime.InferenceSession(str(path), sess_options=options, providers=[provider])
     except Exception as exc:
         message = _ort_message(exc)
-        msg = f"{provider}: onnxruntime {onnxruntime.__version__} cannot build a session for {path}: {message}"
-        hint = None
+        msg = (f"{provider}: onnxruntime {onnxruntime.__version__} cannot build a session for {path}"
+               f"{_at_node(message)}: {message}")
+        found = diagnose(message)
+        hint = found.hint if found else None
         if "unknown exception" in message.lower():
             hint = ("onnxruntime gave no detail; run 'patchspec inspect' on the output and add the 'check' "
                     "verifier before 'run' to find the node it rejects")
@@ -238,6 +250,11 @@ def _build_session(path: Path, provider: str, optimization: str = "all"):
 
 #: terminal colour and cursor codes, which onnxruntime puts in some messages
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def _at_node(message: str) -> str:
+    node = node_of(message)
+    return f" at node '{node}'" if node else ""
 
 
 def _ort_message(exc: Exception) -> str:
