@@ -17,6 +17,7 @@ import numpy as np
 
 from patchspec.errors import did_you_mean
 from patchspec.ort.hints import diagnose, node_of
+from patchspec.ort.staging import staged_copy
 
 DEFAULT_PROVIDERS = ("CPUExecutionProvider",)
 FILLS = ("random", "zeros", "ones", "arange")
@@ -154,7 +155,13 @@ class Session:
         self.path = Path(path)
         self.provider = provider
         self.optimization = optimization
-        self._session = _build_session(self.path, provider, optimization, libraries)
+        try:
+            self._session = _build_session(self.path, provider, optimization, libraries)
+        except RunFailure as exc:
+            if not _escapes(exc):
+                raise
+            # onnxruntime >= 1.24 refuses data linked from outside the model's folder: a private staged copy
+            self._session = _build_session(staged_copy(self.path, self), provider, optimization, libraries)
         self.inputs = [_decl(arg) for arg in self._session.get_inputs()]
         self.outputs = [_decl(arg) for arg in self._session.get_outputs()]
 
@@ -250,6 +257,11 @@ def _build_session(path: Path, provider: str, optimization: str = "all", librari
 
 #: terminal colour and cursor codes, which onnxruntime puts in some messages
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def _escapes(failure: RunFailure) -> bool:
+    found = diagnose(failure.message)
+    return found is not None and found.hint.startswith("onnxruntime >= 1.24 refuses external data")
 
 
 def _at_node(message: str) -> str:

@@ -1,0 +1,47 @@
+"""A private copy of a model's folder for onnxruntime, when it will not follow the user's links.
+
+onnxruntime >= 1.24 resolves an external-data file's links and refuses one whose real path lies
+outside the model's folder ("External data path escapes model directory"). A Hugging Face cache is
+made of exactly such links (snapshots/<rev>/model.onnx.data -> ../../blobs/<sha>). For a reference
+session, patchspec stages the model: a private temporary folder holding the .onnx and each data
+file under the name the model uses, as a hard link where the filesystem allows one (no bytes
+copied), else as a copy. The user's files are never moved or changed; the folder is removed when
+the session that uses it is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import weakref
+from pathlib import Path
+
+from patchspec.model.external_data import data_files, validate_external_data
+from patchspec.model.io import load_model
+
+
+def staged_copy(model_path: Path, owner: object) -> Path:
+    """The model at a private path where its data files sit, really, next to it; removed with ``owner``."""
+    model = load_model(model_path)
+    refs = validate_external_data(model, model_path)
+    folder = Path(tempfile.mkdtemp(prefix="patchspec-stage-"))
+    weakref.finalize(owner, shutil.rmtree, folder, True)
+    staged = folder / model_path.name
+    _link_or_copy(model_path, staged)
+    for data in data_files(refs):
+        target = folder / data.relative_to(model_path.parent)  # the location the model writes
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _link_or_copy(data, target)
+    return staged
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    real = source.resolve()
+    try:
+        os.link(real, target)
+    except OSError:  # another filesystem, or links not allowed: the bytes, once
+        shutil.copyfile(real, target)
+
+
+__all__ = ["staged_copy"]
