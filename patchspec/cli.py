@@ -16,6 +16,7 @@ from patchspec.errors import (
     EXIT_INTERNAL,
     EXIT_STALE,
     Interrupted,
+    ModelFileError,
     PatchspecError,
     PluginError,
     UsageError,
@@ -28,14 +29,24 @@ from patchspec.spec.steps import Spec
 
 EXAMPLES = """
 \b
-Typical use:
-  patchspec validate specs/scrfd_b32.yaml     check the spec, no model needed
-  patchspec plan specs/scrfd_b32.yaml         show what each patch would change
-  patchspec apply specs/scrfd_b32.yaml        write the patched model, verified
-  patchspec inspect model.onnx --shape input.1=1,3,640,640
+Typical use, from a model to a verified spec:
+  patchspec init det.onnx --output specs/det.yaml   a commented starter spec
+  patchspec validate specs/det.yaml                 check it, no model needed
+  patchspec plan specs/det.yaml                     what each patch changes
+  patchspec apply specs/det.yaml                    patch, verify, write
+  patchspec inspect det.onnx --shape x=1,3,640,640  dims and who shares them
+  patchspec schema --output .patchspec/schema.json  the schema, for editors
 
-Exit codes: 0 ok or up to date, 1 verification failed, 2 invalid spec or command line,
-3 a file cannot be used, 4 a patch cannot apply to this model, 5 internal error (a bug).
+\b
+Exit codes:
+  0        ok or up to date
+  1        verification failed; nothing was written
+  2        invalid spec or command line
+  3        a file cannot be used (model missing or corrupt, output unwritable)
+  4        a patch cannot apply to this model
+  5        internal error: a bug in patchspec or in a plugin
+  6        apply --check: an output is stale or missing
+  130/143  interrupted (SIGINT/SIGTERM); nothing is left half-written
 """
 
 
@@ -184,15 +195,32 @@ def verify(state: _State, spec_path, output) -> None:
 
 
 @cli.command()
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the schema to this file (its folders are created) instead of printing it.")
 @click.pass_obj
-def schema(state: _State) -> None:
+def schema(state: _State, output: Path | None) -> None:
     """Print the JSON Schema of specs (core + every installed plugin), for editors.
+
+    \b
+    For an editor with the YAML language server, write it once, then name it in each spec
+    (the path is relative to the spec):
+      patchspec schema --output .patchspec/schema.json
+      # yaml-language-server: $schema=../.patchspec/schema.json
 
     A plugin that fails to load is left out with a warning on stderr, and the exit status is 5:
     the schema is incomplete (disable the plugin with PATCHSPEC_DISABLE_PLUGINS to leave it out on purpose).
     """
     registry = _registry()
-    click.echo(json.dumps(combined_schema(registry), indent=2, sort_keys=True))
+    text = json.dumps(combined_schema(registry), indent=2, sort_keys=True)
+    if output is None:
+        click.echo(text)
+    else:
+        try:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            _atomic_write_text(output, text + "\n")
+        except OSError as exc:
+            raise ModelFileError(f"{output}: cannot write the schema: {exc.strerror or exc}") from exc
+        state.echo(f"wrote {output}")
     broken = registry.broken()
     if broken:
         lines = [f"warning: the schema above leaves out {len(broken)} plugin(s) that failed to load:"]
