@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+from helpers import REPO
 from patchspec import errors
 
 
@@ -39,3 +40,20 @@ def test_schema_output_that_cannot_be_written_is_exit_3(tmp_path, run_cli):
     result = run_cli("schema", "--output", str(tmp_path / "file" / "schema.json"))
     assert result.exit_code == 3, result.output
     assert "cannot write the schema" in result.stderr
+
+
+#: what the README tells a user to run in the project's root, and to put at the top of a spec in specs/
+WRITE_SCHEMA = "patchspec schema --output .patchspec/schema.json"
+EDITOR_LINE = "# yaml-language-server: $schema=../.patchspec/schema.json"
+
+
+def test_the_editor_line_in_the_docs_points_at_the_file_schema_output_writes(tmp_path, run_cli):
+    for page in ("README.md", "docs/spec.md", "docs/cli.md"):
+        text = (REPO / page).read_text(encoding="utf-8")
+        assert WRITE_SCHEMA in text and EDITOR_LINE in text, f"{page} must say `{WRITE_SCHEMA}` and `{EDITOR_LINE}`"
+        others = set(re.findall(r"yaml-language-server: \$schema=[^\s`]+", text)) - {EDITOR_LINE.removeprefix("# ")}
+        assert not others, f"{page} points editors at another schema path: {others}"
+    (tmp_path / "specs").mkdir()
+    assert run_cli(*WRITE_SCHEMA.split()[1:], cwd=tmp_path).exit_code == 0
+    pointed = tmp_path / "specs" / EDITOR_LINE.partition("$schema=")[2]
+    assert pointed.resolve() == (tmp_path / ".patchspec" / "schema.json").resolve() and pointed.is_file()
