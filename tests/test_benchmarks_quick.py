@@ -31,6 +31,7 @@ FIGURES = {
                                r"^[\d.]+ GiB: ORT runs the output: max abs diff 0 vs input, \d+ offsets all 64 KiB aligned: True$"],
     "bench_init.py": [rf"^\| [\d.]+ \| patchspec init --batch 4 \| {S} \| {S} \| \d+ \|$",
                       rf"^\| [\d.]+ \| patchspec inspect --suggest \| {S} \| {S} \| \d+ \|$"],
+    "bench_verify_memory.py": [rf"^\| \d+ \| {S} \| \d+ \| \d+ \|$"],
     "bench_noop.py": [rf"^\| [\d.]+ \| {S} \| {S} \| {S} \| {S} \| {S} \|$"],
     "bench_set_batch.py": [rf"^\| 400 \| [\d.]+ \| 20 \| 20 \| {S} \| {S} \| \d+\.\d+ \| \d+ \| {S} \| {S} \| \d+\.\d+ \| 1 / 1 \|$",
                            r"^- 400 / 200 nodes \(x2\): `patchspec apply` x[\d.]+ wall",
