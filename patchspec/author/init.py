@@ -93,7 +93,7 @@ def _batch_axes(model, model_path, spec_path, model_ref, renames, registry) -> t
     except BatchAxesError as exc:
         raise PatchError(f"cannot find the batch: {exc.message}", exc.hint) from None
     chosen = list(detected.axes)
-    how = {pair: "detected (the contract's rule: the first input's batch dim, wherever it appears)" for pair in chosen}
+    how = {pair: "detected (the first input's batch dim, wherever it appears)" for pair in chosen}
     for pair, node in _recurrent_states(model).items():
         if pair not in chosen and pair[0] not in {name for name, _ in chosen}:
             chosen.append(pair)
