@@ -96,7 +96,7 @@ class RenameDimsPatch(PatchType):
             return PatchResult(False, "every targeted dim already has that name or size")
         inputs_changed = {info.name for info in model.graph.input} & {info.name for info in changed}
         if inputs_changed:
-            rederive_shapes(model, context.state.get(PINNED_DIMS))
+            rederive_shapes(model, context.state)
         details = [f"{info.name}: {format_dims(before[id(info)])} -> {format_dims(read_dims(info))}"
                    for info in changed[:MAX_DETAILS]]
         if len(changed) > MAX_DETAILS:
@@ -138,7 +138,7 @@ def target_annotations(model: onnx.ModelProto, params: dict, context: PatchConte
         return [info for info in annotations(model.graph) if has_shape(info)]
     found = _annotations_named(model, names)
     if any(not found.get(name) for name in names):
-        rederive_shapes(model, context.state.get(PINNED_DIMS))  # intermediates without annotations: derive them
+        rederive_shapes(model, context.state)  # intermediates without annotations: derive them
         found = _annotations_named(model, names)
     return [info for name in names for info in found.get(name, [])]
 

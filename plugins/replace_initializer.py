@@ -18,7 +18,6 @@ from onnx import TensorProto, numpy_helper
 from patchspec import PatchResult, PatchType, hookimpl
 from patchspec.api import (
     ELEMENT_TYPES,
-    PINNED_DIMS,
     SELECTOR_SCHEMA,
     Namer,
     ShapeCompileError,
@@ -104,7 +103,7 @@ class ReplaceInitializerPatch(PatchType):
             changed, details = _replace_with_shape(model, targets, params, context)
         if not changed:
             return PatchResult(False, "already has this value", tuple(details))
-        rederive_shapes(model, context.state.get(PINNED_DIMS))
+        rederive_shapes(model, context.state)
         if len(details) == 1:
             return PatchResult(True, details[0])
         return PatchResult(True, f"replaced {len(details)} constants", tuple(details))

@@ -99,7 +99,7 @@ class SetBatchPatch(PatchType):
         for name, axis in batch.axes:
             write_dim(shape_dims(inputs[name])[axis], size)
             pins.get(name, {}).pop(axis, None)
-        rederive_shapes(model, pins)
+        rederive_shapes(model, context.state)  # pins is the state's own dict: the batch axes popped above
         corrected = declare_from_trace(model, trace, size, declared)
         apply_pins(model.graph, pins)
         counts = f"{len(changed)} shape constant{'s' * (len(changed) != 1)} rewritten"

@@ -17,7 +17,7 @@ import onnx
 
 from patchspec.errors import PatchError
 from patchspec.model.graph import all_graphs, subgraphs
-from patchspec.plugin.contract import StateKey
+from patchspec.plugin.contract import RunState, StateKey
 
 #: one dim as patchspec reads it: a size, a symbolic name, or None (unknown)
 Dim = int | str | None
@@ -95,14 +95,20 @@ def dim_params(model: onnx.ModelProto) -> set[str]:
 
 
 # -- re-derivation ----------------------------------------------------------------------------------
-def rederive_shapes(model: onnx.ModelProto, pinned_dims: Pins | None = None) -> None:
+def rederive_shapes(model: onnx.ModelProto, state) -> None:
     """Drop stale intermediate and output shapes of ``model`` and derive them again, in place.
 
-    Graph inputs are left as they are. ``pinned_dims`` are re-applied afterwards wherever the
-    derived dim is not a known size (a name never hides a fact, a size never contradicts one).
-    ``ir_version``, opset imports, weights and nodes are untouched.
+    ``state`` is the run's :class:`RunState` (``context.state``): the dims earlier patches pinned
+    under ``PINNED_DIMS`` (rename_dims' names) are re-applied afterwards wherever the derived dim is
+    not a known size (a name never hides a fact, a size never contradicts one). It is required: a
+    plugin that re-derived without it would silently lose an earlier rename_dims. Graph inputs are
+    left as they are; ``ir_version``, opset imports, weights and nodes are untouched.
     """
-    pinned_dims = pinned_dims or {}
+    if not isinstance(state, RunState):
+        msg = (f"rederive_shapes(model, state) takes the run's state (context.state), got {type(state).__name__}: "
+               "without it the dims earlier patches named would be lost")
+        raise TypeError(msg)
+    pinned_dims = state.get(PINNED_DIMS)
     drop_derived_shapes(model.graph, pinned_dims)
     inferred = infer_graph_only(model)
     copy_derived_shapes(inferred.graph, model.graph)

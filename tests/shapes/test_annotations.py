@@ -7,11 +7,13 @@ import resource
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from helpers import graph_model, tensor_info
 from patchspec.model.graph import ScopeIndex, walk_nodes
-from patchspec.shapes.annotations import graph_only_copy, read_dims, rederive_shapes, shape_dims, write_dim
+from patchspec.plugin.contract import RunState
+from patchspec.shapes.annotations import PINNED_DIMS, graph_only_copy, read_dims, rederive_shapes, shape_dims, write_dim
 
 
 def two_stride_model(batch="N"):
@@ -28,7 +30,7 @@ def two_stride_model(batch="N"):
 def test_stale_annotations_replaced_and_unknown_dims_named_apart():
     model = two_stride_model()
     model.ir_version = 7
-    rederive_shapes(model)
+    rederive_shapes(model, RunState())
     dims = {vi.name: read_dims(vi) for vi in [*model.graph.value_info, *model.graph.output]}
     assert dims["a"][:2] == ["N", 2] and dims["b"][:2] == ["N", 2]
     spatial = [dims["a"][2], dims["a"][3], dims["b"][2], dims["b"][3]]
@@ -43,8 +45,9 @@ def test_stale_annotations_replaced_and_unknown_dims_named_apart():
 
 def test_pins_reapplied_but_never_over_a_known_size():
     model = two_stride_model(batch=4)
-    pins = {"b": {2: "half_h", 0: "not_the_batch"}, "x": {2: "h"}}
-    rederive_shapes(model, pins)
+    state = RunState()
+    state.set(PINNED_DIMS, {"b": {2: "half_h", 0: "not_the_batch"}, "x": {2: "h"}})
+    rederive_shapes(model, state)
     dims = {vi.name: read_dims(vi) for vi in model.graph.value_info}
     assert dims["b"][2] == "half_h"
     assert dims["b"][0] == 4  # a name never hides a known size
@@ -66,7 +69,7 @@ def if_model_with_stale_branch():
 def test_subgraph_annotations_rederived():
     model = if_model_with_stale_branch()
     write_dim(shape_dims(model.graph.input[0])[0], 5)
-    rederive_shapes(model)
+    rederive_shapes(model, RunState())
     then_branch = model.graph.node[0].attribute[0].g
     assert read_dims(then_branch.value_info[0]) == [5, 6]
     assert read_dims(model.graph.output[0])[0] in (5, None)
@@ -91,7 +94,7 @@ def test_large_inline_tensors_are_stubbed_for_inference():
     light = graph_only_copy(model)
     assert light.ByteSize() < 4096 < model.ByteSize()
     write_dim(shape_dims(model.graph.input[0])[0], 8)
-    rederive_shapes(model)
+    rederive_shapes(model, RunState())
     assert read_dims(model.graph.output[0]) == [8, 512]
     assert numpy_helper.to_array(model.graph.initializer[0]).shape == (512, 512)  # weights untouched
 
@@ -113,8 +116,16 @@ def test_two_gib_of_external_weights_never_read(tmp_path):
     (tmp_path / "w.data").unlink()  # proof that nothing reads it
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     write_dim(shape_dims(loaded.graph.input[0])[0], 7)
-    rederive_shapes(loaded)
+    rederive_shapes(loaded, RunState())
     grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
     assert read_dims(loaded.graph.output[1]) == [7, 3]
     assert read_dims(loaded.graph.output[0]) == [2]
     assert grown_kib < 200 * 1024
+
+
+def test_the_state_is_required_so_no_plugin_loses_pinned_dims_by_forgetting_it():
+    model = graph_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", ["N", 3])], [tensor_info("y", ["N", 3])])
+    with pytest.raises(TypeError, match=r"required positional argument: 'state'"):
+        rederive_shapes(model)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"takes the run's state \(context\.state\), got dict"):
+        rederive_shapes(model, {"y": {0: "N"}})
