@@ -1,16 +1,18 @@
 """The ``set_batch`` patch type: a static or symbolic batch, with shapes and shape constants to match.
 
-1. Choose the batch axes (``inputs``, or the contract's default detection).
-2. Trace the batch through the graph: the batch axes get a marker name and ONNX shape inference
-   carries it. A Reshape whose data carries the marker on axis ``a``, whose output lost it, and
-   whose constant shape holds the old batch at ``a`` after a prefix equal to the data's own dims,
-   provably keeps the batch at ``a``: that element is rewritten (to the new size, or to ``0`` =
-   "copy the input's dim" for a symbolic batch). Expand is handled the same way (the element
-   becomes the new size, or ``1`` = broadcast). Repeat until nothing changes.
-3. Set the batch on the chosen input axes and re-derive every other shape (``shapes.rederive_shapes``).
-
-A shape constant downstream of the batch that lost it but could not be proved is left as it is
-and reported as undecided, with a hint to use ``replace_initializer``.
+1. Choose the batch axes: ``inputs``, or the documented detection (``patchspec.api.batch_axes``).
+2. Follow the batch (``_batch_tracker.trace_batch``): the graph is evaluated, shapes and small
+   values, at the old batch and at a new one (and a third point that moves other symbolic dims).
+   Each Reshape, Expand, Slice and Resize whose data carries the batch is checked to keep every
+   sample's elements together; a constant element proved to be the batch is rewritten (to the new
+   size; for a symbolic batch to ``-1``, ``0`` or "end"), evaluating on with the rewrite. A batch
+   a Reshape folds behind other dims (``[L, B, E] -> [-1, E]``) is left there and followed.
+3. Refuse (exit 4, nothing written) what the evaluation proves: a node that cannot run at the new
+   batch, a Slice that drops samples, an op that mixes them after a Squeeze, an If or Loop whose
+   condition follows the batch. What it cannot settle is reported undecided, with the spec lines
+   that settle it by hand.
+4. Set the batch on the chosen axes, re-derive every other shape (``rederive_shapes``), give
+   Squeezes that dropped a batch of 1 their axes, and correct output declarations from the trace.
 """
 
 from __future__ import annotations
