@@ -106,17 +106,6 @@ def next_token(text: str, pos: int) -> Token:
     return Token(kind, match.group(kind), match.start(kind) + 1)
 
 
-def tokenize(text: str) -> list[Token]:
-    """Split ``text`` into tokens (tensor names are read by the parser in their own mode)."""
-    tokens, pos = [], 0
-    while True:
-        token = next_token(text, pos)
-        tokens.append(token)
-        if token.kind == "end":
-            return tokens
-        pos = token.column - 1 + len(token.text)
-
-
 def _unexpected_char(char: str) -> str:
     if char == "/":
         return "unexpected '/'; integer division is written '//'"

@@ -152,7 +152,7 @@ def test_wheel_ships_the_plugins_under_their_own_name_with_the_entry_points(whee
     assert shipped == sorted(["__init__", *(p.stem for p in (REPO / "plugins").glob("*.py") if p.stem != "__init__")])
     assert dict(parser["patchspec"]) == declared_entry_points()
     assert parser["console_scripts"]["patchspec"] == "patchspec.cli:main"
-    data = {"patchspec/py.typed", "patchspec/cmake/Patchspec.cmake", "patchspec/spec/patchspec.schema.json"}
+    data = {"patchspec/py.typed", "patchspec/cmake/Patchspec.cmake"}
     assert data <= set(names), f"the wheel lacks {sorted(data - set(names))}"
     sources = {p.relative_to(REPO).as_posix() for p in (REPO / "patchspec").rglob("*")
                if p.is_file() and "__pycache__" not in p.parts}
