@@ -98,3 +98,43 @@ def _imported_modules(path: Path):
             yield node.lineno, node.module
         elif isinstance(node, ast.Import):
             yield from ((node.lineno, alias.name) for alias in node.names)
+
+
+#: imports against the map's order that the map itself states: the plugin contract's contexts hold a
+#: Spec and a Step, plain data in spec/steps.py (which imports only the reader and errors)
+STATED_EXCEPTIONS = {("patchspec.plugin.contract", "patchspec.spec.steps")}
+
+
+def map_order() -> list[str]:
+    text = (REPO / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    return re.findall(r"^### `patchspec/([a-z_]+)/`", text, flags=re.M)
+
+
+def test_a_package_imports_only_from_packages_to_its_left():
+    order = map_order()
+    table = modules()
+    known = set(table)
+    wrong = []
+    for name, path in sorted(table.items()):
+        package = name.split(".")[1] if name.count(".") >= 1 else ""
+        if package not in order:
+            continue  # errors, cli, api, hatch_hook and the root sit at the top
+        for target in imports_of(path, known):
+            parts = target.split(".")
+            if len(parts) >= 2 and parts[1] in order and order.index(parts[1]) > order.index(package):
+                if (name, target) not in STATED_EXCEPTIONS:
+                    wrong.append(f"{name} -> {target}")
+    assert not wrong, "imports from a package to the right in CONTRIBUTING.md's map: " + ", ".join(wrong)
+
+
+def test_every_module_the_map_names_exists():
+    text = (REPO / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    sections = re.split(r"^### `patchspec/([a-z_]+)/`", text, flags=re.M)
+    missing = []
+    for package, body in zip(sections[1::2], sections[2::2]):
+        body = body.split("\n## ")[0]
+        # a module is named as the subject of a sentence: "`engine` runs", "`batch` uses"
+        named = set(re.findall(r"(?:^|[.:;] |, and )`([a-z_]+)` (?:is|[a-z]+s)\b", body, flags=re.M))
+        existing = {p.stem for p in (PACKAGE / package).glob("*.py")}
+        missing += [f"patchspec/{package}/{m}.py" for m in sorted(named - existing)]
+    assert not missing, f"CONTRIBUTING.md's map names modules that do not exist: {missing}"
