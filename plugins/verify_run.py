@@ -286,19 +286,31 @@ class _Row:
     seconds: float = 0.0
     reference_seconds: float = 0.0
 
-    def lines(self) -> list[str]:
-        where = self.where
+    def lines(self, twins: tuple[_Row, ...] = ()) -> list[str]:
+        """Its detail lines; with ``twins`` (the same failure at other levels) one set naming every level."""
+        where, ms = self.merged_where(twins), ", ".join(f"{r.seconds * 1000:.1f} ms" for r in (self, *twins))
         lines = [f"{where} {o.name}: {'pass' if o.passed else 'FAIL'} max abs {o.max_abs:.3g} max rel "
-                 f"{o.max_rel:.3g} ({self.seconds * 1000:.1f} ms)" for o in self.outputs]
+                 f"{o.max_rel:.3g} ({ms})" for o in self.outputs]
         if self.status == "pass" and not self.outputs:
-            lines.append(f"{where}: ran, not compared ({self.seconds * 1000:.1f} ms)")
+            lines.append(f"{where}: ran, not compared ({ms})")
         label = {"fail": "FAIL", "skip": "skipped"}.get(self.status, "note")
         return lines + [f"{where}: {label}: {m}" for m in self.messages]
 
     @property
     def where(self) -> str:
-        level = f" (optimizations {self.optimization})" if self.optimization else ""
+        return self.merged_where(())
+
+    def merged_where(self, twins: tuple[_Row, ...]) -> str:
+        levels = ", ".join(r.optimization for r in (self, *twins) if r.optimization)
+        level = f" (optimizations {levels})" if levels else ""
         return self.provider + ("" if self.case is None else f" case {self.case}") + level
+
+    def failure(self) -> tuple | None:
+        """What makes two failed rows the same failure (all but the level and the timings); None if it passed."""
+        if self.status != "fail":
+            return None
+        return (self.provider, self.case, tuple(self.messages),
+                tuple((o.name, o.passed, f"{o.max_abs:.3g}", f"{o.max_rel:.3g}") for o in self.outputs))
 
     def to_json(self) -> dict:
         return {"provider": self.provider, "case": self.case, "optimization": self.optimization,
@@ -575,7 +587,8 @@ class _Run:
                 f"compare: {{outputs: {{{comparison.name}: skip}}}}")
 
     def _verdict(self, providers: list[str], rows: list[_Row]) -> VerifyResult:
-        details = tuple(line for row in rows for line in row.lines())
+        groups = _same_failures(rows)
+        details = tuple(line for row, twins in groups for line in row.lines(twins))
         data = {"against": self.against, "split_batch": self.split_batch, "optimizations": self.optimizations,
                 "rtol": self.rtol, "atol": self.atol, "tolerances": {k: list(v) for k, v in self.tolerances.items()},
                 "applied_tolerances": {k: list(v) for k, v in self.applied.items()},
@@ -587,10 +600,12 @@ class _Run:
         skipped = sorted({row.provider for row in rows if row.status == "skip"})
         tail = f"; skipped {', '.join(skipped)}" if skipped else ""
         if failed:
-            first = failed[0]
+            first, twins = next((row, twins) for row, twins in groups if row.status == "fail")
             reason = next((m for m in first.messages if m.startswith(_NOT_THE_PATCH)), first.messages[0])
-            summary = f"{len(failed)} of {len(rows)} runs failed; first: {first.where}: {reason}"
-            return VerifyResult("failed", summary, details, data)
+            where = first.merged_where(twins)
+            summary = f"{len(failed)} of {len(rows)} runs failed; first: {where}: {reason}"
+            quoted = f"{where}: FAIL: {reason}"  # the summary says it: the details do not say it again
+            return VerifyResult("failed", summary, tuple(line for line in details if line != quoted), data)
         if not ran:
             return VerifyResult("skipped", f"no listed provider can run here{tail}", details, data)
         worst = max((o.max_abs for row in ran for o in row.outputs), default=None)
@@ -604,6 +619,20 @@ class _Run:
         levels = f" (optimizations {', '.join(self.optimizations)})" if len(self.optimizations) > 1 else ""
         return VerifyResult("passed", f"{cases} case(s) on {', '.join(sorted({r.provider for r in ran}))}{levels} "
                                       f"against {self.against}{error}{tail}", details, data)
+
+
+def _same_failures(rows: list[_Row]) -> list[tuple[_Row, tuple[_Row, ...]]]:
+    """The rows in order, each with its twins: the same failure at the other optimization levels,
+    said once (``case 0 (optimizations all, disabled): FAIL: ...``)."""
+    groups: list[tuple[_Row, list[_Row]]] = []
+    for row in rows:
+        key = row.failure()
+        twin_of = next((group for group in groups if key is not None and group[0].failure() == key), None)
+        if twin_of is None:
+            groups.append((row, []))
+        else:
+            twin_of[1].append(row)
+    return [(row, tuple(twins)) for row, twins in groups]
 
 
 def declared_shape_problems(model, outputs: dict) -> list[str]:

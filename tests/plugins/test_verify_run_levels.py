@@ -167,7 +167,7 @@ def test_a_model_onnxruntime_cannot_run_at_all_is_not_blamed_on_the_patch(tmp_pa
                                 "verify:\n  - run: {}\n")
     result = run_cli("apply", path)
     assert result.exit_code == 1, result.output
-    assert "first: CPUExecutionProvider (optimizations all): the original fails the same way" in result.output
+    assert "first: CPUExecutionProvider (optimizations all, disabled): the original fails the same way" in result.output
 
 
 FIXTURES = __import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures" / "torch"
