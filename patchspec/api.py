@@ -78,7 +78,7 @@ from patchspec.shapes.annotations import (
     PINNED_DIMS,
     Dim,
     Pins,
-    annotations,
+    all_annotations,
     apply_pins,
     dim_params,
     format_dims,
@@ -105,7 +105,7 @@ __all__ = [
     # node selection
     "SELECTOR_SCHEMA", "check_selector", "select_nodes",
     # shape annotations
-    "PINNED_DIMS", "Dim", "Pins", "annotations", "apply_pins", "dim_params", "format_dims", "has_shape",
+    "PINNED_DIMS", "Dim", "Pins", "all_annotations", "apply_pins", "dim_params", "format_dims", "has_shape",
     "read_dim", "read_dims", "rederive_shapes", "shape_dims", "typed", "write_dim",
     # the batch's axes
     "BatchAxes", "BatchAxesError", "batch_axes", "fed_inputs",

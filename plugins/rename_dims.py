@@ -21,8 +21,8 @@ from patchspec import PatchContext, PatchResult, PatchType, hookimpl
 from patchspec.api import (
     PINNED_DIMS,
     SELECTOR_SCHEMA,
+    all_annotations,
     all_graphs,
-    annotations,
     check_selector,
     close_matches,
     did_you_mean,
@@ -135,7 +135,7 @@ def target_annotations(model: onnx.ModelProto, params: dict, context: PatchConte
     elif "select" in params:
         names = _names_from_selection(model, params, context)
     else:
-        return [info for info in annotations(model.graph) if has_shape(info)]
+        return [info for info in all_annotations(model.graph) if has_shape(info)]
     found = _annotations_named(model, names)
     if any(not found.get(name) for name in names):
         rederive_shapes(model, context.state)  # intermediates without annotations: derive them
@@ -146,7 +146,7 @@ def target_annotations(model: onnx.ModelProto, params: dict, context: PatchConte
 def _annotations_named(model: onnx.ModelProto, names) -> dict[str, list]:
     wanted = set(names)
     found: dict[str, list] = {}
-    for info in annotations(model.graph):
+    for info in all_annotations(model.graph):
         if info.name in wanted and has_shape(info):
             found.setdefault(info.name, []).append(info)
     return found

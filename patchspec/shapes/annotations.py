@@ -59,7 +59,7 @@ def typed(info: onnx.ValueInfoProto) -> bool:
 
 def untyped_annotations(model: onnx.ModelProto) -> list[str]:
     """Names of tensor annotations that have a tensor type without an element type, in any graph."""
-    return [info.name for info in annotations(model.graph)
+    return [info.name for info in all_annotations(model.graph)
             if info.type.HasField("tensor_type") and info.type.tensor_type.elem_type == 0]
 
 
@@ -81,7 +81,7 @@ def format_dims(dims: list[Dim] | None) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
 
 
-def annotations(graph: onnx.GraphProto) -> Iterator[onnx.ValueInfoProto]:
+def all_annotations(graph: onnx.GraphProto) -> Iterator[onnx.ValueInfoProto]:
     """Every tensor annotation of ``graph`` and its bodies: inputs, outputs and value_info."""
     for each in all_graphs(graph):
         yield from each.input
@@ -90,7 +90,7 @@ def annotations(graph: onnx.GraphProto) -> Iterator[onnx.ValueInfoProto]:
 
 
 def dim_params(model: onnx.ModelProto) -> set[str]:
-    return {d.dim_param for info in annotations(model.graph) if has_shape(info)
+    return {d.dim_param for info in all_annotations(model.graph) if has_shape(info)
             for d in shape_dims(info) if d.dim_param}
 
 
@@ -236,7 +236,7 @@ def copy_derived_shapes(source: onnx.GraphProto, target: onnx.GraphProto) -> Non
 def apply_pins(graph: onnx.GraphProto, pinned_dims: Pins) -> int:
     """Re-apply pinned dims where the annotation is not a known size; returns how many were set."""
     count = 0
-    for info in annotations(graph):
+    for info in all_annotations(graph):
         pins = pinned_dims.get(info.name)
         if not pins or not has_shape(info):
             continue
@@ -253,7 +253,7 @@ __all__ = [
     "PINNED_DIMS",
     "Dim",
     "Pins",
-    "annotations",
+    "all_annotations",
     "apply_pins",
     "copy_derived_shapes",
     "dim_params",
