@@ -24,6 +24,7 @@ from patchspec.errors import (
 )
 from patchspec.plugin.registry import DISABLE_ENV, PluginRegistry
 from patchspec.run.engine import Engine, RunReport
+from patchspec.run.reporter import Reporter, summary_line
 from patchspec.spec.load import combined_schema, load_spec
 from patchspec.spec.steps import Spec
 
@@ -51,22 +52,45 @@ Exit codes:
 
 
 class _State:
-    def __init__(self, verbosity: int) -> None:
-        self.verbosity = verbosity
+    """What every command prints through: the one :class:`Reporter` of this process."""
+
+    def __init__(self, reporter: Reporter | None = None) -> None:
+        self.reporter = reporter if reporter is not None else Reporter()
+        #: a line that closes the run, printed after the error if there is one (apply's summary)
+        self.closing: str | None = None
+
+    @property
+    def verbosity(self) -> int:
+        return self.reporter.verbosity
+
+    @verbosity.setter
+    def verbosity(self, value: int) -> None:
+        self.reporter.verbosity = value
 
     def echo(self, text: str) -> None:
-        if self.verbosity >= 0:
-            click.echo(text)
+        self.reporter.line(text)
+
+    def more(self, verbose: int, quiet: bool) -> None:
+        """``-q``/``-v`` given after the command, as the contract writes them, add to those before it."""
+        self.verbosity = -1 if quiet or self.verbosity < 0 else self.verbosity + verbose
+
+
+def _verbosity_options(command):
+    command = click.option("-q", "--quiet", "quiet", is_flag=True, help="Only errors.")(command)
+    return click.option("-v", "--verbose", "verbose", count=True,
+                        help="More detail (every step's details).")(command)
 
 
 @click.group(epilog=EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="patchspec")
-@click.option("-v", "--verbose", count=True, help="More detail; tracebacks on errors.")
+@click.option("-v", "--verbose", count=True, help="More detail (every step's details).")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors.")
 @click.pass_context
 def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
     """Patch ONNX models declaratively from a reviewed YAML spec."""
-    ctx.obj = _State(-1 if quiet else verbose)
+    if not isinstance(ctx.obj, _State):  # main hands its own in, to print the errors through it
+        ctx.obj = _State()
+    ctx.obj.verbosity = -1 if quiet else verbose
 
 
 def _registry() -> PluginRegistry:
@@ -74,8 +98,7 @@ def _registry() -> PluginRegistry:
 
 
 def _engine(state: _State, registry: PluginRegistry, strict_paths: bool = False) -> Engine:
-    return Engine(registry, state.echo, verbose=state.verbosity > 0, strict_paths=strict_paths,
-                  quiet=state.verbosity < 0)
+    return Engine(registry, state.reporter, strict_paths=strict_paths)
 
 
 @cli.command()
@@ -89,8 +112,7 @@ def _engine(state: _State, registry: PluginRegistry, strict_paths: bool = False)
 @click.option("--depfile", type=click.Path(path_type=Path), help="Write a Make-format dependency file.")
 @click.option("--report", "report_path", type=click.Path(path_type=Path), help="Write a JSON report of the run.")
 @click.option("--strict-paths", is_flag=True, help="Refuse symlinked or hard-linked external data files.")
-@click.option("-v", "--verbose", "verbose", count=True, help="More detail; tracebacks on errors.")
-@click.option("-q", "--quiet", "quiet", is_flag=True, help="Only errors.")
+@_verbosity_options
 @click.pass_obj
 def apply(state: _State, specs, model, output, force, check_only, no_verify, depfile, report_path, strict_paths,
           verbose, quiet) -> None:
@@ -104,11 +126,10 @@ def apply(state: _State, specs, model, output, force, check_only, no_verify, dep
         raise UsageError("--model and --output need exactly one spec")
     if check_only and (force or depfile or report_path):
         raise UsageError("--check writes nothing: it does not take --force, --depfile or --report")
+    state.more(verbose, quiet)
     if check_only:
-        state.verbosity = -1 if quiet else state.verbosity + verbose
         _check(state, specs, model, output, no_verify, strict_paths)
         return
-    state.verbosity = -1 if quiet else state.verbosity + verbose  # the contract puts -q/-v after 'apply' too
     reports: list[RunReport] = []
     try:
         registry = _registry()
@@ -126,9 +147,13 @@ def apply(state: _State, specs, model, output, force, check_only, no_verify, dep
     except BaseException as exc:  # the report says how the run ended, whatever ended it
         if reports and reports[-1].status not in ("written", "unchanged", "up to date"):
             reports[-1].status, reports[-1].error = "failed", str(exc) or type(exc).__name__
-        _write_report(report_path, reports, exit_code_of(exc), None if reports else str(exc))
+        _write_report(state, report_path, reports, exit_code_of(exc), None if reports else str(exc))
+        if len(specs) > 1 and reports:  # closes the output, after the error
+            state.closing = summary_line([r.status for r in reports], len(specs))
         raise
-    _write_report(report_path, reports, 0)
+    _write_report(state, report_path, reports, 0)
+    if len(specs) > 1:
+        state.echo(summary_line([r.status for r in reports], len(specs)))
 
 
 @cli.command()
@@ -150,7 +175,7 @@ def validate(state: _State, specs, as_json: bool) -> None:
             problems.append(exc)
             results.append({"spec": str(path), "ok": False, "problems": str(exc).splitlines()})
     if as_json:
-        click.echo(json.dumps({"specs": results}, indent=2))
+        state.reporter.output(json.dumps({"specs": results}, indent=2))
         if problems:
             raise click.exceptions.Exit(problems[0].exit_code)
         return
@@ -164,27 +189,28 @@ def validate(state: _State, specs, as_json: bool) -> None:
 @click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
 @click.option("--model", type=click.Path(path_type=Path), help="Input model instead of the spec's.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@_verbosity_options
 @click.pass_obj
-def plan(state: _State, spec_path, model, as_json: bool) -> None:
-    """Load the model and say what each patch would change; writes nothing."""
+def plan(state: _State, spec_path, model, as_json: bool, verbose: int, quiet: bool) -> None:
+    """Load the model and say what each patch would change, and each input's and output's shape
+    before -> after; -v adds each patch's details. Writes nothing."""
+    state.more(verbose, quiet)
     registry = _registry()
     spec = load_spec(spec_path, registry)
-    engine = Engine(registry, (lambda _: None) if as_json else state.echo, verbose=True)
-    loaded = engine.load_input(spec, model)
-    report = RunReport(str(spec.path), str(loaded.model_path), str(loaded.output_path), status="planned")
-    if not as_json:
-        state.echo(f"plan for {spec.path} ({loaded.model_path.name} -> {loaded.output_path}); nothing is written")
-    engine.patch(loaded, report)
+    engine = Engine(registry, Reporter.to(lambda _: None) if as_json else state.reporter)
+    report = engine.plan(spec, model)
     if as_json:
-        click.echo(json.dumps(report.to_json(), indent=2))
+        state.reporter.output(json.dumps(report.to_json(), indent=2))
 
 
 @cli.command()
 @click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
 @click.option("--output", type=click.Path(path_type=Path), help="Model to verify instead of the spec's output.")
+@_verbosity_options
 @click.pass_obj
-def verify(state: _State, spec_path, output) -> None:
+def verify(state: _State, spec_path, output, verbose: int, quiet: bool) -> None:
     """Run only the spec's verifiers against the existing output."""
+    state.more(verbose, quiet)
     registry = _registry()
     spec = load_spec(spec_path, registry)
     engine = _engine(state, registry)
@@ -238,27 +264,27 @@ def plugins(state: _State, as_json: bool) -> None:
     """List installed plugins: name, version, what each provides, where it was loaded from."""
     registry = _registry()
     if as_json:
-        click.echo(json.dumps([vars(p) for p in [*registry.plugins, *registry.disabled]], indent=2))
+        state.reporter.output(json.dumps([vars(p) for p in [*registry.plugins, *registry.disabled]], indent=2))
         return
     for info in registry.plugins:
         kind = "built-in" if info.builtin else info.distribution
-        click.echo(f"{info.name} ({kind} {info.version})")
+        state.reporter.output(f"{info.name} ({kind} {info.version})")
         if info.patch_types:
-            click.echo(f"  patch types: {', '.join(info.patch_types)}")
+            state.reporter.output(f"  patch types: {', '.join(info.patch_types)}")
         if info.verifiers:
-            click.echo(f"  verifiers:   {', '.join(info.verifiers)}")
-        click.echo(f"  from: {info.location or info.module}")
+            state.reporter.output(f"  verifiers:   {', '.join(info.verifiers)}")
+        state.reporter.output(f"  from: {info.location or info.module}")
         if info.error:
-            click.echo(f"  BROKEN: {info.error}")
+            state.reporter.output(f"  BROKEN: {info.error}")
             if info.traceback and state.verbosity > 0:
-                click.echo("    " + info.traceback.rstrip("\n").replace("\n", "\n    "))
+                state.reporter.output("    " + info.traceback.rstrip("\n").replace("\n", "\n    "))
     if registry.disabled:
         names = ", ".join(f"{info.name}" for info in registry.disabled)
-        click.echo(f"disabled by {DISABLE_ENV} (installed, not loaded): {names}")
+        state.reporter.output(f"disabled by {DISABLE_ENV} (installed, not loaded): {names}")
     for name in registry.disabled_unknown:
         installed = [info.name for info in [*registry.plugins, *registry.disabled]]
-        click.echo(f"warning: {DISABLE_ENV} names '{name}', which is not an installed plugin"
-                   + did_you_mean(name, installed), err=True)
+        state.reporter.error(f"warning: {DISABLE_ENV} names '{name}', which is not an installed plugin"
+                             + did_you_mean(name, installed))
 
 
 @cli.command("inspect")
@@ -418,10 +444,10 @@ def env(state: _State, as_json: bool) -> None:
     from patchspec.ort.environment import environment, environment_lines
 
     if as_json:
-        click.echo(json.dumps(environment(), indent=2))
+        state.reporter.output(json.dumps(environment(), indent=2))
         return
     for line in environment_lines():
-        click.echo(line)
+        state.reporter.output(line)
 
 
 def _write_depfile(depfile: Path, report: RunReport, spec: Spec, model, output) -> None:
@@ -461,12 +487,13 @@ def _check(state: _State, specs, model, output, no_verify: bool, strict_paths: b
             continue
         stale.append(f"{target}: {verdict}" + (f": {'; '.join(reasons)}" if reasons else ""))
     for line in stale:
-        click.echo(line)
+        state.reporter.output(line)
     if stale:
         raise click.exceptions.Exit(EXIT_STALE)
 
 
-def _write_report(report_path: Path | None, reports: list[RunReport], exit_code: int, error: str | None = None) -> None:
+def _write_report(state: _State, report_path: Path | None, reports: list[RunReport], exit_code: int,
+                  error: str | None = None) -> None:
     """The JSON report: the process's exit code and patchspec's version, then one run per spec (its
     fields at the top level when there is one spec); written on every exit, interrupts included."""
     if report_path is None:
@@ -478,7 +505,7 @@ def _write_report(report_path: Path | None, reports: list[RunReport], exit_code:
     try:
         _atomic_write_text(report_path, json.dumps(payload, indent=2) + "\n")
     except OSError as exc:  # the report must not hide the run's own outcome
-        click.echo(f"{report_path}: cannot write the report: {exc.strerror or exc}", err=True)
+        state.reporter.error(f"{report_path}: cannot write the report: {exc.strerror or exc}")
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
@@ -507,36 +534,56 @@ def exit_code_of(exc: BaseException) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: run the CLI, turn errors into one message and the contract's exit code."""
-    verbose = any(a in ("-v", "--verbose") or (a.startswith("-v") and set(a[1:]) == {"v"}) for a in (argv or sys.argv[1:]))
+    """Entry point: run the CLI, turn errors into one message and the contract's exit code.
+
+    Every error is printed once, on stderr, through the run's reporter (its status line cleared
+    first). ``-v`` adds a traceback only for a bug (exit 5) or a plugin that failed to load (its own
+    traceback): an expected failure's message says all there is to say."""
+    state = _State(Reporter())  # made here: under a test runner, sys.stdout is the captured one now
+    reporter = state.reporter
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        returned = cli.main(args=argv, prog_name="patchspec", standalone_mode=False)
+        returned = cli.main(args=argv, prog_name="patchspec", standalone_mode=False, obj=state)
         return returned if isinstance(returned, int) else 0  # click hands back an Exit's code here
     except click.exceptions.Exit as exc:
         return exit_code_of(exc)
     except click.ClickException as exc:
+        reporter.close()
         exc.show()
         return exit_code_of(exc)
     except (click.exceptions.Abort, KeyboardInterrupt, Interrupted) as exc:
-        click.echo("interrupted", err=True)
+        reporter.close()
+        reporter.error("interrupted")
         return exit_code_of(exc)
     except PatchspecError as exc:
-        if verbose and exc.plugin_tracebacks:  # the plugin's code is what failed: patchspec's frames would not help
+        reporter.close()
+        if reporter.verbose and exc.plugin_tracebacks:  # the plugin's code is what failed: patchspec's frames would not help
             for text in exc.plugin_tracebacks:
-                click.echo(text.rstrip("\n"), err=True)
-        elif verbose:
-            traceback.print_exc()
-        click.echo(str(exc), err=True)
+                reporter.output(text.rstrip("\n"), err=True)
+        elif reporter.verbose and exit_code_of(exc) == EXIT_INTERNAL:
+            reporter.output(_traceback(exc), err=True)
+        reporter.error(str(exc))
         return exit_code_of(exc)
     except Exception as exc:  # a bug: one line unless -v
-        if verbose:
-            traceback.print_exc()
-        click.echo(f"internal error: {type(exc).__name__}: {exc}\n{_bug_line()}", err=True)
+        reporter.close()
+        if reporter.verbose:
+            reporter.output(_traceback(exc), err=True)
+        reporter.error(f"internal error: {type(exc).__name__}: {exc}\n{_bug_line(reporter.verbose)}")
         return exit_code_of(exc)
+    finally:
+        reporter.close()
+        if state.closing:
+            reporter.line(state.closing)
 
 
-def _bug_line() -> str:
+def _traceback(exc: BaseException) -> str:
+    """The traceback of a bug, without its last line: the error printed right after it says that."""
+    lines = list(traceback.TracebackException.from_exception(exc).format())
+    said = list(traceback.format_exception_only(type(exc), exc))
+    return "".join(lines[:len(lines) - len(said)]).rstrip("\n")
+
+
+def _bug_line(traceback_shown: bool = False) -> str:
     import platform
 
     import onnx
@@ -547,7 +594,8 @@ def _bug_line() -> str:
     except Exception:  # pragma: no cover - reported, not fatal
         ort = "not importable"
     return (f"this is a bug in patchspec {__version__} (python {platform.python_version()}, onnx {onnx.__version__}, "
-            f"onnxruntime {ort}); rerun with -v for the traceback and report it")
+            f"onnxruntime {ort}); " + ("report it with the traceback above" if traceback_shown else
+                                       "rerun with -v for the traceback and report it"))
 
 
 if __name__ == "__main__":  # pragma: no cover

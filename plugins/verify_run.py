@@ -419,10 +419,12 @@ class _Run:
     def _run_output(self, provider: str, level: str) -> list[_CaseRun]:
         """Every case on the output at one level; the session is freed before any reference is built,
         so the output's and the reference's weights are never in memory together."""
+        self.context.progress(f"{provider}, optimizations {level}: building the session")
         session = Session(self.context.output_path, provider, level, self.libraries)
         cases = self.params.get("cases") or [_default_case(session.inputs)]
         runs = []
         for index, case in enumerate(cases):
+            self.context.progress(f"{provider} case {index} ({index + 1} of {len(cases)}), optimizations {level}")
             run = _CaseRun(index, case)
             try:
                 run.feeds = make_feeds(case["inputs"], session.inputs, self.context.resolve)
@@ -530,6 +532,8 @@ class _Run:
             return
         for run in runs:
             key = (path, provider, level, run.index, split)
+            self.context.progress(f"{provider} case {run.index}, optimizations {level}: the reference {path.name}"
+                                  + (", per sample" if split else ""))
             ranks = {name: array.ndim for name, array in run.outputs.items()}
             try:
                 self.expected[key] = _run_reference(reference, run.feeds, self.split if split else None, ranks)

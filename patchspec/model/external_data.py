@@ -13,8 +13,6 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
@@ -32,7 +30,8 @@ COPY_CHUNK = 8 * 1024 * 1024
 KERNEL_CHUNK = 64 * 1024 * 1024
 PROTOBUF_LIMIT = 2**31 - 1
 ORT_MEMORY_MARKER = "_ORT_MEM_ADDR_"
-Progress = Callable[[int, int], None]  # (bytes done, bytes in all)
+#: ``write_model``'s progress callback: (bytes done, bytes in all); the CLI's reporter draws it
+Progress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)
@@ -600,47 +599,3 @@ def _write_proto(model: onnx.ModelProto, out_path: Path) -> None:
         handle.write(model.SerializeToString(deterministic=True))
         handle.flush()
         os.fsync(handle.fileno())
-
-
-# -- progress ---------------------------------------------------------------------------------------
-class ProgressBar:
-    """``copying weights [####----]  60%  1.20/2.00 GiB  640 MiB/s  00:01:12`` on a terminal (click's
-    bar: percentage and ETA; the bytes and rate beside it), for copies of ``min_total`` or more."""
-
-    def __init__(self, stream, min_total: int = 100 * 1024 * 1024) -> None:
-        self.stream, self.min_total = stream, min_total
-        self.bar = None
-        self.done = 0
-        self.started = 0.0
-
-    def __call__(self, done: int, total: int) -> None:
-        if total < self.min_total:
-            return
-        import click
-
-        if self.bar is None:
-            self.started = time.monotonic()
-            self.bar = click.progressbar(length=total, label="copying weights", file=self.stream, show_eta=True,
-                                         show_percent=True, item_show_func=self._bytes_and_rate,
-                                         update_min_steps=1)
-            self.bar.__enter__()
-            self.bar.render_progress()  # click draws at most every 0.2 s from here on
-        self.bar.update(done - self.done, (done, total))
-        self.done = done
-        if done >= total:
-            self.bar.render_finish()
-            self.bar = None
-
-    def _bytes_and_rate(self, item) -> str:
-        if item is None:
-            return ""
-        done, total = item
-        seconds = max(time.monotonic() - self.started, 1e-9)
-        return f"{done / 2**30:.2f}/{total / 2**30:.2f} GiB  {done / seconds / 2**20:.0f} MiB/s"
-
-
-def terminal_progress(stream=None) -> ProgressBar | None:
-    """A progress bar on stderr when stderr is a terminal, else None."""
-    stream = stream if stream is not None else sys.stderr
-    isatty = getattr(stream, "isatty", None)
-    return ProgressBar(stream) if isatty is not None and isatty() else None

@@ -172,6 +172,10 @@ class PatchContext(StepContext):
     state: RunState = field(default_factory=RunState)
 
 
+def _no_progress(text: str) -> None:
+    """Progress goes nowhere: no terminal, ``-q``, or a context made outside a run."""
+
+
 @dataclass
 class VerifyContext(StepContext):
     """What a verifier gets: paths to the staged output and the original, and the patched graph."""
@@ -179,6 +183,11 @@ class VerifyContext(StepContext):
     output_path: Path = Path(".")
     original_path: Path = Path(".")
     model: Any = None  # onnx.ModelProto of the output, graph only; do not modify
+    #: ``context.progress("CPUExecutionProvider case 0 (1 of 3)")``: what a slow verifier does now.
+    #: On a terminal the status line shows it after the verifier's name (``run: ...``) once the step
+    #: has run a second; in a pipe, a build log or with ``-q`` it prints nothing. A verifier never
+    #: prints: it says it here. Since plugin API 1.1.
+    progress: Callable[[str], None] = field(default=_no_progress, kw_only=True, repr=False, compare=False)
 
     def fail(self, message: str, *, key: tuple = (), hint: str | None = None) -> NoReturn:
         """Stop this verifier with the verdict "failed": reported like a failed ``VerifyResult``

@@ -39,7 +39,6 @@ from patchspec.model.external_data import (
     is_external,
     iter_tensors,
     refuse_input_overwrite,
-    terminal_progress,
     validate_external_data,
     write_model,
 )
@@ -47,9 +46,11 @@ from patchspec.model.graph import sync_initializer_inputs
 from patchspec.model.io import FileStamp, load_model
 from patchspec.plugin.contract import PatchContext, PatchResult, RunState, StepContext, VerifyContext, VerifyResult
 from patchspec.plugin.registry import PluginInfo, PluginRegistry, plugin_failure
+from patchspec.run.reporter import Reporter
 from patchspec.run.staging import Staging
 from patchspec.run.statcache import StatCache, file_sha256
-from patchspec.shapes.annotations import untyped_annotations
+from patchspec.shapes.annotations import format_dims, read_dims, untyped_annotations
+from patchspec.shapes.batch_axes import fed_inputs
 from patchspec.spec.steps import Spec, Step
 
 VERSION_KEY = "patchspec.version"
@@ -107,13 +108,17 @@ Echo = Callable[[str], None]
 
 
 class Engine:
-    def __init__(self, registry: PluginRegistry, echo: Echo = print, *, verbose: bool = False, strict_paths: bool = False,
-                 quiet: bool = False):
+    """Runs specs. ``echo`` is the CLI's :class:`Reporter` (lines, progress on a terminal), or any
+    function that takes a line (an embedding such as the hatch hook): everything the engine says
+    goes through it, and a failure's whole story goes in the error it raises."""
+
+    def __init__(self, registry: PluginRegistry, echo: Reporter | Echo = print, *, verbose: bool = False,
+                 strict_paths: bool = False):
         self.registry = registry
-        self.echo = echo
-        self.verbose = verbose
+        self.reporter = echo if isinstance(echo, Reporter) else Reporter.to(echo, 1 if verbose else 0)
+        self.echo = self.reporter.line
+        self.verbose = verbose or self.reporter.verbose
         self.strict_paths = strict_paths
-        self.quiet = quiet  # echo prints nothing: a failure's message must carry what the step lines would have
 
     # -- stages ---------------------------------------------------------------------------------
     def load_input(self, spec: Spec, model: Path | None = None, output: Path | None = None) -> LoadedInput:
@@ -122,8 +127,9 @@ class Engine:
         _refuse_same_file(model_path, output_path)
         if model is None and not model_path.exists():
             raise _missing_model(spec, model_path)
-        proto = load_model(model_path)
-        refs = validate_external_data(proto, model_path, strict_paths=self.strict_paths)
+        with self.reporter.task(f"reading {model_path.name}"):
+            proto = load_model(model_path)
+            refs = validate_external_data(proto, model_path, strict_paths=self.strict_paths)
         paths = data_files(refs)
         stamps = [FileStamp.of(p) for p in [model_path, *paths]]
         return LoadedInput(spec, model_path, output_path, proto, paths, stamps)
@@ -139,12 +145,23 @@ class Engine:
         state = RunState()  # one per run: the patches of this spec share it, nothing else does
         for step in loaded.spec.patches:
             context = PatchContext(loaded.spec, step, model_dir=loaded.model_path.parent, state=state)
-            outcome = self._run_patch(step, model, context)
+            with self.reporter.task(step.type_name):  # the status line: its name and seconds, if slow
+                outcome = self._run_patch(step, model, context)
             report.patches.append(outcome)
             self._print_step(step, outcome)
         if check_verifiers:
             self.check_verifiers(loaded.spec, model)
         return model, state.get(OUTPUT_LAYOUT)
+
+    def plan(self, spec: Spec, model: Path | None = None) -> RunReport:
+        """What ``apply`` would do, writing nothing: each patch's line (its details with -v), then every
+        graph input and output with its shape before -> after."""
+        loaded = self.load_input(spec, model)
+        report = RunReport(str(spec.path), str(loaded.model_path), str(loaded.output_path), status="planned")
+        self.echo(f"plan for {spec.path} ({loaded.model_path.name} -> {loaded.output_path}); nothing is written")
+        patched, _ = self.patch(loaded, report)
+        self.reporter.io_table(io_changes(loaded.model, patched))
+        return report
 
     def check_verifiers(self, spec: Spec, model: onnx.ModelProto) -> None:
         """Every verifier's ``check_model`` on the patched graph; all problems at once, as a spec error."""
@@ -185,20 +202,25 @@ class Engine:
     def verify(self, spec: Spec, output: Path, original: Path, report: RunReport, *, staged: bool = False) -> None:
         """Run every verifier on the file at ``output``; raise VerificationFailed if any failed.
 
-        Each verifier's line (and a failed one's details) is echoed as it finishes; the error says
-        which verifier failed, in one line, without repeating the details (unless quiet).
+        Each verifier's line is echoed as it finishes; a failed one's summary and details are said
+        once, in the error (which the CLI prints whatever the verbosity).
         """
-        model = load_model(output)
+        with self.reporter.task(f"reading {output.name}"):
+            model = load_model(output)
         failed: list[tuple[Step, StepOutcome, tuple]] = []  # with the key a context.fail pointed at
         for step in spec.verify:
             verifier = self.registry.verifiers[step.type_name]()
-            context = VerifyContext(spec, step, output_path=output, original_path=original, model=model)
             started = time.perf_counter()
             key: tuple = ()
-            try:
-                result = self._call_plugin("verifier", context, functools.partial(verifier.verify, step.params, context))
-            except VerifierFailed as exc:  # context.fail: the verdict is "failed", as if returned
-                result, key = VerifyResult("failed", exc.summary, (f"hint: {exc.hint}",) if exc.hint else ()), exc.key
+            with self.reporter.task(step.type_name) as task:
+                context = VerifyContext(spec, step, output_path=output, original_path=original, model=model,
+                                        progress=task.say)
+                try:
+                    result = self._call_plugin("verifier", context,
+                                               functools.partial(verifier.verify, step.params, context))
+                except VerifierFailed as exc:  # context.fail: the verdict is "failed", as if returned
+                    result = VerifyResult("failed", exc.summary, (f"hint: {exc.hint}",) if exc.hint else ())
+                    key = exc.key
             if not isinstance(result, VerifyResult):
                 raise self._plugin_bug("verifier", context, f"verify() returned {type(result).__name__}, not a VerifyResult",
                                        broken=verifier.verify)
@@ -219,9 +241,9 @@ class Engine:
             message += f" (and {len(failed) - 1} more failed: {others})"
         if staged:
             message += "; nothing was written"
-        if self.quiet:  # -q printed no step lines: the details go with the error, once
-            for _, other, _ in failed:
-                message += f"\n  {other.label}: {other.summary}" + "".join(f"\n    {d}" for d in other.details)
+        message += "".join(f"\n    {d}" for d in outcome.details)  # said here only: the step line just says failed
+        for _, other, _ in failed[1:]:
+            message += f"\n  {other.label}: {other.summary}" + "".join(f"\n    {d}" for d in other.details)
         return VerificationFailed(message)
 
     # -- commands ---------------------------------------------------------------------------------
@@ -272,12 +294,13 @@ class Engine:
             staged_model = staging.path(loaded.output_path)
 
             def finalize(out: onnx.ModelProto) -> None:  # the data file is written, the .onnx not yet
-                written.update(_data_record(out, staged_model.parent))
+                written.update(_data_record(out, staged_model.parent, self._hashing(file_sha256)))
                 _stamp(out, parts(), written)
 
             try:
-                files = write_model(patched, staged_model, loaded.model_path.parent, layout, terminal_progress(),
-                                    finalize=finalize)
+                with self.reporter.bytes("copying weights") as progress:
+                    files = write_model(patched, staged_model, loaded.model_path.parent, layout, progress,
+                                        finalize=finalize)
             except OSError as exc:
                 raise ModelFileError(f"{loaded.output_path}: cannot write: {exc.strerror or exc}") from None
             if not no_verify:
@@ -296,7 +319,7 @@ class Engine:
         plugin's version. Files enter by content and by the name the spec gives them, never by
         absolute path, so two checkouts at different folders build the same bytes (docs/cli.md).
         With a stat cache, a file whose identity did not change is not read again."""
-        sha256 = cache.sha256 if cache is not None else file_sha256
+        sha256 = self._hashing(cache.sha256 if cache is not None else file_sha256)
         parts = {"patchspec": f"{__version__} no_verify={no_verify}", "spec": loaded.spec.text_digest,
                  f"model {loaded.model_path.name}": sha256(loaded.model_path)}
         for path in loaded.data_paths:
@@ -397,13 +420,50 @@ class Engine:
             hint += "; rerun with -v to see the plugin's traceback"
         return PluginError(message, hint, plugin_traceback)
 
+    # -- what the user reads ------------------------------------------------------------------------------
     def _print_step(self, step: Step, outcome: StepOutcome) -> None:
-        name = step.type_name
-        dots = "." * max(2, 24 - len(name))
-        self.echo(f"  {name} {dots} {outcome.status:<9} {outcome.summary}")
-        if self.verbose or outcome.status == "failed":
+        """The step's line; its details with -v. A failed step's summary and details are the error's."""
+        if outcome.status == "failed":
+            self.reporter.step(step.type_name, "failed", "", outcome.seconds)
+            return
+        self.reporter.step(step.type_name, outcome.status, outcome.summary, outcome.seconds)
+        if self.verbose:
             for line in outcome.details:
-                self.echo(f"      {line}")
+                self.reporter.detail(line)
+
+    def _hashing(self, sha256: Callable[..., str]) -> Callable[[Path], str]:
+        """``sha256`` with its bytes, rate and ETA on the status line while it reads a file."""
+        def hashed(path: Path) -> str:
+            with self.reporter.bytes(f"hashing {path.name}") as progress:
+                return sha256(path) if progress is None else sha256(path, progress)
+        return hashed
+
+
+def io_changes(before: onnx.ModelProto, after: onnx.ModelProto) -> list[tuple[str, str, str, str]]:
+    """(``inputs`` or ``outputs``, name, before, after) for every graph input that must be fed and
+    every output: the shape (``[N, 3, ?, ?]``), with the element type where a patch changed it;
+    ``-`` where the tensor is not there on that side."""
+    rows = []
+    for section, read in (("inputs", lambda m: fed_inputs(m.graph)),
+                          ("outputs", lambda m: {info.name: info for info in m.graph.output})):
+        old, new = read(before), read(after)
+        for name in [*old, *(n for n in new if n not in old)]:
+            types = {_elem_type(info) for info in (old.get(name), new.get(name)) if info is not None}
+            shown = [_describe(side.get(name), len(types) > 1) for side in (old, new)]
+            rows.append((section, name, *shown))
+    return rows
+
+
+def _describe(info: onnx.ValueInfoProto | None, with_type: bool) -> str:
+    if info is None:
+        return "-"
+    shape = format_dims(read_dims(info))
+    return f"{_elem_type(info)} {shape}" if with_type else shape
+
+
+def _elem_type(info: onnx.ValueInfoProto) -> str:
+    elem = info.type.tensor_type.elem_type
+    return onnx.TensorProto.DataType.Name(elem).lower() if elem else "?"
 
 
 def _definition(function) -> str | None:
@@ -457,10 +517,10 @@ def digest_of(parts: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-def _data_record(model: onnx.ModelProto, folder: Path) -> dict[str, dict]:
+def _data_record(model: onnx.ModelProto, folder: Path, sha256: Callable[[Path], str]) -> dict[str, dict]:
     """Size and sha256 of each data file ``model`` (written in ``folder``) points at, by location."""
     locations = dict.fromkeys(external_info(t)["location"] for t in iter_tensors(model.graph) if is_external(t))
-    return {name: {"size": (folder / name).stat().st_size, "sha256": file_sha256(folder / name)} for name in locations}
+    return {name: {"size": (folder / name).stat().st_size, "sha256": sha256(folder / name)} for name in locations}
 
 
 def _stamp(model: onnx.ModelProto, parts: dict[str, str], files: dict[str, dict]) -> None:

@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 #: the cache file's format; another version is ignored (and rewritten)
@@ -43,13 +44,18 @@ def identity(path: Path) -> list[int] | None:
     return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]
 
 
-def file_sha256(path: Path) -> str:
+def file_sha256(path: Path, progress: Callable[[int, int], None] | None = None) -> str:
+    """The file's SHA-256 ("missing" when it is not a file); ``progress(done, total)`` after each MiB."""
     if not path.is_file():
         return "missing"
     sha = hashlib.sha256()
     with open(path, "rb") as handle:
+        total, done = os.fstat(handle.fileno()).st_size, 0
         for block in iter(lambda: handle.read(1 << 20), b""):
             sha.update(block)
+            if progress is not None:
+                done += len(block)
+                progress(done, total)
     return sha.hexdigest()
 
 
@@ -71,13 +77,14 @@ class StatCache:
             return cls(output)
         return cls(output, data if isinstance(data, dict) and data.get("format") == FORMAT else None)
 
-    def sha256(self, path: Path) -> str:
-        """The file's hash: remembered when its identity is unchanged, else read (and remembered)."""
+    def sha256(self, path: Path, progress: Callable[[int, int], None] | None = None) -> str:
+        """The file's hash: remembered when its identity is unchanged, else read (and remembered);
+        ``progress`` as :func:`file_sha256` takes it, while it is read."""
         key, now = str(path.absolute()), identity(path)
         entry = self.files.get(key)
         if now is not None and entry is not None and entry.get("identity") == now:
             return str(entry["sha256"])
-        digest = file_sha256(path)
+        digest = file_sha256(path) if progress is None else file_sha256(path, progress)
         with self._lock:
             self.hashed.append(key)
             if now is not None:

@@ -211,10 +211,12 @@ def test_quiet_still_prints_errors(project, run_cli):
     assert result.exit_code == 3 and "0 bytes" in result.stderr
 
 
-def test_verbose_prints_a_traceback_on_errors(project, run_cli):
+def test_verbose_prints_no_traceback_for_an_expected_failure(project, run_cli):
+    """Issue 18: a traceback is for a bug (exit 5); an unusable file's message says all there is."""
     (project / "m.onnx").write_bytes(b"")
     result = run_cli("-v", "apply", project / "spec.yaml")
-    assert result.exit_code == 3 and "Traceback" in result.stderr and "0 bytes" in result.stderr
+    assert result.exit_code == 3 and "Traceback" not in result.output and "0 bytes" in result.stderr
+    assert result.stderr.count("0 bytes") == 1
 
 
 # -- unexpected exceptions: exit 5 ----------------------------------------------------------------
@@ -324,7 +326,7 @@ def test_quiet_and_verbose_also_work_after_apply(project, run_cli):
     assert quiet.exit_code == 0 and quiet.output == ""
     (project / "m.onnx").write_bytes(b"")
     verbose = run_cli("apply", project / "spec.yaml", "--force", "-v")
-    assert verbose.exit_code == 3 and "Traceback" in verbose.stderr
+    assert verbose.exit_code == 3 and "0 bytes" in verbose.stderr and "Traceback" not in verbose.stderr
 
 
 def test_a_missing_model_says_paths_are_relative_to_the_spec(tmp_path, run_cli):
