@@ -177,6 +177,7 @@ class _Tracker:
         #: tensors whose batch a Reshape merged into an axis behind other dims: name -> (axis, how many
         #: elements of that axis come before each sample's), so a later Reshape can split it out again
         self.folded: dict[str, tuple[int, int]] = {}
+        self.not_folded: set[str] = set()  # tensors known to hold no folded batch
 
     # -- the hook ------------------------------------------------------------------------------------
     def hook(self, site: NodeSite, inputs: list) -> list | None:
@@ -232,7 +233,8 @@ class _Tracker:
         chain = []
         while name not in self.folded:
             producer = self.evaluator.producer.get(name)
-            if producer is None or len(chain) > 64 or not producer.node.input:
+            if producer is None or len(chain) > 64 or not producer.node.input or name in self.not_folded:
+                self.not_folded.update(tensor for tensor, _ in chain)  # remembered: a deep chain is walked once
                 return None
             chain.append((name, producer.node))
             name = producer.node.input[0]
@@ -240,6 +242,7 @@ class _Tracker:
         for tensor, node in reversed(chain):
             fold = self._carried_fold(node, name, tensor, fold)
             if fold is None:
+                self.not_folded.add(tensor)
                 return None
             self.folded[tensor] = fold
             name = tensor

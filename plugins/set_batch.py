@@ -185,6 +185,7 @@ def rewrite_constants(model: onnx.ModelProto, rewrites: list[Rewrite], label: st
     uses = use_counts(model)  # counted once: a rescan per rewrite made 1,000 rewrites quadratic
     taken = all_names(model)
     index = ScopeIndex()  # one table of constants per graph, not one per rewrite
+    copies: dict[tuple, str] = {}  # (graph, constant, new values) -> the copy made for them
     for group in grouped.values():
         site, operand = group[0].site, group[0].operand
         name = site.node.input[operand]
@@ -201,8 +202,15 @@ def rewrite_constants(model: onnx.ModelProto, rewrites: list[Rewrite], label: st
             _overwrite_constant(source, numpy_helper.from_array(new, name))
             details.append(f"rewrote {reasons}: constant '{name}' {np.asarray(old).tolist()} -> {_shown(new)}")
             continue
+        same = (id(site.graph), name, new.dtype.str, new.tobytes())  # the same rewrite of a shared constant
+        if same in copies:  # one copy serves every reader that needs these values
+            uses[name] -= 1
+            site.node.input[operand] = copies[same]
+            details.append(f"rewrote {reasons}: reads '{copies[same]}' (the copy made above)")
+            continue
         new_name = fresh_name(f"{name}_{label}", taken)
         taken.add(new_name)
+        copies[same] = new_name
         uses[name] -= 1
         site.graph.initializer.append(numpy_helper.from_array(new, new_name))
         site.node.input[operand] = new_name

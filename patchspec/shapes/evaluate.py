@@ -95,6 +95,7 @@ class ShapeEvaluator:
         self._opsets = {entry.domain or "": entry.version for entry in model.opset_import}
         self._opsets.setdefault("", self._opsets.get("ai.onnx", 1))
         self._schemas: dict[tuple, object] = {}
+        self._inferred: dict[tuple, list[Known]] = {}  # see evaluate
         self._counter = 0
         #: per body graph (by id): whether it runs at each point; a branch an If does not take is dead
         self._runs: dict[int, list[bool]] = {id(model.graph): [True] * len(self.points)}
@@ -159,7 +160,19 @@ class ShapeEvaluator:
 
     # -- one node at one point ---------------------------------------------------------------------
     def evaluate(self, node: onnx.NodeProto, inputs: list[Known]) -> list[Known]:
-        """The outputs of ``node`` given its inputs at one point (UNKNOWN where nothing can be said)."""
+        """The outputs of ``node`` given its inputs at one point (UNKNOWN where nothing can be said).
+
+        Remembered by what decides them: the op, its attributes and the inputs' types, shapes and
+        small values (the blocks of a deep network repeat those exactly, at every point)."""
+        key = _inference_key(node, inputs)
+        if key is not None and key in self._inferred:
+            return self._inferred[key]
+        outputs = self._evaluate_once(node, inputs)
+        if key is not None:
+            self._inferred[key] = outputs
+        return outputs
+
+    def _evaluate_once(self, node: onnx.NodeProto, inputs: list[Known]) -> list[Known]:
         count = len(node.output)
         if node.domain not in ("", "ai.onnx"):
             return self._infer(node, inputs)
@@ -294,6 +307,19 @@ class ShapeEvaluator:
                      for j, k in enumerate(body_out[p][states:])]
             outputs.append((finals + scans)[:len(node.output)])
         return outputs
+
+
+def _inference_key(node: onnx.NodeProto, inputs: list[Known]) -> tuple | None:
+    """What ONNX's inference of ``node`` depends on, names aside; None for a node with a body."""
+    attributes = []
+    for attribute in node.attribute:
+        if attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+            return None
+        attributes.append(attribute.SerializeToString())
+    described = tuple((bool(name), known.dtype, known.shape,
+                       None if known.value is None else (np.asarray(known.value).dtype.str, np.asarray(known.value).tobytes()))
+                      for name, known in zip(node.input, inputs))
+    return node.op_type, node.domain, len(node.input), len(node.output), tuple(attributes), described
 
 
 def _condition(inputs: list[Known]) -> bool | None:
