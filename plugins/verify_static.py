@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from patchspec import Verifier, VerifyContext, VerifyResult, hookimpl
+from patchspec.api import Known, ShapeEvaluator, fed_inputs, read_dims
 
 
 class StaticVerifier(Verifier):
@@ -27,10 +28,42 @@ class StaticVerifier(Verifier):
         scope = "inputs, outputs and annotated tensors" if params.get("value_info") else "inputs and outputs"
         if offenders:
             summary = f"{len(offenders)} of {checked} {scope} are not static: {offenders[0]}"
-            hint = "fix them with set_batch (batch) or rename_dims with integer sizes (axes: {2: 640})"
-            return VerifyResult("failed", summary, (*offenders, f"hint: {hint}"),
+            return VerifyResult("failed", summary, (*offenders, *_hint(context.model)),
                                 {"offenders": offenders, "checked": checked})
         return VerifyResult("passed", f"all {checked} {scope} have fixed sizes", (), {"checked": checked})
+
+
+def _hint(model) -> tuple[str, ...]:
+    """What makes the model static, only where it can work.
+
+    A symbolic input dim: set_batch (axis 0) or a rename_dims with a size, listed before set_batch, so
+    that set_batch re-derives the outputs from the fixed input. With every input fixed, an output
+    whose size ONNX's inference cannot derive gets the exact rename_dims lines, from the sizes the
+    model computes at those inputs (evaluated on the graph, no weights read).
+    """
+    inputs = fed_inputs(model.graph)
+    loose = [(name, axis) for name, info in inputs.items()
+             for axis, dim in enumerate(read_dims(info) or []) if not isinstance(dim, int)]
+    if loose:
+        lines = ", ".join(f"{name}[{axis}]" for name, axis in loose)
+        return (f"hint: give the input dims sizes ({lines}): set_batch for a batch on axis 0, and for any other "
+                "'- rename_dims: {tensor: NAME, axes: {AXIS: SIZE}}' listed before set_batch, so that set_batch "
+                "derives the outputs from the fixed inputs",)
+    point = {name: Known(info.type.tensor_type.elem_type, tuple(read_dims(info) or ())) for name, info in inputs.items()}
+    evaluator = ShapeEvaluator(model, [point]).run()
+    fixes = []
+    for info in model.graph.output:
+        dims = read_dims(info)
+        found = evaluator.at(info.name)[0] if info.name in evaluator.known else None
+        if found is None or not found.full or (dims is not None and all(isinstance(d, int) for d in dims)):
+            continue
+        axes = ", ".join(f"{axis}: {size}" for axis, size in enumerate(found.shape))
+        fixes.append(f"  - rename_dims: {{tensor: {info.name}, axes: {{{axes}}}}}")
+    if not fixes:
+        return ("hint: the inputs are fixed, but the outputs' sizes cannot be derived from the graph alone "
+                "(they depend on data): declare them with rename_dims if you know them",)
+    return ("hint: the inputs are fixed; ONNX's inference cannot derive these outputs' sizes, which the graph "
+            "gives at those inputs: add to the end of patches:", *fixes)
 
 
 def dynamic_axes(kind: str, info) -> str:

@@ -59,3 +59,36 @@ def test_unknown_key_is_a_spec_error(tmp_path, run_cli):
     spec = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches: []\nverify:\n  - static: {value_infos: true}\n")
     result = run_cli("validate", spec)
     assert result.exit_code == 2 and "did you mean 'value_info'" in result.output
+
+
+def halving_reshape():
+    """x [4, 8] -> Shape / [1, 2] -> concat [2] -> Reshape: [4, 4, 2]. ONNX's inference stops at the Div."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    ints = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Div", ["s", "halves"], ["h"]),
+             helper.make_node("Concat", ["h", "two"], ["shape"], axis=0), helper.make_node("Reshape", ["x", "shape"], ["y"])]
+    return graph_model(nodes, [tensor_info("x", [4, 8])], [tensor_info("y", ["a", "b", "c"])],
+                       [ints("halves", [1, 2]), ints("two", [2])], opset=18)
+
+
+def test_the_hint_for_outputs_inference_cannot_derive_is_exact_and_works(tmp_path, run_cli):
+    """Every hint is applied: the printed lines, pasted at the end of patches, make the verifier pass."""
+    result, _ = apply(tmp_path / "first", run_cli, halving_reshape(), "  - static: {}\n")
+    assert result.exit_code == 1, result.output
+    lines = [line.strip() for line in result.output.splitlines() if line.strip().startswith("- rename_dims:")]
+    assert lines == ["- rename_dims: {tensor: y, axes: {0: 4, 1: 4, 2: 2}}"], result.output
+    folder = tmp_path / "second"
+    folder.mkdir()
+    onnx.save(halving_reshape(), folder / "m.onnx")
+    spec = write_spec(folder, "patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches:\n  " + lines[0] +
+                              "\nverify:\n  - static: {}\n  - run: {}\n")
+    fixed = run_cli("apply", spec)
+    assert fixed.exit_code == 0, fixed.output
+
+
+def test_a_symbolic_input_gets_the_ordering_hint_not_exact_lines(tmp_path, run_cli):
+    result, _ = apply(tmp_path, run_cli, two_relus(["N", 4], ["N", 4], ["N", 4]), "  - static: {}\n")
+    assert result.exit_code == 1
+    assert "x[0]" in result.output and "listed before set_batch" in result.output
