@@ -66,7 +66,7 @@ def halving_reshape():
     import numpy as np
     from onnx import numpy_helper
 
-    ints = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    ints = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)
     nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Div", ["s", "halves"], ["h"]),
              helper.make_node("Concat", ["h", "two"], ["shape"], axis=0), helper.make_node("Reshape", ["x", "shape"], ["y"])]
     return graph_model(nodes, [tensor_info("x", [4, 8])], [tensor_info("y", ["a", "b", "c"])],
