@@ -296,8 +296,9 @@ class _Tracker:
         proved = i is not None and i < len(values) and values[i] not in (0, -1) and values[i] % self.b1 == 0
         new_static = values[i] // self.b1 * self.b2 if proved else None
         if not proved or not self.consistent(out1, self._eval(site, [data2, _int64(_with(values, i, new_static))]), i):
+            suggestion = self._suggest(site, values, axis) if self._suggestion_works(site, values, axis, data1, data2) else ""
             return self._unsettled(site, [data2, shape2], values, f"its data carries the batch on axis {axis}, and no "
-                                   "element of its shape can be proved to be the batch", self._suggest(site, values, axis))
+                                   "element of its shape can be proved to be the batch", suggestion)
         written = self._written_value(site, values, i, data1, out1, axis)
         if written is None:
             return self._undecided(site, values, f"element {i} is the batch, but a symbolic batch there needs a "
@@ -458,6 +459,16 @@ class _Tracker:
         self.trace.undecided.append(text + (f"; to fix it by hand, add:\n{suggestion}" if suggestion else ""))
         self.decided.add(id(node))
         return None
+
+    def _suggestion_works(self, site, values, axis, data1, data2) -> bool:
+        """Whether the suggested shape (the data's batch dim where the old batch was) keeps the samples
+        apart at the new batch: a hint that cannot work is not printed."""
+        i = next((j for j, v in enumerate(values) if v == self.b1), axis)
+        if not 0 <= i < len(values) or not data2.full:
+            return False
+        trial = self._eval(site, [data2, _int64(_with(values, i, data2.shape[axis]))])
+        at_old = self._eval(site, [data1, _int64(_with(values, i, data1.shape[axis]))])
+        return at_old.full and self.consistent(at_old, trial, i)
 
     def _suggest(self, site: NodeSite, values: list[int], axis: int, i: int | None = None, operand: int = 1) -> str:
         """Spec lines for replace_initializer that put the data's batch dim at element ``i``."""

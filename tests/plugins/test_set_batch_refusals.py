@@ -113,3 +113,21 @@ def test_a_model_onnx_inference_gives_up_on_is_a_located_refusal_not_a_bug(tmp_p
     first = result.stderr.splitlines()[0]
     assert "patches[0] (set_batch): ONNX shape inference" in first and "No opset import for domain" in first
     assert "'ai.onnx.contrib' without an opset import" in result.stderr
+
+
+def test_the_suggested_lines_applied_settle_the_undecided_point(tmp_path, run_cli):
+    """Every hint is applied: the replace_initializer lines set_batch prints, pasted after it, give a spec
+    that applies with nothing undecided and runs at the new batch."""
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["y"], name="regroup")]
+    model = graph_model(nodes, [tensor_info("x", [2, 3])], [tensor_info("y", [3, 2])], [ints("shape", [3, -1])])
+    first = run_cli("apply", spec_for(tmp_path, model), "--no-verify", "-v")
+    lines = first.stdout[first.stdout.index("  - replace_initializer:"):].splitlines()[:4]
+    folder = tmp_path / "fixed"
+    folder.mkdir()
+    onnx.save(model, folder / "m.onnx")
+    spec = write_spec(folder, "patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches:\n  - set_batch: 4\n"
+                              + "\n".join(line.strip("\n") for line in lines) + "\nverify:\n  - check: {}\n"
+                              "  - run: {cases: [{inputs: {x: [4, 3]}}], compare: {against: none}}\n")
+    fixed = run_cli("apply", spec, "-v")
+    assert fixed.exit_code == 0, spec.read_text() + fixed.output
+    assert "undecided" not in fixed.stdout.split("replace_initializer")[-1]
