@@ -562,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
                 reporter.output(text.rstrip("\n"), err=True)
         elif reporter.verbose and exit_code_of(exc) == EXIT_INTERNAL:
             reporter.output(_traceback(exc), err=True)
-        reporter.error(str(exc))
+        reporter.error(_only_the_error(str(exc)) if reporter.quiet else str(exc))
         return exit_code_of(exc)
     except Exception as exc:  # a bug: one line unless -v
         reporter.close()
@@ -574,6 +574,13 @@ def main(argv: list[str] | None = None) -> int:
         reporter.close()
         if state.closing:
             reporter.line(state.closing)
+
+
+def _only_the_error(text: str) -> str:
+    """What ``-q`` prints of an error: its first line and its hints, not the details under it (a failed
+    verifier's per-case lines). A spec error's located problems are each a line of their own: kept."""
+    lines = text.splitlines()
+    return "\n".join([lines[0]] + [line for line in lines[1:] if not line.startswith("    ") or "hint:" in line])
 
 
 def _traceback(exc: BaseException) -> str:
