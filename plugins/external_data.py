@@ -29,11 +29,13 @@ class ExternalDataPatch(PatchType):
             "size_threshold": {
                 "type": "integer",
                 "minimum": 0,
+                "default": 1024,
                 "description": "Tensors smaller than this many bytes stay inline in the .onnx (default 1024).",
             },
             "align": {
                 "type": "integer",
                 "minimum": 1,
+                "default": 4096,
                 "maximum": MAX_ALIGN,
                 "description": "Byte alignment of each tensor in the data file, a power of two (default 4096; "
                                "65536 for memory mapping on Windows).",
@@ -44,6 +46,7 @@ class ExternalDataPatch(PatchType):
             },
             "checksum": {
                 "type": "boolean",
+                "default": False,
                 "description": "Write ONNX's per-tensor 'checksum' entries (sha1 of each tensor's bytes).",
             },
         },
@@ -69,10 +72,10 @@ class ExternalDataPatch(PatchType):
             moved = sum(1 for t in iter_tensors(model.graph) if is_external(t))
             return PatchResult(False, f"output layout: every tensor inline ({moved} read from data files)")
         layout = Layout(
-            location=params.get("location", ""),
-            size_threshold=params.get("size_threshold", 1024),
-            align=params.get("align", 4096),
-            checksum=bool(params.get("checksum", False)),
+            location=params.get("location", ""),  # no default: the output's name decides it
+            size_threshold=params["size_threshold"],
+            align=params["align"],
+            checksum=params["checksum"],
         )
         context.state.set(OUTPUT_LAYOUT, layout)
         name = layout.location or "<output file name>.data"

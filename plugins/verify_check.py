@@ -81,7 +81,7 @@ class CheckVerifier(Verifier):
 
     def verify(self, params: dict, context: VerifyContext) -> VerifyResult:
         version = onnx.__version__
-        strict = bool(params.get("strict", False))
+        strict = params["strict"]
         output, original = Path(context.output_path), Path(context.original_path)
         # by path: external data resolves next to the output, not against the current directory
         if _error(lambda: onnx.checker.check_model(str(output), full_check=True)) is None:

@@ -55,13 +55,14 @@ class RunVerifier(Verifier):
         "type": "object",
         "properties": {
             "providers": {"type": "array", "items": {"type": "string"}, "minItems": 1,
+                          "default": list(DEFAULT_PROVIDERS),
                           "description": "execution providers to run on (default [CPUExecutionProvider]); "
                                          "one not available here is skipped with the reason"},
             "custom_op_libraries": {"type": "array", "items": {"type": "string"}, "minItems": 1,
                                     "description": "shared libraries that register the model's custom ops "
                                                    "(onnxruntime's register_custom_ops_library), relative to the "
                                                    "spec's folder; loaded into every session, the reference's too"},
-            "require": {"type": "array", "items": {"type": "string"},
+            "require": {"type": "array", "items": {"type": "string"}, "default": [],
                         "description": "providers that must run: unavailable fails the verifier"},
             "cases": {
                 "type": "array", "minItems": 1,
@@ -78,16 +79,16 @@ class RunVerifier(Verifier):
                 },
             },
             "optimizations": {
-                "type": "array", "minItems": 1, "uniqueItems": True,
+                "type": "array", "minItems": 1, "uniqueItems": True, "default": list(DEFAULT_OPTIMIZATIONS),
                 "items": {"enum": list(OPTIMIZATION_LEVELS)},
                 "description": ("ONNX Runtime graph optimization levels to run every case at (default [all, "
                                 "disabled]): optimizations can make a wrong model look right"),
             },
             "compare": {
-                "type": "object",
+                "type": "object", "default": {},
                 "description": "what the outputs are compared with, and how closely",
                 "properties": {
-                    "against": dict(_AGAINST, description=_AGAINST["description"] + "; default original"),
+                    "against": dict(_AGAINST, default="original", description=_AGAINST["description"] + "; default original"),
                     "split_batch": {
                         "description": ("run the reference once per sample and join its outputs: true (axis 0 of "
                                         "every input and output), or {inputs: {NAME: AXIS or null}, outputs: "
@@ -104,8 +105,10 @@ class RunVerifier(Verifier):
                             }},
                         ],
                     },
-                    "rtol": {"type": "number", "minimum": 0, "description": f"relative tolerance (default {DEFAULT_RTOL:g})"},
-                    "atol": {"type": "number", "minimum": 0, "description": f"absolute tolerance (default {DEFAULT_ATOL:g})"},
+                    "rtol": {"type": "number", "minimum": 0, "default": DEFAULT_RTOL,
+                             "description": f"relative tolerance (default {DEFAULT_RTOL:g})"},
+                    "atol": {"type": "number", "minimum": 0, "default": DEFAULT_ATOL,
+                             "description": f"absolute tolerance (default {DEFAULT_ATOL:g})"},
                     "outputs": {
                         "type": "object",
                         "description": ("per output: {rtol, atol} for this output only, or skip (run it, check its "
@@ -342,14 +345,14 @@ class _Run:
     def __init__(self, params: dict, context: VerifyContext) -> None:
         self.params = params
         self.context = context
-        compare = params.get("compare", {})
-        self.against = compare.get("against", "original")
+        compare = params["compare"]  # the loader filled in the schema's defaults
+        self.against = compare["against"]
         split = compare.get("split_batch", False)
         self.split_batch = bool(split)
         self.split = BatchSplit(split.get("inputs", {}), split.get("outputs", {})) if isinstance(split, dict) else BatchSplit()
-        self.optimizations = list(params.get("optimizations") or DEFAULT_OPTIMIZATIONS)
-        self.rtol = float(compare.get("rtol", DEFAULT_RTOL))
-        self.atol = float(compare.get("atol", DEFAULT_ATOL))
+        self.optimizations = list(params["optimizations"])
+        self.rtol = float(compare["rtol"])
+        self.atol = float(compare["atol"])
         self.tolerances = dict(DTYPE_TOLERANCES)
         self.applied: dict[str, tuple[float, float]] = {}  # element type -> the tolerance used for its outputs
         for dtype, given in compare.get("tolerances", {}).items():
@@ -358,7 +361,7 @@ class _Run:
         self.per_output = {name: _Tolerance(self.rtol, self.atol, True) if given == "skip" else
                            _Tolerance(float(given.get("rtol", self.rtol)), float(given.get("atol", self.atol)))
                            for name, given in compare.get("outputs", {}).items()}
-        self.required = set(params.get("require", []))
+        self.required = set(params["require"])
         self.libraries = tuple(context.resolve(p) for p in params.get("custom_op_libraries", []))
         #: (outputs, seconds) of the reference, by (reference path, provider, level, case index, per sample?)
         self.expected: dict[tuple, tuple[dict, float] | RunFailure] = {}
@@ -367,7 +370,7 @@ class _Run:
         unknown = self._unknown_output_settings()
         if unknown:
             return VerifyResult("failed", unknown)
-        providers = self.params.get("providers") or list(DEFAULT_PROVIDERS)
+        providers = self.params["providers"]
         reasons = provider_skip_reasons(providers)
         rows: list[_Row] = []
         for provider in providers:

@@ -8,6 +8,7 @@ by position: ``specs/x.yaml:8:10: patches[1] (rename_dims) > axes.2: 12.5 is not
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 from dataclasses import replace
@@ -62,7 +63,8 @@ def load_spec(path: Path | str, registry: PluginRegistry, *, text: str | None = 
     if problems:
         raise SpecError(problems)
     if "verify" not in data:
-        verify = (Step("verify", 0, "check", {}),)
+        check = registry.verifiers.get("check")
+        verify = (Step("verify", 0, "check", apply_defaults(check.params_schema, {}) if check else {}),)
     folder = path.resolve().parent
     output = folder / data["output"]
     output = output.parent.resolve() / output.name  # a symlink at the output is replaced, never written through
@@ -71,6 +73,23 @@ def load_spec(path: Path | str, registry: PluginRegistry, *, text: str | None = 
     # data are each a link into blobs/; the data policy then checks where the links lead
     model = Path(os.path.normpath(folder / data["model"]))
     return Spec(path, document, model, output, patches, verify)
+
+
+def apply_defaults(schema: dict, value):
+    """A copy of ``value`` with every ``default`` its schema gives filled in where the key is absent, at
+    any depth of ``properties`` and ``items`` (as cfgv's apply_defaults). ``anyOf``/``oneOf`` branches
+    are left alone: which branch's default would apply is not for the loader to guess."""
+    if isinstance(value, dict) and isinstance(schema.get("properties"), dict):
+        filled = dict(value)
+        for key, sub in schema["properties"].items():
+            if key in filled:
+                filled[key] = apply_defaults(sub, filled[key])
+            elif isinstance(sub, dict) and "default" in sub:
+                filled[key] = apply_defaults(sub, copy.deepcopy(sub["default"]))
+        return filled
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [apply_defaults(schema["items"], item) for item in value]
+    return value
 
 
 def _missing_files(document: YamlDocument, folder: Path, registry: PluginRegistry, steps) -> list[SpecProblem]:
@@ -167,6 +186,8 @@ def _steps(document: YamlDocument, section: str, registry: PluginRegistry, probl
                 doc_path = step_path if shorthand_used else step_path + tuple(key)
                 where = step.label + (" > " + ".".join(map(str, key)) if key else "")
                 problems.append(document.problem(doc_path, where, message))
+        if len(problems) == before:  # the schema's defaults, once, here: the plugin gets its params filled in
+            step = Step(section, index, type_name, apply_defaults(cls_.params_schema, params), shorthand_used)
         yield step
 
 

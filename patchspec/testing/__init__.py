@@ -245,5 +245,15 @@ except ImportError:  # pragma: no cover - pytest is not installed
 from patchspec.testing.checks import check_patch_type, check_verifier, schema_problems  # noqa: E402
 from patchspec.testing.contexts import patch_context, verify_context  # noqa: E402
 
-__all__ = ["IR_VERSION", "SPEC_HEADER", "SpecRun", "check_patch_type", "check_verifier", "make_model", "patch_context",
+
+def filled(plugin: type, params: Mapping[str, Any]) -> dict:
+    """``params`` as the spec loader hands them to ``plugin``: its schema's defaults filled in. For unit
+    tests that call ``apply``/``verify`` directly (since plugin API 1.1, plugins read defaults from
+    their params, not from code)."""
+    from patchspec.spec.load import apply_defaults
+
+    result: dict = apply_defaults(plugin.params_schema, dict(params))
+    return result
+
+__all__ = ["IR_VERSION", "SPEC_HEADER", "SpecRun", "check_patch_type", "check_verifier", "filled", "make_model", "patch_context",
            "registered", "run_cli", "run_spec", "schema_problems", "verify_context"]

@@ -31,6 +31,7 @@ from patchspec.plugin.contract import (
     VerifyResult,
 )
 from patchspec.shapes.annotations import untyped_annotations
+from patchspec.spec.load import apply_defaults
 from patchspec.testing.contexts import patch_context, verify_context
 
 #: (model, params): params as written in a spec, a mapping or a shorthand value
@@ -148,7 +149,7 @@ def _params(cls: type[PatchType] | type[Verifier], params: Any) -> dict:
     assert not errors, f"{cls.name}: its params_schema rejects {params!r}: {errors[0].message}"
     problems = list(cls().check_params(params))
     assert not problems, f"{cls.name}: check_params rejects {params!r}: {problems}"
-    checked: dict = params
+    checked: dict = apply_defaults(cls.params_schema, params)  # as the loader does, after check_params
     return checked
 
 

@@ -16,7 +16,7 @@ from onnx import helper, numpy_helper
 
 from helpers import graph_model, tensor_info, write_spec
 from patchspec import PatchResult, PatchType, hookimpl
-from patchspec.testing import registered
+from patchspec.testing import filled, registered
 from patchspec.testing.contexts import verify_context
 from patchspec_plugins.verify_check import CheckVerifier, normalise
 
@@ -196,8 +196,9 @@ def verify(tmp_path, output_bytes: bytes, original_bytes: bytes | None, params=N
     output.write_bytes(output_bytes)
     if original_bytes is not None:
         original.write_bytes(original_bytes)
-    context = verify_context("check", params or {}, output, onnx.ModelProto(), original=original)
-    return CheckVerifier().verify(params or {}, context)
+    params = filled(CheckVerifier, params or {})  # as the loader hands them over: defaults applied
+    context = verify_context("check", params, output, onnx.ModelProto(), original=original)
+    return CheckVerifier().verify(params, context)
 
 
 def test_an_unreadable_output_is_a_failed_verdict(tmp_path):
