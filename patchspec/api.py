@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from patchspec.errors import UsageError, close_matches, did_you_mean
 from patchspec.model.external_data import (
+    DIGEST_FIELD,
     ORT_MEMORY_MARKER,
     OUTPUT_LAYOUT,
     Layout,
@@ -116,7 +117,7 @@ __all__ = [
     # shape evaluation
     "BROADCASTING", "Known", "ShapeEvaluator",
     # external data
-    "ORT_MEMORY_MARKER", "OUTPUT_LAYOUT", "Layout", "is_external", "iter_tensors", "read_tensor",
+    "DIGEST_FIELD", "ORT_MEMORY_MARKER", "OUTPUT_LAYOUT", "Layout", "is_external", "iter_tensors", "read_tensor",
     "refuse_inline_overflow",
     # ONNX Runtime
     "CASE_INPUT_SCHEMA", "DEFAULT_PROVIDERS", "DTYPES", "FILLS", "OPTIMIZATION_LEVELS", "BatchSplit", "OutputComparison",

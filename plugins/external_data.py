@@ -9,7 +9,15 @@ from __future__ import annotations
 from pathlib import PurePosixPath, PureWindowsPath
 
 from patchspec import PatchResult, PatchType, hookimpl
-from patchspec.api import ORT_MEMORY_MARKER, OUTPUT_LAYOUT, Layout, is_external, iter_tensors, refuse_inline_overflow
+from patchspec.api import (
+    DIGEST_FIELD,
+    ORT_MEMORY_MARKER,
+    OUTPUT_LAYOUT,
+    Layout,
+    is_external,
+    iter_tensors,
+    refuse_inline_overflow,
+)
 
 MAX_ALIGN = 1 << 30
 
@@ -24,7 +32,9 @@ class ExternalDataPatch(PatchType):
             "location": {
                 "type": "string",
                 "minLength": 1,
-                "description": "Data file name, next to the output model (default: '<output file name>.data').",
+                "description": ("Data file name, next to the output model (default: '<output file name>.data'); "
+                                "'{digest}' in it becomes the start of the output's digest (e.g. '{digest}.weights'), "
+                                "so a new build never shares a data file name with an old one"),
             },
             "size_threshold": {
                 "type": "integer",
@@ -94,7 +104,12 @@ def location_problem(location: str) -> str | None:
         return f"location '{location}' is not a usable file name"
     if location.lower().endswith(".onnx"):
         return f"location '{location}' ends in .onnx; a data file must not look like a model (use e.g. '.data')"
+    if ("{" in location or "}" in location) and location.replace(DIGEST_FIELD, "").count("{") + \
+            location.replace(DIGEST_FIELD, "").count("}"):
+        return f"location '{location}': the only field a data file name takes is {DIGEST_FIELD}"
     return None
+
+
 
 
 @hookimpl

@@ -46,6 +46,10 @@ class ExternalRef:
     checksum: str | None = None
 
 
+#: in a layout's ``location``, replaced by the start of the output's digest (a content-addressed name)
+DIGEST_FIELD = "{digest}"
+
+
 @dataclass(frozen=True)
 class Layout:
     """How the output stores tensor data.

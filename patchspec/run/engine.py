@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import onnx
@@ -31,6 +31,7 @@ from patchspec.errors import (
     VerifierFailed,
 )
 from patchspec.model.external_data import (
+    DIGEST_FIELD,
     OUTPUT_LAYOUT,
     Layout,
     data_files,
@@ -277,8 +278,13 @@ class Engine:
                 return report
             patched, layout = self.patch(loaded, report, check_verifiers=not no_verify)
             layout = layout or default_layout(patched, loaded.output_path, original=loaded.model)
+            if layout.location and DIGEST_FIELD in layout.location:  # content-addressed: named by this build
+                layout = replace(layout, location=layout.location.replace(DIGEST_FIELD, digest_of(parts.result())[:16]))
             refuse_input_overwrite(layout, loaded.output_path, [loaded.model_path, *loaded.data_paths])
             written = self._write_and_commit(loaded, patched, layout, parts.result, no_verify, report)
+            # a content-addressed name changes every build: the previous build's data files go
+            previous = stamp.data_files if stamp is not None else [Path(f) for f in cache.built.get("files", {})]
+            _remove_superseded(loaded.output_path, previous, report.files)
         cache.record_output([Path(name) for name in report.files], digest_of(parts.result()))
         for name, entry in written.items():  # hashed at build time: the next check need not read them
             cache.remember(loaded.output_path.parent / name, entry["sha256"])
@@ -521,6 +527,14 @@ def _data_record(model: onnx.ModelProto, folder: Path, sha256: Callable[[Path], 
     """Size and sha256 of each data file ``model`` (written in ``folder``) points at, by location."""
     locations = dict.fromkeys(external_info(t)["location"] for t in iter_tensors(model.graph) if is_external(t))
     return {name: {"size": (folder / name).stat().st_size, "sha256": sha256(folder / name)} for name in locations}
+
+
+def _remove_superseded(output: Path, old: list[Path], new: list[str]) -> None:
+    """Data files the previous build wrote beside ``output`` and this one no longer names."""
+    kept = {Path(name).name for name in new} | {output.name}
+    for path in map(Path, old):
+        if path.parent.resolve() == output.parent.resolve() and path.name not in kept and path.is_file():
+            path.unlink(missing_ok=True)
 
 
 def _stamp(model: onnx.ModelProto, parts: dict[str, str], files: dict[str, dict]) -> None:

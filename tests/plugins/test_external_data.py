@@ -145,3 +145,25 @@ def test_without_the_patch_the_input_layout_is_kept(tmp_path, model, run_cli):
     placed = placements(tmp_path / "out" / "o.onnx")
     assert placed["B"] == {} and placed["W1"]["location"] == "o.onnx.data"
     assert os.path.getsize(tmp_path / "out" / "o.onnx.data") == 2 * 64 * 64 * 4  # 16 KiB: already aligned
+
+
+def test_a_content_addressed_data_name_changes_with_the_build_and_the_old_file_goes(tmp_path, model, run_cli):
+    """location: '{digest}.weights': each build's data file is named by its digest, so a reader can never
+    pair a new data file with an old model; the previous build's file is removed once the new one is in."""
+    spec = spec_with(tmp_path, "  - external_data: {location: '{digest}.weights'}\n")
+    assert run_cli("apply", spec).exit_code == 0
+    out = tmp_path / "out"
+    first = {p.name for p in out.glob("*.weights")}
+    assert len(first) == 1 and len(next(iter(first))) == len("0123456789abcdef.weights")
+    assert {e["location"] for e in placements(out / "o.onnx").values() if e} == first
+    spec.write_text(spec.read_text() + "  - rename_dims: {tensor: x, axes: {0: B}}\n")  # another build
+    result = run_cli("apply", spec)
+    assert result.exit_code == 0, result.output
+    second = {p.name for p in out.glob("*.weights")}
+    assert len(second) == 1 and second != first
+    np.testing.assert_allclose(outputs(out / "o.onnx"), outputs(model), rtol=1e-5, atol=1e-6)
+
+
+def test_a_data_name_takes_no_other_field(tmp_path, model, run_cli):
+    result = run_cli("validate", spec_with(tmp_path, "  - external_data: {location: '{hash}.weights'}\n"))
+    assert result.exit_code == 2 and "the only field a data file name takes is {digest}" in result.output
