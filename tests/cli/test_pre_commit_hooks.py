@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 
 import onnx
+import pytest
 import yaml
 
 from patchspec.testing import make_model
@@ -37,3 +39,33 @@ def test_each_hook_entry_runs_on_the_files_pre_commit_passes(tmp_path, run_cli):
     assert run_cli(*entry["patchspec-check"], "specs/m.yaml", cwd=tmp_path).exit_code == 0
     spec.write_text(spec.read_text().replace("set_batch: 2", "set_batch: {sise: 2}"))  # a typo in a key
     assert run_cli(*entry["patchspec-validate"], "specs/m.yaml", cwd=tmp_path).exit_code == 2
+
+
+@pytest.mark.slow
+def test_the_hooks_through_the_real_pre_commit_try_repo(tmp_path):
+    """pre-commit itself installs patchspec from this repository (its committed HEAD) into a hook
+    environment and runs patchspec-validate: a good spec passes, a broken one fails the commit."""
+    import shutil
+    import subprocess
+    import sys
+
+    pre_commit = shutil.which("pre-commit", path=str(Path(sys.executable).parent))
+    if pre_commit is None:
+        pytest.skip("pre-commit is not installed (the test extra installs it)")
+    project = tmp_path / "project"
+    (project / "specs").mkdir(parents=True)
+    (project / "specs" / "good.yaml").write_text("patchspec: 1\nmodel: ../m.onnx\noutput: ../o.onnx\npatches:\n"
+                                                  "  - set_batch: 4\n")
+    (project / "specs" / "bad.yaml").write_text("patchspec: 1\nmodel: ../m.onnx\noutput: ../o.onnx\npatches:\n"
+                                                 "  - set_bach: 4\n")
+    git = ["git", "-c", "user.email=ci@example.invalid", "-c", "user.name=ci"]
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=project, check=True)
+    subprocess.run([*git, "commit", "-qm", "specs"], cwd=project, check=True)
+    env = dict(os.environ, PRE_COMMIT_HOME=str(tmp_path / "cache"))
+    run = lambda *files: subprocess.run([pre_commit, "try-repo", str(REPO), "patchspec-validate", "--files", *files],
+                                        cwd=project, env=env, capture_output=True, text=True, timeout=600)
+    good = run("specs/good.yaml")
+    assert good.returncode == 0 and "Passed" in good.stdout, good.stdout + good.stderr
+    bad = run("specs/bad.yaml")
+    assert bad.returncode == 1 and "unknown patch type 'set_bach'" in bad.stdout, bad.stdout + bad.stderr
