@@ -30,7 +30,7 @@ INSTALL_PATCHSPEC := -e .
 PACKAGE_FILES :=
 endif
 
-.PHONY: demo test test-oldest lint venv clean bench torch-fixtures
+.PHONY: demo test test-fast test-oldest lint venv clean bench torch-fixtures
 .DELETE_ON_ERROR:
 
 venv: $(STAMP)
@@ -60,6 +60,10 @@ demo: $(PRODUCT)
 test: $(STAMP)
 	$(PY) -m pytest -q tests
 	$(PY) -m pytest -q -p no:cacheprovider examples/plugin-acme/tests
+
+# the inner loop: everything but the tests marked slow (wheel builds, pre-commit's own environment)
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" tests
 
 # ruff on everything, mypy (strict) on the public API; the versions come from the `lint` extra
 lint: $(STAMP)
