@@ -22,6 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 from patchspec.errors import close_matches
 from patchspec.model.graph import Namer, constant_value
 from patchspec.shapes import expressions as ex
+from patchspec.shapes.annotations import read_dim
 
 INTEGER_TYPES = {TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
                  TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64}
@@ -75,7 +76,8 @@ class TensorIndex:
                 tensor_type = info.type.tensor_type
                 facts.dtype = tensor_type.elem_type or facts.dtype
                 if tensor_type.HasField("shape"):
-                    facts.dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim]
+                    facts.dims = [size if isinstance(size := read_dim(d), int) else None  # -1: unknown
+                                  for d in tensor_type.shape.dim]
 
     def get(self, name: str) -> TensorFacts | None:
         return self.facts.get(name)

@@ -26,6 +26,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from patchspec.model.graph import NodeSite, subgraphs
+from patchspec.shapes.annotations import read_dim
 
 #: tensors with at most this many elements get a value (shape arithmetic, scales, small constants)
 SMALL = 1024
@@ -75,7 +76,7 @@ def known_of_type(type_proto: onnx.TypeProto) -> Known:
     tensor_type = type_proto.tensor_type
     if not tensor_type.HasField("shape"):
         return Known(tensor_type.elem_type)
-    dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim)
+    dims = tuple(size if isinstance(size := read_dim(d), int) else None for d in tensor_type.shape.dim)  # -1: unknown
     return Known(tensor_type.elem_type, dims)
 
 

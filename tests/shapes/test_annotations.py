@@ -129,3 +129,17 @@ def test_the_state_is_required_so_no_plugin_loses_pinned_dims_by_forgetting_it()
         rederive_shapes(model)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match=r"takes the run's state \(context\.state\), got dict"):
         rederive_shapes(model, {"y": {0: "N"}})
+
+
+def test_an_exporters_minus_one_is_unknown_everywhere_never_a_size():
+    """Some exporters write dim_value -1 for "unknown": read_dims, the evaluator and the expression
+    compiler all read it as unknown (issue 19: three readings took it for a size)."""
+    from patchspec.shapes.compiler import TensorIndex
+    from patchspec.shapes.evaluate import known_of_type
+
+    info = tensor_info("x", [2, 3])
+    info.type.tensor_type.shape.dim[1].dim_value = -1
+    assert read_dims(info) == [2, None]
+    assert known_of_type(info.type).shape == (2, None)
+    model = graph_model([helper.make_node("Relu", ["x"], ["y"])], [info], [tensor_info("y", [2, 3])])
+    assert TensorIndex([model.graph]).get("x").dims == [2, None]
