@@ -436,6 +436,12 @@ def cmake_path() -> None:
     click.echo(Path(__file__).resolve().parent / "cmake")
 
 
+@cli.command(name="bazel-path")
+def bazel_path() -> None:
+    """Print the folder of patchspec's Bazel rules, a repository (local_repository, patchspec.bzl)."""
+    click.echo(Path(__file__).resolve().parent / "bazel")
+
+
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @click.pass_obj
