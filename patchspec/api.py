@@ -48,6 +48,7 @@ from patchspec.model.graph import (
     default_opset,
     fresh_name,
     subgraphs,
+    use_counts,
     uses_of,
     walk_nodes,
 )
@@ -102,7 +103,7 @@ __all__ = [
     # graphs
     "ELEMENT_TYPES", "Namer", "NodeSite", "ScopeIndex", "all_graphs", "all_names", "bodies", "constant_value",
     "default_opset", "fresh_name",
-    "subgraphs", "uses_of", "walk_nodes",
+    "subgraphs", "use_counts", "uses_of", "walk_nodes",
     # node selection
     "SELECTOR_SCHEMA", "check_selector", "select_nodes",
     # shape annotations

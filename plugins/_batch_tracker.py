@@ -27,7 +27,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from patchspec.api import BROADCASTING, Known, NodeSite, ScopeIndex, ShapeEvaluator, all_graphs, expressions, read_dims
+from patchspec.api import BROADCASTING, Known, NodeSite, ScopeIndex, ShapeEvaluator, expressions, read_dims, use_counts
 
 #: sizes given to symbolic input dims that are not the batch: distinct, divisible by the usual
 #: strides (up to 64), and small enough for position tables (transformers often stop at 512)
@@ -618,17 +618,6 @@ def batch_position(data_prefix, out_shape) -> int | None:
     return next((j for j in range(len(out_shape)) if _product(out_shape[:j]) == wanted), None)
 
 
-def use_counts(model: onnx.ModelProto) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for graph in all_graphs(model.graph):
-        for node in graph.node:
-            for name in node.input:
-                counts[name] = counts.get(name, 0) + 1
-        for info in graph.output:
-            counts[info.name] = counts.get(info.name, 0) + 1
-    return counts
-
-
 def _product(dims) -> int:
     return int(np.prod(list(dims), dtype=np.int64)) if len(dims) else 1
 
@@ -649,4 +638,4 @@ def _shape_text(known: Known) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in known.shape) + "]"
 
 
-__all__ = ["SYMBOL_SIZES", "BatchTrace", "Rewrite", "make_points", "trace_batch", "use_counts"]
+__all__ = ["SYMBOL_SIZES", "BatchTrace", "Rewrite", "make_points", "trace_batch"]

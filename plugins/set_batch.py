@@ -39,9 +39,10 @@ from patchspec.api import (
     rederive_shapes,
     shape_dims,
     typed,
+    use_counts,
     write_dim,
 )
-from patchspec_plugins._batch_tracker import INT64_MAX, BatchTrace, Rewrite, trace_batch, use_counts
+from patchspec_plugins._batch_tracker import INT64_MAX, BatchTrace, Rewrite, trace_batch
 
 
 class SetBatchPatch(PatchType):

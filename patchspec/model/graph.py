@@ -147,13 +147,21 @@ def all_names(model: onnx.ModelProto) -> set[str]:
     return names
 
 
+def use_counts(model: onnx.ModelProto) -> dict[str, int]:
+    """How many node inputs and graph outputs, in any graph, read each tensor: the one use count."""
+    counts: dict[str, int] = {}
+    for graph in all_graphs(model.graph):
+        for node in graph.node:
+            for name in node.input:
+                counts[name] = counts.get(name, 0) + 1
+        for info in graph.output:
+            counts[info.name] = counts.get(info.name, 0) + 1
+    return counts
+
+
 def uses_of(model: onnx.ModelProto, name: str) -> int:
     """How many node inputs and graph outputs, in any graph, read ``name``."""
-    count = 0
-    for graph in all_graphs(model.graph):
-        count += sum(1 for info in graph.output if info.name == name)
-        count += sum(1 for node in graph.node for used in node.input if used == name)
-    return count
+    return use_counts(model).get(name, 0)
 
 
 def fresh_name(wanted: str, taken: set[str]) -> str:
@@ -229,6 +237,7 @@ __all__ = [
     "fresh_name",
     "subgraphs",
     "sync_initializer_inputs",
+    "use_counts",
     "uses_of",
     "walk_nodes",
 ]

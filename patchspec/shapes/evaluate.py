@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from patchspec.model.graph import NodeSite, subgraphs
+from patchspec.model.graph import NodeSite, constant_value, subgraphs
 from patchspec.shapes.annotations import read_dim
 
 #: tensors with at most this many elements get a value (shape arithmetic, scales, small constants)
@@ -379,9 +379,10 @@ def _attrs(node: onnx.NodeProto) -> dict:
 def _evaluate_values(node: onnx.NodeProto, inputs: list[Known], opset: int) -> list[np.ndarray] | None:
     """Output values of ``node`` when it is shape arithmetic on known values; None otherwise."""
     op = node.op_type
+    if op == "Constant":  # the one constant reader; a large constant is a weight, not shape arithmetic
+        value = constant_value(node)
+        return None if value is None or value.size > SMALL else [value]
     attrs = _attrs(node)
-    if op == "Constant":
-        return _constant(attrs)
     if op in ("Shape", "Size"):
         shape = inputs[0].shape if inputs else None
         if shape is None or any(d is None for d in shape):
@@ -416,21 +417,6 @@ def _output_size(op: str, args: list) -> int:
         start, limit, delta = (float(a.reshape(-1)[0]) for a in args)
         return int(max(np.ceil((limit - start) / delta), 0)) if delta else SMALL + 1
     return 0
-
-
-def _constant(attrs: dict) -> list[np.ndarray] | None:
-    if "value" in attrs:
-        tensor = attrs["value"]
-        if tensor.data_location == TensorProto.EXTERNAL or int(np.prod(tensor.dims, dtype=np.int64)) > SMALL:
-            return None
-        return [numpy_helper.to_array(tensor)]
-    for key, dtype in (("value_int", np.int64), ("value_float", np.float32)):
-        if key in attrs:
-            return [np.array(attrs[key], dtype=dtype)]
-    for key, dtype in (("value_ints", np.int64), ("value_floats", np.float32)):
-        if key in attrs:
-            return [np.array(list(attrs[key]), dtype=dtype)]
-    return None
 
 
 def _axes(args: list, attrs: dict, position: int, opset_axes_input: bool) -> list[int] | None:

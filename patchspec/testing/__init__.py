@@ -34,6 +34,7 @@ from typing import Any
 import onnx
 from onnx import TensorProto, helper
 
+from patchspec.plugin.contract import PatchType, Verifier
 from patchspec.plugin.registry import in_process_plugin
 
 IR_VERSION = 8  #: helper.make_model writes a newer IR than onnxruntime accepts; test models use 8
@@ -246,7 +247,7 @@ from patchspec.testing.checks import check_patch_type, check_verifier, schema_pr
 from patchspec.testing.contexts import patch_context, verify_context  # noqa: E402
 
 
-def filled(plugin: type, params: Mapping[str, Any]) -> dict:
+def filled(plugin: type[PatchType] | type[Verifier], params: Mapping[str, Any]) -> dict:
     """``params`` as the spec loader hands them to ``plugin``: its schema's defaults filled in. For unit
     tests that call ``apply``/``verify`` directly (since plugin API 1.1, plugins read defaults from
     their params, not from code)."""
