@@ -7,10 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from helpers import ppocr_model_paths
-from patchspec.cli import main
+from patchspec.testing import run_cli as kit_run_cli
 
 
 @pytest.fixture(scope="session")
@@ -34,21 +33,13 @@ class CliResult:
 
 @pytest.fixture
 def run_cli():
-    """Run ``patchspec ARGS`` in-process from ``cwd``; returns exit code, stdout and stderr."""
+    """Run ``patchspec ARGS`` in-process from ``cwd`` with the test kit's harness (the one a plugin
+    author uses); returns exit code, stdout and stderr, and checks every model an apply wrote loads."""
 
     def run(*args: str, cwd: Path | None = None) -> CliResult:
-        runner = CliRunner()
-        old = os.getcwd()
-        try:
-            if cwd:
-                os.chdir(cwd)
-            with runner.isolation() as (out, err, *_):
-                code = main([str(a) for a in args])
-                stdout, stderr = out.getvalue().decode(), err.getvalue().decode()
-        finally:
-            os.chdir(old)
+        code, stdout, stderr = kit_run_cli([str(a) for a in args], cwd=cwd)
         if code == 0:
-            _load_written_models(stdout, cwd or Path(old))
+            _load_written_models(stdout, cwd or Path(os.getcwd()))
         return CliResult(code, stdout, stderr)
 
     return run
