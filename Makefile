@@ -83,6 +83,20 @@ test-oldest: $(STAMP) $(OLDEST)/.installed
 	PATCHSPEC_CORPUS=$(abspath $(CORPUS_DIR)) $(OLDEST)/bin/python -m pytest -q -p no:cacheprovider tests
 	$(OLDEST)/bin/python -m pytest -q -p no:cacheprovider examples/plugin-acme/tests
 
+# Bazel builds examples/build-systems/bazel (tests/run/test_bazel.py; -s prints the cold and cached
+# build times). Bazel comes from apt (bazel-bootstrap) when it is missing and this is root, with apt-get;
+# otherwise the target says why it skips and exits 0
+test-bazel: $(STAMP)
+	@if ! command -v bazel >/dev/null; then \
+	  if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	    echo "test-bazel: skipped: bazel is not installed, and installing it here needs root and apt-get (apt-get install bazel-bootstrap)"; \
+	    exit 0; \
+	  fi; \
+	  echo "test-bazel: installing bazel: apt-get install bazel-bootstrap"; \
+	  apt-get update -q && apt-get install -y -q bazel-bootstrap || exit 1; \
+	fi; \
+	$(PY) -m pytest -q -s -p no:cacheprovider tests/run/test_bazel.py
+
 bench: $(STAMP)
 	$(PY) benchmarks/bench_apply.py
 
