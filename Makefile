@@ -30,7 +30,7 @@ INSTALL_PATCHSPEC := -e .
 PACKAGE_FILES :=
 endif
 
-.PHONY: demo test test-fast test-oldest lint venv clean bench torch-fixtures
+.PHONY: demo test test-fast test-oldest test-bazel lint venv clean bench torch-fixtures
 .DELETE_ON_ERROR:
 
 venv: $(STAMP)
