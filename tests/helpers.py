@@ -9,6 +9,8 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto, helper
 
+from patchspec.plugin.registry import DISABLE_ENV
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -43,3 +45,24 @@ def write_spec(folder: Path, text: str, name: str = "spec.yaml") -> Path:
     path = folder / name
     path.write_text(text)
     return path
+
+
+class PluginSite:
+    """A folder on sys.path where a test 'pip installs' a plugin for real: a ``*.dist-info`` folder with
+    an ``entry_points.txt``, which ``importlib.metadata`` finds as it finds pip's."""
+
+    def __init__(self, root: Path, monkeypatch, dist: str = "fric-tools", version: str = "1.2.3") -> None:
+        self.root, self.dist, self.version = root, dist, version
+        root.mkdir()
+        monkeypatch.syspath_prepend(str(root))
+        monkeypatch.delenv(DISABLE_ENV, raising=False)
+
+    def install(self, source: str, module: str = "fric_plugin", name: str = "fric") -> Path:
+        """Install ``source`` as ``module``, entry point ``name``; returns the module's file."""
+        info = self.root / f"{self.dist.replace('-', '_')}-{self.version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {self.dist}\nVersion: {self.version}\n")
+        (info / "entry_points.txt").write_text(f"[patchspec]\n{name} = {module}\n")
+        path = self.root / f"{module}.py"
+        path.write_text(source)
+        return path

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import PluginSite
 from patchspec.plugin.registry import DISABLE_ENV
 from patchspec.testing import make_model, registered, run_cli, run_spec
 
@@ -96,28 +97,9 @@ connect()
 RAISE_LINE = 5
 
 
-class Site:
-    """A folder on sys.path where a test 'pip installs' the ``fric`` plugin."""
-
-    def __init__(self, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.root = root
-        root.mkdir()
-        monkeypatch.syspath_prepend(str(root))
-        monkeypatch.delenv(DISABLE_ENV, raising=False)
-
-    def install(self, source: str, module: str = "fric_plugin") -> Path:
-        info = self.root / f"{DIST.replace('-', '_')}-{VERSION}.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {DIST}\nVersion: {VERSION}\n")
-        (info / "entry_points.txt").write_text(f"[patchspec]\nfric = {module}\n")
-        path = self.root / f"{module}.py"
-        path.write_text(source)
-        return path
-
-
 @pytest.fixture
 def site(tmp_path, monkeypatch):
-    yield Site(tmp_path / "site", monkeypatch)
+    yield PluginSite(tmp_path / "site", monkeypatch, DIST, VERSION)
     sys.modules.pop("fric_plugin", None)
 
 
