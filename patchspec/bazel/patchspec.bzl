@@ -89,7 +89,7 @@ def _patchspec_model_impl(ctx):
         command = _SCRIPT,
         arguments = [args],
         inputs = staged.values(),
-        tools = [tool],
+        tools = [ctx.attr.patchspec[DefaultInfo].files_to_run],  # a *_binary's runfiles too
         outputs = outs,
         # onnxruntime would save a telemetry ID in the home folder: read-only in the sandbox, a warning
         env = {"PATH": "/bin:/usr/bin", "ORT_DISABLE_TELEMETRY": "1"},
