@@ -30,7 +30,7 @@ def run(args, cwd) -> str:
 @pytest.fixture
 def example(tmp_path):
     folder = tmp_path / "build-systems"
-    shutil.copytree(EXAMPLE, folder, ignore=shutil.ignore_patterns("build", "models", "cmake-build"))
+    shutil.copytree(EXAMPLE, folder, ignore=shutil.ignore_patterns("build", "models", "cmake-build", "bazel", "bazel-*"))
     run([sys.executable, "make_model.py"], folder)
     return folder
 
