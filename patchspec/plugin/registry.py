@@ -9,7 +9,6 @@ Nothing happens at import time; every run builds its own :class:`PluginRegistry`
 from __future__ import annotations
 
 import os
-import traceback
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ import pluggy
 
 from patchspec.errors import PluginError
 from patchspec.plugin import hookspecs
+from patchspec.plugin.boundary import Guard, Origin, plugin_failure
 from patchspec.plugin.contract import PatchType, Verifier
 
 DISABLE_ENV = "PATCHSPEC_DISABLE_PLUGINS"  # comma-separated entry-point names not to load
@@ -70,6 +70,15 @@ class PluginInfo:
         if self.distribution.startswith("("):  # "(registered in process)": no distribution
             return f"plugin '{self.name}' {self.distribution}"
         return f"plugin '{self.name}' ({self.distribution} {self.version})"
+
+    @property
+    def origin(self) -> Origin:
+        """Who answers for this plugin's code when it faults (see :mod:`patchspec.plugin.boundary`)."""
+        if self.builtin:
+            return Origin(f"patchspec {self.version}", "patchspec's maintainers", (self.module,))
+        if self.distribution in ("?", "(registered in process)"):
+            return Origin(self.label, f"the author of plugin '{self.name}'", (self.module,))
+        return Origin(self.label, f"the author of {self.distribution}", (self.module,))
 
 
 @dataclass
@@ -195,6 +204,13 @@ class PluginRegistry:
     def owner(self, kind: str, name: str) -> PluginInfo | None:
         return self.owners.get((kind, name))
 
+    def guard(self, kind: str, name: str, where: str = "") -> Guard:
+        """The registered ``kind`` ("patch type" or "verifier") ``name``, to be called through the boundary
+        for the step at ``where``."""
+        cls_ = (self.patch_types if kind == "patch type" else self.verifiers)[name]
+        owner = self.owner(kind, name)
+        return Guard(cls_, owner.origin if owner is not None else origin_of(cls_), where)
+
     def broken(self) -> list[PluginInfo]:
         return [p for p in self.plugins if p.error]
 
@@ -234,34 +250,16 @@ def _exception_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
-def plugin_failure(exc: BaseException, modules: Iterable[str]) -> tuple[str | None, str]:
-    """Where a plugin's code raised ``exc``, and the plugin's own traceback of it.
-
-    ``modules`` are the plugin's module names (``patchspec_acme``, ``pkg.mod:attr``); a frame is the
-    plugin's when its module is in the same top-level package. Returns ``path.py:LINE in function``
-    of the innermost such frame (None when there is none) and the traceback from the plugin's first
-    frame down, without patchspec's frames above it (nor importlib's, for an import).
-    """
-    tops = {str(m).split(":")[0].split(".")[0] for m in modules if m}
-    tops.discard("")
-    tb, first = exc.__traceback__, None
-    innermost = None
-    while tb is not None:
-        module = tb.tb_frame.f_globals.get("__name__")
-        if isinstance(module, str) and module.split(".")[0] in tops:
-            first = first or tb
-            innermost = tb
-        tb = tb.tb_next
-    site = None
-    if innermost is not None:
-        site = f"{innermost.tb_frame.f_code.co_filename}:{innermost.tb_lineno} in {innermost.tb_frame.f_code.co_name}"
-    elif isinstance(exc, SyntaxError) and exc.filename:  # raised while compiling the plugin's file
-        site = f"{exc.filename}:{exc.lineno}"
-    frames = [f for f in traceback.extract_tb(first or exc.__traceback__) if not f.filename.startswith("<frozen importlib")]
-    text = "".join(traceback.format_exception_only(type(exc), exc))
-    if frames:
-        text = "Traceback (most recent call last):\n" + "".join(traceback.StackSummary.from_list(frames).format()) + text
-    return site, text
+def origin_of(cls_: type) -> Origin:
+    """Who answers for ``cls_``, a class of an installed plugin or not (the test kit's checks): the
+    plugin whose entry point is in the class's package, as the registry would name it."""
+    module = cls_.__module__
+    found = [e for e in _patchspec_entry_points() if e.value.split(":")[0].split(".")[0] == module.split(".")[0]]
+    exact = [e for e in found if e.value.split(":")[0] == module]
+    if exact or found:
+        return _info((exact or found)[0]).origin
+    top = module.split(".")[0]
+    return Origin(f"module '{top}'", f"the author of '{top}'", (module,))
 
 
 def _patchspec_entry_points() -> list[metadata.EntryPoint]:

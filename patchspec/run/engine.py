@@ -1,13 +1,12 @@
 """Run a spec: validated spec -> loaded model -> patched model -> staged output -> verdicts -> commit.
 
-Data flows one way; no stage reaches back. Patches run in the order the spec lists them. Plugin
-failures are wrapped with the plugin's name and version; nothing is committed unless every patch
-and verifier passed.
+Data flows one way; no stage reaches back. Patches run in the order the spec lists them. Plugins
+are called through ``patchspec.plugin.boundary``, which reports their faults with the plugin's name
+and version; nothing is committed unless every patch and verifier passed.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -22,13 +21,9 @@ import onnx
 from patchspec import __version__
 from patchspec.errors import (
     ModelFileError,
-    PatchError,
-    PatchspecError,
-    PluginError,
     SpecError,
     UsageError,
     VerificationFailed,
-    VerifierFailed,
 )
 from patchspec.model.external_data import (
     DIGEST_FIELD,
@@ -45,12 +40,13 @@ from patchspec.model.external_data import (
 )
 from patchspec.model.graph import sync_initializer_inputs
 from patchspec.model.io import FileStamp, load_model
-from patchspec.plugin.contract import PatchContext, PatchResult, RunState, StepContext, VerifyContext, VerifyResult
-from patchspec.plugin.registry import PluginInfo, PluginRegistry, plugin_failure
+from patchspec.plugin.boundary import Guard
+from patchspec.plugin.contract import PatchContext, RunState, VerifyContext
+from patchspec.plugin.registry import PluginRegistry
 from patchspec.run.reporter import Reporter
 from patchspec.run.staging import Staging
 from patchspec.run.statcache import StatCache, file_sha256
-from patchspec.shapes.annotations import format_dims, read_dims, untyped_annotations
+from patchspec.shapes.annotations import format_dims, read_dims
 from patchspec.shapes.batch_axes import fed_inputs
 from patchspec.spec.steps import Spec, Step
 
@@ -168,35 +164,15 @@ class Engine:
         """Every verifier's ``check_model`` on the patched graph; all problems at once, as a spec error."""
         problems = []
         for step in spec.verify:
-            verifier = self.registry.verifiers[step.type_name]()
-            context = VerifyContext(spec, step, model=model)
-            found = self._call_plugin("verifier", context, lambda v=verifier, s=step: list(v.check_model(s.params, model)))
-            for key, message in found:
-                problems.append(spec.problem(step, tuple(key), message))
+            for key, message in self._guard(spec, step).check_model(step.params, model):
+                problems.append(spec.problem(step, key, message))
         if problems:
             raise SpecError(problems)
 
     def _run_patch(self, step: Step, model: onnx.ModelProto, context: PatchContext) -> StepOutcome:
-        patch_type = self.registry.patch_types[step.type_name]()
         started = time.perf_counter()
-        untyped_before = set(untyped_annotations(model))
-        before = onnx.ModelProto()
-        before.CopyFrom(model)  # graph only (external weights are not loaded): cheap to keep and compare
-        result = self._call_plugin("patch type", context, lambda: patch_type.apply(model, step.params, context))
-        if not isinstance(result, PatchResult):
-            raise self._plugin_bug("patch type", context, f"apply() returned {type(result).__name__}, not a PatchResult",
-                                   broken=patch_type.apply)
-        if result.modified != (model != before):
-            said, did = ("modified=True", "left the model as it was") if result.modified else \
-                ("modified=False", "changed the model")
-            raise self._plugin_bug("patch type", context, f"apply() returned {said} but {did}; 'modified' must say "
-                                   "whether the model changed (the no-op and the digest rely on it)", broken=patch_type.apply)
+        result, before = self._guard(context.spec, step).apply(model, step.params, context)
         sync_initializer_inputs(model, before)  # IR < 4: a new initializer must be a graph input too
-        untyped = [name for name in untyped_annotations(model) if name not in untyped_before]
-        if untyped:  # onnxruntime >= 1.32 refuses such a model ("Invalid tensor data type 0")
-            shown = ", ".join(f"'{name}'" for name in untyped[:5]) + (" ..." if len(untyped) > 5 else "")
-            raise self._plugin_bug("patch type", context, f"wrote tensor types without an element type ({shown})",
-                                   broken=patch_type.apply)
         status = "modified" if result.modified else "unchanged"
         return StepOutcome(step.label, status, result.summary, list(result.details), time.perf_counter() - started)
 
@@ -210,21 +186,11 @@ class Engine:
             model = load_model(output)
         failed: list[tuple[Step, StepOutcome, tuple]] = []  # with the key a context.fail pointed at
         for step in spec.verify:
-            verifier = self.registry.verifiers[step.type_name]()
             started = time.perf_counter()
-            key: tuple = ()
             with self.reporter.task(step.type_name) as task:
                 context = VerifyContext(spec, step, output_path=output, original_path=original, model=model,
                                         progress=task.say)
-                try:
-                    result = self._call_plugin("verifier", context,
-                                               functools.partial(verifier.verify, step.params, context))
-                except VerifierFailed as exc:  # context.fail: the verdict is "failed", as if returned
-                    result = VerifyResult("failed", exc.summary, (f"hint: {exc.hint}",) if exc.hint else ())
-                    key = exc.key
-            if not isinstance(result, VerifyResult):
-                raise self._plugin_bug("verifier", context, f"verify() returned {type(result).__name__}, not a VerifyResult",
-                                       broken=verifier.verify)
+                result, key = self._guard(spec, step).verify(step.params, context)  # key: where context.fail pointed
             outcome = StepOutcome(step.label, result.status, result.summary, list(result.details),
                                   time.perf_counter() - started, dict(result.data))
             report.verifiers.append(outcome)
@@ -379,52 +345,16 @@ class Engine:
         """Each step dependency as the spec writes it (``data/x.npz``) and where it is."""
         found: dict[Path, str] = {}
         for step in (*spec.patches, *spec.verify):
-            table = self.registry.patch_types if step.section == "patches" else self.registry.verifiers
-            for relative in table[step.type_name]().dependencies(step.params):
+            for relative in self._guard(spec, step).dependencies(step.params):
                 if relative not in ("original", "none"):
                     found.setdefault((spec.folder / relative).resolve(), Path(relative).as_posix())
         return [(written, path) for path, written in found.items()]
 
     # -- plugin calls ---------------------------------------------------------------------------------
-    def _call_plugin(self, kind: str, context: StepContext, call):
-        try:
-            return call()
-        except PatchError as exc:  # from a helper of the API, not context.fail: give it the step's place
-            where = context.where()
-            if exc.message.startswith(where):
-                raise
-            raise PatchError(f"{where}: {exc.message}", exc.hint) from None
-        except PatchspecError:
-            raise
-        except (KeyboardInterrupt, SystemExit, MemoryError):
-            raise
-        except Exception as exc:
-            raise self._plugin_bug(kind, context, f"raised {type(exc).__name__}: {exc}", exc=exc) from exc
-
-    def _plugin_bug(self, kind: str, context: StepContext, what: str, *, exc: BaseException | None = None,
-                    broken=None) -> PluginError:
-        """A plugin raised (``exc``) or broke the contract (in the method ``broken``): exit 5, located.
-
-        The message names the step once (``spec.yaml:5:5: patches[0] (acme.x)``), the plugin with its
-        distribution and version, and the innermost line of the plugin's own code; ``-v`` prints the
-        plugin's traceback (from its first frame down), not patchspec's.
-        """
-        step = context.step
-        owner = self.registry.owner(kind, step.type_name)
-        table = self.registry.patch_types if kind == "patch type" else self.registry.verifiers
-        cls_ = table.get(step.type_name)
-        modules = [getattr(cls_, "__module__", ""), owner.module if owner else ""]
-        site, plugin_traceback = plugin_failure(exc, modules) if exc is not None else (_definition(broken), None)
-        who = f"patchspec {__version__}" if owner is None or owner.builtin else owner.label
-        message = f"{context.where()}: {kind} {step.type_name!r} {what}"
-        if site:
-            message += f"\n  at {site}"
-        message += (f"\n  this is a bug in {who}, not in the spec or the model (onnx {onnx.__version__}); "
-                    "nothing was written")
-        hint = f"report it to {_author(owner)} with this message"
-        if plugin_traceback:
-            hint += "; rerun with -v to see the plugin's traceback"
-        return PluginError(message, hint, plugin_traceback)
+    def _guard(self, spec: Spec, step: Step) -> Guard:
+        """The step's patch type or verifier, called only through the boundary (a fault is the plugin's)."""
+        kind = "patch type" if step.section == "patches" else "verifier"
+        return self.registry.guard(kind, step.type_name, spec.locate(step))
 
     # -- what the user reads ------------------------------------------------------------------------------
     def _print_step(self, step: Step, outcome: StepOutcome) -> None:
@@ -470,20 +400,6 @@ def _describe(info: onnx.ValueInfoProto | None, with_type: bool) -> str:
 def _elem_type(info: onnx.ValueInfoProto) -> str:
     elem = info.type.tensor_type.elem_type
     return onnx.TensorProto.DataType.Name(elem).lower() if elem else "?"
-
-
-def _definition(function) -> str | None:
-    """``path.py:LINE in name`` where a plugin's method is defined (for a contract it broke)."""
-    code = getattr(function, "__code__", None)
-    return f"{code.co_filename}:{code.co_firstlineno} in {code.co_name}" if code is not None else None
-
-
-def _author(owner: PluginInfo | None) -> str:
-    if owner is None or owner.builtin:
-        return "patchspec's maintainers"
-    if owner.distribution in ("?", "(registered in process)"):
-        return f"the author of plugin '{owner.name}'"
-    return f"the author of {owner.distribution}"
 
 
 def _missing_model(spec: Spec, model_path: Path) -> ModelFileError:

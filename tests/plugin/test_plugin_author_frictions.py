@@ -149,7 +149,7 @@ def test_plugin_exception_names_plugin_step_exception_and_plugin_line(site, tmp_
     assert "Traceback" not in run.output
     assert written(tmp_path) == []
     err = run.stderr
-    assert err.startswith("spec.yaml:5:19: patches[0] (fric.explode): patch type 'fric.explode' raised "
+    assert err.startswith("spec.yaml:5:19: patches[0] (fric.explode): patch type 'fric.explode' apply() raised "
                           "ZeroDivisionError: integer division or modulo by zero\n"), err
     assert err.count("patches[0]") == 1, err  # the step once
     assert f"  at {plugin_file}:{EXPLODE_LINE} in count_things\n" in err  # innermost frame of the plugin's code
