@@ -179,8 +179,9 @@ def validate(state: _State, specs, as_json: bool) -> None:
         if problems:
             raise click.exceptions.Exit(problems[0].exit_code)
         return
-    if problems:
+    if problems:  # every spec's problems, with the first one's exit code (5 for a plugin's fault)
         error = UsageError("\n".join(str(p) for p in problems))
+        error.exit_code = problems[0].exit_code
         error.plugin_tracebacks = tuple(dict.fromkeys(t for p in problems for t in p.plugin_tracebacks))
         raise error
 

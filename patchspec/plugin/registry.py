@@ -18,7 +18,7 @@ import pluggy
 
 from patchspec.errors import PluginError
 from patchspec.plugin import hookspecs
-from patchspec.plugin.boundary import Guard, Origin, plugin_failure
+from patchspec.plugin.boundary import Guard, Origin, plugin_failure, schema_fault
 from patchspec.plugin.contract import PatchType, Verifier
 
 DISABLE_ENV = "PATCHSPEC_DISABLE_PLUGINS"  # comma-separated entry-point names not to load
@@ -191,6 +191,11 @@ class PluginRegistry:
         for attr in ("description", "params_schema"):
             if not hasattr(cls_, attr):
                 raise PluginError(f"{info.label}: {kind} {name!r} has no '{attr}'")
+        # the built-ins' schemas are checked by patchspec's own tests (the same check, in the test kit):
+        # checking them here would cost every command ~0.1 s
+        fault = None if info.builtin else schema_fault(cls_)
+        if fault:
+            raise PluginError(f"{kind} {name!r}: {fault}")
         if not info.builtin and not name.startswith(info.name + "."):
             msg = f"{info.label}: {kind} name {name!r} must start with '{info.name}.'; bare names are built-ins'"
             raise PluginError(msg)

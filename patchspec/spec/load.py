@@ -20,7 +20,7 @@ from jsonschema.exceptions import best_match
 from patchspec.errors import SpecError, SpecProblem, did_you_mean
 from patchspec.plugin.registry import DISABLE_ENV, PluginRegistry
 from patchspec.spec.reader import YamlDocument, load_yaml
-from patchspec.spec.steps import Spec, Step
+from patchspec.spec.steps import Spec, Step, locate
 
 FORMAT_VERSION = 1
 #: the combined schema's $id: stable for a spec format version (editors and caches key on it)
@@ -96,8 +96,8 @@ def _missing_files(document: YamlDocument, folder: Path, registry: PluginRegistr
     """Files a step reads (``file:`` inputs, reference models, .npz outputs) that do not exist."""
     problems = []
     for step in steps:
-        table = registry.patch_types if step.section == "patches" else registry.verifiers
-        for relative in table[step.type_name]().dependencies(step.params):
+        kind = "patch type" if step.section == "patches" else "verifier"
+        for relative in registry.guard(kind, step.type_name, locate(document, step)).dependencies(step.params):
             if relative in ("original", "none") or (folder / relative).exists():
                 continue
             key = _key_of(step.params, relative) or ()
@@ -178,11 +178,11 @@ def _steps(document: YamlDocument, section: str, registry: PluginRegistry, probl
         params, shorthand_used = _normalize(cls_, raw)
         step = Step(section, index, type_name, params, shorthand_used)
         before = len(problems)
-        validator = jsonschema.Draft202012Validator(cls_.params_schema)
-        for error in validator.iter_errors(params):
+        guard = registry.guard(kind, type_name, locate(document, step))  # a fault in its code is the plugin's
+        for error in guard.schema_errors(params):
             problems.extend(_param_problems(document, step, error, cls_.params_schema, cls_.shorthand))
         if len(problems) == before:
-            for key, message in cls_().check_params(params):
+            for key, message in guard.check_params(params):
                 doc_path = step_path if shorthand_used else step_path + tuple(key)
                 where = step.label + (" > " + ".".join(map(str, key)) if key else "")
                 problems.append(document.problem(doc_path, where, message))

@@ -50,11 +50,7 @@ class Spec:
 
     def locate(self, step: Step, key: tuple = ()) -> str:
         """``file:line:col: patches[1] (rename_dims) > axes.2`` for a key inside a step."""
-        key = tuple(key)
-        doc_path = step.path if step.shorthand_used else step.path + key
-        pos = self.document.position(doc_path)
-        where = step.label + (" > " + ".".join(str(k) for k in key) if key else "")
-        return f"{self.path}:{pos.line}:{pos.column}: {where}"
+        return locate(self.document, step, key)
 
     def problem(self, step: Step, key: tuple, message: str, hint: str | None = None) -> SpecProblem:
         """A located problem inside a step's params, as the loader reports its own."""
@@ -64,4 +60,13 @@ class Spec:
         return self.document.problem(doc_path, where, message, hint)
 
 
-__all__ = ["Spec", "Step"]
+def locate(document: YamlDocument, step: Step, key: tuple = ()) -> str:
+    """``file:line:col: patches[1] (rename_dims) > axes.2`` for a key inside a step of ``document``."""
+    key = tuple(key)
+    doc_path = step.path if step.shorthand_used else step.path + key
+    pos = document.position(doc_path)
+    where = step.label + (" > " + ".".join(str(k) for k in key) if key else "")
+    return f"{document.path}:{pos.line}:{pos.column}: {where}"
+
+
+__all__ = ["Spec", "Step", "locate"]
