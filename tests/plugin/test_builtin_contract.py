@@ -230,7 +230,7 @@ def test_the_contract_checks_catch_a_lying_patch(tmp_path):
             model.producer_name = "liar"
             return PatchResult(False, "nothing to do")
 
-    with pytest.raises(AssertionError, match="modified=False, but the model changed"):
+    with pytest.raises(AssertionError, match="apply\\(\\) returned modified=False but changed the model"):
         check_patch_type(Liar, tmp_path, noop=(make_model(), {}))
     Liar.params_schema = {"type": "object", "properties": {"x": {"type": "integer"}}}
     with pytest.raises(AssertionError, match="not 'additionalProperties': false"):

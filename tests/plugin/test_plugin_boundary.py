@@ -8,12 +8,13 @@ patchspec", and stops only the steps that use that plugin. The plugins are insta
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import pytest
 
 from helpers import PluginSite
-from patchspec.testing import make_model, run_cli
+from patchspec.testing import check_patch_type, make_model, run_cli
 
 DIST, VERSION = "faulty-tools", "2.0.1"
 LABEL = f"plugin 'fric' ({DIST} {VERSION})"
@@ -200,9 +201,9 @@ def test_validate_goes_on_to_the_next_spec_and_exits_with_the_faults_code(site, 
     assert f"this is a bug in {LABEL}" in stderr and "bug in patchspec" not in stderr
 
 
-# -- apply raises: validate passes (apply is not called), apply exits 5 --------------------------------
+# -- apply raises: validate passes (apply is not called), apply exits 5; the test kit says the same ------
 
-def test_an_apply_that_raises_is_a_bug_in_the_plugin(site, folder):
+def test_an_apply_that_raises_is_a_bug_in_the_plugin_in_a_run_and_in_the_test_kit(site, folder, tmp_path):
     plugin_file = site.install(FAULTY)
     (folder / "faulty.yaml").write_text(spec_using("fric.apply_raises"))
     code, _, stderr = run_cli(["validate", "faulty.yaml"], cwd=folder)
@@ -214,3 +215,24 @@ def test_an_apply_that_raises_is_a_bug_in_the_plugin(site, folder):
     assert_the_plugins_fault(stderr, plugin_file, line_of(FAULTY, "# apply raises"), "apply")
     assert not (folder / "out").exists()
     assert run_cli(["apply", "unaffected.yaml"], cwd=folder)[0] == 0
+    module = importlib.import_module("fric_plugin")
+    with pytest.raises(AssertionError) as raised:
+        check_patch_type(module.ApplyRaisesPatch, tmp_path, noop=(make_model(), {}))
+    message = str(raised.value)
+    assert message.startswith("patch type 'fric.apply_raises' apply() raised ZeroDivisionError"), message
+    assert_the_plugins_fault(message + "\n", plugin_file, line_of(FAULTY, "# apply raises"), "apply")
+
+
+@pytest.mark.parametrize(("type_name", "said", "marker"), [
+    ("CheckParamsRaisesPatch", "check_params() raised KeyError: 'limit'", "# check_params raises"),
+    ("LiePatch", "apply() returned modified=True but left the model as it was", "# apply lies"),
+])
+def test_the_test_kit_checks_the_contract_with_the_engines_code(site, tmp_path, type_name, said, marker):
+    plugin_file = site.install(FAULTY)
+    cls = getattr(importlib.import_module("fric_plugin"), type_name)
+    with pytest.raises(AssertionError) as raised:
+        check_patch_type(cls, tmp_path, noop=(make_model(), {}))
+    message = str(raised.value)
+    assert message.startswith(f"patch type '{cls.name}' {said}"), message
+    method = "check_params" if "check_params" in said else "apply"
+    assert_the_plugins_fault(message + "\n", plugin_file, line_of(FAULTY, marker), method)
