@@ -21,9 +21,9 @@ import onnx
 from onnx import helper
 
 from patchspec.errors import UsageError, did_you_mean
-from patchspec.model.external_data import ExternalRef, is_external, iter_tensors, validate_external_data
+from patchspec.model.external_data import is_external, iter_tensors
 from patchspec.model.graph import bodies, subgraphs
-from patchspec.model.io import load_model
+from patchspec.shapes.values import input_values
 
 #: symbolic or unknown size on axis 0 of an input (batch-like) when no shape is given
 DEFAULT_BATCH = 1
@@ -31,6 +31,7 @@ DEFAULT_BATCH = 1
 #: distinct (so height and width sharing a name shows up) and multiples of 32 (so strided FPNs run)
 DEFAULT_SIZES = (64, 96, 128, 160, 192, 224, 256, 288)
 SHAPE_OPTION = re.compile(r"^(?P<name>[^=]+)=(?P<dims>([0-9]+(,[0-9]+)*)?)$")
+VALUE_OPTION = re.compile(r"^(?P<name>[^=]+)=(?P<values>[^=]+)$")
 
 
 @dataclass
@@ -72,6 +73,8 @@ class LintResult:
     wrong_sizes: list[str] = field(default_factory=list)  # fixed annotations that ran differently
     probed: int = 0  # annotated tensors whose sizes were read
     not_probed: int = 0  # annotations inside subgraphs (cannot be exposed as outputs)
+    #: inputs fed chosen values instead of random ones: {name: {"value", "origin": given|graph, "why"}}
+    values: dict[str, dict] = field(default_factory=dict)
     error: str | None = None  # ONNX Runtime could not run the probe
 
     @property
@@ -133,6 +136,55 @@ def parse_shape_options(values) -> dict[str, list[int]]:
         dims = found.group("dims")
         shapes[found.group("name")] = [int(d) for d in dims.split(",")] if dims else []
     return shapes
+
+
+def parse_value_options(values) -> dict[str, float | int | list]:
+    """``["sr=16000", "ids=1,2,3"]`` -> ``{"sr": 16000, "ids": [1, 2, 3]}``; bad syntax is exit 2."""
+    parsed: dict[str, float | int | list] = {}
+    for value in values:
+        found = VALUE_OPTION.match(value.strip())
+        numbers = [_number(part) for part in found.group("values").split(",")] if found else [None]
+        if None in numbers:
+            msg = f"--value {value!r}: expected NAME=V or NAME=V0,V1,... with numbers, e.g. --value sr=16000"
+            raise UsageError(msg)
+        parsed[found.group("name")] = numbers[0] if len(numbers) == 1 else numbers
+    return parsed
+
+
+def _number(text: str) -> float | int | None:
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def feed_values(model: onnx.ModelProto, given: dict | None) -> dict[str, dict]:
+    """The value each input is fed with, where not random: ``given`` (``--value``), else what the graph
+    says an integer input needs (a sample rate compared with 16000 to choose a branch)."""
+    known = {v.name: v for v in model_inputs(model)}
+    chosen = {}
+    for name, value in (given or {}).items():
+        if name not in known:
+            raise UsageError(f"--value {name}: the model has no input {name!r}{did_you_mean(name, known)}; "
+                             f"its inputs: {', '.join(known)}")
+        chosen[name] = {"value": value, "origin": "given", "why": "--value"}
+    for name, value in known.items():
+        elem = value.type.tensor_type.elem_type if value.type.HasField("tensor_type") else 0
+        needs = input_values(model, name, elem) if name not in chosen and elem else None
+        if needs is not None and "value" in needs.item:
+            chosen[name] = {"value": needs.item["value"], "origin": "graph", "why": needs.why}
+    return chosen
+
+
+def _value_shapes(model: onnx.ModelProto, values: dict[str, dict]) -> dict[str, list[int]]:
+    """A list given to a rank-1 input is its shape too (``--value ids=1,2,3``: [3])."""
+    dims = {v.name: _dims(v) for v in model_inputs(model)}
+    return {name: [len(v["value"])] for name, v in values.items()
+            if isinstance(v["value"], list) and len(dims[name]) == 1 and not isinstance(dims[name][0], int)}
 
 
 def model_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -227,8 +279,12 @@ def _strip_annotations(graph: onnx.GraphProto) -> None:
             _strip_annotations(sub)
 
 
-def run_probe(model: onnx.ModelProto, model_dir: Path, shapes: dict[str, list[int]]) -> dict[str, list[int]]:
-    """Actual sizes of every output of the probe (and of the inputs fed), by tensor name."""
+def run_probe(model: onnx.ModelProto, model_dir: Path, shapes: dict[str, list[int]],
+              values: dict[str, dict] | None = None) -> dict[str, list[int]]:
+    """Actual sizes of every output of the probe (and of the inputs fed), by tensor name.
+
+    ``values`` (:func:`feed_values`) fills the inputs it names; the others get random floats or zeros.
+    """
     from patchspec.ort.sessions import quiet_onnxruntime
 
     ort = quiet_onnxruntime()
@@ -239,7 +295,8 @@ def run_probe(model: onnx.ModelProto, model_dir: Path, shapes: dict[str, list[in
     options.log_severity_level = 4  # fatal only: errors are reported by patchspec, without ANSI
     external = any(is_external(t) for t in iter_tensors(model.graph))
     session = _session_from_bytes(probe.SerializeToString(), options, model_dir if external else None)
-    feeds = {v.name: _feed(v, shapes[v.name]) for v in model_inputs(model)}
+    values = values or {}
+    feeds = {v.name: _feed(v, shapes[v.name], values.get(v.name, {}).get("value")) for v in model_inputs(model)}
     names = [o.name for o in session.get_outputs()]
     results = session.run(names, feeds)
     found = {name: list(np.shape(value)) for name, value in zip(names, results)}
@@ -277,21 +334,39 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", text)[:2])
 
 
-def _feed(value: onnx.ValueInfoProto, shape: list[int]) -> np.ndarray:
+def _feed(value: onnx.ValueInfoProto, shape: list[int], fill=None) -> np.ndarray:
     dtype = helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
+    if fill is not None:
+        data = np.asarray(fill, dtype=dtype)
+        if data.ndim == 0:
+            return np.full(shape, data, dtype=dtype)
+        if data.size != int(np.prod(shape, dtype=np.int64)):
+            msg = f"--value {value.name}: {data.size} values for shape {shape}; give one value or {np.prod(shape)}"
+            raise UsageError(msg)
+        return data.reshape(shape)
     if np.issubdtype(dtype, np.floating):
         return np.random.default_rng(0).random(shape).astype(dtype)
     return np.zeros(shape, dtype=dtype)  # zeros are valid token ids, indices and flags
 
 
-def lint_model(model: onnx.ModelProto, model_dir: Path, given: dict[str, list] | None = None) -> LintResult:
-    """Run the probe and compare every annotation with the sizes the tensors actually had."""
-    attempts = [probe_shapes(model, given, split=True), probe_shapes(model, given, split=False)]
+def lint_model(model: onnx.ModelProto, model_dir: Path, given: dict[str, list] | None = None,
+               values: dict | None = None) -> LintResult:
+    """Run the probe and compare every annotation with the sizes the tensors actually had.
+
+    ``values`` (``--value``: ``{"sr": 16000}``) feeds those inputs; an integer input the graph says
+    needs one value (:func:`patchspec.shapes.values.input_values`) gets it by default.
+    """
+    chosen = feed_values(model, values)
+    shaped = {**_value_shapes(model, chosen), **(given or {})}
+    attempts = [probe_shapes(model, shaped, split=True), probe_shapes(model, shaped, split=False)]
     for shapes in attempts[:1] if attempts[0] == attempts[1] else attempts:
-        result = LintResult(shapes, bool(given))
-        result.not_probed = sum(len(g.value_info) for _, g in _subgraphs(model.graph))
+        result = LintResult(shapes, bool(given), values=chosen)
+        result.not_probed = sum(len(g.value_info) for _, g in graph_bodies(model.graph))
+        for value in model_inputs(model):
+            if value.name in chosen:  # a --value that does not fit its shape is exit 2, not a failed run
+                _feed(value, shapes[value.name], chosen[value.name]["value"])
         try:
-            actual = run_probe(model, model_dir, shapes)
+            actual = run_probe(model, model_dir, shapes, chosen)
             break
         except Exception as exc:  # ORT raises its own Fail/RuntimeException types, each with a message
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -333,117 +408,15 @@ def _shapes_text(shapes: dict[str, list[int]]) -> str:
     return " ".join(f"{name}={','.join(map(str, dims))}" for name, dims in shapes.items())
 
 
-# -- the whole inspection ---------------------------------------------------------------------------
-def _subgraphs(graph: onnx.GraphProto, path: str = "main"):
+# -- the graphs inside ------------------------------------------------------------------------------
+def graph_bodies(graph: onnx.GraphProto, path: str = "main"):
+    """(path, body) of every If/Loop/Scan body below ``graph``, depth first: ``main/If_0.then_branch``."""
     for position, node in enumerate(graph.node):
         for attr_name, sub in bodies(node):
             sub_path = f"{path}/{node.name or f'{node.op_type}#{position}'}.{attr_name}"
             yield sub_path, sub
-            yield from _subgraphs(sub, sub_path)
+            yield from graph_bodies(sub, sub_path)
 
 
-def _value_json(value: onnx.ValueInfoProto) -> dict:
-    elem = value.type.tensor_type.elem_type if value.type.HasField("tensor_type") else 0
-    dtype = helper.tensor_dtype_to_string(elem).replace("TensorProto.", "").lower() if elem else "non-tensor"
-    return {"name": value.name, "dtype": dtype, "dims": _dims(value)}
-
-
-def dim_param_uses(model: onnx.ModelProto) -> dict[str, list[dict]]:
-    """Every dim_param and the (tensor, axis, graph) that carry it, in every graph."""
-    uses: dict[str, list[dict]] = {}
-    graphs = [("main", model.graph), *_subgraphs(model.graph)]
-    for path, graph in graphs:
-        for value in (*graph.input, *graph.value_info, *graph.output):
-            for axis, dim in enumerate(_dims(value)):
-                if isinstance(dim, str):
-                    uses.setdefault(dim, []).append({"tensor": value.name, "axis": axis, "graph": path})
-    return uses
-
-
-def external_summary(refs: list[ExternalRef]) -> dict:
-    files: dict[str, dict] = {}
-    for ref in refs:
-        entry = files.setdefault(ref.location, {"file": ref.location, "size": ref.path.stat().st_size,
-                                                "tensors": 0, "bytes": 0})
-        entry["tensors"] += 1
-        entry["bytes"] += ref.length
-    return {"tensors": len(refs), "files": list(files.values())}
-
-
-def inspect_model(path: Path, given: dict[str, list] | None = None) -> dict:
-    """Everything ``patchspec inspect`` shows, as JSON-ready data. Bad files raise ModelFileError (3)."""
-    model = load_model(path)
-    refs = validate_external_data(model, path)
-    subgraphs = [{"graph": p, "nodes": len(g.node), "annotated": len(g.value_info)} for p, g in _subgraphs(model.graph)]
-    lint = lint_model(model, path.resolve().parent, given)
-    return {
-        "model": str(path),
-        "ir_version": model.ir_version,
-        "opsets": {op.domain or "ai.onnx": op.version for op in model.opset_import},
-        "nodes": len(model.graph.node),
-        "inputs": [_value_json(v) for v in model_inputs(model)],
-        "outputs": [_value_json(v) for v in model.graph.output],
-        "dim_params": dim_param_uses(model),
-        "external_data": external_summary(refs),
-        "subgraphs": subgraphs,
-        "lint": lint.to_json(),
-    }
-
-
-def format_inspection(data: dict) -> str:
-    """The human-readable form of :func:`inspect_model`'s data."""
-    opsets = ", ".join(f"{domain} {version}" for domain, version in data["opsets"].items())
-    lines = [f"{data['model']}: ir_version {data['ir_version']}, opsets {opsets}, {data['nodes']} nodes"]
-    for title in ("inputs", "outputs"):
-        lines.append(f"{title}:")
-        lines += [f"  {v['name']}  {v['dtype']}  {_dims_text(v['dims'])}" for v in data[title]]
-    lines.append("dim_params:" if data["dim_params"] else "dim_params: none")
-    for param, uses in data["dim_params"].items():
-        shown = [f"{u['tensor']}[{u['axis']}]" for u in uses]
-        more = f" and {len(shown) - 8} more" if len(shown) > 8 else ""
-        lines.append(f"  {_quote(param)}: {len(uses)} uses: {', '.join(shown[:8])}{more}")
-    lines += _external_lines(data["external_data"])
-    lines.append("subgraphs:" if data["subgraphs"] else "subgraphs: none")
-    lines += [f"  {s['graph']}: {s['nodes']} nodes, {s['annotated']} annotated tensors" for s in data["subgraphs"]]
-    return "\n".join(lines + _lint_lines(data["lint"]))
-
-
-def _dims_text(dims: list) -> str:
-    return "[" + ", ".join("?" if d is None else str(d) if isinstance(d, int) else _quote(d) for d in dims) + "]"
-
-
-def _quote(text: str) -> str:
-    return '"' + text.replace('"', '\\"') + '"'
-
-
-def _external_lines(summary: dict) -> list[str]:
-    if not summary["files"]:
-        return ["external data: none (every tensor is stored inside the model)"]
-    lines = [f"external data: {summary['tensors']} tensors in {len(summary['files'])} file(s)"]
-    lines += [f"  {f['file']}: {f['size']} bytes on disk, {f['tensors']} tensors, {f['bytes']} bytes referenced"
-              for f in summary["files"]]
-    return lines
-
-
-def _lint_lines(lint: dict) -> list[str]:
-    origin = "given" if lint["shapes_given"] else "defaults; pass --shape NAME=D0,D1,... for real sizes"
-    lines = [f"lint at {_shapes_text(lint['input_shapes'])} ({origin}):"]
-    if lint["error"]:
-        return lines + [f"  not run: {lint['error']}"]
-    for conflict in lint["conflicts"]:
-        sizes = {int(size): [Binding(**b) for b in bindings] for size, bindings in conflict["sizes"].items()}
-        lines.append(f"  dim_param {_quote(conflict['dim_param'])} is bound to {len(sizes)} different sizes:")
-        lines += [f"    {part}" for part in Conflict(conflict["dim_param"], sizes).parts()]
-    lines += [f"  wrong size: {line}" for line in lint["wrong_sizes"]]
-    if lint["suggested_patches"]:
-        lines.append("  fix: add one of these to the spec's patches (the first renames every symbolic dim):")
-        lines += [f"    {line}" for line in lint["suggested_patches"][:12]]
-    if lint["clean"]:
-        lines.append(f"  ok: {lint['probed']} annotated tensors agree with their sizes at run time")
-    if lint["not_probed"]:
-        lines.append(f"  note: {lint['not_probed']} annotated tensors inside subgraphs were not checked")
-    return lines
-
-
-__all__ = ["DEFAULT_BATCH", "DEFAULT_SIZES", "Conflict", "LintResult", "format_inspection", "inspect_model", "lint_model",
-           "parse_shape_options", "probe_shapes"]
+__all__ = ["DEFAULT_BATCH", "DEFAULT_SIZES", "Conflict", "LintResult", "graph_bodies", "lint_model", "model_inputs",
+           "parse_shape_options", "parse_value_options", "probe_shapes"]
