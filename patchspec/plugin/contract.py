@@ -8,6 +8,7 @@ returns a verdict; it never changes anything.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,7 +161,7 @@ class StepContext:
 
     def resolve(self, relative: str) -> Path:
         """A path written in the spec, relative to the spec's folder."""
-        return (self.spec.folder / relative).resolve()
+        return Path(os.path.normpath(self.spec.folder / relative))
 
 
 @dataclass

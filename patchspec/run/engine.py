@@ -347,7 +347,7 @@ class Engine:
         for step in (*spec.patches, *spec.verify):
             for relative in self._guard(spec, step).dependencies(step.params):
                 if relative not in ("original", "none"):
-                    found.setdefault((spec.folder / relative).resolve(), Path(relative).as_posix())
+                    found.setdefault(Path(os.path.normpath(spec.folder / relative)), Path(relative).as_posix())
         return [(written, path) for path, written in found.items()]
 
     # -- plugin calls ---------------------------------------------------------------------------------

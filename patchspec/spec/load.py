@@ -59,15 +59,15 @@ def load_spec(path: Path | str, registry: PluginRegistry, *, text: str | None = 
     patches = tuple(_steps(document, "patches", registry, problems))
     verify = tuple(_steps(document, "verify", registry, problems))
     if text is None and not problems:  # a spec on disk: the files its steps read must be there (a draft's not yet)
-        problems += _missing_files(document, path.resolve().parent, registry, patches + verify)
+        problems += _missing_files(document, Path(os.path.abspath(path)).parent, registry, patches + verify)
     if problems:
         raise SpecError(problems)
     if "verify" not in data:
         check = registry.verifiers.get("check")
         verify = (Step("verify", 0, "check", apply_defaults(check.params_schema, {}) if check else {}),)
-    folder = path.resolve().parent
+    folder = Path(os.path.abspath(path)).parent  # as named, links not followed (a Bazel sandbox links the spec)
     output = folder / data["output"]
-    output = output.parent.resolve() / output.name  # a symlink at the output is replaced, never written through
+    output = Path(os.path.normpath(output))  # a symlink at the output is replaced, never written through
     # the model keeps the path the spec names (normalised, symlinks not followed): its data files are
     # found next to that name, as in a Hugging Face cache, where snapshots/<rev>/model.onnx and its
     # data are each a link into blobs/; the data policy then checks where the links lead

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,7 +43,7 @@ class Spec:
 
     @property
     def folder(self) -> Path:
-        return self.path.resolve().parent
+        return Path(os.path.abspath(self.path)).parent  # as named: a linked spec (a Bazel sandbox) keeps its folder
 
     @property
     def text_digest(self) -> str:

@@ -258,3 +258,27 @@ def test_a_flow_list_missing_its_commas_gets_the_fix(tmp_path, run_cli):
     spec.write_text("patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches:\n  - rename_dims: {tensor: x, axes: [0 4]}\n")
     result = run_cli("validate", spec)
     assert result.exit_code == 2 and "hint: '0 4' is one item" in result.output and "[0, 4]" in result.output
+
+
+def test_a_linked_spec_reads_its_files_where_the_link_is(tmp_path):
+    """A Bazel sandbox links each input into the execroot: the spec's folder is the link's, never the
+    source tree behind it, or undeclared files would be read and the digest would miss them."""
+    import os
+
+    from patchspec.errors import SpecError
+    from patchspec.plugin.registry import PluginRegistry
+    from patchspec.spec.load import load_spec
+
+    (tmp_path / "source").mkdir()
+    (tmp_path / "sandbox").mkdir()
+    (tmp_path / "source" / "spec.yaml").write_text(
+        "patchspec: 1\nmodel: m.onnx\noutput: out/m.onnx\npatches: []\n"
+        "verify:\n  - run: {cases: [{inputs: {x: {file: x.npy}}}]}\n")
+    (tmp_path / "source" / "x.npy").write_bytes(b"")  # there, but not declared to the sandbox
+    os.symlink(tmp_path / "source" / "spec.yaml", tmp_path / "sandbox" / "spec.yaml")
+    with pytest.raises(SpecError) as caught:
+        load_spec(tmp_path / "sandbox" / "spec.yaml", PluginRegistry.load())
+    assert str(tmp_path / "sandbox" / "x.npy") in str(caught.value)
+    (tmp_path / "sandbox" / "x.npy").write_bytes(b"")
+    spec = load_spec(tmp_path / "sandbox" / "spec.yaml", PluginRegistry.load())
+    assert spec.folder == tmp_path / "sandbox" and spec.output == tmp_path / "sandbox" / "out" / "m.onnx"
