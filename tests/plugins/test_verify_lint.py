@@ -132,3 +132,15 @@ def test_lint_is_skipped_when_the_original_does_not_run_at_the_lint_inputs_eithe
     result = run_cli("apply", spec)
     assert result.exit_code == 0, result.output
     assert "skipped   the original does not run at" in result.stdout
+
+
+def test_the_lint_fix_it_prints_applied_makes_it_pass(run_cli, folder):
+    """Every hint is applied: the first fix lint prints, pasted into the patches, gives a passing spec."""
+    spec = write_spec(folder, HEAD + "verify:\n  - lint: {inputs: {input.1: [1, 3, 640, 640]}}\n")
+    failed = run_cli("apply", spec)
+    fix = next(line.split("fix: add '")[1].split("'")[0] for line in failed.output.splitlines() if "fix: add '" in line)
+    assert fix == "- rename_dims: {unique: true}"
+    fixed = write_spec(folder, HEAD.replace("patches: []\n", f"patches:\n  {fix}\n") +
+                       "verify:\n  - lint: {inputs: {input.1: [1, 3, 640, 640]}}\n", name="fixed.yaml")
+    result = run_cli("apply", fixed)
+    assert result.exit_code == 0, fixed.read_text() + result.output
