@@ -96,6 +96,10 @@ def test_an_integer_input_the_graph_says_nothing_about_is_flagged_not_filled(tmp
     assert "flagged: k:" in result.stdout and "save them as k.npy" in result.stdout
     text = (tmp_path / "spec.yaml").read_text()
     assert "k: {file: k.npy}" in text and "FLAGGED" in text
+    assert run_cli("apply", tmp_path / "spec.yaml").exit_code == 2  # validate finds the missing file first
+    np.save(tmp_path / "k.npy", np.ones((3, 4), np.int64))  # the hint, followed: real values, shape as said
+    applied = run_cli("apply", tmp_path / "spec.yaml")
+    assert applied.exit_code == 0, applied.output
 
 
 def test_aliased_dims_of_an_input_are_told_apart(tmp_path, run_cli):
