@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import onnx
 from onnx import helper
 
@@ -9,7 +11,17 @@ from patchspec import PatchResult, PatchType, hookimpl
 from patchspec.api import ELEMENT_TYPES as DTYPES
 
 
+class AddInputParams(TypedDict, total=False):
+    """The params as ``apply``/``verify`` receive them (schema defaults filled in); the test kit checks
+    its keys against ``params_schema``."""
+
+    name: str
+    dtype: str
+    shape: list[int | str]
+
+
 class AddInputPatch(PatchType):
+    Params = AddInputParams
     name = "add_input"
     description = "Declare a new graph input, so that expressions can read values the export dropped (Qwen-VL's grid_thw)."
     params_schema = {
@@ -32,7 +44,7 @@ class AddInputPatch(PatchType):
             if isinstance(dim, str) and not dim.strip():
                 yield ("shape", index), "a symbolic size needs a name, got a blank string"
 
-    def apply(self, model: onnx.ModelProto, params: dict, context) -> PatchResult:
+    def apply(self, model: onnx.ModelProto, params: AddInputParams, context) -> PatchResult:
         name = params["name"]
         existing = _existing_kind(model.graph, name)
         if existing:

@@ -7,6 +7,7 @@ The writer copies them from the input's data files in bounded chunks, aligned, i
 from __future__ import annotations
 
 from pathlib import PurePosixPath, PureWindowsPath
+from typing import TypedDict
 
 from patchspec import PatchResult, PatchType, hookimpl
 from patchspec.api import (
@@ -22,7 +23,19 @@ from patchspec.api import (
 MAX_ALIGN = 1 << 30
 
 
+class ExternalDataParams(TypedDict, total=False):
+    """The params as ``apply``/``verify`` receive them (schema defaults filled in); the test kit checks
+    its keys against ``params_schema``."""
+
+    location: str
+    size_threshold: int
+    align: int
+    inline: bool
+    checksum: bool
+
+
 class ExternalDataPatch(PatchType):
+    Params = ExternalDataParams
     name = "external_data"
     description = "How the output stores its weights: a data file next to it (aligned), or everything inline."
     params_schema = {
@@ -75,7 +88,7 @@ class ExternalDataPatch(PatchType):
             keys = sorted({"location", "size_threshold", "align", "checksum"} & set(params))
             yield ("inline",), f"'inline: true' stores no data file; remove {', '.join(keys)} or 'inline'"
 
-    def apply(self, model, params: dict, context) -> PatchResult:
+    def apply(self, model, params: ExternalDataParams, context) -> PatchResult:
         if params.get("inline"):
             refuse_inline_overflow(model, context.where(("inline",)))
             context.state.set(OUTPUT_LAYOUT, Layout(location=None))

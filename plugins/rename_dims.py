@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from typing import Any, TypedDict
 
 import onnx
 
@@ -43,7 +44,20 @@ NAME_OR_SIZE = {"description": "a symbolic name (string) or a fixed size (intege
 MAX_DETAILS = 40
 
 
+class RenameDimsParams(TypedDict, total=False):
+    """The params as ``apply``/``verify`` receive them (schema defaults filled in); the test kit checks
+    its keys against ``params_schema``."""
+
+    tensor: str | list[str]
+    select: dict[str, Any]
+    tensors: str
+    axes: dict[int, int | str]
+    map: dict[str, int | str]
+    unique: bool
+
+
 class RenameDimsPatch(PatchType):
+    Params = RenameDimsParams
     name = "rename_dims"
     description = ("Rename, fix or tell apart dims of chosen tensors (or of the whole model): "
                    "axes, map and unique; renamed dims survive later shape re-derivation.")
@@ -81,7 +95,7 @@ class RenameDimsPatch(PatchType):
             if not isinstance(old, str):
                 yield ("map", old), f"'map' renames dim_params (strings), got {old!r}; set fixed sizes with 'axes'"
 
-    def apply(self, model: onnx.ModelProto, params: dict, context: PatchContext) -> PatchResult:
+    def apply(self, model: onnx.ModelProto, params: RenameDimsParams, context: PatchContext) -> PatchResult:
         targets = target_annotations(model, params, context)
         before = {id(info): read_dims(info) for info in targets}
         renamed = Renamer(model, context)

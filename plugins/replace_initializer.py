@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from typing import Any, TypedDict
 
 import numpy as np
 import onnx
@@ -53,7 +54,20 @@ class Target:
     key: tuple = ("initializer",)
 
 
+class ReplaceInitializerParams(TypedDict, total=False):
+    """The params as ``apply``/``verify`` receive them (schema defaults filled in); the test kit checks
+    its keys against ``params_schema``."""
+
+    initializer: str
+    select: dict[str, Any]
+    input: int
+    value: Any
+    dtype: str
+    shape: list[int | str]
+
+
 class ReplaceInitializerPatch(PatchType):
+    Params = ReplaceInitializerParams
     name = "replace_initializer"
     description = "Replace a constant (initializer or Constant output) with a new value or a shape computed at run time."
     params_schema = {
@@ -95,7 +109,7 @@ class ReplaceInitializerPatch(PatchType):
             if problem:
                 yield ("shape", index), problem
 
-    def apply(self, model: onnx.ModelProto, params: dict, context) -> PatchResult:
+    def apply(self, model: onnx.ModelProto, params: ReplaceInitializerParams, context) -> PatchResult:
         targets = _targets(model, params, context)
         if "value" in params:
             changed, details = _replace_values(model, targets, params, context)

@@ -17,6 +17,8 @@
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import numpy as np
 import onnx
 from onnx import numpy_helper
@@ -45,7 +47,16 @@ from patchspec.api import (
 from patchspec_plugins._batch_tracker import INT64_MAX, BatchTrace, Rewrite, trace_batch
 
 
+class SetBatchParams(TypedDict, total=False):
+    """The params as ``apply``/``verify`` receive them (schema defaults filled in); the test kit checks
+    its keys against ``params_schema``."""
+
+    size: int | str
+    inputs: list[str] | dict[str, int]
+
+
 class SetBatchPatch(PatchType):
+    Params = SetBatchParams
     name = "set_batch"
     description = ("Set the batch size (static or symbolic) on the inputs that carry it, re-derive every "
                    "other shape, and rewrite shape constants that provably bake in the old batch.")
@@ -80,7 +91,7 @@ class SetBatchPatch(PatchType):
             twice = sorted({n for n in inputs if inputs.count(n) > 1})
             yield ("inputs",), f"each input is listed once, got {', '.join(map(repr, twice))} more than once"
 
-    def apply(self, model: onnx.ModelProto, params: dict, context: PatchContext) -> PatchResult:
+    def apply(self, model: onnx.ModelProto, params: SetBatchParams, context: PatchContext) -> PatchResult:
         size = params["size"]
         batch = choose_batch_axes(model, params, context)
         where = ", ".join(f"{name}[{axis}]" for name, axis in batch.axes)

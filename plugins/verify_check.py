@@ -35,6 +35,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 import onnx
 
@@ -63,7 +64,15 @@ class Problem:
         return self.text.split(" ==> ", 1)[0].rstrip(" .")
 
 
+class CheckParams(TypedDict, total=False):
+    """The params as ``apply``/``verify`` receive them (schema defaults filled in); the test kit checks
+    its keys against ``params_schema``."""
+
+    strict: bool
+
+
 class CheckVerifier(Verifier):
+    Params = CheckParams
     name = "check"
     description = "ONNX's full checker and strict shape inference on the output; the original's own problems pass, noted."
     params_schema = {
@@ -79,7 +88,7 @@ class CheckVerifier(Verifier):
         "additionalProperties": False,
     }
 
-    def verify(self, params: dict, context: VerifyContext) -> VerifyResult:
+    def verify(self, params: CheckParams, context: VerifyContext) -> VerifyResult:
         version = onnx.__version__
         strict = params["strict"]
         output, original = Path(context.output_path), Path(context.original_path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, TypedDict
 
 import numpy as np
 import onnx
@@ -14,7 +15,15 @@ from patchspec.api import CASE_INPUT_SCHEMA, RunFailure, Session, UsageError, ca
 DEFAULT_ORIGIN = "default shapes"
 
 
+class LintParams(TypedDict, total=False):
+    """The params as ``apply``/``verify`` receive them (schema defaults filled in); the test kit checks
+    its keys against ``params_schema``."""
+
+    inputs: dict[str, Any]
+
+
 class LintVerifier(Verifier):
+    Params = LintParams
     name = "lint"
     description = ("Run the output at the given input shapes and fail when a dim_param is bound to "
                    "different sizes (ONNX Runtime's 'Shape mismatch attempting to re-use buffer').")
@@ -35,7 +44,7 @@ class LintVerifier(Verifier):
         for name, item in (params.get("inputs") or {}).items():  # the same inputs as a run case
             yield from case_input_problems(item, ("inputs", name))
 
-    def verify(self, params: dict, context: VerifyContext) -> VerifyResult:
+    def verify(self, params: LintParams, context: VerifyContext) -> VerifyResult:
         inputs, origin = _inputs(params, context)
         try:
             given = {name: _shape(item, context) for name, item in inputs.items()}

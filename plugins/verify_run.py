@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypedDict
 
 import numpy as np
 import onnx
@@ -48,7 +49,20 @@ _AGAINST = {"type": "string", "description": "reference: original | none | PATH 
                                             "expected outputs keyed by output name (relative to the spec's folder)"}
 
 
+class RunParams(TypedDict, total=False):
+    """The params as ``apply``/``verify`` receive them (schema defaults filled in); the test kit checks
+    its keys against ``params_schema``."""
+
+    providers: list[str]
+    custom_op_libraries: list[str]
+    require: list[str]
+    cases: list[dict[str, Any]]
+    optimizations: list[str]
+    compare: dict[str, Any]
+
+
 class RunVerifier(Verifier):
+    Params = RunParams
     name = "run"
     description = "Run the output on ONNX Runtime per provider and case; compare its outputs with a reference."
     params_schema = {
@@ -197,7 +211,7 @@ class RunVerifier(Verifier):
                 if isinstance(item, dict) and "file" in item:
                     yield item["file"]
 
-    def verify(self, params: dict, context: VerifyContext) -> VerifyResult:
+    def verify(self, params: RunParams, context: VerifyContext) -> VerifyResult:
         return _Run(params, context).result()
 
 

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from patchspec import Verifier, VerifyContext, VerifyResult, hookimpl
 from patchspec.api import Known, ShapeEvaluator, fed_inputs, read_dims
 
 
+class StaticParams(TypedDict, total=False):
+    """The params as ``apply``/``verify`` receive them (schema defaults filled in); the test kit checks
+    its keys against ``params_schema``."""
+
+    value_info: bool
+
+
 class StaticVerifier(Verifier):
+    Params = StaticParams
     name = "static"
     description = "Every graph input and output has only fixed sizes (optionally every annotated tensor too)."
     params_schema = {
@@ -18,7 +28,7 @@ class StaticVerifier(Verifier):
         "additionalProperties": False,
     }
 
-    def verify(self, params: dict, context: VerifyContext) -> VerifyResult:
+    def verify(self, params: StaticParams, context: VerifyContext) -> VerifyResult:
         graph = context.model.graph
         groups = [("input", graph.input), ("output", graph.output)]
         if params.get("value_info"):

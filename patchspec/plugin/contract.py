@@ -83,6 +83,10 @@ class PatchType:
     params_schema: ClassVar[dict]
     #: ``set_batch: 32`` means ``set_batch: {size: 32}`` when ``shorthand = "size"``
     shorthand: ClassVar[str | None] = None
+    #: optional (since 1.1): the params as a ``TypedDict`` (``class Params(TypedDict, total=False)``), for
+    #: type checkers and readers; ``apply``/``verify`` receive that dict, the schema's defaults filled in,
+    #: and the test kit checks its keys against ``params_schema``'s properties
+    Params: ClassVar[type | None] = None
 
     def check_params(self, params: dict) -> Iterable[ParamProblem]:
         """Checks JSON Schema cannot express (expression syntax, regexes); no model needed."""
@@ -118,6 +122,10 @@ class Verifier:
     description: ClassVar[str]
     params_schema: ClassVar[dict]
     shorthand: ClassVar[str | None] = None
+    #: optional (since 1.1): the params as a ``TypedDict`` (``class Params(TypedDict, total=False)``), for
+    #: type checkers and readers; ``apply``/``verify`` receive that dict, the schema's defaults filled in,
+    #: and the test kit checks its keys against ``params_schema``'s properties
+    Params: ClassVar[type | None] = None
 
     def check_params(self, params: dict) -> Iterable[ParamProblem]:
         return ()

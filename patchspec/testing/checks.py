@@ -80,6 +80,12 @@ def check_declaration(cls: type[PatchType] | type[Verifier]) -> None:
     shorthand = getattr(cls, "shorthand", None)
     assert shorthand is None or shorthand in schema.get("properties", {}), \
         f"{cls.name}: shorthand {shorthand!r} is not one of its properties"
+    params_type = getattr(cls, "Params", None)
+    if params_type is not None:  # the typed params say what the schema says: the same keys
+        typed = set(getattr(params_type, "__annotations__", {}))
+        declared = set(schema.get("properties", {}))
+        assert typed == declared, (f"{cls.name}: Params names {sorted(typed - declared)} the schema does not, and "
+                                   f"misses {sorted(declared - typed)}")
 
 
 F = TypeVar("F", bound=Callable[..., Any])

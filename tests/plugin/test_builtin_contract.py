@@ -256,3 +256,27 @@ def test_check_verifier_counts_context_fail_as_a_failed_verdict(tmp_path):
     onnx.save(make_model(), str(tmp_path / "m.onnx"))
     with pytest.raises(VerificationFailed, match="gate closed"):
         Gate().verify({}, verify_context("gate.closed", {}, tmp_path / "m.onnx"))
+
+
+def test_typed_params_must_name_what_the_schema_names():
+    """Params (a TypedDict) and params_schema say the same keys, or the test kit says which differ."""
+    from typing import TypedDict
+
+    import pytest
+
+    from patchspec import PatchType
+    from patchspec.testing.checks import check_declaration
+
+    class Wrong(TypedDict, total=False):
+        size: int
+        sise: int
+
+    class Typo(PatchType):
+        Params = Wrong
+        name = "typo"
+        description = "A patch whose typed params name a key its schema does not."
+        params_schema = {"type": "object", "additionalProperties": False,
+                         "properties": {"size": {"type": "integer", "description": "the size"}}}
+
+    with pytest.raises(AssertionError, match=r"Params names \['sise'\] the schema does not"):
+        check_declaration(Typo)

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import onnx
 
 from patchspec import Verifier, VerifyContext, VerifyResult
 
 
+class MaxNodesParams(TypedDict, total=False):
+    """The params as ``apply``/``verify`` receive them (schema defaults filled in); the test kit checks
+    its keys against ``params_schema``."""
+
+    limit: int
+    subgraphs: bool
+
+
 class MaxNodesVerifier(Verifier):
+    Params = MaxNodesParams
     name = "acme.max_nodes"
     description = "Fail when the output has more than 'limit' nodes (a budget for slim deployment models)."
     shorthand = "limit"  # acme.max_nodes: 100  means  acme.max_nodes: {limit: 100}
@@ -25,7 +36,7 @@ class MaxNodesVerifier(Verifier):
         "additionalProperties": False,
     }
 
-    def verify(self, params: dict, context: VerifyContext) -> VerifyResult:
+    def verify(self, params: MaxNodesParams, context: VerifyContext) -> VerifyResult:
         limit = params["limit"]
         count = count_nodes(context.model.graph, params.get("subgraphs", True))
         data = {"nodes": count, "limit": limit}

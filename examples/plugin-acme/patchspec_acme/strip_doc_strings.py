@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TypedDict
 
 import onnx
 
 from patchspec import PatchContext, PatchResult, PatchType
 
 
+class StripDocStringsParams(TypedDict, total=False):
+    """The params as ``apply``/``verify`` receive them (schema defaults filled in); the test kit checks
+    its keys against ``params_schema``."""
+
+    keep_model_doc: bool
+
+
 class StripDocStringsPatch(PatchType):
+    Params = StripDocStringsParams
     name = "acme.strip_doc_strings"
     description = "Remove doc_string fields (model, graphs, nodes, tensors, functions) to shrink and anonymise a model."
     params_schema = {
@@ -24,7 +33,7 @@ class StripDocStringsPatch(PatchType):
         "additionalProperties": False,
     }
 
-    def apply(self, model: onnx.ModelProto, params: dict, context: PatchContext) -> PatchResult:
+    def apply(self, model: onnx.ModelProto, params: StripDocStringsParams, context: PatchContext) -> PatchResult:
         keep_model_doc = params.get("keep_model_doc", False)
         stripped = 0
         for message in _documented(model, keep_model_doc):
