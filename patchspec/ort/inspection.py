@@ -405,7 +405,8 @@ def _compare(value, sizes: list[int] | None, bindings: dict, result: LintResult)
 
 
 def _shapes_text(shapes: dict[str, list[int]]) -> str:
-    return " ".join(f"{name}={','.join(map(str, dims))}" for name, dims in shapes.items())
+    """``x=1,3,64,96 sr=[]``: the shapes a probe ran at (a scalar as ``[]``)."""
+    return " ".join(f"{name}={','.join(map(str, dims)) if dims else '[]'}" for name, dims in shapes.items())
 
 
 # -- the graphs inside ------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from patchspec.errors import ModelFileError
 from patchspec.model.external_data import expected_nbytes, external_info, is_external, validate_external_data
 from patchspec.model.graph import all_graphs, bodies
 from patchspec.model.io import load_model
-from patchspec.ort.inspection import Binding, Conflict, _dims, graph_bodies, lint_model, model_inputs
+from patchspec.ort.inspection import Binding, Conflict, _dims, _shapes_text, graph_bodies, lint_model, model_inputs
 
 #: uses of a dim_param, names of a list, shown before "and N more" (``unfold`` shows all)
 SHOWN = 3
@@ -271,10 +271,6 @@ def _cut(items: list[str], limit: int | None) -> str:
     if limit is None or len(items) <= limit:
         return ", ".join(items)
     return f"{', '.join(items[:limit])} and {len(items) - limit} more"
-
-
-def _shapes_text(shapes: dict[str, list[int]]) -> str:
-    return " ".join(f"{name}={','.join(map(str, dims))}" for name, dims in shapes.items())
 
 
 def _value_text(value) -> str:
