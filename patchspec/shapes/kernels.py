@@ -1,0 +1,229 @@
+"""The values of shape arithmetic: ONNX ops computed in numpy on small, fully known inputs.
+
+``values_of`` is the one entry point: the evaluator calls it for every node of the default
+domain, and it answers with the outputs' values, or None where the node is not shape arithmetic
+(an op without a kernel here, an input whose value is unknown, a result of more than ``SMALL``
+elements). Each kernel follows the ONNX operator at the model's opset (axes as an attribute or an
+input, Slice's clamped bounds); ``tests/shapes/test_kernels.py`` holds them to onnx's reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from patchspec.model.graph import constant_value
+
+#: tensors with at most this many elements get a value (shape arithmetic, scales, small constants)
+SMALL = 1024
+
+
+def _attrs(node: onnx.NodeProto) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def values_of(node: onnx.NodeProto, inputs: Sequence, opset: int) -> list[np.ndarray] | None:
+    """Output values of ``node`` when it is shape arithmetic on known values; None otherwise.
+
+    ``inputs`` holds one entry per input of the node, each with a ``shape`` (one int or None per
+    axis; None: rank unknown) and a ``value`` (an array, or None when unknown): the evaluator's
+    ``Known``. ``opset`` is the model's default-domain opset."""
+    op = node.op_type
+    if op == "Constant":  # the one constant reader; a large constant is a weight, not shape arithmetic
+        value = constant_value(node)
+        return None if value is None or value.size > SMALL else [value]
+    attrs = _attrs(node)
+    if op in ("Shape", "Size"):
+        shape = inputs[0].shape if inputs else None
+        if shape is None or any(d is None for d in shape):
+            return None
+        if op == "Size":
+            return [np.array(int(np.prod(shape, dtype=np.int64)), dtype=np.int64)]
+        start, end = attrs.get("start", 0), attrs.get("end", None)
+        return [np.array(shape[start:end] if end is not None else shape[start:], dtype=np.int64)]
+    function = VALUE_OPS.get(op)
+    present = [k for name, k in zip(node.input, inputs) if name]
+    if function is None or any(k.value is None for k in present):
+        return None
+    args = [None if not name else np.asarray(k.value) for name, k in zip(node.input, inputs)]
+    if _output_size(op, args) > SMALL:
+        return None  # a large constant-filled tensor: its shape comes from inference
+    result = function(args, attrs, opset)
+    results = result if isinstance(result, list) else [result]
+    if any(np.asarray(r).size > SMALL for r in results):
+        return None
+    return [np.asarray(r) for r in results]
+
+
+def _output_size(op: str, args: list) -> int:
+    """Elements an op that can grow its input would make, before making them."""
+    if op == "Expand":
+        return int(np.prod(np.broadcast_shapes(args[0].shape, tuple(int(s) for s in args[1])), dtype=np.int64))
+    if op == "Tile":
+        return int(np.prod([d * int(r) for d, r in zip(args[0].shape, args[1])], dtype=np.int64))
+    if op == "ConstantOfShape":
+        return int(np.prod([int(s) for s in args[0]], dtype=np.int64))
+    if op == "Range":
+        start, limit, delta = (float(a.reshape(-1)[0]) for a in args)
+        return int(max(np.ceil((limit - start) / delta), 0)) if delta else SMALL + 1
+    return 0
+
+
+def _axes(args: list, attrs: dict, position: int, opset_axes_input: bool) -> list[int] | None:
+    if opset_axes_input:
+        if len(args) > position and args[position] is not None:
+            return [int(a) for a in args[position].reshape(-1)]
+        return None
+    return list(attrs["axes"]) if "axes" in attrs else None
+
+
+def _slice(args, attrs, opset):
+    data = args[0]
+    if opset < 10:
+        starts, ends = attrs["starts"], attrs["ends"]
+        axes = attrs.get("axes", list(range(len(starts))))
+        steps = [1] * len(starts)
+    else:
+        starts, ends = args[1].tolist(), args[2].tolist()
+        axes = args[3].tolist() if len(args) > 3 and args[3] is not None else list(range(len(starts)))
+        steps = args[4].tolist() if len(args) > 4 and args[4] is not None else [1] * len(starts)
+    index = [slice(None)] * data.ndim
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        size = data.shape[axis]
+        start = max(min(start, size), -size - 1)
+        end = max(min(end, size), -size - 1)
+        index[axis] = slice(start, end, step)
+    return data[tuple(index)]
+
+
+def _squeeze(args, attrs, opset):
+    axes = _axes(args, attrs, 1, opset >= 13)
+    return np.squeeze(args[0]) if axes is None else np.squeeze(args[0], axis=tuple(axes))
+
+
+def _unsqueeze(args, attrs, opset):
+    axes = _axes(args, attrs, 1, opset >= 13)
+    rank = args[0].ndim + len(axes)
+    result = args[0]
+    for axis in sorted(a % rank for a in axes):
+        result = np.expand_dims(result, axis)
+    return result
+
+
+def _reduce(function):
+    def reduce(args, attrs, opset):
+        axes = attrs.get("axes")
+        if len(args) > 1 and args[1] is not None:
+            axes = [int(a) for a in args[1].reshape(-1)]
+        keep = bool(attrs.get("keepdims", 1))
+        if not axes:
+            if attrs.get("noop_with_empty_axes", 0):
+                return args[0]
+            axes = None
+        result = function(args[0], axis=None if axes is None else tuple(axes), keepdims=keep)
+        return result.astype(args[0].dtype)  # numpy sums and multiplies int32 as int64; ONNX keeps int32
+    return reduce
+
+
+def _int_divide(a, b):
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu":
+        quotient = np.abs(a) // np.abs(b)
+        return (quotient * np.sign(a) * np.sign(b)).astype(np.result_type(a, b))
+    return np.divide(a, b).astype(np.result_type(a, b))
+
+
+def _mod(args, attrs, opset):
+    a, b = args
+    return np.fmod(a, b) if attrs.get("fmod", 0) else np.mod(a, b)
+
+
+def _cast(args, attrs, opset):
+    return args[0].astype(helper.tensor_dtype_to_np_dtype(attrs["to"]))
+
+
+def _range(args, attrs, opset):
+    start, limit, delta = (a.reshape(-1)[0] for a in args)
+    return np.arange(start, limit, delta, dtype=args[0].dtype)
+
+
+def _reshape(args, attrs, opset):
+    data, shape = args[0], [int(s) for s in args[1].reshape(-1)]
+    allowzero = attrs.get("allowzero", 0)
+    shape = [data.shape[i] if s == 0 and not allowzero else s for i, s in enumerate(shape)]
+    return data.reshape(shape)
+
+
+def _concat(args, attrs, opset):
+    return np.concatenate([a for a in args if a is not None], axis=attrs.get("axis", 0))
+
+
+def _gather(args, attrs, opset):
+    return np.take(args[0], args[1].astype(np.int64), axis=attrs.get("axis", 0))
+
+
+def _where(args, attrs, opset):
+    return np.where(args[0], args[1], args[2])
+
+
+def _binary(function):
+    return lambda args, attrs, opset: function(args[0], args[1])
+
+
+def _variadic(function):
+    def apply(args, attrs, opset):
+        result = args[0]
+        for other in args[1:]:
+            result = function(result, other)
+        return result
+    return apply
+
+
+VALUE_OPS: dict[str, Callable] = {
+    "Identity": lambda args, attrs, opset: args[0],
+    "Cast": _cast,
+    "Gather": _gather,
+    "Concat": _concat,
+    "Slice": _slice,
+    "Squeeze": _squeeze,
+    "Unsqueeze": _unsqueeze,
+    "Reshape": _reshape,
+    "Flatten": lambda args, attrs, opset: args[0].reshape(
+        int(np.prod(args[0].shape[:attrs.get("axis", 1)], dtype=np.int64)), -1),
+    "Expand": lambda args, attrs, opset: args[0] * np.ones([int(s) for s in args[1]], dtype=args[0].dtype),
+    "Tile": lambda args, attrs, opset: np.tile(args[0], [int(r) for r in args[1]]),
+    "ConstantOfShape": lambda args, attrs, opset: np.full(
+        [int(s) for s in args[0]], numpy_helper.to_array(attrs["value"]).reshape(-1)[0] if "value" in attrs else 0.0,
+        dtype=numpy_helper.to_array(attrs["value"]).dtype if "value" in attrs else np.float32),
+    "Range": _range,
+    "Add": _binary(np.add),
+    "Sub": _binary(np.subtract),
+    "Mul": _binary(np.multiply),
+    "Div": _binary(_int_divide),
+    "Mod": _mod,
+    "Neg": lambda args, attrs, opset: np.negative(args[0]),
+    "Abs": lambda args, attrs, opset: np.abs(args[0]),
+    "Floor": lambda args, attrs, opset: np.floor(args[0]),
+    "Ceil": lambda args, attrs, opset: np.ceil(args[0]),
+    "Sqrt": lambda args, attrs, opset: np.sqrt(args[0]),
+    "Min": _variadic(np.minimum),
+    "Max": _variadic(np.maximum),
+    "Equal": _binary(np.equal),
+    "Less": _binary(np.less),
+    "Greater": _binary(np.greater),
+    "LessOrEqual": _binary(np.less_equal),
+    "GreaterOrEqual": _binary(np.greater_equal),
+    "Not": lambda args, attrs, opset: np.logical_not(args[0]),
+    "And": _binary(np.logical_and),
+    "Or": _binary(np.logical_or),
+    "Where": _where,
+    "ReduceProd": _reduce(np.prod),
+    "ReduceSum": _reduce(np.sum),
+    "ReduceMax": _reduce(np.max),
+    "ReduceMin": _reduce(np.min),
+    "Transpose": lambda args, attrs, opset: np.transpose(args[0], attrs.get("perm")),
+}
+
+__all__ = ["SMALL", "values_of"]
