@@ -7,13 +7,11 @@ and version; nothing is committed unless every patch and verifier passed.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import onnx
@@ -31,9 +29,6 @@ from patchspec.model.external_data import (
     Layout,
     data_files,
     default_layout,
-    external_info,
-    is_external,
-    iter_tensors,
     refuse_input_overwrite,
     validate_external_data,
     write_model,
@@ -43,47 +38,14 @@ from patchspec.model.io import FileStamp, load_model
 from patchspec.plugin.boundary import Guard
 from patchspec.plugin.contract import PatchContext, RunState, VerifyContext
 from patchspec.plugin.registry import PluginRegistry
+from patchspec.run.report import RunReport, StepOutcome
 from patchspec.run.reporter import Reporter
 from patchspec.run.staging import Staging
+from patchspec.run.stamp import OutputStamp, data_record, digest_of, shown_path, stamp_model
 from patchspec.run.statcache import StatCache, file_sha256
 from patchspec.shapes.annotations import format_dims, read_dims
 from patchspec.shapes.batch_axes import fed_inputs
 from patchspec.spec.steps import Spec, Step
-
-VERSION_KEY = "patchspec.version"
-DIGEST_KEY = "patchspec.digest"
-#: what the digest was made of, part by part (JSON), so a stale output can name the input that changed
-INPUTS_KEY = "patchspec.inputs"
-#: the output's own data files as the build wrote them (JSON: name -> size, sha256), checked like inputs
-FILES_KEY = "patchspec.files"
-
-
-@dataclass
-class StepOutcome:
-    label: str
-    status: str  # modified | unchanged | passed | failed | skipped
-    summary: str
-    details: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    data: dict = field(default_factory=dict)
-
-
-@dataclass
-class RunReport:
-    spec: str
-    model: str
-    output: str
-    status: str = "running"  # written | up to date | unchanged | planned | verified | failed
-    patches: list[StepOutcome] = field(default_factory=list)
-    verifiers: list[StepOutcome] = field(default_factory=list)
-    files: list[str] = field(default_factory=list)
-    #: every file the output depends on besides the spec: model, its data files, verifier inputs
-    inputs: list[str] = field(default_factory=list)
-    error: str | None = None
-    digest: str | None = None  # the output's digest, once computed
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 @dataclass
@@ -266,8 +228,8 @@ class Engine:
             staged_model = staging.path(loaded.output_path)
 
             def finalize(out: onnx.ModelProto) -> None:  # the data file is written, the .onnx not yet
-                written.update(_data_record(out, staged_model.parent, self._hashing(file_sha256)))
-                _stamp(out, parts(), written)
+                written.update(data_record(out, staged_model.parent, self._hashing(file_sha256)))
+                stamp_model(out, parts(), written)
 
             try:
                 with self.reporter.bytes("copying weights") as progress:
@@ -426,119 +388,9 @@ def _refuse_same_file(model: Path, output: Path) -> None:
                          "choose another 'output' (e.g. under build/)")
 
 
-def shown_path(path: Path) -> str:
-    """``path`` as the user knows it: relative to the current directory when below it, else absolute."""
-    absolute = Path(os.path.abspath(path))
-    try:
-        return str(absolute.relative_to(Path.cwd()))
-    except (ValueError, OSError):
-        return str(absolute)
-
-
-def digest_of(parts: dict[str, str]) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
-
-
-def _data_record(model: onnx.ModelProto, folder: Path, sha256: Callable[[Path], str]) -> dict[str, dict]:
-    """Size and sha256 of each data file ``model`` (written in ``folder``) points at, by location."""
-    locations = dict.fromkeys(external_info(t)["location"] for t in iter_tensors(model.graph) if is_external(t))
-    return {name: {"size": (folder / name).stat().st_size, "sha256": sha256(folder / name)} for name in locations}
-
-
 def _remove_superseded(output: Path, old: list[Path], new: list[str]) -> None:
     """Data files the previous build wrote beside ``output`` and this one no longer names."""
     kept = {Path(name).name for name in new} | {output.name}
     for path in map(Path, old):
         if path.parent.resolve() == output.parent.resolve() and path.name not in kept and path.is_file():
             path.unlink(missing_ok=True)
-
-
-def _stamp(model: onnx.ModelProto, parts: dict[str, str], files: dict[str, dict]) -> None:
-    keep = [p for p in model.metadata_props if p.key not in (VERSION_KEY, DIGEST_KEY, INPUTS_KEY, FILES_KEY)]
-    del model.metadata_props[:]
-    model.metadata_props.extend(keep)
-    stamps = ((VERSION_KEY, __version__), (DIGEST_KEY, digest_of(parts)), (INPUTS_KEY, json.dumps(parts, sort_keys=True)),
-              (FILES_KEY, json.dumps(files, sort_keys=True)))
-    for key, value in stamps:
-        entry = model.metadata_props.add()
-        entry.key, entry.value = key, value
-
-
-@dataclass(frozen=True)
-class OutputStamp:
-    """What an existing output says of the build that wrote it, and of the data files that build wrote."""
-
-    digest: str
-    parts: dict | None  # what the digest was made of (None: written before patchspec recorded it)
-    data_files: list[Path]
-    #: the data files as the build wrote them, name -> {size, sha256} (None: not recorded)
-    recorded: dict[str, dict] | None = None
-    complete: bool = True  # the data files hold every tensor the model points at (sizes suffice)
-    folder: Path = Path()  # the output's folder, where the recorded names are
-
-    @classmethod
-    def read(cls, output: Path) -> OutputStamp | None:
-        """The stamp of ``output``; None when it is not a patchspec output, or when its data files
-        are incomplete and no record says which (``data_changes`` names them where one does)."""
-        if not output.is_file():
-            return None
-        try:
-            model = onnx.load(str(output), load_external_data=False)
-        except Exception:
-            return None
-        props = {prop.key: prop.value for prop in model.metadata_props}
-        if DIGEST_KEY not in props:
-            return None
-        parts, recorded = _json_dict(props.get(INPUTS_KEY)), _recorded_files(props.get(FILES_KEY))
-        try:
-            files, complete = data_files(validate_external_data(model, output, verify_checksums=False)), True
-        except Exception:
-            if recorded is None:
-                return None
-            files, complete = [output.parent / name for name in recorded], False
-        if recorded is not None:
-            files = [output.parent / name for name in recorded]
-        return cls(props[DIGEST_KEY], parts, files, recorded, complete, output.parent)
-
-    def data_changes(self, sha256: Callable[[Path], str]) -> list[str]:
-        """How the output's data files differ from what the build recorded, each named by its path;
-        [] when they are as built. A size is a stat; ``sha256`` (the stat cache's) reads a file only
-        when its identity changed since it was last hashed."""
-        if self.recorded is None:
-            return ["the output's data files were not recorded by the patchspec that built it"] if self.data_files else []
-        changes = []
-        for name, built in self.recorded.items():
-            path = self.folder / name
-            try:
-                size = os.stat(path).st_size
-            except OSError:
-                changes.append(f"{shown_path(path)} is missing")
-                continue
-            if size != built["size"]:
-                changes.append(f"{shown_path(path)} changed (size {built['size']} -> {size})")
-            elif sha256(path) != built["sha256"]:
-                changes.append(f"{shown_path(path)} changed (same size, different content)")
-        if not changes and not self.complete:
-            changes.append("the output is incomplete (its model points past its data files)")
-        return changes
-
-
-def _json_dict(text: str | None) -> dict | None:
-    try:
-        value = json.loads(text) if text is not None else None
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _recorded_files(text: str | None) -> dict[str, dict] | None:
-    """The ``patchspec.files`` record, if well formed (else None: the data files cannot be checked)."""
-    record = _json_dict(text)
-    if record is None:
-        return None
-    for name, entry in record.items():
-        if not (isinstance(entry, dict) and isinstance(entry.get("size"), int) and isinstance(entry.get("sha256"), str)):
-            return None
-        if Path(name).is_absolute() or ".." in Path(name).parts:
-            return None
-    return record

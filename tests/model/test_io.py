@@ -13,7 +13,7 @@ from helpers import graph_model, tensor_info, write_spec
 from patchspec.errors import ModelFileError
 from patchspec.model.graph import default_opset
 from patchspec.model.io import FileStamp, load_model
-from patchspec.run.engine import DIGEST_KEY, VERSION_KEY
+from patchspec.run.stamp import DIGEST_KEY, VERSION_KEY
 
 
 def add_model(ir_version=8, opset=17) -> onnx.ModelProto:

@@ -15,7 +15,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 from helpers import graph_model, tensor_info, write_spec
-from patchspec.run.engine import DIGEST_KEY
+from patchspec.run.stamp import DIGEST_KEY
 
 PATCHSPEC = Path(sys.executable).parent / "patchspec"
 

@@ -1,0 +1,138 @@
+"""The digest and stamp of an output: what it was built from, and whether it still is.
+
+An output's metadata records patchspec's version, the digest of everything it was built from, those
+parts one by one (so a stale output names the input that changed) and its own data files by size
+and sha256 (so a changed data file is found with a stat, or a read where its identity changed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+
+from patchspec import __version__
+from patchspec.model.external_data import data_files, external_info, is_external, iter_tensors, validate_external_data
+
+VERSION_KEY = "patchspec.version"
+DIGEST_KEY = "patchspec.digest"
+#: what the digest was made of, part by part (JSON), so a stale output can name the input that changed
+INPUTS_KEY = "patchspec.inputs"
+#: the output's own data files as the build wrote them (JSON: name -> size, sha256), checked like inputs
+FILES_KEY = "patchspec.files"
+
+
+def digest_of(parts: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def stamp_model(model: onnx.ModelProto, parts: dict[str, str], files: dict[str, dict]) -> None:
+    """Record in ``model``'s metadata what it was built from (``parts``) and its data files (``files``)."""
+    keep = [p for p in model.metadata_props if p.key not in (VERSION_KEY, DIGEST_KEY, INPUTS_KEY, FILES_KEY)]
+    del model.metadata_props[:]
+    model.metadata_props.extend(keep)
+    stamps = ((VERSION_KEY, __version__), (DIGEST_KEY, digest_of(parts)), (INPUTS_KEY, json.dumps(parts, sort_keys=True)),
+              (FILES_KEY, json.dumps(files, sort_keys=True)))
+    for key, value in stamps:
+        entry = model.metadata_props.add()
+        entry.key, entry.value = key, value
+
+
+def data_record(model: onnx.ModelProto, folder: Path, sha256: Callable[[Path], str]) -> dict[str, dict]:
+    """Size and sha256 of each data file ``model`` (written in ``folder``) points at, by location."""
+    locations = dict.fromkeys(external_info(t)["location"] for t in iter_tensors(model.graph) if is_external(t))
+    return {name: {"size": (folder / name).stat().st_size, "sha256": sha256(folder / name)} for name in locations}
+
+
+@dataclass(frozen=True)
+class OutputStamp:
+    """What an existing output says of the build that wrote it, and of the data files that build wrote."""
+
+    digest: str
+    parts: dict | None  # what the digest was made of (None: written before patchspec recorded it)
+    data_files: list[Path]
+    #: the data files as the build wrote them, name -> {size, sha256} (None: not recorded)
+    recorded: dict[str, dict] | None = None
+    complete: bool = True  # the data files hold every tensor the model points at (sizes suffice)
+    folder: Path = Path()  # the output's folder, where the recorded names are
+
+    @classmethod
+    def read(cls, output: Path) -> OutputStamp | None:
+        """The stamp of ``output``; None when it is not a patchspec output, or when its data files
+        are incomplete and no record says which (``data_changes`` names them where one does)."""
+        if not output.is_file():
+            return None
+        try:
+            model = onnx.load(str(output), load_external_data=False)
+        except Exception:
+            return None
+        props = {prop.key: prop.value for prop in model.metadata_props}
+        if DIGEST_KEY not in props:
+            return None
+        parts, recorded = _json_dict(props.get(INPUTS_KEY)), _recorded_files(props.get(FILES_KEY))
+        try:
+            files, complete = data_files(validate_external_data(model, output, verify_checksums=False)), True
+        except Exception:
+            if recorded is None:
+                return None
+            files, complete = [output.parent / name for name in recorded], False
+        if recorded is not None:
+            files = [output.parent / name for name in recorded]
+        return cls(props[DIGEST_KEY], parts, files, recorded, complete, output.parent)
+
+    def data_changes(self, sha256: Callable[[Path], str]) -> list[str]:
+        """How the output's data files differ from what the build recorded, each named by its path;
+        [] when they are as built. A size is a stat; ``sha256`` (the stat cache's) reads a file only
+        when its identity changed since it was last hashed."""
+        if self.recorded is None:
+            return ["the output's data files were not recorded by the patchspec that built it"] if self.data_files else []
+        changes = []
+        for name, built in self.recorded.items():
+            path = self.folder / name
+            try:
+                size = os.stat(path).st_size
+            except OSError:
+                changes.append(f"{shown_path(path)} is missing")
+                continue
+            if size != built["size"]:
+                changes.append(f"{shown_path(path)} changed (size {built['size']} -> {size})")
+            elif sha256(path) != built["sha256"]:
+                changes.append(f"{shown_path(path)} changed (same size, different content)")
+        if not changes and not self.complete:
+            changes.append("the output is incomplete (its model points past its data files)")
+        return changes
+
+
+def _json_dict(text: str | None) -> dict | None:
+    try:
+        value = json.loads(text) if text is not None else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _recorded_files(text: str | None) -> dict[str, dict] | None:
+    """The ``patchspec.files`` record, if well formed (else None: the data files cannot be checked)."""
+    record = _json_dict(text)
+    if record is None:
+        return None
+    for name, entry in record.items():
+        if not (isinstance(entry, dict) and isinstance(entry.get("size"), int) and isinstance(entry.get("sha256"), str)):
+            return None
+        if Path(name).is_absolute() or ".." in Path(name).parts:
+            return None
+    return record
+
+
+def shown_path(path: Path) -> str:
+    """``path`` as the user knows it: relative to the current directory when below it, else absolute."""
+    absolute = Path(os.path.abspath(path))
+    try:
+        return str(absolute.relative_to(Path.cwd()))
+    except (ValueError, OSError):
+        return str(absolute)
