@@ -26,16 +26,8 @@ Grouped by what they work on:
 from __future__ import annotations
 
 from patchspec.errors import UsageError, close_matches, did_you_mean
-from patchspec.model.external_data import (
-    DIGEST_FIELD,
-    ORT_MEMORY_MARKER,
-    OUTPUT_LAYOUT,
-    Layout,
-    is_external,
-    iter_tensors,
-    read_tensor,
-    refuse_inline_overflow,
-)
+from patchspec.model.data_writer import DIGEST_FIELD, OUTPUT_LAYOUT, Layout, refuse_inline_overflow
+from patchspec.model.external_data import ORT_MEMORY_MARKER, is_external, iter_tensors, read_tensor
 from patchspec.model.graph import (
     ELEMENT_TYPES,
     Namer,

@@ -23,16 +23,15 @@ from patchspec.errors import (
     UsageError,
     VerificationFailed,
 )
-from patchspec.model.external_data import (
+from patchspec.model.data_writer import (
     DIGEST_FIELD,
     OUTPUT_LAYOUT,
     Layout,
-    data_files,
     default_layout,
     refuse_input_overwrite,
-    validate_external_data,
     write_model,
 )
+from patchspec.model.external_data import data_files, validate_external_data
 from patchspec.model.graph import sync_initializer_inputs
 from patchspec.model.io import FileStamp, load_model
 from patchspec.plugin.boundary import Guard

@@ -15,15 +15,10 @@ from onnx import helper, numpy_helper
 
 from helpers import graph_model, tensor_info
 from patchspec.errors import ModelFileError, UsageError
+from patchspec.model import data_writer
 from patchspec.model import external_data as extdata
-from patchspec.model.external_data import (
-    Layout,
-    default_layout,
-    iter_tensors,
-    read_tensor,
-    validate_external_data,
-    write_model,
-)
+from patchspec.model.data_writer import Layout, default_layout, write_model
+from patchspec.model.external_data import iter_tensors, read_tensor, validate_external_data
 
 
 def matmul_model(size: int = 64, inline_const: bool = True) -> onnx.ModelProto:
@@ -196,7 +191,7 @@ def test_tensors_a_patch_creates_or_changes_follow_the_size_rule(tmp_path):
 
 def test_inline_layout_refuses_to_pass_the_protobuf_limit_before_reading(tmp_path, monkeypatch):
     source = saved_external(tmp_path / "in")
-    monkeypatch.setattr(extdata, "PROTOBUF_LIMIT", 10_000)
+    monkeypatch.setattr(data_writer, "PROTOBUF_LIMIT", 10_000)
     os.truncate(source.parent / "m.onnx_data", 0)  # a read would fail differently
     with pytest.raises(ModelFileError, match=r"would be \d+ bytes .* past protobuf's 2 GiB limit"):
         write_model(graph_only(source), tmp_path / "o.onnx", source.parent, Layout(None))
@@ -244,8 +239,8 @@ def test_progress_reports_every_byte(tmp_path):
 def test_output_data_may_not_replace_an_input(tmp_path):
     source = saved_external(tmp_path)
     with pytest.raises(UsageError, match=r"would replace the input's 'm\.onnx_data'"):
-        extdata.refuse_input_overwrite(Layout("m.onnx_data"), tmp_path / "o.onnx", [source, tmp_path / "m.onnx_data"])
-    extdata.refuse_input_overwrite(Layout("other.data"), tmp_path / "o.onnx", [source, tmp_path / "m.onnx_data"])
+        data_writer.refuse_input_overwrite(Layout("m.onnx_data"), tmp_path / "o.onnx", [source, tmp_path / "m.onnx_data"])
+    data_writer.refuse_input_overwrite(Layout("other.data"), tmp_path / "o.onnx", [source, tmp_path / "m.onnx_data"])
 
 
 def test_finalize_runs_after_the_data_file_and_before_the_model(tmp_path):

@@ -13,7 +13,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 from helpers import graph_model, tensor_info, write_spec
-from patchspec.model import external_data as extdata
+from patchspec.model import data_writer as extdata
 from patchspec.model.external_data import iter_tensors
 
 HEADER = "patchspec: 1\nmodel: models/m.onnx\noutput: out/o.onnx\n"
