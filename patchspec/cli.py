@@ -217,7 +217,7 @@ def verify(state: _State, spec_path, output, verbose: int, quiet: bool) -> None:
     engine = _engine(state, registry)
     target = (output or spec.output).absolute()
     report = RunReport(str(spec.path), str(spec.model), str(target))
-    engine.verify(spec, target, spec.model, report)
+    engine.verify(spec, target, spec.model, report, check_params=True)
     state.echo(f"{target}: verified")
 
 

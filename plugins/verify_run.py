@@ -381,9 +381,6 @@ class _Run:
         self.expected: dict[tuple, tuple[dict, float] | RunFailure] = {}
 
     def result(self) -> VerifyResult:
-        unknown = self._unknown_output_settings()
-        if unknown:
-            return VerifyResult("failed", unknown)
         providers = self.params["providers"]
         reasons = provider_skip_reasons(providers)
         rows: list[_Row] = []
@@ -393,14 +390,6 @@ class _Run:
             else:
                 rows.extend(self._provider_rows(provider))
         return self._verdict(providers, rows)
-
-    def _unknown_output_settings(self) -> str | None:
-        names = [info.name for info in self.context.model.graph.output]
-        for name in self.per_output:
-            if name not in names:
-                return (f"compare.outputs names '{name}', which is not an output of the model"
-                        f"{did_you_mean(name, names)}; its outputs are: {', '.join(names)}")
-        return None
 
     def _unavailable(self, provider: str, reason: str) -> _Row:
         if provider in self.required:

@@ -137,14 +137,20 @@ class Engine:
         status = "modified" if result.modified else "unchanged"
         return StepOutcome(step.label, status, result.summary, list(result.details), time.perf_counter() - started)
 
-    def verify(self, spec: Spec, output: Path, original: Path, report: RunReport, *, staged: bool = False) -> None:
+    def verify(self, spec: Spec, output: Path, original: Path, report: RunReport, *, staged: bool = False,
+               check_params: bool = False) -> None:
         """Run every verifier on the file at ``output``; raise VerificationFailed if any failed.
+
+        ``check_params``: first check the verifiers' params against that model (``check_model``), as
+        ``apply`` does after the patches; for ``patchspec verify`` on an existing output.
 
         Each verifier's line is echoed as it finishes; a failed one's summary and details are said
         once, in the error (which the CLI prints whatever the verbosity).
         """
         with self.reporter.task(f"reading {output.name}"):
             model = load_model(output)
+        if check_params:
+            self.check_verifiers(spec, model)
         failed: list[tuple[Step, StepOutcome, tuple]] = []  # with the key a context.fail pointed at
         for step in spec.verify:
             started = time.perf_counter()

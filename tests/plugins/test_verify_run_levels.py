@@ -123,6 +123,11 @@ def test_per_output_settings_name_an_output_of_the_model(tmp_path, run_cli):
     result = run_cli("apply", path)
     assert result.exit_code == 2, result.output  # found before anything runs
     assert "compare.outputs.why: 'why' is not an output of the patched model (did you mean 'y'?)" in result.output
+    spec(tmp_path, run="      compare: {against: original}\n")
+    assert run_cli("apply", tmp_path / "spec.yaml").exit_code == 0
+    spec(tmp_path, run="      compare: {outputs: {why: skip}}\n")
+    verified = run_cli("verify", tmp_path / "spec.yaml")  # the existing output: checked the same way
+    assert verified.exit_code == 2 and "'why' is not an output of the patched model" in verified.output
 
 
 def test_a_wrong_patch_is_not_excused_when_the_reference_is_stable(tmp_path, run_cli):
