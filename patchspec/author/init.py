@@ -14,15 +14,14 @@ Everything reads the graph only; the spec is checked by the loader before it is 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import onnx
 
 from patchspec.author.spec_text import DraftStep, SpecDraft, checked
 from patchspec.errors import PatchError
-from patchspec.model.graph import all_graphs
-from patchspec.model.io import load_model
+from patchspec.model.graph import walk_nodes
 from patchspec.ort.inspection import probe_shapes
 from patchspec.run.engine import Engine, RunReport
 from patchspec.shapes.annotations import read_dims
@@ -56,14 +55,15 @@ class InitResult:
 
 def draft_spec(model_path: Path, spec_path: Path, size: int | str, registry) -> InitResult:
     """The text of a starter spec for ``model_path``, to be written at ``spec_path``."""
-    model = load_model(model_path)
-    folder = spec_path.resolve().parent
+    folder = Path(os.path.abspath(spec_path)).parent  # as named, as the spec loader takes it
     model_ref = _relative(model_path, folder)
     label = f"b{size}" if isinstance(size, int) else "dynamic"
     output_ref = _relative(folder / "build" / f"{model_path.stem}.{label}.onnx", folder)
-    renames = _renames(model)
-    axes, how = _batch_axes(model, model_path, spec_path, model_ref, renames, registry)
-    probe = _probe(model_path, spec_path, model_ref, renames, axes, registry)
+    prober = _Prober(model_path, spec_path, model_ref, registry)
+    model = prober.model
+    renames = prober.renames = _renames(model)
+    axes, how = _batch_axes(model, prober)
+    probe = prober.patched(axes)
     old_size = batch_axes(model, {name: axis for name, axis in axes}).old_size
     rows, case, split = _inputs(model, axes, how, size, old_size)
     draft = SpecDraft(model_ref, output_ref, header=[
@@ -82,11 +82,11 @@ def draft_spec(model_path: Path, spec_path: Path, size: int | str, registry) -> 
 
 
 def _relative(path: Path, folder: Path) -> str:
-    return Path(os.path.relpath(Path(path).resolve(), folder)).as_posix()
+    return Path(os.path.relpath(os.path.abspath(path), folder)).as_posix()  # as named, links kept
 
 
 # -- the batch ---------------------------------------------------------------------------------------
-def _batch_axes(model, model_path, spec_path, model_ref, renames, registry) -> tuple[list, dict]:
+def _batch_axes(model: onnx.ModelProto, prober: _Prober) -> tuple[list, dict]:
     """The batch axes set_batch accepts, and how each was decided."""
     try:
         detected = batch_axes(model)
@@ -98,11 +98,10 @@ def _batch_axes(model, model_path, spec_path, model_ref, renames, registry) -> t
         if pair not in chosen and pair[0] not in {name for name, _ in chosen}:
             chosen.append(pair)
             how[pair] = f"the initial state of {node}, whose batch axis is {pair[1]}"
-    refusal = _try(model_path, spec_path, model_ref, renames, chosen, registry)
+    refusal = prober.refusal(chosen)
     if refusal is None:
-        paired = _state_pairs(model, _probe(model_path, spec_path, model_ref, renames, chosen, registry), chosen,
-                              detected.old_size)
-        if paired and _try(model_path, spec_path, model_ref, renames, chosen + list(paired), registry) is None:
+        paired = _state_pairs(model, prober.patched(chosen), chosen, detected.old_size)
+        if paired and prober.refusal(chosen + list(paired)) is None:
             how.update({pair: f"pairs with output '{out}', which carries the batch on axis {pair[1]} (a state passed "
                               "in and out)" for pair, out in paired.items()})
             return chosen + list(paired), how
@@ -111,7 +110,7 @@ def _batch_axes(model, model_path, spec_path, model_ref, renames, registry) -> t
                   for axis, dim in enumerate(read_dims(info) or []) if (name, axis) not in chosen
                   and name not in {n for n, _ in chosen} and dim in (None, detected.old_size)]
     for extra in [[c] for c in candidates] + ([candidates] if len(candidates) > 1 else []):
-        if _try(model_path, spec_path, model_ref, renames, chosen + extra, registry) is None:
+        if prober.refusal(chosen + extra) is None:
             how.update({pair: f"tried: set_batch refuses the model without it ({refusal.splitlines()[0]})"
                         for pair in extra})
             return chosen + extra, how
@@ -130,7 +129,7 @@ def _recurrent_states(model: onnx.ModelProto) -> dict:
     inputs = fed_inputs(model.graph)
     producers = {o: node for node in model.graph.node for o in node.output if o}
     found = {}
-    for graph_node in _all_nodes(model):
+    for graph_node in (site.node for site in walk_nodes(model.graph)):
         for operand in _STATES.get(graph_node.op_type, ()):
             if operand >= len(graph_node.input) or not graph_node.input[operand]:
                 continue
@@ -141,11 +140,6 @@ def _recurrent_states(model: onnx.ModelProto) -> dict:
                 layout = next((a.i for a in graph_node.attribute if a.name == "layout"), 0)
                 found.setdefault((name, 0 if layout else 1), f"{graph_node.op_type} '{graph_node.name or graph_node.output[0]}'")
     return found
-
-
-def _all_nodes(model: onnx.ModelProto):
-    for graph in all_graphs(model.graph):
-        yield from graph.node
 
 
 def _state_pairs(model: onnx.ModelProto, probe: onnx.ModelProto, chosen: list, old_size: int) -> dict:
@@ -167,29 +161,46 @@ def _state_pairs(model: onnx.ModelProto, probe: onnx.ModelProto, chosen: list, o
     return found
 
 
-def _try(model_path, spec_path, model_ref, renames, axes, registry) -> str | None:
-    """None when set_batch (symbolic) applies with these axes, else the first lines of its refusal."""
-    try:
-        _patch(model_path, spec_path, model_ref, renames, axes, registry)
-    except PatchError as exc:  # located in the probe's spec, which the user never sees: keep the reason
-        return exc.message.split("(set_batch): ", 1)[-1]
-    return None
+class _Prober:
+    """set_batch with a probe name, on the graph only, through the engine (as 'plan' does); each set of
+    axes is tried once, on a model read once."""
 
+    def __init__(self, model_path: Path, spec_path: Path, model_ref: str, registry) -> None:
+        self.spec_path, self.model_ref, self.registry = spec_path, model_ref, registry
+        self.renames: list[DraftStep] = []
+        self.engine = Engine(registry, lambda _: None)
+        self.model_path = model_path
+        self.tried: dict[tuple, tuple[onnx.ModelProto | None, str | None]] = {}
+        # the model, graph only, read (and its external data checked) once, as apply reads it
+        self.loaded = self.engine.load_input(self._spec([]), model_path)
 
-def _probe(model_path, spec_path, model_ref, renames, axes, registry) -> onnx.ModelProto:
-    return _patch(model_path, spec_path, model_ref, renames, axes, registry)
+    @property
+    def model(self) -> onnx.ModelProto:
+        return self.loaded.model
 
+    def _spec(self, patches: list):
+        draft = SpecDraft(self.model_ref, "probe.onnx", patches=patches, verify=[])
+        return load_spec(self.spec_path, self.registry, text=checked(draft, self.spec_path, self.registry))
 
-def _patch(model_path, spec_path, model_ref, renames, axes, registry) -> onnx.ModelProto:
-    """set_batch with a probe name, on the graph only, through the engine (as 'plan' does)."""
-    draft = SpecDraft(model_ref, "probe.onnx", patches=list(renames) + [
-        DraftStep("set_batch", {"size": PROBE, "inputs": {name: axis for name, axis in axes}})], verify=[])
-    spec = load_spec(spec_path, registry, text=checked(draft, spec_path, registry))
-    engine = Engine(registry, lambda _: None)
-    loaded = engine.load_input(spec, model_path)
-    report = RunReport(str(spec.path), str(model_path), "", status="planned")
-    model, _ = engine.patch(loaded, report)
-    return model
+    def patched(self, axes: list) -> onnx.ModelProto | None:
+        return self._run(axes)[0]
+
+    def refusal(self, axes: list) -> str | None:
+        """None when set_batch applies with these axes, else the first lines of its refusal."""
+        return self._run(axes)[1]
+
+    def _run(self, axes: list) -> tuple[onnx.ModelProto | None, str | None]:
+        key = tuple(axes)
+        if key not in self.tried:
+            spec = self._spec(list(self.renames) + [
+                DraftStep("set_batch", {"size": PROBE, "inputs": {name: axis for name, axis in axes}})])
+            report = RunReport(str(spec.path), str(self.model_path), "", status="planned")
+            try:
+                model, _ = self.engine.patch(replace(self.loaded, spec=spec), report)
+                self.tried[key] = (model, None)
+            except PatchError as exc:  # located in the probe's spec, which the user never sees: keep the reason
+                self.tried[key] = (None, exc.message.split("(set_batch): ", 1)[-1])
+        return self.tried[key]
 
 
 def _renames(model: onnx.ModelProto) -> list[DraftStep]:
