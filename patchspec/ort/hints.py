@@ -17,6 +17,7 @@ from dataclasses import dataclass
 class Diagnosis:
     """The node and op a message names (when it does), and what to do."""
 
+    cause: str  # custom_op | attribute | too_new | no_kernel | escapes
     node: str | None
     op: str | None
     hint: str
@@ -30,33 +31,34 @@ class Diagnosis:
 
 def _custom_op(match: re.Match) -> Diagnosis:
     domain, op = match.group("domain"), match.group("op")
-    return Diagnosis(None, f"{domain}:{op}", (
-        f"'{op}' in the domain '{domain}' is a custom op this onnxruntime does not know: give the run verifier "
+    what = f"'{op}' in the domain '{domain}'" if op else f"an op in the domain '{domain}'"
+    return Diagnosis("custom_op", None, f"{domain}:{op}" if op else domain, (
+        f"{what} is a custom op this onnxruntime does not know: give the run verifier "
         f"the library that registers it (run: {{custom_op_libraries: [path/to/lib.so]}}, relative to the spec; "
         "onnxruntime's register_custom_ops_library), or run on the provider the model was exported for"))
 
 
 def _attribute(match: re.Match) -> Diagnosis:
-    return Diagnosis(None, None, (
+    return Diagnosis("attribute", None, None, (
         "an attribute value an older exporter wrote, which this onnxruntime no longer accepts: re-export with a "
         "newer exporter, or patch the attribute (for Resize, mode: linear replaces the old 'bilinear')"))
 
 
 def _opset(match: re.Match) -> Diagnosis:
-    return Diagnosis(None, None, (
+    return Diagnosis("too_new", None, None, (
         "the model's opset (or IR version) is newer than this onnxruntime supports: upgrade onnxruntime "
         "('patchspec env' shows the installed one), or export with an older opset"))
 
 
 def _no_kernel(match: re.Match) -> Diagnosis:
     node, op = match.group("node"), match.group("op")
-    return Diagnosis(node or None, op, (
+    return Diagnosis("no_kernel", node or None, op, (
         f"this provider has no kernel for {op} with the model's element types (bfloat16 and some float16 ops "
         "have none on the CPU): run on a provider that has one (providers: [...]), or cast the model"))
 
 
 def _escapes(match: re.Match) -> Diagnosis:
-    return Diagnosis(None, None, (
+    return Diagnosis("escapes", None, None, (
         "onnxruntime >= 1.24 refuses external data whose real path (links followed) lies outside the model's "
         "folder: copy or hard-link the data file next to the model, or keep the model and data in one folder"))
 

@@ -261,7 +261,7 @@ ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 def _escapes(failure: RunFailure) -> bool:
     found = diagnose(failure.message)
-    return found is not None and found.hint.startswith("onnxruntime >= 1.24 refuses external data")
+    return found is not None and found.cause == "escapes"
 
 
 def _at_node(message: str) -> str:

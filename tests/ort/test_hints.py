@@ -147,3 +147,8 @@ def test_the_run_verifier_takes_custom_op_libraries_relative_to_the_spec(tmp_pat
     result = run_cli("apply", spec)
     assert result.exit_code == 1, result.output
     assert "cannot load the custom-op library" in result.output and "libacme.so" in result.output
+
+
+def test_a_domain_without_an_opset_import_is_named_without_a_made_up_op():
+    found = diagnose("No opset import for domain 'com.acme'")
+    assert found.cause == "custom_op" and found.op == "com.acme" and "None" not in found.hint
