@@ -3,6 +3,12 @@
 A QDQ-quantized model is the realistic case: at optimizations ``all`` onnxruntime fuses each
 QuantizeLinear/DequantizeLinear pair into integer kernels, at ``disabled`` it does not, so the
 original's own outputs differ between the two levels by whole quantization steps.
+
+The test model makes that difference certain on every CPU, not only where an int8 kernel saturates
+(AVX2's u8s8 path does; AVX512-VNNI's does not). Its scales put half the outputs exactly on a tie:
+the fused kernel sums integers exactly and rounds ``acc * 0.1 / 0.2 = acc / 2`` half to even, while
+the unfused path multiplies by ``0.1f`` (not a binary fraction) in float and lands a rounding error
+above or below the tie, so some outputs move by one step of 0.2.
 """
 
 import numpy as np
@@ -15,18 +21,22 @@ from helpers import graph_model, tensor_info, write_spec
 
 
 def qdq_matmul(activations_quantized=True):
-    """y = dq(q(dq(q(x)) @ dq(w))): int8 weights, and int8 activations unless told otherwise."""
+    """y = dq(q(dq(q(x)) @ dq(w))): int8 weights, and int8 activations unless told otherwise.
+
+    x steps of 0.1, integer weights in [-2, 2], y steps of 0.2: every output is in range (|y| < 25.4)
+    and an odd integer sum is an exact tie for the fused kernel (see the module docstring).
+    """
     rng = np.random.default_rng(0)
     initializers = [
-        numpy_helper.from_array(rng.integers(-127, 127, size=(64, 64)).astype(np.int8), "w_q"),
-        numpy_helper.from_array(np.array(0.001, np.float32), "w_s"),
+        numpy_helper.from_array(rng.integers(-2, 3, size=(64, 64)).astype(np.int8), "w_q"),
+        numpy_helper.from_array(np.array(1.0, np.float32), "w_s"),
         numpy_helper.from_array(np.array(0, np.int8), "w_z"),
     ]
     nodes = [helper.make_node("DequantizeLinear", ["w_q", "w_s", "w_z"], ["wd"])]
     if activations_quantized:
-        initializers += [numpy_helper.from_array(np.array(1 / 127, np.float32), "x_s"),
+        initializers += [numpy_helper.from_array(np.array(0.1, np.float32), "x_s"),
                          numpy_helper.from_array(np.array(0, np.int8), "x_z"),
-                         numpy_helper.from_array(np.array(0.01, np.float32), "y_s"),
+                         numpy_helper.from_array(np.array(0.2, np.float32), "y_s"),
                          numpy_helper.from_array(np.array(0, np.int8), "y_z")]
         nodes += [helper.make_node("QuantizeLinear", ["x", "x_s", "x_z"], ["xq"]),
                   helper.make_node("DequantizeLinear", ["xq", "x_s", "x_z"], ["xd"]),
@@ -56,13 +66,15 @@ def spec(tmp_path, patches="  - set_batch: 4\n", run="", model=None):
 
 
 def test_the_original_of_the_family_differs_between_levels(tmp_path):
-    """The premise of the tests below: without it they would prove nothing."""
+    """The premise of the tests below: without it they would prove nothing. One step is 0.2."""
     onnx.save(qdq_matmul(), tmp_path / "m.onnx")
-    assert level_difference(tmp_path / "m.onnx") > 1e-3
+    assert level_difference(tmp_path / "m.onnx") > 0.1
 
 
 def test_a_correct_patch_of_a_qdq_model_passes_at_every_level(tmp_path, run_cli):
-    path = spec(tmp_path, run="      compare: {against: original, split_batch: true}\n")
+    """Batched, not per sample: at ``disabled`` the float MatMul's summation order depends on the
+    batch, and on a tie that moves an output by a step (the next tests' other kind of instability)."""
+    path = spec(tmp_path, run="      compare: {against: original}\n")
     result = run_cli("apply", path, "-v")
     assert result.exit_code == 0, result.output
     assert "(optimizations all, disabled)" in result.stdout
@@ -99,14 +111,14 @@ def test_an_unstable_reference_is_named_with_its_figure_and_the_way_out(tmp_path
 
 
 def test_per_output_tolerance_is_the_way_out(tmp_path, run_cli):
-    result = run_cli("apply", unstable_setup(tmp_path, "      compare: {against: qdq.onnx, outputs: {y: {atol: 1.0}}}\n"))
+    result = run_cli("apply", unstable_setup(tmp_path, "      compare: {against: qdq.onnx, outputs: {y: {atol: 2.0}}}\n"))
     # the second compare key replaces the first: write the whole mapping once
     assert result.exit_code == 2, result.output  # duplicate key 'compare'
     path = spec(tmp_path, patches="  []\n", model=qdq_matmul(activations_quantized=False),
-                run="      compare: {against: qdq.onnx, outputs: {y: {atol: 1.0}}}\n")
+                run="      compare: {against: qdq.onnx, outputs: {y: {atol: 2.0}}}\n")
     result = run_cli("apply", path)
     assert result.exit_code == 0, result.output
-    assert "'y' rtol 0.0001, atol 1" in result.stdout
+    assert "'y' rtol 0.0001, atol 2" in result.stdout
 
 
 def test_a_skipped_output_is_run_but_not_compared(tmp_path, run_cli):
