@@ -5,5 +5,9 @@ Everything else is in pyproject.toml."""
 
 from setuptools import find_namespace_packages, setup
 
-setup(packages=[*find_namespace_packages(include=["patchspec", "patchspec.*"], exclude=["*.__pycache__"]),
-                "patchspec_plugins"])
+setup(
+    packages=[
+        *find_namespace_packages(include=["patchspec", "patchspec.*"], exclude=["*.__pycache__"]),
+        "patchspec_plugins",
+    ]
+)

@@ -40,19 +40,25 @@ from onnx import TensorProto, helper
 
 WIDTH = 4096  # each weight is WIDTH x WIDTH float32 = 64 MiB
 TENSOR_BYTES = WIDTH * WIDTH * 4
-PATCHSPEC = [sys.executable, "-m", "patchspec"] if importlib.util.find_spec("patchspec.__main__") else [
-    str(Path(sys.executable).with_name("patchspec"))]
+PATCHSPEC = (
+    [sys.executable, "-m", "patchspec"]
+    if importlib.util.find_spec("patchspec.__main__")
+    else [str(Path(sys.executable).with_name("patchspec"))]
+)
 
 # --quick: one run; det only (it has the most rows), one 64 MiB weight
 QUICK = {"repeat": 1, "sizes_gib": [TENSOR_BYTES / 2**30], "kinds": ["det"]}
 
 ONNX_COPY = "import onnx, sys; onnx.save(onnx.load(sys.argv[1]), sys.argv[2])"
-ONNX_INFER = ("import onnx, sys; m = onnx.load(sys.argv[1]); "
-              "onnx.save(onnx.shape_inference.infer_shapes(m), sys.argv[2])")
+ONNX_INFER = (
+    "import onnx, sys; m = onnx.load(sys.argv[1]); onnx.save(onnx.shape_inference.infer_shapes(m), sys.argv[2])"
+)
 # onnx refuses to write over a data file left by the previous repetition: remove it first
-ONNX_COPY_EXTERNAL = ("import onnx, os, sys; os.path.exists('copy.onnx.data') and os.remove('copy.onnx.data'); "
-                      "m = onnx.load(sys.argv[1]); "
-                      "onnx.save(m, sys.argv[2], save_as_external_data=True, location='copy.onnx.data')")
+ONNX_COPY_EXTERNAL = (
+    "import onnx, os, sys; os.path.exists('copy.onnx.data') and os.remove('copy.onnx.data'); "
+    "m = onnx.load(sys.argv[1]); "
+    "onnx.save(m, sys.argv[2], save_as_external_data=True, location='copy.onnx.data')"
+)
 
 
 @dataclass
@@ -115,7 +121,11 @@ def make_big_model(folder: Path, gib: float) -> Path:
         for index in range(count):
             tensor = TensorProto(name=f"w{index}", data_type=TensorProto.FLOAT, dims=[WIDTH, WIDTH])
             tensor.data_location = TensorProto.EXTERNAL
-            for key, value in (("location", data_name), ("offset", str(index * TENSOR_BYTES)), ("length", str(TENSOR_BYTES))):
+            for key, value in (
+                ("location", data_name),
+                ("offset", str(index * TENSOR_BYTES)),
+                ("length", str(TENSOR_BYTES)),
+            ):
                 entry = tensor.external_data.add()
                 entry.key, entry.value = key, value
             sink.write(raw)
@@ -124,9 +134,14 @@ def make_big_model(folder: Path, gib: float) -> Path:
             nodes.append(helper.make_node("MatMul", [source, f"w{index}"], [target]))
             if target != "y":
                 value_info.append(helper.make_tensor_value_info(target, TensorProto.FLOAT, [1, WIDTH]))
-    graph = helper.make_graph(nodes, "big", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, WIDTH])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, WIDTH])], weights,
-                              value_info=value_info)
+    graph = helper.make_graph(
+        nodes,
+        "big",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, WIDTH])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, WIDTH])],
+        weights,
+        value_info=value_info,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     model_path.write_bytes(model.SerializeToString())
@@ -140,12 +155,30 @@ def bench_ppocr(work: Path, times: int, kinds: list[str] | None = None) -> list[
             continue
         spec = write_spec(work, model, f"out_{kind}_b4.onnx")
         case = f"PP-OCR {kind} ({model.stat().st_size / 2**20:.1f} MiB)"
-        rows.append(repeat(case, "patchspec apply --no-verify --force (set_batch: 4)",
-                           [*PATCHSPEC, "-q", "apply", "--no-verify", "--force", str(spec)], work, times))
-        rows.append(repeat(case, "onnx.load + onnx.save", [sys.executable, "-c", ONNX_COPY, str(model), "copy.onnx"], work, times))
+        rows.append(
+            repeat(
+                case,
+                "patchspec apply --no-verify --force (set_batch: 4)",
+                [*PATCHSPEC, "-q", "apply", "--no-verify", "--force", str(spec)],
+                work,
+                times,
+            )
+        )
+        rows.append(
+            repeat(
+                case, "onnx.load + onnx.save", [sys.executable, "-c", ONNX_COPY, str(model), "copy.onnx"], work, times
+            )
+        )
         if kind == "det":
-            rows.append(repeat(case, "onnx.load + infer_shapes + onnx.save",
-                               [sys.executable, "-c", ONNX_INFER, str(model), "copy.onnx"], work, times))
+            rows.append(
+                repeat(
+                    case,
+                    "onnx.load + infer_shapes + onnx.save",
+                    [sys.executable, "-c", ONNX_INFER, str(model), "copy.onnx"],
+                    work,
+                    times,
+                )
+            )
     return rows
 
 
@@ -157,10 +190,24 @@ def bench_external(work: Path, sizes_gib: list[float], times: int) -> list[Row]:
         model = make_big_model(folder, gib)
         spec = write_spec(folder, model, "out_b4.onnx")
         case = f"MatMul chain, {gib:g} GiB external weights"
-        rows.append(repeat(case, "patchspec apply --no-verify --force (set_batch: 4)",
-                           [*PATCHSPEC, "-q", "apply", "--no-verify", "--force", str(spec)], folder, times))
-        rows.append(repeat(case, "onnx.load + onnx.save (external data)",
-                           [sys.executable, "-c", ONNX_COPY_EXTERNAL, str(model), "copy.onnx"], folder, times))
+        rows.append(
+            repeat(
+                case,
+                "patchspec apply --no-verify --force (set_batch: 4)",
+                [*PATCHSPEC, "-q", "apply", "--no-verify", "--force", str(spec)],
+                folder,
+                times,
+            )
+        )
+        rows.append(
+            repeat(
+                case,
+                "onnx.load + onnx.save (external data)",
+                [sys.executable, "-c", ONNX_COPY_EXTERNAL, str(model), "copy.onnx"],
+                folder,
+                times,
+            )
+        )
         shutil.rmtree(folder)  # multi-GB: free the disk before the next size
     return rows
 
@@ -171,16 +218,30 @@ def bench_polygraphy(work: Path, polygraphy: str, times: int) -> list[Row]:
         return []
     case = f"PP-OCR det ({det.stat().st_size / 2**20:.1f} MiB)"
     rows = []
-    for extra, tool in (([], "polygraphy surgeon sanitize --override-input-shapes x:[4,3,'H','W']"),
-                        (["--fold-constants"], "same + --fold-constants")):
-        command = [polygraphy, "surgeon", "sanitize", str(det), "--override-input-shapes", "x:[4,3,'H','W']",
-                   *extra, "-o", str(work / "poly_det.onnx")]
+    for extra, tool in (
+        ([], "polygraphy surgeon sanitize --override-input-shapes x:[4,3,'H','W']"),
+        (["--fold-constants"], "same + --fold-constants"),
+    ):
+        command = [
+            polygraphy,
+            "surgeon",
+            "sanitize",
+            str(det),
+            "--override-input-shapes",
+            "x:[4,3,'H','W']",
+            *extra,
+            "-o",
+            str(work / "poly_det.onnx"),
+        ]
         rows.append(repeat(case, tool, command, work, times))
     return rows
 
 
 def table(rows: list[Row]) -> str:
-    lines = ["| case | tool | wall s (median) | CPU s (median) | peak RSS MiB (max) |", "| --- | --- | ---: | ---: | ---: |"]
+    lines = [
+        "| case | tool | wall s (median) | CPU s (median) | peak RSS MiB (max) |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
     for row in rows:
         tool = f"{row.tool} ({row.note})" if row.note else row.tool
         lines.append(f"| {row.case} | {tool} | {row.wall_s:.2f} | {row.cpu_s:.2f} | {row.peak_rss_mib:.0f} |")
@@ -190,13 +251,17 @@ def table(rows: list[Row]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="runs per measurement (median wall, max RSS)")
-    parser.add_argument("--sizes-gib", type=float, nargs="*", default=[1, 2],
-                        help="external-weight model sizes (64 MiB steps)")
+    parser.add_argument(
+        "--sizes-gib", type=float, nargs="*", default=[1, 2], help="external-weight model sizes (64 MiB steps)"
+    )
     parser.add_argument("--polygraphy", help="path of a polygraphy executable to compare with (optional)")
     parser.add_argument("--workdir", type=Path, help="where generated files go (default: a temporary folder)")
-    parser.add_argument("--quick", action="store_true",
-                        help="a check that the benchmark runs, in seconds: PP-OCR det only, --sizes-gib "
-                             f"{QUICK['sizes_gib'][0]:g} --repeat 1 (make test runs it)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a check that the benchmark runs, in seconds: PP-OCR det only, --sizes-gib "
+        f"{QUICK['sizes_gib'][0]:g} --repeat 1 (make test runs it)",
+    )
     parser.set_defaults(kinds=None)
     args = parser.parse_args(argv)
     if args.quick:

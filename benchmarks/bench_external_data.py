@@ -60,8 +60,13 @@ def generate(folder: Path, gib: float, side: int = SIDE) -> Path:
             nodes.append(helper.make_node("Add", [f"m{index}", f"b{index}"], [f"a{index}"]))
             current = f"a{index}"
     nodes.append(helper.make_node("Identity", [current], ["y"]))
-    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", side])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", side])], initializers)
+    graph = helper.make_graph(
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", side])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", side])],
+        initializers,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     (folder / "model.onnx").write_bytes(model.SerializeToString())
@@ -101,8 +106,9 @@ def timed(command: list[str], workdir: Path) -> tuple[float, float]:
         if os.waitstatus_to_exitcode(status) != 0:
             raise SystemExit(f"failed ({os.waitstatus_to_exitcode(status)}): {' '.join(command)}\n{stderr}")
         return seconds, usage.ru_maxrss / 1024  # Linux: KiB
-    result = subprocess.run([TIME, "-f", "%M", "-o", str(report), *command],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    result = subprocess.run(
+        [TIME, "-f", "%M", "-o", str(report), *command], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     seconds = time.perf_counter() - started
     if result.returncode != 0:
         raise SystemExit(f"failed ({result.returncode}): {' '.join(command)}\n{result.stderr}")
@@ -138,13 +144,21 @@ def patchspec_command() -> list[str]:
 def measure(folder: Path, model: Path, spec: Path, repeat: int) -> dict[str, tuple[float, float]]:
     data, out = model.parent / "model.onnx_data", folder / "out"
     patchspec = patchspec_command()
-    runs: dict[str, list[tuple[float, float]]] = {"cp": [], "cp+fsync": [], "patchspec": [], "startup": [],
-                                                  "onnx load+save": []}
+    runs: dict[str, list[tuple[float, float]]] = {
+        "cp": [],
+        "cp+fsync": [],
+        "patchspec": [],
+        "startup": [],
+        "onnx load+save": [],
+    }
     for _ in range(repeat):
         for name, command, cleanup in (
             ("cp", ["cp", str(data), str(folder / "copy.data")], [folder / "copy.data"]),
-            ("cp+fsync", ["sh", "-c", f"cp '{data}' '{folder / 'copy.data'}' && sync -f '{folder / 'copy.data'}'"],
-             [folder / "copy.data"]),
+            (
+                "cp+fsync",
+                ["sh", "-c", f"cp '{data}' '{folder / 'copy.data'}' && sync -f '{folder / 'copy.data'}'"],
+                [folder / "copy.data"],
+            ),
             ("patchspec", [*patchspec, "-q", "apply", "--no-verify", "--force", str(spec)], [out]),
             ("startup", [*patchspec, "-q", "validate", str(spec)], []),
         ):
@@ -152,7 +166,9 @@ def measure(folder: Path, model: Path, spec: Path, repeat: int) -> dict[str, tup
             runs[name].append(timed(command, folder))
     resaved = folder / "resaved"  # once: it holds every weight in memory
     resaved.mkdir()
-    runs["onnx load+save"].append(timed([sys.executable, "-c", ONNX_RESAVE, str(model), str(resaved / "model.onnx")], folder))
+    runs["onnx load+save"].append(
+        timed([sys.executable, "-c", ONNX_RESAVE, str(model), str(resaved / "model.onnx")], folder)
+    )
     _remove([resaved, folder / "copy.data"])
     return {name: (statistics.median(t for t, _ in values), max(r for _, r in values)) for name, values in runs.items()}
 
@@ -172,23 +188,35 @@ def check_output(model: Path, output: Path, batch: int, side: int = SIDE) -> str
     x = np.random.default_rng(1).standard_normal((batch, side)).astype(np.float32)
     expected = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     got = ort.InferenceSession(str(output), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    offsets = [int(e.value) for t in onnx.load(str(output), load_external_data=False).graph.initializer
-               for e in t.external_data if e.key == "offset"]
+    offsets = [
+        int(e.value)
+        for t in onnx.load(str(output), load_external_data=False).graph.initializer
+        for e in t.external_data
+        if e.key == "offset"
+    ]
     aligned = all(offset % 65536 == 0 for offset in offsets)
     error = float(np.max(np.abs(got - expected)))
-    return f"ORT runs the output: max abs diff {error:.3g} vs input, {len(offsets)} offsets all 64 KiB aligned: {aligned}"
+    return (
+        f"ORT runs the output: max abs diff {error:.3g} vs input, {len(offsets)} offsets all 64 KiB aligned: {aligned}"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=float, nargs="+", default=[1, 2, 4], help="GiB of weights per model")
-    parser.add_argument("--workdir", type=Path, help="where the files go (default: /tmp/patchspec-bench; "
-                                                     "with --quick, a new temporary folder)")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        help="where the files go (default: /tmp/patchspec-bench; with --quick, a new temporary folder)",
+    )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", action="store_true")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"a check that the benchmark runs, in seconds: --sizes {QUICK['sizes'][0]:g} with "
-                             f"[{QUICK['side']}, {QUICK['side']}] weights, --repeat 1 (make test runs it)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"a check that the benchmark runs, in seconds: --sizes {QUICK['sizes'][0]:g} with "
+        f"[{QUICK['side']}, {QUICK['side']}] weights, --repeat 1 (make test runs it)",
+    )
     parser.set_defaults(side=SIDE)
     args = parser.parse_args()
     if args.quick:
@@ -197,9 +225,13 @@ def main() -> None:
     if args.workdir is None:
         args.workdir = Path(tempfile.mkdtemp(prefix="patchspec-bench-")) if args.quick else Path("/tmp/patchspec-bench")
     set_batch = has_set_batch()
-    print(f"spec patches: {'set_batch: 8 + ' if set_batch else '(set_batch not installed) '}external_data: {{location: new.data, align: 65536}}")
-    print("| weights | cp | cp + fsync | patchspec apply | ratio to cp | ratio to cp + fsync | patchspec startup "
-          "(validate) | patchspec peak RSS | onnx load+save | onnx peak RSS |")
+    print(
+        f"spec patches: {'set_batch: 8 + ' if set_batch else '(set_batch not installed) '}external_data: {{location: new.data, align: 65536}}"
+    )
+    print(
+        "| weights | cp | cp + fsync | patchspec apply | ratio to cp | ratio to cp + fsync | patchspec startup "
+        "(validate) | patchspec peak RSS | onnx load+save | onnx peak RSS |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     checks = []
     try:
@@ -209,13 +241,19 @@ def main() -> None:
             model = generate(folder / "in", gib, args.side)
             spec = write_spec(folder, model, set_batch)
             figures = measure(folder, model, spec, args.repeat)
-            cp, cp_sync, ps, start, resave = (figures[k] for k in ("cp", "cp+fsync", "patchspec", "startup", "onnx load+save"))
-            print(f"| {gib:g} GiB | {cp[0]:.2f} s | {cp_sync[0]:.2f} s | {ps[0]:.2f} s | {ps[0] / cp[0]:.2f}x | "
-                  f"{ps[0] / cp_sync[0]:.2f}x | {start[0]:.2f} s | {ps[1]:.0f} MiB | {resave[0]:.2f} s | {resave[1]:.0f} MiB |",
-                  flush=True)
+            cp, cp_sync, ps, start, resave = (
+                figures[k] for k in ("cp", "cp+fsync", "patchspec", "startup", "onnx load+save")
+            )
+            print(
+                f"| {gib:g} GiB | {cp[0]:.2f} s | {cp_sync[0]:.2f} s | {ps[0]:.2f} s | {ps[0] / cp[0]:.2f}x | "
+                f"{ps[0] / cp_sync[0]:.2f}x | {start[0]:.2f} s | {ps[1]:.0f} MiB | {resave[0]:.2f} s | {resave[1]:.0f} MiB |",
+                flush=True,
+            )
             if gib == args.sizes[0]:
-                checks.append(f"{gib:g} GiB: " + check_output(model, folder / "out" / "model.onnx", 8 if set_batch else 2,
-                                                              args.side))
+                checks.append(
+                    f"{gib:g} GiB: "
+                    + check_output(model, folder / "out" / "model.onnx", 8 if set_batch else 2, args.side)
+                )
             if not args.keep:
                 _remove([folder])
     finally:

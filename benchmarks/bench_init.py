@@ -29,8 +29,11 @@ QUICK = {"sizes_gib": [TENSOR_BYTES / 2**30], "repeat": 1}
 def measure(command: list[str], cwd: Path, repeat: int) -> tuple[float, float, float]:
     """(median wall s, median CPU s, max peak RSS MiB) over ``repeat`` fresh processes."""
     runs = [child(command, cwd) for _ in range(repeat)]
-    return (statistics.median(r.wall_s for r in runs), statistics.median(r.cpu_s for r in runs),
-            max(r.rss_mib for r in runs))
+    return (
+        statistics.median(r.wall_s for r in runs),
+        statistics.median(r.cpu_s for r in runs),
+        max(r.rss_mib for r in runs),
+    )
 
 
 def bench(work: Path, gib: float, repeat: int) -> list[tuple]:

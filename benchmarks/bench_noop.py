@@ -65,11 +65,13 @@ def measure(folder: Path, gib: float, repeat: int, side: int = SIDE) -> dict:
     timed(apply, folder)  # the build
     data = next(p for p in folder.iterdir() if p.suffix not in (".onnx", ".yaml") and p.is_file())
     cache = folder / "out" / ".model.onnx.patchspec-cache.json"
-    row = {"GiB": gib,
-           "--version": median([str(PATCHSPEC), "--version"], folder, repeat),
-           "no-op": median(apply, folder, repeat),
-           "after touch": median(apply, folder, repeat, before=lambda: os.utime(data)),
-           "no cache": median(apply, folder, repeat, before=lambda: cache.unlink(missing_ok=True))}
+    row = {
+        "GiB": gib,
+        "--version": median([str(PATCHSPEC), "--version"], folder, repeat),
+        "no-op": median(apply, folder, repeat),
+        "after touch": median(apply, folder, repeat, before=lambda: os.utime(data)),
+        "no cache": median(apply, folder, repeat, before=lambda: cache.unlink(missing_ok=True)),
+    }
     row["no-op / --version"] = row["no-op"] / row["--version"]
     return row
 
@@ -80,9 +82,12 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--workdir", type=Path, help="default: /tmp/ps-noop; with --quick, a new temporary folder")
     parser.add_argument("--keep", action="store_true")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"a check that the benchmark runs, in seconds: --sizes-gib {QUICK['sizes_gib'][0]:g} "
-                             f"with [{QUICK['side']}, {QUICK['side']}] weights, --repeat 1 (make test runs it)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"a check that the benchmark runs, in seconds: --sizes-gib {QUICK['sizes_gib'][0]:g} "
+        f"with [{QUICK['side']}, {QUICK['side']}] weights, --repeat 1 (make test runs it)",
+    )
     parser.set_defaults(side=SIDE)
     args = parser.parse_args()
     temporary = args.quick and args.workdir is None
@@ -102,8 +107,11 @@ def main() -> int:
             finally:
                 if not args.keep:
                     shutil.rmtree(folder, ignore_errors=True)
-            print(f"| {gib:g} | {r['--version']:.2f} | {r['no-op']:.2f} | {r['after touch']:.2f} | "
-                  f"{r['no cache']:.2f} | {r['no-op / --version']:.2f} |", flush=True)
+            print(
+                f"| {gib:g} | {r['--version']:.2f} | {r['no-op']:.2f} | {r['after touch']:.2f} | "
+                f"{r['no cache']:.2f} | {r['no-op / --version']:.2f} |",
+                flush=True,
+            )
     finally:
         if temporary and not args.keep:
             shutil.rmtree(args.workdir, ignore_errors=True)

@@ -104,8 +104,13 @@ def scaling_model(nodes: int) -> tuple[onnx.ModelProto, int]:
         current = out
     graph_nodes[-1].output[0] = "y"
     out_dims = full if rank4 else [1, C, H * W]
-    graph = helper.make_graph(graph_nodes, f"chain{nodes}", [helper.make_tensor_value_info("x", TensorProto.FLOAT, full)],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_dims)], initializers)
+    graph = helper.make_graph(
+        graph_nodes,
+        f"chain{nodes}",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, full)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_dims)],
+        initializers,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model, baked
@@ -119,10 +124,14 @@ def big_model(folder: Path, gib: float) -> tuple[Path, int]:
     weights, nodes, current = [], [], "x"
     with open(folder / data_name, "wb") as sink:  # one 64 MiB block in memory, written ``count`` times
         for index in range(count):
-            tensor = TensorProto(name=f"w{index}", data_type=TensorProto.FLOAT, dims=[SIDE, SIDE],
-                                 data_location=TensorProto.EXTERNAL)
-            for key, value in (("location", data_name), ("offset", str(index * TENSOR_BYTES)),
-                               ("length", str(TENSOR_BYTES))):
+            tensor = TensorProto(
+                name=f"w{index}", data_type=TensorProto.FLOAT, dims=[SIDE, SIDE], data_location=TensorProto.EXTERNAL
+            )
+            for key, value in (
+                ("location", data_name),
+                ("offset", str(index * TENSOR_BYTES)),
+                ("length", str(TENSOR_BYTES)),
+            ):
                 entry = tensor.external_data.add()
                 entry.key, entry.value = key, value
             sink.write(block)
@@ -131,8 +140,13 @@ def big_model(folder: Path, gib: float) -> tuple[Path, int]:
             current = f"h{index}"
     weights.append(numpy_helper.from_array(np.array([1, 64, SIDE // 64], dtype=np.int64), "shape_out"))
     nodes.append(helper.make_node("Reshape", [current, "shape_out"], ["y"], name="reshape_out"))
-    graph = helper.make_graph(nodes, "big", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, SIDE])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, SIDE // 64])], weights)
+    graph = helper.make_graph(
+        nodes,
+        "big",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, SIDE])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, SIDE // 64])],
+        weights,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     path = folder / "big.onnx"
@@ -160,8 +174,9 @@ def child(command: list[str], cwd: Path) -> Run:
     process.returncode = os.waitstatus_to_exitcode(status)
     text = out.read_text(errors="replace")
     if process.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} exited {process.returncode}:\n{text[-2000:]}"
-                         f"{err.read_text(errors='replace')[-2000:]}")
+        raise SystemExit(
+            f"{' '.join(command)} exited {process.returncode}:\n{text[-2000:]}{err.read_text(errors='replace')[-2000:]}"
+        )
     if TIME:
         user, system, rss_kib = report.read_text().split()[-3:]
         return Run(wall, float(user) + float(system), int(rss_kib) / 1024, text)
@@ -181,13 +196,19 @@ def repeated(measure, times: int, budget_s: float) -> list:
 
 def apply_cli(spec: Path, times: int, budget_s: float) -> tuple[float, float, float, int, int]:
     """``patchspec apply --no-verify --force``: (median wall, median CPU, max RSS MiB, rewritten, runs)."""
-    runs = repeated(lambda: child([PATCHSPEC, "apply", "--no-verify", "--force", spec.name], spec.parent),
-                    times, budget_s)
+    runs = repeated(
+        lambda: child([PATCHSPEC, "apply", "--no-verify", "--force", spec.name], spec.parent), times, budget_s
+    )
     found = {int(m.group(1)) for run in runs for m in [REWRITTEN.search(run.stdout)] if m}
     if len(found) != 1:
         raise SystemExit(f"no single 'N shape constants rewritten' in the apply output:\n{runs[-1].stdout}")
-    return (statistics.median(r.wall_s for r in runs), statistics.median(r.cpu_s for r in runs),
-            max(r.rss_mib for r in runs), found.pop(), len(runs))
+    return (
+        statistics.median(r.wall_s for r in runs),
+        statistics.median(r.cpu_s for r in runs),
+        max(r.rss_mib for r in runs),
+        found.pop(),
+        len(runs),
+    )
 
 
 def apply_in_process(model: onnx.ModelProto, times: int, budget_s: float) -> tuple[float, float, int, int]:
@@ -207,14 +228,20 @@ def apply_in_process(model: onnx.ModelProto, times: int, budget_s: float) -> tup
     counts = {run[2] for run in runs}
     if len(counts) != 1:
         raise SystemExit(f"the in-process apply rewrote a different number of constants each time: {counts}")
-    return (statistics.median(run[0] for run in runs), statistics.median(run[1] for run in runs), counts.pop(),
-            len(runs))
+    return (
+        statistics.median(run[0] for run in runs),
+        statistics.median(run[1] for run in runs),
+        counts.pop(),
+        len(runs),
+    )
 
 
 def check_all_rewritten(what: str, rewritten: int, baked: int) -> None:
     if rewritten != baked:  # not a bare assert: python -O would drop it
-        raise AssertionError(f"{what}: {rewritten} shape constants rewritten, but the model bakes batch 1 "
-                             f"into {baked}: set_batch missed {baked - rewritten}")
+        raise AssertionError(
+            f"{what}: {rewritten} shape constants rewritten, but the model bakes batch 1 "
+            f"into {baked}: set_batch missed {baked - rewritten}"
+        )
 
 
 # -- the two parts ------------------------------------------------------------------------------------------
@@ -230,8 +257,20 @@ def bench_scaling(work: Path, sizes: list[int], times: int, budget_s: float) -> 
         check_all_rewritten(f"{nodes} nodes, in-process", in_count, baked)
         wall, cpu, rss, cli_count, cli_runs = apply_cli(write_spec(folder, path, "out.onnx"), times, budget_s)
         check_all_rewritten(f"{nodes} nodes, patchspec apply", cli_count, baked)
-        rows.append(dict(nodes=nodes, baked=baked, rewritten=cli_count, wall=wall, cpu=cpu, rss=rss, inproc=in_s, inproc_cpu=in_cpu,
-                         size_mib=path.stat().st_size / 2**20, runs=f"{cli_runs} / {in_runs}"))
+        rows.append(
+            dict(
+                nodes=nodes,
+                baked=baked,
+                rewritten=cli_count,
+                wall=wall,
+                cpu=cpu,
+                rss=rss,
+                inproc=in_s,
+                inproc_cpu=in_cpu,
+                size_mib=path.stat().st_size / 2**20,
+                runs=f"{cli_runs} / {in_runs}",
+            )
+        )
         print(f"  {nodes} nodes: apply {wall:.2f} s, in-process set_batch {in_s:.2f} s", file=sys.stderr, flush=True)
         shutil.rmtree(folder)
     return rows
@@ -247,8 +286,18 @@ def bench_memory(work: Path, sizes_gib: list[float], times: int, budget_s: float
         wall, cpu, rss, count, runs = apply_cli(write_spec(folder, path, "out/big_b8.onnx"), times, budget_s)
         check_all_rewritten(f"{gib:g} GiB model", count, baked)
         out_data = sum(p.stat().st_size for p in (folder / "out").iterdir() if p.suffix != ".onnx")
-        rows.append(dict(gib=gib, data_gib=(folder / "big.onnx.data").stat().st_size / 2**30,
-                         out_gib=out_data / 2**30, wall=wall, cpu=cpu, rss=rss, rewritten=count, runs=runs))
+        rows.append(
+            dict(
+                gib=gib,
+                data_gib=(folder / "big.onnx.data").stat().st_size / 2**30,
+                out_gib=out_data / 2**30,
+                wall=wall,
+                cpu=cpu,
+                rss=rss,
+                rewritten=count,
+                runs=runs,
+            )
+        )
         print(f"  {gib:g} GiB: apply {wall:.2f} s, peak RSS {rss:.0f} MiB", file=sys.stderr, flush=True)
         shutil.rmtree(folder)  # GiBs: free the disk before the next size
     return rows
@@ -267,14 +316,18 @@ def profile(nodes: int, top: int = 15) -> str:
 
 # -- tables --------------------------------------------------------------------------------------------------
 def scaling_table(rows: list[dict]) -> str:
-    lines = ["| nodes | model MiB | baked constants | rewritten | `patchspec apply` wall s | CPU s | s / 1k nodes "
-             "| peak RSS MiB | in-process `set_batch` wall s | CPU s | s / 1k nodes | runs (apply / in-process) |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        "| nodes | model MiB | baked constants | rewritten | `patchspec apply` wall s | CPU s | s / 1k nodes "
+        "| peak RSS MiB | in-process `set_batch` wall s | CPU s | s / 1k nodes | runs (apply / in-process) |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for r in rows:
         k = r["nodes"] / 1000
-        lines.append(f"| {r['nodes']:,} | {r['size_mib']:.1f} | {r['baked']:,} | {r['rewritten']:,} | {r['wall']:.2f} "
-                     f"| {r['cpu']:.2f} | {r['wall'] / k:.3f} | {r['rss']:.0f} | {r['inproc']:.2f} | {r['inproc_cpu']:.2f} "
-                     f"| {r['inproc'] / k:.3f} | {r['runs']} |")
+        lines.append(
+            f"| {r['nodes']:,} | {r['size_mib']:.1f} | {r['baked']:,} | {r['rewritten']:,} | {r['wall']:.2f} "
+            f"| {r['cpu']:.2f} | {r['wall'] / k:.3f} | {r['rss']:.0f} | {r['inproc']:.2f} | {r['inproc_cpu']:.2f} "
+            f"| {r['inproc'] / k:.3f} | {r['runs']} |"
+        )
     return "\n".join(lines)
 
 
@@ -282,38 +335,55 @@ def ratios(rows: list[dict]) -> str:
     lines = []
     for small, large in zip(rows, rows[1:]):
         factor = large["nodes"] / small["nodes"]
-        lines.append(f"- {large['nodes']:,} / {small['nodes']:,} nodes (x{factor:g}): `patchspec apply` "
-                     f"x{large['wall'] / small['wall']:.2f} wall (x{large['cpu'] / small['cpu']:.2f} CPU), in-process "
-                     f"`set_batch` x{large['inproc'] / small['inproc']:.2f} wall (x{large['inproc_cpu'] / small['inproc_cpu']:.2f} CPU)")
+        lines.append(
+            f"- {large['nodes']:,} / {small['nodes']:,} nodes (x{factor:g}): `patchspec apply` "
+            f"x{large['wall'] / small['wall']:.2f} wall (x{large['cpu'] / small['cpu']:.2f} CPU), in-process "
+            f"`set_batch` x{large['inproc'] / small['inproc']:.2f} wall (x{large['inproc_cpu'] / small['inproc_cpu']:.2f} CPU)"
+        )
     return "\n".join(lines)
 
 
 def memory_table(rows: list[dict]) -> str:
-    lines = ["| external weights | `patchspec apply` wall s | CPU s | peak RSS MiB | peak RSS MB | "
-             f"under {RSS_TARGET_MB} MB | rewritten | output data GiB | runs |",
-             "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |"]
+    lines = [
+        "| external weights | `patchspec apply` wall s | CPU s | peak RSS MiB | peak RSS MB | "
+        f"under {RSS_TARGET_MB} MB | rewritten | output data GiB | runs |",
+        "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |",
+    ]
     for r in rows:
         mb = r["rss"] * 2**20 / 1e6
-        lines.append(f"| {r['data_gib']:.2f} GiB | {r['wall']:.2f} | {r['cpu']:.2f} | {r['rss']:.0f} | {mb:.0f} "
-                     f"| {'yes' if mb < RSS_TARGET_MB else '**no**'} | {r['rewritten']} | {r['out_gib']:.2f} | {r['runs']} |")
+        lines.append(
+            f"| {r['data_gib']:.2f} GiB | {r['wall']:.2f} | {r['cpu']:.2f} | {r['rss']:.0f} | {mb:.0f} "
+            f"| {'yes' if mb < RSS_TARGET_MB else '**no**'} | {r['rewritten']} | {r['out_gib']:.2f} | {r['runs']} |"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, nargs="*", default=[2500, 5000, 10000, 20000],
-                        help="node counts of the scaling models")
+    parser.add_argument(
+        "--nodes", type=int, nargs="*", default=[2500, 5000, 10000, 20000], help="node counts of the scaling models"
+    )
     parser.add_argument("--sizes-gib", type=float, nargs="*", default=[2], help="GiB of external weights")
     parser.add_argument("--repeat", type=int, default=3, help="runs per measurement (median time, max RSS)")
-    parser.add_argument("--budget-s", type=float, default=30.0,
-                        help="no further repetition of a measurement once it would pass this many seconds "
-                             "(a slow case runs once)")
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=30.0,
+        help="no further repetition of a measurement once it would pass this many seconds (a slow case runs once)",
+    )
     parser.add_argument("--workdir", type=Path, help="where the temporary folder goes (default: the system's, /tmp)")
-    parser.add_argument("--profile", type=int, metavar="NODES",
-                        help="only print a cProfile (top 15, cumulative) of the in-process set_batch at NODES nodes")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"a check that the benchmark runs, in seconds: --nodes {' '.join(map(str, QUICK['nodes']))} "
-                             f"--sizes-gib {QUICK['sizes_gib'][0]:g} --repeat 1 (make test runs it)")
+    parser.add_argument(
+        "--profile",
+        type=int,
+        metavar="NODES",
+        help="only print a cProfile (top 15, cumulative) of the in-process set_batch at NODES nodes",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"a check that the benchmark runs, in seconds: --nodes {' '.join(map(str, QUICK['nodes']))} "
+        f"--sizes-gib {QUICK['sizes_gib'][0]:g} --repeat 1 (make test runs it)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         vars(args).update(QUICK)
@@ -329,11 +399,15 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     load = f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
     rss_source = "/usr/bin/time %M" if TIME else "os.wait4 ru_maxrss"
-    print(f"python {sys.version.split()[0]}, onnx {onnx.__version__}, numpy {np.__version__}, "
-          f"{os.cpu_count()} CPUs, {load}; peak RSS from {rss_source}; times: median of up to {args.repeat} runs, "
-          f"fewer once a measurement would pass {args.budget_s:g} s\n")
+    print(
+        f"python {sys.version.split()[0]}, onnx {onnx.__version__}, numpy {np.__version__}, "
+        f"{os.cpu_count()} CPUs, {load}; peak RSS from {rss_source}; times: median of up to {args.repeat} runs, "
+        f"fewer once a measurement would pass {args.budget_s:g} s\n"
+    )
     if scaling:
-        print(f"### Scaling (chain of Relu/Add/Mul on [1, {C}, {H}, {W}], one Reshape in {EVERY}, set_batch: {BATCH})\n")
+        print(
+            f"### Scaling (chain of Relu/Add/Mul on [1, {C}, {H}, {W}], one Reshape in {EVERY}, set_batch: {BATCH})\n"
+        )
         print(scaling_table(scaling) + "\n")
         print(ratios(scaling) + "\n")
     if memory:

@@ -23,8 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_set_batch import SIDE, TENSOR_BYTES, big_model, child  # a sibling script, not a package
 
 PATCHSPEC = str(Path(sys.executable).with_name("patchspec"))
-SPEC = ("patchspec: 1\nmodel: big.onnx\noutput: out/big_b2.onnx\npatches:\n  - set_batch: 2\nverify:\n  - run:\n"
-        f"      cases: [{{inputs: {{x: [2, {SIDE}]}}}}]\n      compare: {{split_batch: true}}\n")
+SPEC = (
+    "patchspec: 1\nmodel: big.onnx\noutput: out/big_b2.onnx\npatches:\n  - set_batch: 2\nverify:\n  - run:\n"
+    f"      cases: [{{inputs: {{x: [2, {SIDE}]}}}}]\n      compare: {{split_batch: true}}\n"
+)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -77,8 +77,7 @@ class _State:
 
 def _verbosity_options(command):
     command = click.option("-q", "--quiet", "quiet", is_flag=True, help="Only errors.")(command)
-    return click.option("-v", "--verbose", "verbose", count=True,
-                        help="More detail (every step's details).")(command)
+    return click.option("-v", "--verbose", "verbose", count=True, help="More detail (every step's details).")(command)
 
 
 @click.group(epilog=EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
@@ -106,16 +105,32 @@ def _engine(state: _State, registry: PluginRegistry, strict_paths: bool = False)
 @click.option("--model", type=click.Path(path_type=Path), help="Input model instead of the spec's (one spec only).")
 @click.option("--output", type=click.Path(path_type=Path), help="Output path instead of the spec's (one spec only).")
 @click.option("--force", is_flag=True, help="Rebuild even when the output is up to date.")
-@click.option("--check", "check_only", is_flag=True,
-              help="Write nothing: exit 0 when every output is up to date, 6 when one is missing or stale.")
+@click.option(
+    "--check",
+    "check_only",
+    is_flag=True,
+    help="Write nothing: exit 0 when every output is up to date, 6 when one is missing or stale.",
+)
 @click.option("--no-verify", is_flag=True, help="Skip the spec's verifiers.")
 @click.option("--depfile", type=click.Path(path_type=Path), help="Write a Make-format dependency file.")
 @click.option("--report", "report_path", type=click.Path(path_type=Path), help="Write a JSON report of the run.")
 @click.option("--strict-paths", is_flag=True, help="Refuse symlinked or hard-linked external data files.")
 @_verbosity_options
 @click.pass_obj
-def apply(state: _State, specs, model, output, force, check_only, no_verify, depfile, report_path, strict_paths,
-          verbose, quiet) -> None:
+def apply(
+    state: _State,
+    specs,
+    model,
+    output,
+    force,
+    check_only,
+    no_verify,
+    depfile,
+    report_path,
+    strict_paths,
+    verbose,
+    quiet,
+) -> None:
     """Apply SPEC(s): patch, verify, and write the output atomically.
 
     The output is written to a temporary folder beside it and moved into place only when every
@@ -141,7 +156,11 @@ def apply(state: _State, specs, model, output, force, check_only, no_verify, dep
             state.echo(f"patchspec {spec.path}")
             engine.apply(spec, model=model, output=output, force=force, no_verify=no_verify, report=report)
             if report.status in ("written", "unchanged"):
-                state.echo(f"wrote {report.output}" if report.status == "written" else f"{report.output}: unchanged (identical bytes)")
+                state.echo(
+                    f"wrote {report.output}"
+                    if report.status == "written"
+                    else f"{report.output}: unchanged (identical bytes)"
+                )
             if depfile:
                 _write_depfile(depfile, report, spec, model, output)
     except BaseException as exc:  # the report says how the run ended, whatever ended it
@@ -222,8 +241,11 @@ def verify(state: _State, spec_path, output, verbose: int, quiet: bool) -> None:
 
 
 @cli.command()
-@click.option("--output", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write the schema to this file (its folders are created) instead of printing it.")
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the schema to this file (its folders are created) instead of printing it.",
+)
 @click.pass_obj
 def schema(state: _State, output: Path | None) -> None:
     """Print the JSON Schema of specs (core + every installed plugin), for editors.
@@ -253,9 +275,13 @@ def schema(state: _State, output: Path | None) -> None:
         lines = [f"warning: the schema above leaves out {len(broken)} plugin(s) that failed to load:"]
         lines += [f"  {info.label}: {info.error}" for info in broken]
         names = ",".join(info.name for info in broken)
-        hint = (f"fix or reinstall them ('patchspec plugins' shows why), or leave them out on purpose: "
-                f"{DISABLE_ENV}={names} patchspec schema")
-        raise PluginError("\n".join(lines), hint, "\n".join(info.traceback for info in broken if info.traceback) or None)
+        hint = (
+            f"fix or reinstall them ('patchspec plugins' shows why), or leave them out on purpose: "
+            f"{DISABLE_ENV}={names} patchspec schema"
+        )
+        raise PluginError(
+            "\n".join(lines), hint, "\n".join(info.traceback for info in broken if info.traceback) or None
+        )
 
 
 @cli.command()
@@ -284,24 +310,40 @@ def plugins(state: _State, as_json: bool) -> None:
         state.reporter.output(f"disabled by {DISABLE_ENV} (installed, not loaded): {names}")
     for name in registry.disabled_unknown:
         installed = [info.name for info in [*registry.plugins, *registry.disabled]]
-        state.reporter.error(f"warning: {DISABLE_ENV} names '{name}', which is not an installed plugin"
-                             + did_you_mean(name, installed))
+        state.reporter.error(
+            f"warning: {DISABLE_ENV} names '{name}', which is not an installed plugin" + did_you_mean(name, installed)
+        )
 
 
 @cli.command("inspect")
 @click.argument("model_path", metavar="MODEL", type=click.Path(path_type=Path))
-@click.option("--shape", "shapes", multiple=True, metavar="NAME=D0,D1,...",
-              help="Input shape for the lint (repeatable); default: 1 on axis 0, 64, 96, ... elsewhere.")
-@click.option("--value", "values", multiple=True, metavar="NAME=V[,V...]",
-              help="Value an input is fed for the lint (repeatable), e.g. --value sr=16000; default: what the graph "
-                   "says an integer input needs, else random.")
+@click.option(
+    "--shape",
+    "shapes",
+    multiple=True,
+    metavar="NAME=D0,D1,...",
+    help="Input shape for the lint (repeatable); default: 1 on axis 0, 64, 96, ... elsewhere.",
+)
+@click.option(
+    "--value",
+    "values",
+    multiple=True,
+    metavar="NAME=V[,V...]",
+    help="Value an input is fed for the lint (repeatable), e.g. --value sr=16000; default: what the graph "
+    "says an integer input needs, else random.",
+)
 @click.option("--all", "unfold", is_flag=True, help="Unfold every subgraph, dim_param use and list (also -v).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (always every detail).")
-@click.option("--suggest", is_flag=True,
-              help="List the shape constants that bake the export's input sizes, and the spec lines that free them "
-                   "(reads the graph only; no lint run).")
+@click.option(
+    "--suggest",
+    is_flag=True,
+    help="List the shape constants that bake the export's input sizes, and the spec lines that free them "
+    "(reads the graph only; no lint run).",
+)
 @click.pass_obj
-def inspect_command(state: _State, model_path: Path, shapes, values, unfold: bool, as_json: bool, suggest: bool) -> None:
+def inspect_command(
+    state: _State, model_path: Path, shapes, values, unfold: bool, as_json: bool, suggest: bool
+) -> None:
     """Inputs, outputs, lint findings, ops, weights, metadata, dim_params, external data, subgraphs.
 
     The lint runs the model on ONNX Runtime at the given (or default) input shapes and reports every
@@ -330,8 +372,10 @@ def inspect_command(state: _State, model_path: Path, shapes, values, unfold: boo
         if not as_json:
             raise
         # --json always prints JSON on stdout: the error as data, with the same exit code
-        error = {"model": str(model_path), "error": {"exit_code": exc.exit_code, "message": exc.message,
-                                                      "hint": exc.hint}}
+        error = {
+            "model": str(model_path),
+            "error": {"exit_code": exc.exit_code, "message": exc.message, "hint": exc.hint},
+        }
         click.echo(json.dumps(error, indent=2))
         raise click.exceptions.Exit(exc.exit_code) from None
     click.echo(json.dumps(data, indent=2) if as_json else format_inspection(data, unfold or state.verbosity > 0))
@@ -346,8 +390,12 @@ def inspect_command(state: _State, model_path: Path, shapes, values, unfold: boo
 @click.argument("model_path", metavar="MODEL", type=click.Path(path_type=Path))
 @click.option("--batch", type=click.IntRange(min=1), help="A static batch of this size.")
 @click.option("--dynamic", metavar="NAME", help="A symbolic batch with this name (the default: N).")
-@click.option("--output", "spec_path", type=click.Path(path_type=Path),
-              help="Where to write the spec (default: MODEL's name with .patchspec.yaml, in the current folder).")
+@click.option(
+    "--output",
+    "spec_path",
+    type=click.Path(path_type=Path),
+    help="Where to write the spec (default: MODEL's name with .patchspec.yaml, in the current folder).",
+)
 @click.option("--force", is_flag=True, help="Overwrite an existing spec.")
 @click.pass_obj
 def init_command(state: _State, model_path: Path, batch, dynamic, spec_path, force: bool) -> None:
@@ -375,13 +423,17 @@ def init_command(state: _State, model_path: Path, batch, dynamic, spec_path, for
         raise UsageError("give --batch N (static) or --dynamic NAME (symbolic), not both")
     spec_path = spec_path or Path(f"{model_path.stem}.patchspec.yaml")
     if spec_path.exists() and not force:
-        raise UsageError(f"{spec_path} exists; nothing was written", "give another --output, or --force to overwrite it")
+        raise UsageError(
+            f"{spec_path} exists; nothing was written", "give another --output, or --force to overwrite it"
+        )
     result = draft_spec(model_path, spec_path, batch if batch is not None else (dynamic or "N"), _registry())
     width = max([len("input")] + [len(row.name) for row in result.rows])
     state.echo(f"{'input'.ljust(width)}  batch axis  how it was decided")
     for row in result.rows:
         axis = "-" if row.axis is None else str(row.axis)
-        state.echo(f"{row.name.ljust(width)}  {axis.ljust(10)}  {row.how}" + (f"; values: {row.values}" if row.values else ""))
+        state.echo(
+            f"{row.name.ljust(width)}  {axis.ljust(10)}  {row.how}" + (f"; values: {row.values}" if row.values else "")
+        )
     spec_path.parent.mkdir(parents=True, exist_ok=True)
     spec_path.write_text(result.text, encoding="utf-8")
     for note in result.notes:
@@ -392,8 +444,12 @@ def init_command(state: _State, model_path: Path, batch, dynamic, spec_path, for
 @cli.command("derive")
 @click.argument("a_path", metavar="A", type=click.Path(path_type=Path))
 @click.argument("b_path", metavar="B", type=click.Path(path_type=Path))
-@click.option("--output", "spec_path", type=click.Path(path_type=Path),
-              help="Where to write the spec (default: A's name with .patchspec.yaml, in the current folder).")
+@click.option(
+    "--output",
+    "spec_path",
+    type=click.Path(path_type=Path),
+    help="Where to write the spec (default: A's name with .patchspec.yaml, in the current folder).",
+)
 @click.option("--force", is_flag=True, help="Overwrite an existing spec (and its .npy files).")
 @click.pass_obj
 def derive_command(state: _State, a_path: Path, b_path: Path, spec_path, force: bool) -> None:
@@ -424,7 +480,9 @@ def derive_command(state: _State, a_path: Path, b_path: Path, spec_path, force: 
     if spec_path.is_dir():
         raise UsageError(f"--output {spec_path} is a folder: give the spec's file name")
     if spec_path.exists() and not force:
-        raise UsageError(f"{spec_path} exists; nothing was written", "give another --output, or --force to overwrite it")
+        raise UsageError(
+            f"{spec_path} exists; nothing was written", "give another --output, or --force to overwrite it"
+        )
     result = derive(a_path, b_path, spec_path, _registry())
     existing = [str(path) for path in result.arrays if path.exists()]
     if existing and not force:
@@ -511,8 +569,9 @@ def _check(state: _State, specs, model, output, no_verify: bool, strict_paths: b
         raise click.exceptions.Exit(EXIT_STALE)
 
 
-def _write_report(state: _State, report_path: Path | None, reports: list[RunReport], exit_code: int,
-                  error: str | None = None) -> None:
+def _write_report(
+    state: _State, report_path: Path | None, reports: list[RunReport], exit_code: int, error: str | None = None
+) -> None:
     """The JSON report: the process's exit code and patchspec's version, then one run per spec (its
     fields at the top level when there is one spec); written on every exit, interrupts included."""
     if report_path is None:
@@ -576,7 +635,9 @@ def main(argv: list[str] | None = None) -> int:
         return exit_code_of(exc)
     except PatchspecError as exc:
         reporter.close()
-        if reporter.verbose and exc.plugin_tracebacks:  # the plugin's code is what failed: patchspec's frames would not help
+        if (
+            reporter.verbose and exc.plugin_tracebacks
+        ):  # the plugin's code is what failed: patchspec's frames would not help
             for text in exc.plugin_tracebacks:
                 reporter.output(text.rstrip("\n"), err=True)
         elif reporter.verbose and exit_code_of(exc) == EXIT_INTERNAL:
@@ -606,7 +667,7 @@ def _traceback(exc: BaseException) -> str:
     """The traceback of a bug, without its last line: the error printed right after it says that."""
     lines = list(traceback.TracebackException.from_exception(exc).format())
     said = list(traceback.format_exception_only(type(exc), exc))
-    return "".join(lines[:len(lines) - len(said)]).rstrip("\n")
+    return "".join(lines[: len(lines) - len(said)]).rstrip("\n")
 
 
 def _bug_line(traceback_shown: bool = False) -> str:
@@ -616,12 +677,15 @@ def _bug_line(traceback_shown: bool = False) -> str:
 
     try:
         import onnxruntime
+
         ort = onnxruntime.__version__
     except Exception:  # pragma: no cover - reported, not fatal
         ort = "not importable"
-    return (f"this is a bug in patchspec {__version__} (python {platform.python_version()}, onnx {onnx.__version__}, "
-            f"onnxruntime {ort}); " + ("report it with the traceback above" if traceback_shown else
-                                       "rerun with -v for the traceback and report it"))
+    return (
+        f"this is a bug in patchspec {__version__} (python {platform.python_version()}, onnx {onnx.__version__}, "
+        f"onnxruntime {ort}); "
+        + ("report it with the traceback above" if traceback_shown else "rerun with -v for the traceback and report it")
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -38,10 +38,42 @@ INT64_MAX = np.iinfo(np.int64).max
 #: ops that treat every element alike (broadcasting from the right): a tensor whose batch a Squeeze
 #: dropped at the old batch only still means the same to them; any other op counts axes from the front
 AXIS_FREE = BROADCASTING | {
-    "Abs", "Neg", "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Round",
-    "Sign", "Erf", "Cast", "CastLike", "Identity", "Clip", "LeakyRelu", "Elu", "Selu", "Celu", "HardSigmoid",
-    "HardSwish", "Softplus", "Softsign", "Gelu", "Mish", "IsNaN", "IsInf", "Dropout", "Sin", "Cos",
-    "ThresholdedRelu", "Squeeze"}
+    "Abs",
+    "Neg",
+    "Relu",
+    "Sigmoid",
+    "Tanh",
+    "Exp",
+    "Log",
+    "Sqrt",
+    "Reciprocal",
+    "Floor",
+    "Ceil",
+    "Round",
+    "Sign",
+    "Erf",
+    "Cast",
+    "CastLike",
+    "Identity",
+    "Clip",
+    "LeakyRelu",
+    "Elu",
+    "Selu",
+    "Celu",
+    "HardSigmoid",
+    "HardSwish",
+    "Softplus",
+    "Softsign",
+    "Gelu",
+    "Mish",
+    "IsNaN",
+    "IsInf",
+    "Dropout",
+    "Sin",
+    "Cos",
+    "ThresholdedRelu",
+    "Squeeze",
+}
 #: ops whose output copies the elements of their first input in order (for tracing a shape back)
 _COPY_OPS = {"Unsqueeze", "Squeeze", "Cast", "Identity", "Reshape", "Flatten"}
 
@@ -102,8 +134,14 @@ class BatchTrace:
         first, second = self.evaluator.at(name)[:2]
         if not (first.full and second.full) or len(second.shape) != len(first.shape) + 1:
             return None
-        return next((j for j, d in enumerate(second.shape)
-                     if d == self.b2 and second.shape[:j] + second.shape[j + 1:] == first.shape), None)
+        return next(
+            (
+                j
+                for j, d in enumerate(second.shape)
+                if d == self.b2 and second.shape[:j] + second.shape[j + 1 :] == first.shape
+            ),
+            None,
+        )
 
     def ranks(self, name: str) -> tuple:
         """The rank at each point (None where unknown); they differ where a Squeeze drops a batch of 1."""
@@ -140,15 +178,23 @@ def make_points(model: onnx.ModelProto, batch_axes, b1: int, b2: int) -> tuple[l
         for info in model.graph.input:
             if info.name not in base:
                 continue
-            shape = tuple(batch if d == ("batch",) else
-                          SYMBOL_SIZES[d[1] % len(SYMBOL_SIZES)] + shift if isinstance(d, tuple) else d
-                          for d in base[info.name])
+            shape = tuple(
+                batch
+                if d == ("batch",)
+                else SYMBOL_SIZES[d[1] % len(SYMBOL_SIZES)] + shift
+                if isinstance(d, tuple)
+                else d
+                for d in base[info.name]
+            )
             sizes[info.name] = Known(info.type.tensor_type.elem_type, shape)
         return sizes
 
     points = [point(b1, 0), point(b2, 0)] + ([point(b1, SYMBOL_SHIFT)] if moved else [])
-    named = {key: (SYMBOL_SIZES[i % len(SYMBOL_SIZES)], SYMBOL_SIZES[i % len(SYMBOL_SIZES)] + SYMBOL_SHIFT)
-             for key, i in symbols.items() if isinstance(key, str)}
+    named = {
+        key: (SYMBOL_SIZES[i % len(SYMBOL_SIZES)], SYMBOL_SIZES[i % len(SYMBOL_SIZES)] + SYMBOL_SHIFT)
+        for key, i in symbols.items()
+        if isinstance(key, str)
+    }
     return points, named
 
 
@@ -184,8 +230,9 @@ class _Tracker:
         node = site.node
         if node.domain not in ("", "ai.onnx") or not all(self.evaluator.runs(site)[:2]):
             return None  # in a branch not taken at one of the batches: there is nothing to compare
-        handler = {"Reshape": self._reshape, "Expand": self._expand, "Slice": self._slice,
-                   "Resize": self._resize}.get(node.op_type)
+        handler = {"Reshape": self._reshape, "Expand": self._expand, "Slice": self._slice, "Resize": self._resize}.get(
+            node.op_type
+        )
         return handler(site, inputs) if handler else None
 
     def carrier(self, first: Known, second: Known) -> tuple[int, int] | None:
@@ -207,8 +254,9 @@ class _Tracker:
         differing = [i for i, (a, b) in enumerate(zip(out1.shape, out2.shape)) if a != b]
         return differing == [batch_axis] and out1.shape[batch_axis] * self.b2 == out2.shape[batch_axis] * self.b1
 
-    def folded_behind(self, data_shape: tuple, axis: int, factor: int, out1: Known,
-                      out2: Known) -> tuple[int, int] | None:
+    def folded_behind(
+        self, data_shape: tuple, axis: int, factor: int, out1: Known, out2: Known
+    ) -> tuple[int, int] | None:
         """The Reshape merges the batch into an output axis as its innermost part, behind data dims that
         come before it: ``[L, batch, E] -> [-1, E]`` (PyTorch's attention, sequence first). Each row is
         still one sample's, and the element that absorbed the batch is already right at any batch;
@@ -220,10 +268,14 @@ class _Tracker:
         if len(differing) != 1 or out1.shape[differing[0]] * self.b2 != out2.shape[differing[0]] * self.b1:
             return None
         j = differing[0]
-        before, after = _product(data_shape[:axis]), factor * _product(data_shape[axis + 1:])
+        before, after = _product(data_shape[:axis]), factor * _product(data_shape[axis + 1 :])
         outer = _product(out1.shape[:j])
-        if (after == _product(out1.shape[j + 1:]) and outer < before and before % outer == 0
-                and outer * out1.shape[j] == before * self.b1):
+        if (
+            after == _product(out1.shape[j + 1 :])
+            and outer < before
+            and before % outer == 0
+            and outer * out1.shape[j] == before * self.b1
+        ):
             return j, before // outer
         return None
 
@@ -296,13 +348,24 @@ class _Tracker:
         proved = i is not None and i < len(values) and values[i] not in (0, -1) and values[i] % self.b1 == 0
         new_static = values[i] // self.b1 * self.b2 if proved else None
         if not proved or not self.consistent(out1, self._eval(site, [data2, _int64(_with(values, i, new_static))]), i):
-            suggestion = self._suggest(site, values, axis) if self._suggestion_works(site, values, axis, data1, data2) else ""
-            return self._unsettled(site, [data2, shape2], values, f"its data carries the batch on axis {axis}, and no "
-                                   "element of its shape can be proved to be the batch", suggestion)
+            suggestion = (
+                self._suggest(site, values, axis) if self._suggestion_works(site, values, axis, data1, data2) else ""
+            )
+            return self._unsettled(
+                site,
+                [data2, shape2],
+                values,
+                f"its data carries the batch on axis {axis}, and no element of its shape can be proved to be the batch",
+                suggestion,
+            )
         written = self._written_value(site, values, i, data1, out1, axis)
         if written is None:
-            return self._undecided(site, values, f"element {i} is the batch, but a symbolic batch there needs a "
-                                   "computed shape", self._suggest(site, values, axis, i))
+            return self._undecided(
+                site,
+                values,
+                f"element {i} is the batch, but a symbolic batch there needs a computed shape",
+                self._suggest(site, values, axis, i),
+            )
         return self._rewrite_element(site, 1, values, i, new_static, written, inputs, axis)
 
     def _written_value(self, site, values, i, data1, out1, axis):
@@ -330,15 +393,17 @@ class _Tracker:
         slot = axis + len(values) - len(data1.shape)
         proved = 0 <= slot < len(values) and values[slot] % self.b1 == 0
         new_static = values[slot] // self.b1 * self.b2 if proved else None
-        if not proved or not self.consistent(out1, self._eval(site, [data2, _int64(_with(values, slot, new_static))]),
-                                             aligned):
-            return self._unsettled(site, [data2, shape2], values, "its data carries the batch, which its shape does "
-                                   "not let through")
+        if not proved or not self.consistent(
+            out1, self._eval(site, [data2, _int64(_with(values, slot, new_static))]), aligned
+        ):
+            return self._unsettled(
+                site, [data2, shape2], values, "its data carries the batch, which its shape does not let through"
+            )
         return self._rewrite_element(site, 1, values, slot, new_static, 1 if self.symbolic else new_static, inputs)
 
     def _slice(self, site: NodeSite, inputs: list) -> list | None:
         node = site.node
-        if len(node.input) < 3 or any(k.value is None for k in inputs[0][1:len(node.input)] if k.dtype):
+        if len(node.input) < 3 or any(k.value is None for k in inputs[0][1 : len(node.input)] if k.dtype):
             return None
         (data1, data2) = inputs[0][0], inputs[1][0]
         found = self.carrier(data1, data2)
@@ -350,18 +415,27 @@ class _Tracker:
             return None
         starts = [int(v) for v in inputs[0][1].value.reshape(-1)]
         ends = [int(v) for v in inputs[0][2].value.reshape(-1)]
-        axes = ([int(v) for v in inputs[0][3].value.reshape(-1)] if len(node.input) > 3 and node.input[3]
-                else list(range(len(starts))))
-        steps = ([int(v) for v in inputs[0][4].value.reshape(-1)] if len(node.input) > 4 and node.input[4]
-                 else [1] * len(starts))
+        axes = (
+            [int(v) for v in inputs[0][3].value.reshape(-1)]
+            if len(node.input) > 3 and node.input[3]
+            else list(range(len(starts)))
+        )
+        steps = (
+            [int(v) for v in inputs[0][4].value.reshape(-1)]
+            if len(node.input) > 4 and node.input[4]
+            else [1] * len(starts)
+        )
         rank = len(data1.shape)
         entry = next((j for j, a in enumerate(axes) if a % rank == axis), None)
         if entry is None:
             return None  # the batch axis is not sliced: whatever changed, it is not this constant
         if starts[entry] != 0 or steps[entry] != 1 or out1.shape[axis] != data1.shape[axis]:
-            return self._refuse(site, f"drops samples at batch {self.b2}: it slices axis {axis}, which carries the "
-                                f"batch, with constant bounds (starts {starts}, ends {ends}), so it keeps only part of "
-                                "the batch and every later sample is lost or read as the first one's")
+            return self._refuse(
+                site,
+                f"drops samples at batch {self.b2}: it slices axis {axis}, which carries the "
+                f"batch, with constant bounds (starts {starts}, ends {ends}), so it keeps only part of "
+                "the batch and every later sample is lost or read as the first one's",
+            )
         trial = [list(point) for point in inputs]
         trial[1][2] = _int64(_with(ends, entry, INT64_MAX))
         if not self.consistent(out1, self._eval(site, trial[1]), axis):
@@ -385,8 +459,12 @@ class _Tracker:
             return None
         new_static = values[axis] // self.b1 * self.b2
         if self.symbolic:
-            return self._undecided(site, values, f"its sizes hold the batch at axis {axis}, and a symbolic batch "
-                                   "there needs a computed shape", self._suggest(site, values, axis, axis, operand=3))
+            return self._undecided(
+                site,
+                values,
+                f"its sizes hold the batch at axis {axis}, and a symbolic batch there needs a computed shape",
+                self._suggest(site, values, axis, axis, operand=3),
+            )
         return self._rewrite_element(site, 3, values, axis, new_static, new_static, inputs)
 
     def _rewrite_element(self, site, operand, values, i, new_static, written, inputs, axis=None):
@@ -396,13 +474,24 @@ class _Tracker:
         source = sources[i] if sources and i < len(sources) else None
         if source is None:
             suggestion = self._suggest(site, values, axis, i, operand) if axis is not None else ""
-            return self._undecided(site, values, f"element {i} of input {operand} is the batch, but it is computed "
-                                   "at run time, or its constant is shared along the way", suggestion)
+            return self._undecided(
+                site,
+                values,
+                f"element {i} of input {operand} is the batch, but it is computed "
+                "at run time, or its constant is shared along the way",
+                suggestion,
+            )
         reader, reader_operand, element = source
         label = f"{node.op_type} '{node.name or node.output[0]}'"
         shown = "end" if written == INT64_MAX else written
-        self.trace.rewrites.append(Rewrite(reader, reader_operand, ((element, written),),
-                                           f"{label}: element {i} is the batch ({values[i]} -> {shown})"))
+        self.trace.rewrites.append(
+            Rewrite(
+                reader,
+                reader_operand,
+                ((element, written),),
+                f"{label}: element {i} is the batch ({values[i]} -> {shown})",
+            )
+        )
         self.decided.add(id(node))
         replaced = [list(point) for point in inputs]
         replaced[1][operand] = _int64(_with(values, i, new_static), like=inputs[1][operand])
@@ -480,10 +569,12 @@ class _Tracker:
         if 0 <= i < len(items):
             items[i] = json.dumps(f"dim({expressions.quote_tensor(data)}, {axis})")
         selector = f"{{name: {json.dumps(node.name)}}}" if node.name else f"{{produces: {json.dumps(node.output[0])}}}"
-        return ("  - replace_initializer:\n"
-                f"      select: {selector}\n"
-                f"      input: {operand}\n"
-                f"      shape: [{', '.join(items)}]")
+        return (
+            "  - replace_initializer:\n"
+            f"      select: {selector}\n"
+            f"      input: {operand}\n"
+            f"      shape: [{', '.join(items)}]"
+        )
 
     def conflicts(self) -> list[str]:
         """Nodes that run at the old batch and not at the new one, each with the likely reason."""
@@ -507,20 +598,32 @@ class _Tracker:
                 continue
             if first.shape is None or second.shape is not None:
                 continue
-            if any(self.evaluator.at(n)[1].shape is None and self.evaluator.at(n)[0].shape is not None
-                   for n in node.input if n):
+            if any(
+                self.evaluator.at(n)[1].shape is None and self.evaluator.at(n)[0].shape is not None
+                for n in node.input
+                if n
+            ):
                 continue  # an input already failed upstream: that node is the one reported
             inputs = ", ".join(f"{n} {_shape_text(self.evaluator.at(n)[1])}" for n in node.input if n)
             if node.op_type in BROADCASTING and self._meets_a_free_dim(node):
-                self.trace.undecided.append("undecided: " + self._conflict(site, (
-                    f"its inputs ({inputs}) do not fit together at the sizes tried; one of the dims that disagree "
-                    "follows another symbolic input dim, which may be the batch under another name: list every "
-                    "input that carries the batch in 'inputs'")))
+                self.trace.undecided.append(
+                    "undecided: "
+                    + self._conflict(
+                        site,
+                        (
+                            f"its inputs ({inputs}) do not fit together at the sizes tried; one of the dims that disagree "
+                            "follows another symbolic input dim, which may be the batch under another name: list every "
+                            "input that carries the batch in 'inputs'"
+                        ),
+                    )
+                )
                 continue
-            why = (f"it removes axes that are 1 only at batch {self.b1}: a batched model keeps the batch there"
-                   if node.op_type == "Squeeze" else
-                   f"its inputs ({inputs}) do not fit together; a constant upstream probably holds the old batch "
-                   f"{self.b1}")
+            why = (
+                f"it removes axes that are 1 only at batch {self.b1}: a batched model keeps the batch there"
+                if node.op_type == "Squeeze"
+                else f"its inputs ({inputs}) do not fit together; a constant upstream probably holds the old batch "
+                f"{self.b1}"
+            )
             found.append(self._conflict(site, why))
         return found
 
@@ -529,8 +632,11 @@ class _Tracker:
         that moves with another symbolic input dim (the evaluation chose its size, the model did not)."""
         if not self.trace.moves_symbols:
             return False
-        shapes = [(self.evaluator.at(n)[1].shape, self.evaluator.at(n)[2].shape, self.evaluator.at(n)[0].shape)
-                  for n in node.input if n]
+        shapes = [
+            (self.evaluator.at(n)[1].shape, self.evaluator.at(n)[2].shape, self.evaluator.at(n)[0].shape)
+            for n in node.input
+            if n
+        ]
         if any(None in (new, moved, old) for new, moved, old in shapes):
             return True  # too little is known to call it a proof
         rank = max(len(new) for new, _, _ in shapes)
@@ -554,9 +660,12 @@ class _Tracker:
         if second.shape is None or not second.full or _product(second.shape) == _product(first.shape or ()):
             return None
         article = "an" if node.op_type == "If" else "a"
-        return self._conflict(site, f"its condition '{name}' is computed from the batch ({_shape_text(first)} at batch "
-                              f"{self.b1}, {_shape_text(second)} at batch {self.b2}); {article} {node.op_type} takes "
-                              "one condition for the whole batch, so the model cannot run batched as it is")
+        return self._conflict(
+            site,
+            f"its condition '{name}' is computed from the batch ({_shape_text(first)} at batch "
+            f"{self.b1}, {_shape_text(second)} at batch {self.b2}); {article} {node.op_type} takes "
+            "one condition for the whole batch, so the model cannot run batched as it is",
+        )
 
     def _before_squeeze(self, name: str) -> str | None:
         """The input of the Squeeze that made ``name`` a scalar, if one did."""
@@ -589,8 +698,11 @@ class _Tracker:
         return found
 
     def _consumers(self, name: str) -> list[NodeSite]:
-        return [site for output, site in self.evaluator.producer.items()
-                if output == next((o for o in site.node.output if o), None) and name in site.node.input]
+        return [
+            site
+            for output, site in self.evaluator.producer.items()
+            if output == next((o for o in site.node.output if o), None) and name in site.node.input
+        ]
 
     def _shifted_axes(self, name: str) -> str:
         first, second = self.evaluator.at(name)[:2]
@@ -598,9 +710,11 @@ class _Tracker:
         while squeeze is not None and squeeze.node.op_type != "Squeeze" and squeeze.node.input:
             squeeze = self.evaluator.producer.get(squeeze.node.input[0])
         origin = f"Squeeze '{squeeze.node.name or squeeze.node.output[0]}'" if squeeze is not None else "a Squeeze"
-        return (f"its input '{name}' is {_shape_text(first)} at batch {self.b1}, where {origin} drops the batch, and "
-                f"{_shape_text(second)} at batch {self.b2}, so its axes, counted from the front, point at other dims "
-                f"there; shift them by one past the batch, or count them from the end")
+        return (
+            f"its input '{name}' is {_shape_text(first)} at batch {self.b1}, where {origin} drops the batch, and "
+            f"{_shape_text(second)} at batch {self.b2}, so its axes, counted from the front, point at other dims "
+            f"there; shift them by one past the batch, or count them from the end"
+        )
 
     def _conflict(self, site: NodeSite, why: str, problem: str = "cannot run") -> str:
         node = site.node
@@ -623,12 +737,12 @@ def _product(dims) -> int:
 
 
 def _with(values: list[int], index: int, value: int) -> list[int]:
-    return values[:index] + [value] + values[index + 1:]
+    return values[:index] + [value] + values[index + 1 :]
 
 
 def _int64(values: list[int], like: Known | None = None) -> Known:
     dtype = np.int32 if like is not None and like.dtype == TensorProto.INT32 else np.int64
-    array = np.array(values, dtype=dtype) if dtype == np.int64 else np.clip(values, -2**31, 2**31 - 1).astype(dtype)
+    array = np.array(values, dtype=dtype) if dtype == np.int64 else np.clip(values, -(2**31), 2**31 - 1).astype(dtype)
     return Known(TensorProto.INT64 if dtype == np.int64 else TensorProto.INT32, array.shape, array)
 
 

@@ -23,11 +23,17 @@ class AddInputParams(TypedDict, total=False):
 class AddInputPatch(PatchType):
     Params = AddInputParams
     name = "add_input"
-    description = "Declare a new graph input, so that expressions can read values the export dropped (Qwen-VL's grid_thw)."
+    description = (
+        "Declare a new graph input, so that expressions can read values the export dropped (Qwen-VL's grid_thw)."
+    )
     params_schema = {
         "type": "object",
         "properties": {
-            "name": {"type": "string", "minLength": 1, "description": "name of the new input; must not exist in the model"},
+            "name": {
+                "type": "string",
+                "minLength": 1,
+                "description": "name of the new input; must not exist in the model",
+            },
             "dtype": {"enum": sorted(DTYPES), "description": "element type (int64, float32, ...)"},
             "shape": {
                 "type": "array",

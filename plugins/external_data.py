@@ -45,9 +45,11 @@ class ExternalDataPatch(PatchType):
             "location": {
                 "type": "string",
                 "minLength": 1,
-                "description": ("Data file name, next to the output model (default: '<output file name>.data'); "
-                                "'{digest}' in it becomes the start of the output's digest (e.g. '{digest}.weights'), "
-                                "so a new build never shares a data file name with an old one"),
+                "description": (
+                    "Data file name, next to the output model (default: '<output file name>.data'); "
+                    "'{digest}' in it becomes the start of the output's digest (e.g. '{digest}.weights'), "
+                    "so a new build never shares a data file name with an old one"
+                ),
             },
             "size_threshold": {
                 "type": "integer",
@@ -61,7 +63,7 @@ class ExternalDataPatch(PatchType):
                 "default": 4096,
                 "maximum": MAX_ALIGN,
                 "description": "Byte alignment of each tensor in the data file, a power of two (default 4096; "
-                               "65536 for memory mapping on Windows).",
+                "65536 for memory mapping on Windows).",
             },
             "inline": {
                 "type": "boolean",
@@ -117,12 +119,11 @@ def location_problem(location: str) -> str | None:
         return f"location '{location}' is not a usable file name"
     if location.lower().endswith(".onnx"):
         return f"location '{location}' ends in .onnx; a data file must not look like a model (use e.g. '.data')"
-    if ("{" in location or "}" in location) and location.replace(DIGEST_FIELD, "").count("{") + \
-            location.replace(DIGEST_FIELD, "").count("}"):
+    if ("{" in location or "}" in location) and location.replace(DIGEST_FIELD, "").count("{") + location.replace(
+        DIGEST_FIELD, ""
+    ).count("}"):
         return f"location '{location}': the only field a data file name takes is {DIGEST_FIELD}"
     return None
-
-
 
 
 @hookimpl

@@ -39,8 +39,10 @@ from patchspec.api import (
     write_dim,
 )
 
-NAME_OR_SIZE = {"description": "a symbolic name (string) or a fixed size (integer)",
-                "anyOf": [{"type": "string", "minLength": 1}, {"type": "integer", "minimum": 0}]}
+NAME_OR_SIZE = {
+    "description": "a symbolic name (string) or a fixed size (integer)",
+    "anyOf": [{"type": "string", "minLength": 1}, {"type": "integer", "minimum": 0}],
+}
 MAX_DETAILS = 40
 
 
@@ -59,27 +61,45 @@ class RenameDimsParams(TypedDict, total=False):
 class RenameDimsPatch(PatchType):
     Params = RenameDimsParams
     name = "rename_dims"
-    description = ("Rename, fix or tell apart dims of chosen tensors (or of the whole model): "
-                   "axes, map and unique; renamed dims survive later shape re-derivation.")
+    description = (
+        "Rename, fix or tell apart dims of chosen tensors (or of the whole model): "
+        "axes, map and unique; renamed dims survive later shape re-derivation."
+    )
     params_schema = {
         "type": "object",
         "description": description,
         "properties": {
             "tensor": {
-                "description": ("tensors to change: a name pattern (glob, or 're:' + a regex matched in full) or a "
-                                "list of them; graph inputs, outputs and annotated intermediates"),
-                "anyOf": [{"type": "string", "minLength": 1},
-                          {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1}],
+                "description": (
+                    "tensors to change: a name pattern (glob, or 're:' + a regex matched in full) or a "
+                    "list of them; graph inputs, outputs and annotated intermediates"
+                ),
+                "anyOf": [
+                    {"type": "string", "minLength": 1},
+                    {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
+                ],
             },
             "select": SELECTOR_SCHEMA,
-            "tensors": {"description": "with select: which tensors of the selected nodes (default outputs)",
-                        "enum": ["outputs", "inputs", "all"]},
-            "axes": {"description": "{AXIS: NAME_OR_SIZE}: set that axis of each targeted tensor (negative counts from the end)",
-                     "type": "object", "minProperties": 1, "additionalProperties": NAME_OR_SIZE},
-            "map": {"description": "{OLD: NAME_OR_SIZE}: rename the dim_param OLD wherever it appears on the targets",
-                    "type": "object", "minProperties": 1, "additionalProperties": NAME_OR_SIZE},
-            "unique": {"description": "give every symbolic or unknown dim of the targets its own fresh name",
-                       "type": "boolean"},
+            "tensors": {
+                "description": "with select: which tensors of the selected nodes (default outputs)",
+                "enum": ["outputs", "inputs", "all"],
+            },
+            "axes": {
+                "description": "{AXIS: NAME_OR_SIZE}: set that axis of each targeted tensor (negative counts from the end)",
+                "type": "object",
+                "minProperties": 1,
+                "additionalProperties": NAME_OR_SIZE,
+            },
+            "map": {
+                "description": "{OLD: NAME_OR_SIZE}: rename the dim_param OLD wherever it appears on the targets",
+                "type": "object",
+                "minProperties": 1,
+                "additionalProperties": NAME_OR_SIZE,
+            },
+            "unique": {
+                "description": "give every symbolic or unknown dim of the targets its own fresh name",
+                "type": "boolean",
+            },
         },
         "additionalProperties": False,
     }
@@ -111,8 +131,10 @@ class RenameDimsPatch(PatchType):
         inputs_changed = {info.name for info in model.graph.input} & {info.name for info in changed}
         if inputs_changed:
             rederive_shapes(model, context.state)
-        details = [f"{info.name}: {format_dims(before[id(info)])} -> {format_dims(read_dims(info))}"
-                   for info in changed[:MAX_DETAILS]]
+        details = [
+            f"{info.name}: {format_dims(before[id(info)])} -> {format_dims(read_dims(info))}"
+            for info in changed[:MAX_DETAILS]
+        ]
         if len(changed) > MAX_DETAILS:
             details.append(f"... and {len(changed) - MAX_DETAILS} more tensors")
         summary = f"{renamed.count} dim{'s' * (renamed.count != 1)} on {len(changed)} tensor{'s' * (len(changed) != 1)}"
@@ -172,8 +194,12 @@ def _tensor_names(model: onnx.ModelProto) -> list[str]:
     for graph in all_graphs(model.graph):
         constants = {t.name for t in graph.initializer}
         constants |= {n.output[0] for n in graph.node if n.op_type == "Constant" and n.output}
-        for name in [i.name for i in graph.input] + [o for n in graph.node for o in n.output] + \
-                    [o.name for o in graph.output] + [v.name for v in graph.value_info]:
+        for name in (
+            [i.name for i in graph.input]
+            + [o for n in graph.node for o in n.output]
+            + [o.name for o in graph.output]
+            + [v.name for v in graph.value_info]
+        ):
             if name and name not in constants:
                 names.setdefault(name)
     return list(names)
@@ -206,8 +232,9 @@ def _names_from_selection(model: onnx.ModelProto, params: dict, context: PatchCo
     constants |= {n.output[0] for g in all_graphs(model.graph) for n in g.node if n.op_type == "Constant" and n.output}
     names: dict[str, None] = {}
     for ref in select_nodes(model, params["select"], context, key=("select",)):
-        picked = (list(ref.node.input) if which in ("inputs", "all") else []) + \
-                 (list(ref.node.output) if which in ("outputs", "all") else [])
+        picked = (list(ref.node.input) if which in ("inputs", "all") else []) + (
+            list(ref.node.output) if which in ("outputs", "all") else []
+        )
         names.update(dict.fromkeys(n for n in picked if n and n not in constants))
     return list(names)
 
@@ -238,7 +265,9 @@ class Renamer:
         for old in mapping:
             if old not in seen:
                 msg = f"no targeted tensor has a dim named '{old}'" + did_you_mean(old, seen)
-                self.context.fail(msg, key=("map", old), hint=f"dim names on the targets: {', '.join(sorted(seen)) or 'none'}")
+                self.context.fail(
+                    msg, key=("map", old), hint=f"dim names on the targets: {', '.join(sorted(seen)) or 'none'}"
+                )
         for info in targets:
             for axis, dim in enumerate(read_dims(info)):
                 if isinstance(dim, str) and dim in mapping:
@@ -249,8 +278,11 @@ class Renamer:
             rank = len(shape_dims(info))
             for axis, value in axes.items():
                 if not -rank <= axis < rank:
-                    self.context.fail(f"tensor '{info.name}' has rank {rank} {format_dims(read_dims(info))}; "
-                                      f"axis {axis} does not exist", key=("axes", axis))
+                    self.context.fail(
+                        f"tensor '{info.name}' has rank {rank} {format_dims(read_dims(info))}; "
+                        f"axis {axis} does not exist",
+                        key=("axes", axis),
+                    )
                 self.set(info, axis % rank, value)
 
     def make_unique(self, targets) -> None:

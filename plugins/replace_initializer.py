@@ -69,19 +69,34 @@ class ReplaceInitializerParams(TypedDict, total=False):
 class ReplaceInitializerPatch(PatchType):
     Params = ReplaceInitializerParams
     name = "replace_initializer"
-    description = "Replace a constant (initializer or Constant output) with a new value or a shape computed at run time."
+    description = (
+        "Replace a constant (initializer or Constant output) with a new value or a shape computed at run time."
+    )
     params_schema = {
         "type": "object",
         "properties": {
-            "initializer": {"type": "string", "minLength": 1,
-                            "description": "name of an initializer or of a Constant node's output; every use is replaced"},
+            "initializer": {
+                "type": "string",
+                "minLength": 1,
+                "description": "name of an initializer or of a Constant node's output; every use is replaced",
+            },
             "select": dict(SELECTOR_SCHEMA, description="nodes whose input 'input' is replaced (only those uses)"),
-            "input": {"type": "integer", "minimum": 0, "description": "with 'select': which input of each selected node"},
-            "value": {**NUMBERS, "description": "new value: a number or a (nested) list; same element count as the original"},
+            "input": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "with 'select': which input of each selected node",
+            },
+            "value": {
+                **NUMBERS,
+                "description": "new value: a number or a (nested) list; same element count as the original",
+            },
             "dtype": {"enum": sorted(DTYPES), "description": "element type of 'value' (default: the original's)"},
-            "shape": {"type": "array", "minItems": 1,
-                      "items": {"anyOf": [{"type": "integer"}, {"type": "string", "minLength": 1}]},
-                      "description": "an int64 1-D tensor computed at run time: integers and expressions (docs/expressions.md)"},
+            "shape": {
+                "type": "array",
+                "minItems": 1,
+                "items": {"anyOf": [{"type": "integer"}, {"type": "string", "minLength": 1}]},
+                "description": "an int64 1-D tensor computed at run time: integers and expressions (docs/expressions.md)",
+            },
         },
         "additionalProperties": False,
     }
@@ -161,11 +176,16 @@ def _require_constant(graph, name: str, key: tuple, context, what: str) -> None:
     producers = [n for n in graph.node if name in n.output]
     if producers:
         producer = producers[0]
-        context.fail(f"{what} is computed by node '{producer.name}' ({producer.op_type}), not a constant; "
-                     "replace_initializer replaces initializers and Constant outputs", key=key)
+        context.fail(
+            f"{what} is computed by node '{producer.name}' ({producer.op_type}), not a constant; "
+            "replace_initializer replaces initializers and Constant outputs",
+            key=key,
+        )
     if name in {v.name for v in graph.input}:
         context.fail(f"{what} is a graph input, not a constant", key=key)
-    constants = [t.name for t in graph.initializer] + [o for n in graph.node if n.op_type == "Constant" for o in n.output]
+    constants = [t.name for t in graph.initializer] + [
+        o for n in graph.node if n.op_type == "Constant" for o in n.output
+    ]
     near = close_matches(name, constants, limit=5)
     hint = ("close names: " + ", ".join(near)) if near else "'patchspec inspect MODEL' lists the model's tensors"
     context.fail(f"{what}: no initializer or Constant output of that name", key=key, hint=hint)
@@ -200,8 +220,11 @@ def _converted(value, dims: tuple, dtype: int, context) -> np.ndarray:
     expected = int(np.prod(dims)) if dims else 1
     dtype_name = onnx.helper.tensor_dtype_to_np_dtype(dtype)
     if flat.size != expected:
-        context.fail(f"expected {expected} elements (shape {list(dims)}), got {flat.size}", key=("value",),
-                     hint="a different length changes the consumer's meaning: use 'shape' to compute a new one")
+        context.fail(
+            f"expected {expected} elements (shape {list(dims)}), got {flat.size}",
+            key=("value",),
+            hint="a different length changes the consumer's meaning: use 'shape' to compute a new one",
+        )
     np_dtype = np.dtype(dtype_name)
     for item in flat:
         if np_dtype.kind in "iu":
@@ -242,7 +265,9 @@ def _replace_values(model, targets: list[Target], params: dict, context) -> tupl
         for target in group:
             target.node.input[target.index] = tensor.name
         nodes = ", ".join(f"'{t.node.name}'" for t in group)
-        details.append(f"input {group[0].index} of {nodes} -> new constant '{tensor.name}' = {shown} ('{name}' is shared)")
+        details.append(
+            f"input {group[0].index} of {nodes} -> new constant '{tensor.name}' = {shown} ('{name}' is shared)"
+        )
     return changed, details
 
 
@@ -295,7 +320,9 @@ def _replace_with_shape(model, targets: list[Target], params: dict, context) -> 
     for graph_id in compiled_for:
         graph = next(t.graph for t in targets if id(t.graph) == graph_id)
         if not sort_topologically(graph):
-            context.fail("the computed shape reads a tensor that depends on the node it feeds (a cycle)", key=("shape",))
+            context.fail(
+                "the computed shape reads a tensor that depends on the node it feeds (a cycle)", key=("shape",)
+            )
     return True, details
 
 

@@ -58,8 +58,10 @@ class SetBatchParams(TypedDict, total=False):
 class SetBatchPatch(PatchType):
     Params = SetBatchParams
     name = "set_batch"
-    description = ("Set the batch size (static or symbolic) on the inputs that carry it, re-derive every "
-                   "other shape, and rewrite shape constants that provably bake in the old batch.")
+    description = (
+        "Set the batch size (static or symbolic) on the inputs that carry it, re-derive every "
+        "other shape, and rewrite shape constants that provably bake in the old batch."
+    )
     shorthand = "size"
     params_schema = {
         "type": "object",
@@ -70,8 +72,10 @@ class SetBatchPatch(PatchType):
                 "anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "minLength": 1}],
             },
             "inputs": {
-                "description": ("inputs that carry the batch: a list of names (batch on axis 0) or a mapping "
-                                "{name: axis}; default: detected from the first input"),
+                "description": (
+                    "inputs that carry the batch: a list of names (batch on axis 0) or a mapping "
+                    "{name: axis}; default: detected from the first input"
+                ),
                 "anyOf": [
                     {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
                     {"type": "object", "minProperties": 1, "additionalProperties": {"type": "integer"}},
@@ -134,9 +138,11 @@ def refuse(trace: BatchTrace, size, where: str, context: PatchContext) -> None:
     if len(others) > 9:
         more += f"\n  and {len(others) - 9} more"
     at = f"batch {size}" if isinstance(size, int) else f"a batch other than {trace.b1}"
-    context.fail(f"{first}{more}\nthe model cannot run correctly at {at} on {where} as it was exported, so nothing "
-                 "is written", hint="fix the named nodes with patches listed before set_batch (replace_initializer "
-                 "for a constant that holds the batch), or keep the exported batch and run one sample at a time")
+    context.fail(
+        f"{first}{more}\nthe model cannot run correctly at {at} on {where} as it was exported, so nothing is written",
+        hint="fix the named nodes with patches listed before set_batch (replace_initializer "
+        "for a constant that holds the batch), or keep the exported batch and run one sample at a time",
+    )
 
 
 def explicit_squeezes(model: onnx.ModelProto, squeezes: list) -> list[str]:
@@ -151,8 +157,10 @@ def explicit_squeezes(model: onnx.ModelProto, squeezes: list) -> list[str]:
             node.op_type = "Identity"
             del node.input[1:]
             del node.attribute[:]
-            lines.append(f"replaced Squeeze '{label}' by an Identity: without axes it dropped the batch at batch 1 "
-                         f"and removes nothing at any other batch")
+            lines.append(
+                f"replaced Squeeze '{label}' by an Identity: without axes it dropped the batch at batch 1 "
+                f"and removes nothing at any other batch"
+            )
             continue
         if opset >= 13:  # axes is an input from opset 13 on
             name = fresh_name(f"{node.name or node.output[0]}/axes", taken)
@@ -162,8 +170,10 @@ def explicit_squeezes(model: onnx.ModelProto, squeezes: list) -> list[str]:
             node.input.append(name)
         else:
             node.attribute.append(onnx.helper.make_attribute("axes", axes))
-        lines.append(f"made Squeeze '{label}' explicit (axes {axes}): without axes it "
-                     f"dropped the batch at batch 1, so its output's rank depended on the batch")
+        lines.append(
+            f"made Squeeze '{label}' explicit (axes {axes}): without axes it "
+            f"dropped the batch at batch 1, so its output's rank depended on the batch"
+        )
     return lines
 
 
@@ -180,11 +190,18 @@ def _refuse_name_in_use(size, inputs: dict, batch: BatchAxes, context: PatchCont
     if not isinstance(size, str):
         return
     chosen = set(batch.axes)
-    clashes = [f"{name}[{axis}]" for name, info in inputs.items()
-               for axis, dim in enumerate(read_dims(info) or []) if dim == size and (name, axis) not in chosen]
+    clashes = [
+        f"{name}[{axis}]"
+        for name, info in inputs.items()
+        for axis, dim in enumerate(read_dims(info) or [])
+        if dim == size and (name, axis) not in chosen
+    ]
     if clashes:
-        context.fail(f"'{size}' already names {', '.join(clashes)}, which is not a batch axis here",
-                     key=("size",), hint="choose another batch name, or list those axes in 'inputs'")
+        context.fail(
+            f"'{size}' already names {', '.join(clashes)}, which is not a batch axis here",
+            key=("size",),
+            hint="choose another batch name, or list those axes in 'inputs'",
+        )
 
 
 # -- shape constants and declarations ---------------------------------------------------------------------
@@ -226,8 +243,9 @@ def rewrite_constants(model: onnx.ModelProto, rewrites: list[Rewrite], label: st
         uses[name] -= 1
         site.graph.initializer.append(numpy_helper.from_array(new, new_name))
         site.node.input[operand] = new_name
-        details.append(f"rewrote {reasons}: new initializer '{new_name}' {_shown(new)} "
-                       f"('{name}' is shared, left as it was)")
+        details.append(
+            f"rewrote {reasons}: new initializer '{new_name}' {_shown(new)} ('{name}' is shared, left as it was)"
+        )
     return details
 
 
@@ -273,8 +291,10 @@ def _contradicted(before, now, trace: BatchTrace, name: str) -> bool:
         return False
     if len(before) != len(now):
         return True
-    return any(isinstance(old, int) and old != new and not isinstance(trace.batch_dim(name, axis), tuple)
-               for axis, (old, new) in enumerate(zip(before, now)))
+    return any(
+        isinstance(old, int) and old != new and not isinstance(trace.batch_dim(name, axis), tuple)
+        for axis, (old, new) in enumerate(zip(before, now))
+    )
 
 
 def _reconcile(info: onnx.ValueInfoProto, trace: BatchTrace, size) -> bool:

@@ -74,7 +74,9 @@ class CheckParams(TypedDict, total=False):
 class CheckVerifier(Verifier):
     Params = CheckParams
     name = "check"
-    description = "ONNX's full checker and strict shape inference on the output; the original's own problems pass, noted."
+    description = (
+        "ONNX's full checker and strict shape inference on the output; the original's own problems pass, noted."
+    )
     params_schema = {
         "type": "object",
         "properties": {
@@ -82,7 +84,7 @@ class CheckVerifier(Verifier):
                 "type": "boolean",
                 "default": False,
                 "description": "Also fail on the problems the original model already has (by default they "
-                               "are reported and the verifier passes).",
+                "are reported and the verifier passes).",
             },
         },
         "additionalProperties": False,
@@ -119,31 +121,45 @@ class CheckVerifier(Verifier):
                 elif any(p.key == problem.key for p in found):
                     already.append((problem, next(p for p in found if p.key == problem.key)))
                 else:
-                    new.append((problem, f"the original fails onnx's {stage} too, but not with this: "
-                                         "the patch causes it"))
+                    new.append(
+                        (problem, f"the original fails onnx's {stage} too, but not with this: the patch causes it")
+                    )
         return _verdict(version, strict, new, already)
 
 
-def _verdict(version: str, strict: bool, new: list[tuple[Problem, str]],
-             already: list[tuple[Problem, Problem]]) -> VerifyResult:
+def _verdict(
+    version: str, strict: bool, new: list[tuple[Problem, str]], already: list[tuple[Problem, Problem]]
+) -> VerifyResult:
     details = [f"new ({problem.stage}): {problem.text}; {why}" for problem, why in new]
-    details += [f"already in the original ({mine.stage}): {mine.text}"
-                + ("" if mine.text == theirs.text else f" (the original's: {theirs.text})") for mine, theirs in already]
+    details += [
+        f"already in the original ({mine.stage}): {mine.text}"
+        + ("" if mine.text == theirs.text else f" (the original's: {theirs.text})")
+        for mine, theirs in already
+    ]
     if len(details) > _DETAILS:
-        details = details[:_DETAILS - 1] + [f"... and {len(details) - _DETAILS + 1} more"]
+        details = details[: _DETAILS - 1] + [f"... and {len(details) - _DETAILS + 1} more"]
     data = _data(strict, new=[p.text for p, _ in new], already=[p.text for p, _ in already])
     if new:
         problem, why = new[0]
-        return VerifyResult("failed", f"onnx {version} rejects the output: {problem.first}; {why}", tuple(details), data)
+        return VerifyResult(
+            "failed", f"onnx {version} rejects the output: {problem.first}; {why}", tuple(details), data
+        )
     mine, theirs = already[0]
     if strict:
-        return VerifyResult("failed", f"onnx {version} rejects the output: {mine.first}; the original has it too "
-                                      "(strict: true fails the original's problems as well)", tuple(details), data)
+        return VerifyResult(
+            "failed",
+            f"onnx {version} rejects the output: {mine.first}; the original has it too "
+            "(strict: true fails the original's problems as well)",
+            tuple(details),
+            data,
+        )
     if mine.key == theirs.key:
         summary = f"the original already fails onnx's check the same way: {mine.first}; not caused by the patch"
     else:
-        summary = (f"the original already fails onnx's {mine.stage} ({theirs.first}); the output fails it with "
-                   f"a different first message ({mine.first}); not caused by the patch")
+        summary = (
+            f"the original already fails onnx's {mine.stage} ({theirs.first}); the output fails it with "
+            f"a different first message ({mine.first}); not caused by the patch"
+        )
     return VerifyResult("passed", f"onnx {version}: {summary}", tuple(details), data)
 
 
@@ -152,6 +168,7 @@ def _data(strict: bool, new: list[str] | None = None, already: list[str] | None 
 
 
 # -- running onnx --------------------------------------------------------------------------------------
+
 
 def _error(call: Callable[[], object]) -> str | None:
     """None when ``call`` returns; otherwise what it raised, as text. Every exception onnx raises is a
@@ -173,18 +190,22 @@ def _load(path: Path) -> tuple[onnx.ModelProto | None, str | None]:
     return (loaded[0] if loaded else None), error
 
 
-def _stages(path: Path, model: onnx.ModelProto | None, unreadable: str | None,
-            normalise_: Normaliser) -> dict[str, list[Problem]]:
+def _stages(
+    path: Path, model: onnx.ModelProto | None, unreadable: str | None, normalise_: Normaliser
+) -> dict[str, list[Problem]]:
     """The problems of each stage of onnx's full check, run separately."""
     checker = _error(lambda: onnx.checker.check_model(str(path), full_check=False))
     if model is None:
         shapes: str | None = unreadable or "cannot be read"
     else:
         # the options check_model(full_check=True) uses; in memory, since inference reads no weights
-        shapes = _error(lambda: onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
-                                                                  data_prop=False))
-    return {CHECKER: [] if checker is None else [_problem(CHECKER, checker, normalise_)],
-            SHAPES: [] if shapes is None else _inference_problems(shapes, normalise_)}
+        shapes = _error(
+            lambda: onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=False)
+        )
+    return {
+        CHECKER: [] if checker is None else [_problem(CHECKER, checker, normalise_)],
+        SHAPES: [] if shapes is None else _inference_problems(shapes, normalise_),
+    }
 
 
 def _problem(stage: str, message: str, normalise_: Normaliser) -> Problem:
@@ -195,13 +216,14 @@ def _problem(stage: str, message: str, normalise_: Normaliser) -> Problem:
 def _inference_problems(message: str, normalise_: Normaliser) -> list[Problem]:
     """Strict inference lists every node it rejects, one per line after its header."""
     header = _INFERENCE_HEADER.match(message)
-    lines = [line.strip() for line in message[header.end():].splitlines() if line.strip()] if header else []
+    lines = [line.strip() for line in message[header.end() :].splitlines() if line.strip()] if header else []
     if not lines:
         return [_problem(SHAPES, message, normalise_)]
     return [Problem(SHAPES, line, normalise_(line)) for line in lines]
 
 
 # -- "the same problem" ----------------------------------------------------------------------------------
+
 
 class Normaliser:
     """What a patch legitimately changes, taken out of a message (see the module docstring)."""
@@ -220,8 +242,9 @@ class Normaliser:
 
     def _dims(self, match: re.Match[str]) -> str:
         items = [item.strip() for item in match.group(2).split(",")]
-        if not any(item in self.dims for item in items) or not all(item in self.dims or item in ("#", "?")
-                                                                    for item in items):
+        if not any(item in self.dims for item in items) or not all(
+            item in self.dims or item in ("#", "?") for item in items
+        ):
             return match.group(0)
         return match.group(1) + ",".join("#" if item in self.dims else item for item in items) + match.group(3)
 
@@ -234,8 +257,12 @@ def normalise(text: str, dims: Iterable[str] = ()) -> str:
 
 
 def _normaliser(output: Path, original: Path) -> Normaliser:
-    paths = {str(output): "<model>", str(original): "<model>",
-             str(output.parent): "<folder>", str(original.parent): "<folder>"}
+    paths = {
+        str(output): "<model>",
+        str(original): "<model>",
+        str(output.parent): "<folder>",
+        str(original.parent): "<folder>",
+    }
     return Normaliser(dict(sorted(paths.items(), key=lambda item: -len(item[0]))))
 
 

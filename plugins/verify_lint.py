@@ -25,14 +25,16 @@ class LintParams(TypedDict, total=False):
 class LintVerifier(Verifier):
     Params = LintParams
     name = "lint"
-    description = ("Run the output at the given input shapes and fail when a dim_param is bound to "
-                   "different sizes (ONNX Runtime's 'Shape mismatch attempting to re-use buffer').")
+    description = (
+        "Run the output at the given input shapes and fail when a dim_param is bound to "
+        "different sizes (ONNX Runtime's 'Shape mismatch attempting to re-use buffer')."
+    )
     params_schema = {
         "type": "object",
         "properties": {
             "inputs": {
                 "description": "input name -> shape (as in a run case); default: the first run case's inputs, "
-                               "else 1 on axis 0 and 64, 96, ... on other symbolic axes",
+                "else 1 on axis 0 and 64, 96, ... on other symbolic axes",
                 "type": "object",
                 "additionalProperties": CASE_INPUT_SCHEMA,
             },
@@ -57,18 +59,30 @@ class LintVerifier(Verifier):
         if result.error:
             unusable = _original_unusable(context)
             if unusable:  # onnxruntime cannot run this model at all here: nothing to say about the patch
-                return VerifyResult("skipped", f"onnxruntime cannot run the original either, so there is nothing to "
-                                               f"lint here: {unusable}", data=data)
+                return VerifyResult(
+                    "skipped",
+                    f"onnxruntime cannot run the original either, so there is nothing to lint here: {unusable}",
+                    data=data,
+                )
             if origin == DEFAULT_ORIGIN and _original_fails_at(context, given):  # lint's own guess of inputs
-                return VerifyResult("skipped", f"the original does not run at {shapes} ({origin}) either: "
-                                               f"{result.error}", ("hint: lint feeds random values; other shapes go "
-                                                                   "in lint: {inputs: ...}, exact values in a 'run' case "
-                                                                   "({value: ...})",), data)
+                return VerifyResult(
+                    "skipped",
+                    f"the original does not run at {shapes} ({origin}) either: {result.error}",
+                    (
+                        "hint: lint feeds random values; other shapes go "
+                        "in lint: {inputs: ...}, exact values in a 'run' case "
+                        "({value: ...})",
+                    ),
+                    data,
+                )
             return VerifyResult("failed", f"could not lint at {shapes} ({origin}): {result.error}", data=data)
         if result.conflicts or result.wrong_sizes:
             details = tuple(c.text() for c in result.conflicts) + tuple(result.wrong_sizes)
-            fix = ("fix: add '- rename_dims: {unique: true}' to the patches, or see 'patchspec inspect'",) \
-                if result.conflicts else ()
+            fix = (
+                ("fix: add '- rename_dims: {unique: true}' to the patches, or see 'patchspec inspect'",)
+                if result.conflicts
+                else ()
+            )
             found = [f"{len(result.conflicts)} dim_param(s) bound to different sizes"] if result.conflicts else []
             found += [f"{len(result.wrong_sizes)} fixed size(s) that differ at run time"] if result.wrong_sizes else []
             return VerifyResult("failed", f"{' and '.join(found)} at {shapes} ({origin})", details + fix, data)

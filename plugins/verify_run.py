@@ -45,8 +45,11 @@ DTYPE_TOLERANCES = {"float16": (1e-2, 1e-3), "bfloat16": (5e-2, 1e-2)}
 #: element types from coarse to fine, to pick the coarser side of a comparison
 PRECISION = ("bfloat16", "float16", "float32", "float64")
 
-_AGAINST = {"type": "string", "description": "reference: original | none | PATH to a .onnx model or a .npz of "
-                                            "expected outputs keyed by output name (relative to the spec's folder)"}
+_AGAINST = {
+    "type": "string",
+    "description": "reference: original | none | PATH to a .onnx model or a .npz of "
+    "expected outputs keyed by output name (relative to the spec's folder)",
+}
 
 
 class RunParams(TypedDict, total=False):
@@ -68,24 +71,40 @@ class RunVerifier(Verifier):
     params_schema = {
         "type": "object",
         "properties": {
-            "providers": {"type": "array", "items": {"type": "string"}, "minItems": 1,
-                          "default": list(DEFAULT_PROVIDERS),
-                          "description": "execution providers to run on (default [CPUExecutionProvider]); "
-                                         "one not available here is skipped with the reason"},
-            "custom_op_libraries": {"type": "array", "items": {"type": "string"}, "minItems": 1,
-                                    "description": "shared libraries that register the model's custom ops "
-                                                   "(onnxruntime's register_custom_ops_library), relative to the "
-                                                   "spec's folder; loaded into every session, the reference's too"},
-            "require": {"type": "array", "items": {"type": "string"}, "default": [],
-                        "description": "providers that must run: unavailable fails the verifier"},
+            "providers": {
+                "type": "array",
+                "items": {"type": "string"},
+                "minItems": 1,
+                "default": list(DEFAULT_PROVIDERS),
+                "description": "execution providers to run on (default [CPUExecutionProvider]); "
+                "one not available here is skipped with the reason",
+            },
+            "custom_op_libraries": {
+                "type": "array",
+                "items": {"type": "string"},
+                "minItems": 1,
+                "description": "shared libraries that register the model's custom ops "
+                "(onnxruntime's register_custom_ops_library), relative to the "
+                "spec's folder; loaded into every session, the reference's too",
+            },
+            "require": {
+                "type": "array",
+                "items": {"type": "string"},
+                "default": [],
+                "description": "providers that must run: unavailable fails the verifier",
+            },
             "cases": {
-                "type": "array", "minItems": 1,
+                "type": "array",
+                "minItems": 1,
                 "description": "input sets to run; default: one case from the declared shapes when all are fixed",
                 "items": {
                     "type": "object",
                     "properties": {
-                        "inputs": {"type": "object", "additionalProperties": CASE_INPUT_SCHEMA,
-                                   "description": "input name -> shape list or {shape, dtype, fill, seed, low, high, file, value}"},
+                        "inputs": {
+                            "type": "object",
+                            "additionalProperties": CASE_INPUT_SCHEMA,
+                            "description": "input name -> shape list or {shape, dtype, fill, seed, low, high, file, value}",
+                        },
                         "against": dict(_AGAINST, description="this case's reference; default: compare.against"),
                     },
                     "required": ["inputs"],
@@ -93,60 +112,99 @@ class RunVerifier(Verifier):
                 },
             },
             "optimizations": {
-                "type": "array", "minItems": 1, "uniqueItems": True, "default": list(DEFAULT_OPTIMIZATIONS),
+                "type": "array",
+                "minItems": 1,
+                "uniqueItems": True,
+                "default": list(DEFAULT_OPTIMIZATIONS),
                 "items": {"enum": list(OPTIMIZATION_LEVELS)},
-                "description": ("ONNX Runtime graph optimization levels to run every case at (default [all, "
-                                "disabled]): optimizations can make a wrong model look right"),
+                "description": (
+                    "ONNX Runtime graph optimization levels to run every case at (default [all, "
+                    "disabled]): optimizations can make a wrong model look right"
+                ),
             },
             "compare": {
-                "type": "object", "default": {},
+                "type": "object",
+                "default": {},
                 "description": "what the outputs are compared with, and how closely",
                 "properties": {
-                    "against": dict(_AGAINST, default="original", description=_AGAINST["description"] + "; default original"),
+                    "against": dict(
+                        _AGAINST, default="original", description=_AGAINST["description"] + "; default original"
+                    ),
                     "split_batch": {
-                        "description": ("run the reference once per sample and join its outputs: true (axis 0 of "
-                                        "every input and output), or {inputs: {NAME: AXIS or null}, outputs: "
-                                        "{NAME: AXIS}} for a batch elsewhere (an LSTM state [2, batch, 64] is 1; "
-                                        "null gives that input whole to every sample)"),
+                        "description": (
+                            "run the reference once per sample and join its outputs: true (axis 0 of "
+                            "every input and output), or {inputs: {NAME: AXIS or null}, outputs: "
+                            "{NAME: AXIS}} for a batch elsewhere (an LSTM state [2, batch, 64] is 1; "
+                            "null gives that input whole to every sample)"
+                        ),
                         "anyOf": [
                             {"type": "boolean"},
-                            {"type": "object", "additionalProperties": False, "minProperties": 1, "properties": {
-                                "inputs": {"type": "object", "additionalProperties": {"type": ["integer", "null"]},
-                                           "description": "batch axis per input (default 0; null: not split)"},
-                                "outputs": {"type": "object", "additionalProperties": {"type": "integer"},
-                                            "description": "batch axis per output (default 0); a per-sample output "
-                                                           "of lower rank is stacked along it"},
-                            }},
+                            {
+                                "type": "object",
+                                "additionalProperties": False,
+                                "minProperties": 1,
+                                "properties": {
+                                    "inputs": {
+                                        "type": "object",
+                                        "additionalProperties": {"type": ["integer", "null"]},
+                                        "description": "batch axis per input (default 0; null: not split)",
+                                    },
+                                    "outputs": {
+                                        "type": "object",
+                                        "additionalProperties": {"type": "integer"},
+                                        "description": "batch axis per output (default 0); a per-sample output "
+                                        "of lower rank is stacked along it",
+                                    },
+                                },
+                            },
                         ],
                     },
-                    "rtol": {"type": "number", "minimum": 0, "default": DEFAULT_RTOL,
-                             "description": f"relative tolerance (default {DEFAULT_RTOL:g})"},
-                    "atol": {"type": "number", "minimum": 0, "default": DEFAULT_ATOL,
-                             "description": f"absolute tolerance (default {DEFAULT_ATOL:g})"},
+                    "rtol": {
+                        "type": "number",
+                        "minimum": 0,
+                        "default": DEFAULT_RTOL,
+                        "description": f"relative tolerance (default {DEFAULT_RTOL:g})",
+                    },
+                    "atol": {
+                        "type": "number",
+                        "minimum": 0,
+                        "default": DEFAULT_ATOL,
+                        "description": f"absolute tolerance (default {DEFAULT_ATOL:g})",
+                    },
                     "outputs": {
                         "type": "object",
-                        "description": ("per output: {rtol, atol} for this output only, or skip (run it, check its "
-                                        "declared shape, do not compare its values): for outputs the original "
-                                        "itself does not reproduce (near-tied TopK, a quantized head)"),
+                        "description": (
+                            "per output: {rtol, atol} for this output only, or skip (run it, check its "
+                            "declared shape, do not compare its values): for outputs the original "
+                            "itself does not reproduce (near-tied TopK, a quantized head)"
+                        ),
                         "additionalProperties": {
                             "anyOf": [
                                 {"const": "skip"},
-                                {"type": "object", "additionalProperties": False, "minProperties": 1,
-                                 "properties": {
-                                     "rtol": {"type": "number", "minimum": 0, "description": "relative tolerance"},
-                                     "atol": {"type": "number", "minimum": 0, "description": "absolute tolerance"},
-                                 }},
+                                {
+                                    "type": "object",
+                                    "additionalProperties": False,
+                                    "minProperties": 1,
+                                    "properties": {
+                                        "rtol": {"type": "number", "minimum": 0, "description": "relative tolerance"},
+                                        "atol": {"type": "number", "minimum": 0, "description": "absolute tolerance"},
+                                    },
+                                },
                             ],
                         },
                     },
                     "tolerances": {
                         "type": "object",
-                        "description": ("rtol/atol per element type, for outputs whose coarser side (output or "
-                                        "reference) has it; defaults: " + ", ".join(
-                                            f"{k} rtol {r:g} atol {a:g}" for k, (r, a) in DTYPE_TOLERANCES.items())),
+                        "description": (
+                            "rtol/atol per element type, for outputs whose coarser side (output or "
+                            "reference) has it; defaults: "
+                            + ", ".join(f"{k} rtol {r:g} atol {a:g}" for k, (r, a) in DTYPE_TOLERANCES.items())
+                        ),
                         "propertyNames": {"enum": list(PRECISION)},
                         "additionalProperties": {
-                            "type": "object", "additionalProperties": False, "minProperties": 1,
+                            "type": "object",
+                            "additionalProperties": False,
+                            "minProperties": 1,
                             "properties": {
                                 "rtol": {"type": "number", "minimum": 0, "description": "relative tolerance"},
                                 "atol": {"type": "number", "minimum": 0, "description": "absolute tolerance"},
@@ -179,26 +237,43 @@ class RunVerifier(Verifier):
             for name, item in given.items():
                 key = ("cases", index, "inputs", name)
                 if name not in inputs:
-                    yield key, (f"'{name}' is not an input of the patched model{did_you_mean(str(name), inputs)}; "
-                                f"its inputs are: {', '.join(inputs)}")
+                    yield (
+                        key,
+                        (
+                            f"'{name}' is not an input of the patched model{did_you_mean(str(name), inputs)}; "
+                            f"its inputs are: {', '.join(inputs)}"
+                        ),
+                    )
                     continue
                 yield from _case_fit(inputs[name], item, key)
             for name, info in inputs.items():
                 dims = read_dims(info)
                 if name not in given and dims is not None and not all(isinstance(d, int) for d in dims):
-                    yield ("cases", index, "inputs"), (f"the case gives no shape for input '{name}', declared "
-                                                       f"{format_shape(tuple(dims))}: add '{name}: [sizes...]'")
+                    yield (
+                        ("cases", index, "inputs"),
+                        (
+                            f"the case gives no shape for input '{name}', declared "
+                            f"{format_shape(tuple(dims))}: add '{name}: [sizes...]'"
+                        ),
+                    )
         split = params.get("compare", {}).get("split_batch")
         for section, names in (("inputs", inputs), ("outputs", outputs)):
-            for name in (split.get(section, {}) if isinstance(split, dict) else {}):
+            for name in split.get(section, {}) if isinstance(split, dict) else {}:
                 if name not in names:
-                    yield ("compare", "split_batch", section, name), (
-                        f"'{name}' is not one of the patched model's {section}{did_you_mean(str(name), names)}")
+                    yield (
+                        ("compare", "split_batch", section, name),
+                        (f"'{name}' is not one of the patched model's {section}{did_you_mean(str(name), names)}"),
+                    )
         for name in params.get("compare", {}).get("outputs", {}):
             if name not in outputs:
-                yield ("compare", "outputs", name), (f"'{name}' is not an output of the patched model"
-                                                     f"{did_you_mean(str(name), outputs)}; its outputs are: "
-                                                     f"{', '.join(outputs)}")
+                yield (
+                    ("compare", "outputs", name),
+                    (
+                        f"'{name}' is not an output of the patched model"
+                        f"{did_you_mean(str(name), outputs)}; its outputs are: "
+                        f"{', '.join(outputs)}"
+                    ),
+                )
 
     def dependencies(self, params: dict):
         """Reference models, .npz outputs, .npy inputs and custom-op libraries: part of the digest and the depfile."""
@@ -216,6 +291,7 @@ class RunVerifier(Verifier):
 
 
 # -- static checks of the parameters --------------------------------------------------------------
+
 
 def _provider_problems(params: dict):
     import onnxruntime
@@ -248,11 +324,19 @@ def _case_fit(info, item, key: tuple):
         shape = list(np.shape(item["value"]))
     if dims is not None and shape is not None:
         if len(shape) != len(dims):
-            yield key, (f"a shape of rank {len(shape)} ({list(shape)}) for an input of rank {len(dims)}, declared "
-                        f"{format_shape(tuple(dims))}")
+            yield (
+                key,
+                (
+                    f"a shape of rank {len(shape)} ({list(shape)}) for an input of rank {len(dims)}, declared "
+                    f"{format_shape(tuple(dims))}"
+                ),
+            )
         else:
-            wrong = [f"axis {axis} is fixed at {want}, the case gives {got}" for axis, (want, got)
-                     in enumerate(zip(dims, shape)) if isinstance(want, int) and want != got]
+            wrong = [
+                f"axis {axis} is fixed at {want}, the case gives {got}"
+                for axis, (want, got) in enumerate(zip(dims, shape))
+                if isinstance(want, int) and want != got
+            ]
             if wrong:
                 yield key, f"{'; '.join(wrong)} (declared {format_shape(tuple(dims))})"
     dtype = item.get("dtype") if isinstance(item, dict) else None
@@ -273,11 +357,15 @@ def _value_notes(model, feeds: dict | None) -> list[str]:
             continue
         item = wanted.item
         if "value" in item and not np.all(array == item["value"]):
-            notes.append(f"input '{name}' is {array.reshape(-1)[:4].tolist()}, but {wanted.why}: "
-                         f"give it {{value: {item['value']}}}")
+            notes.append(
+                f"input '{name}' is {array.reshape(-1)[:4].tolist()}, but {wanted.why}: "
+                f"give it {{value: {item['value']}}}"
+            )
         elif "high" in item and array.size and (array.min() < item.get("low", 0) or array.max() >= item["high"]):
-            notes.append(f"input '{name}' has values from {array.min()} to {array.max()}, but it {wanted.why}: "
-                         f"give it {{low: {item.get('low', 0)}, high: {item['high']}}}")
+            notes.append(
+                f"input '{name}' has values from {array.min()} to {array.max()}, but it {wanted.why}: "
+                f"give it {{low: {item.get('low', 0)}, high: {item['high']}}}"
+            )
     return notes
 
 
@@ -289,6 +377,7 @@ def _numpy_name(elem_type: int) -> str | None:
 
 
 # -- running ----------------------------------------------------------------------------------------
+
 
 @dataclass
 class _Row:
@@ -306,8 +395,10 @@ class _Row:
     def lines(self, twins: tuple[_Row, ...] = ()) -> list[str]:
         """Its detail lines; with ``twins`` (the same failure at other levels) one set naming every level."""
         where, ms = self.merged_where(twins), ", ".join(f"{r.seconds * 1000:.1f} ms" for r in (self, *twins))
-        lines = [f"{where} {o.name}: {'pass' if o.passed else 'FAIL'} max abs {o.max_abs:.3g} max rel "
-                 f"{o.max_rel:.3g} ({ms})" for o in self.outputs]
+        lines = [
+            f"{where} {o.name}: {'pass' if o.passed else 'FAIL'} max abs {o.max_abs:.3g} max rel {o.max_rel:.3g} ({ms})"
+            for o in self.outputs
+        ]
         if self.status == "pass" and not self.outputs:
             lines.append(f"{where}: ran, not compared ({ms})")
         label = {"fail": "FAIL", "skip": "skipped"}.get(self.status, "note")
@@ -326,14 +417,24 @@ class _Row:
         """What makes two failed rows the same failure (all but the level and the timings); None if it passed."""
         if self.status != "fail":
             return None
-        return (self.provider, self.case, tuple(self.messages),
-                tuple((o.name, o.passed, f"{o.max_abs:.3g}", f"{o.max_rel:.3g}") for o in self.outputs))
+        return (
+            self.provider,
+            self.case,
+            tuple(self.messages),
+            tuple((o.name, o.passed, f"{o.max_abs:.3g}", f"{o.max_rel:.3g}") for o in self.outputs),
+        )
 
     def to_json(self) -> dict:
-        return {"provider": self.provider, "case": self.case, "optimization": self.optimization,
-                "status": self.status, "seconds": self.seconds,
-                "reference_seconds": self.reference_seconds, "outputs": [o.to_json() for o in self.outputs],
-                "messages": list(self.messages)}
+        return {
+            "provider": self.provider,
+            "case": self.case,
+            "optimization": self.optimization,
+            "status": self.status,
+            "seconds": self.seconds,
+            "reference_seconds": self.reference_seconds,
+            "outputs": [o.to_json() for o in self.outputs],
+            "messages": list(self.messages),
+        }
 
 
 @dataclass
@@ -363,7 +464,9 @@ class _Run:
         self.against = compare["against"]
         split = compare.get("split_batch", False)
         self.split_batch = bool(split)
-        self.split = BatchSplit(split.get("inputs", {}), split.get("outputs", {})) if isinstance(split, dict) else BatchSplit()
+        self.split = (
+            BatchSplit(split.get("inputs", {}), split.get("outputs", {})) if isinstance(split, dict) else BatchSplit()
+        )
         self.optimizations = list(params["optimizations"])
         self.rtol = float(compare["rtol"])
         self.atol = float(compare["atol"])
@@ -372,9 +475,12 @@ class _Run:
         for dtype, given in compare.get("tolerances", {}).items():
             rtol, atol = self.tolerances.get(dtype, (self.rtol, self.atol))
             self.tolerances[dtype] = (float(given.get("rtol", rtol)), float(given.get("atol", atol)))
-        self.per_output = {name: _Tolerance(self.rtol, self.atol, True) if given == "skip" else
-                           _Tolerance(float(given.get("rtol", self.rtol)), float(given.get("atol", self.atol)))
-                           for name, given in compare.get("outputs", {}).items()}
+        self.per_output = {
+            name: _Tolerance(self.rtol, self.atol, True)
+            if given == "skip"
+            else _Tolerance(float(given.get("rtol", self.rtol)), float(given.get("atol", self.atol)))
+            for name, given in compare.get("outputs", {}).items()
+        }
         self.required = set(params["require"])
         self.libraries = tuple(context.resolve(p) for p in params.get("custom_op_libraries", []))
         #: (outputs, seconds) of the reference, by (reference path, provider, level, case index, per sample?)
@@ -405,7 +511,9 @@ class _Run:
             except ProviderUnusable as exc:
                 return [self._unavailable(provider, _text(exc))]
             except RunFailure as exc:
-                rows.append(_Row(provider, None, "fail", self._original_fails_too(provider, level) + [_text(exc)], label))
+                rows.append(
+                    _Row(provider, None, "fail", self._original_fails_too(provider, level) + [_text(exc)], label)
+                )
                 continue
             self._run_references(provider, level, runs)
             rows += [self._case_row(provider, level, label, run) for run in runs]
@@ -417,9 +525,11 @@ class _Run:
         try:
             Session(original, provider, level, self.libraries)
         except RunFailure as exc:
-            return [f"the original fails the same way on {provider} ({exc.message.split(': ', 1)[-1]}), so this is "
-                    "not the patch's doing: onnxruntime here cannot run the model; run it on a provider that can, or "
-                    "drop 'run' from verify"]
+            return [
+                f"the original fails the same way on {provider} ({exc.message.split(': ', 1)[-1]}), so this is "
+                "not the patch's doing: onnxruntime here cannot run the model; run it on a provider that can, or "
+                "drop 'run' from verify"
+            ]
         return []
 
     def _run_output(self, provider: str, level: str) -> list[_CaseRun]:
@@ -474,8 +584,10 @@ class _Run:
             if not tolerance.skip:
                 compared.append(compare_output(name, outputs[name], expected[name], tolerance.rtol, tolerance.atol))
         if not compared and not any(name in expected for name in outputs):
-            msg = (f"nothing compared: the output's outputs ({', '.join(outputs)}) and the reference's "
-                   f"({', '.join(expected)}) share no name")
+            msg = (
+                f"nothing compared: the output's outputs ({', '.join(outputs)}) and the reference's "
+                f"({', '.join(expected)}) share no name"
+            )
             raise RunFailure(msg)
         return compared, [o for o in compared if not o.passed]
 
@@ -538,8 +650,10 @@ class _Run:
             return
         for run in runs:
             key = (path, provider, level, run.index, split)
-            self.context.progress(f"{provider} case {run.index}, optimizations {level}: the reference {path.name}"
-                                  + (", per sample" if split else ""))
+            self.context.progress(
+                f"{provider} case {run.index}, optimizations {level}: the reference {path.name}"
+                + (", per sample" if split else "")
+            )
             ranks = {name: array.ndim for name, array in run.outputs.items()}
             try:
                 self.expected[key] = _run_reference(reference, run.feeds, self.split if split else None, ranks)
@@ -548,15 +662,17 @@ class _Run:
         del reference
 
     # -- when an output differs: is it the patch, or the reference's own noise? ------------------------
-    def _diagnose(self, provider: str, level: str, run: _CaseRun, expected: dict,
-                  failed: list[OutputComparison]) -> list[str]:
+    def _diagnose(
+        self, provider: str, level: str, run: _CaseRun, expected: dict, failed: list[OutputComparison]
+    ) -> list[str]:
         """Run the original against itself: at another optimization level, and batched against per
         sample. Where it differs from itself beyond tolerance too, the difference is not the patch's."""
         path = self._reference_path(run)
         if path is None or path.suffix == ".npz":
             return []
-        others = [(f"at optimizations {level} and {other}", other, self.split_batch)
-                  for other in self._other_levels(level)]
+        others = [
+            (f"at optimizations {level} and {other}", other, self.split_batch) for other in self._other_levels(level)
+        ]
         if self.split_batch:
             others.append(("run batched and per sample", level, False))
         notes = []
@@ -570,8 +686,9 @@ class _Run:
         given = [other for other in self.optimizations if other != level]
         return given or ["disabled" if level != "disabled" else "all"]
 
-    def _noise(self, path: Path, provider: str, run: _CaseRun, name: str, expected: dict,
-               others: list) -> tuple[str, float] | None:
+    def _noise(
+        self, path: Path, provider: str, run: _CaseRun, name: str, expected: dict, others: list
+    ) -> tuple[str, float] | None:
         """(how, max abs difference) of the first way the reference disagrees with itself on ``name``."""
         want = expected[name]
         for how, level, split in others:
@@ -590,21 +707,30 @@ class _Run:
     def _noise_message(self, comparison: OutputComparison, noise: tuple[str, float]) -> str:
         how, figure = noise
         suggested = float(f"{max(figure, comparison.max_abs) * 2:.1g}")
-        return (f"the reference is unstable on '{comparison.name}': the original itself differs by {figure:.3g} "
-                f"(max abs) {how}, so a difference of {comparison.max_abs:.3g} is not evidence against the patch. "
-                f"Give real inputs (file: x.npy) for this case, or set this output's tolerance or skip it: "
-                f"compare: {{outputs: {{{comparison.name}: {{atol: {suggested:g}}}}}}} or "
-                f"compare: {{outputs: {{{comparison.name}: skip}}}}")
+        return (
+            f"the reference is unstable on '{comparison.name}': the original itself differs by {figure:.3g} "
+            f"(max abs) {how}, so a difference of {comparison.max_abs:.3g} is not evidence against the patch. "
+            f"Give real inputs (file: x.npy) for this case, or set this output's tolerance or skip it: "
+            f"compare: {{outputs: {{{comparison.name}: {{atol: {suggested:g}}}}}}} or "
+            f"compare: {{outputs: {{{comparison.name}: skip}}}}"
+        )
 
     def _verdict(self, providers: list[str], rows: list[_Row]) -> VerifyResult:
         groups = _same_failures(rows)
         details = tuple(line for row, twins in groups for line in row.lines(twins))
-        data = {"against": self.against, "split_batch": self.split_batch, "optimizations": self.optimizations,
-                "rtol": self.rtol, "atol": self.atol, "tolerances": {k: list(v) for k, v in self.tolerances.items()},
-                "applied_tolerances": {k: list(v) for k, v in self.applied.items()},
-                "outputs": {name: ("skip" if t.skip else {"rtol": t.rtol, "atol": t.atol})
-                            for name, t in self.per_output.items()},
-                "results": [row.to_json() for row in rows]}
+        data = {
+            "against": self.against,
+            "split_batch": self.split_batch,
+            "optimizations": self.optimizations,
+            "rtol": self.rtol,
+            "atol": self.atol,
+            "tolerances": {k: list(v) for k, v in self.tolerances.items()},
+            "applied_tolerances": {k: list(v) for k, v in self.applied.items()},
+            "outputs": {
+                name: ("skip" if t.skip else {"rtol": t.rtol, "atol": t.atol}) for name, t in self.per_output.items()
+            },
+            "results": [row.to_json() for row in rows],
+        }
         failed = [row for row in rows if row.status == "fail"]
         ran = [row for row in rows if row.status == "pass"]
         skipped = sorted({row.provider for row in rows if row.status == "skip"})
@@ -620,15 +746,22 @@ class _Run:
             return VerifyResult("skipped", f"no listed provider can run here{tail}", details, data)
         worst = max((o.max_abs for row in ran for o in row.outputs), default=None)
         used = "".join(f"; {dtype} outputs rtol {r:g}, atol {a:g}" for dtype, (r, a) in sorted(self.applied.items()))
-        used += "".join(f"; '{name}' rtol {t.rtol:g}, atol {t.atol:g}" for name, t in self.per_output.items() if not t.skip)
+        used += "".join(
+            f"; '{name}' rtol {t.rtol:g}, atol {t.atol:g}" for name, t in self.per_output.items() if not t.skip
+        )
         error = "" if worst is None else f", max abs error {worst:.3g} (rtol {self.rtol:g}, atol {self.atol:g}{used})"
         skipped_outputs = [name for name, t in self.per_output.items() if t.skip]
         if skipped_outputs:
             error += f"; not compared: {', '.join(skipped_outputs)}"
         cases = len({row.case for row in ran})
         levels = f" (optimizations {', '.join(self.optimizations)})" if len(self.optimizations) > 1 else ""
-        return VerifyResult("passed", f"{cases} case(s) on {', '.join(sorted({r.provider for r in ran}))}{levels} "
-                                      f"against {self.against}{error}{tail}", details, data)
+        return VerifyResult(
+            "passed",
+            f"{cases} case(s) on {', '.join(sorted({r.provider for r in ran}))}{levels} "
+            f"against {self.against}{error}{tail}",
+            details,
+            data,
+        )
 
 
 def _same_failures(rows: list[_Row]) -> list[tuple[_Row, tuple[_Row, ...]]]:
@@ -665,7 +798,9 @@ def _default_case(declared: list[TensorDecl]) -> dict:
     for decl in declared:
         if not all(isinstance(d, int) for d in decl.shape):
             msg = f"no cases given and input '{decl.name}' is declared {format_shape(decl.shape)}"
-            raise RunFailure(msg, "add cases with numbers for every symbolic dim, e.g. cases: [{inputs: {x: [1, 3, 224, 224]}}]")
+            raise RunFailure(
+                msg, "add cases with numbers for every symbolic dim, e.g. cases: [{inputs: {x: [1, 3, 224, 224]}}]"
+            )
     return {"inputs": {}}
 
 
@@ -678,7 +813,9 @@ def _reference_session(path: Path, provider: str, level: str, libraries: tuple =
         raise RunFailure(f"reference: {exc.message}", exc.hint) from None
 
 
-def _run_reference(reference: Session, feeds: dict, split: BatchSplit | None, batched_ranks: dict) -> tuple[dict, float]:
+def _run_reference(
+    reference: Session, feeds: dict, split: BatchSplit | None, batched_ranks: dict
+) -> tuple[dict, float]:
     declared = {d.name: d for d in reference.inputs}
     missing = [d for d in reference.inputs if d.name not in feeds]
     # each side gets its own element type: a patch that casts inputs to fp16 is compared with the

@@ -22,8 +22,10 @@ class StaticVerifier(Verifier):
     params_schema = {
         "type": "object",
         "properties": {
-            "value_info": {"type": "boolean",
-                           "description": "also check every tensor annotated in the graph's value_info (default false)"},
+            "value_info": {
+                "type": "boolean",
+                "description": "also check every tensor annotated in the graph's value_info (default false)",
+            },
         },
         "additionalProperties": False,
     }
@@ -38,8 +40,9 @@ class StaticVerifier(Verifier):
         scope = "inputs, outputs and annotated tensors" if params.get("value_info") else "inputs and outputs"
         if offenders:
             summary = f"{len(offenders)} of {checked} {scope} are not static: {offenders[0]}"
-            return VerifyResult("failed", summary, (*offenders, *_hint(context.model)),
-                                {"offenders": offenders, "checked": checked})
+            return VerifyResult(
+                "failed", summary, (*offenders, *_hint(context.model)), {"offenders": offenders, "checked": checked}
+            )
         return VerifyResult("passed", f"all {checked} {scope} have fixed sizes", (), {"checked": checked})
 
 
@@ -52,14 +55,22 @@ def _hint(model) -> tuple[str, ...]:
     model computes at those inputs (evaluated on the graph, no weights read).
     """
     inputs = fed_inputs(model.graph)
-    loose = [(name, axis) for name, info in inputs.items()
-             for axis, dim in enumerate(read_dims(info) or []) if not isinstance(dim, int)]
+    loose = [
+        (name, axis)
+        for name, info in inputs.items()
+        for axis, dim in enumerate(read_dims(info) or [])
+        if not isinstance(dim, int)
+    ]
     if loose:
         lines = ", ".join(f"{name}[{axis}]" for name, axis in loose)
-        return (f"hint: give the input dims sizes ({lines}): set_batch for a batch on axis 0, and for any other "
-                "'- rename_dims: {tensor: NAME, axes: {AXIS: SIZE}}' listed before set_batch, so that set_batch "
-                "derives the outputs from the fixed inputs",)
-    point = {name: Known(info.type.tensor_type.elem_type, tuple(read_dims(info) or ())) for name, info in inputs.items()}
+        return (
+            f"hint: give the input dims sizes ({lines}): set_batch for a batch on axis 0, and for any other "
+            "'- rename_dims: {tensor: NAME, axes: {AXIS: SIZE}}' listed before set_batch, so that set_batch "
+            "derives the outputs from the fixed inputs",
+        )
+    point = {
+        name: Known(info.type.tensor_type.elem_type, tuple(read_dims(info) or ())) for name, info in inputs.items()
+    }
     evaluator = ShapeEvaluator(model, [point]).run()
     fixes = []
     for info in model.graph.output:
@@ -70,10 +81,15 @@ def _hint(model) -> tuple[str, ...]:
         axes = ", ".join(f"{axis}: {size}" for axis, size in enumerate(found.shape))
         fixes.append(f"  - rename_dims: {{tensor: {info.name}, axes: {{{axes}}}}}")
     if not fixes:
-        return ("hint: the inputs are fixed, but the outputs' sizes cannot be derived from the graph alone "
-                "(they depend on data): declare them with rename_dims if you know them",)
-    return ("hint: the inputs are fixed; ONNX's inference cannot derive these outputs' sizes, which the graph "
-            "gives at those inputs: add to the end of patches:", *fixes)
+        return (
+            "hint: the inputs are fixed, but the outputs' sizes cannot be derived from the graph alone "
+            "(they depend on data): declare them with rename_dims if you know them",
+        )
+    return (
+        "hint: the inputs are fixed; ONNX's inference cannot derive these outputs' sizes, which the graph "
+        "gives at those inputs: add to the end of patches:",
+        *fixes,
+    )
 
 
 def dynamic_axes(kind: str, info) -> str:

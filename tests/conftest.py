@@ -53,7 +53,7 @@ def _load_written_models(stdout: str, cwd: Path) -> None:
     for line in stdout.splitlines():
         if not line.startswith("wrote "):
             continue
-        path = Path(line[len("wrote "):].split(" (")[0].strip())
+        path = Path(line[len("wrote ") :].split(" (")[0].strip())
         path = path if path.is_absolute() else cwd / path
         if path.suffix != ".onnx" or not path.is_file():
             continue

@@ -31,7 +31,9 @@ def ppocr_model_paths() -> dict[str, Path]:
 def graph_model(nodes, inputs, outputs, initializers=(), opset=17, value_info=(), ir_version=8) -> onnx.ModelProto:
     """A model from explicit nodes and value infos (``patchspec.testing.make_model`` builds Relu chains
     from shapes); IR version pinned (helper.make_model's default is too new for onnxruntime)."""
-    graph = helper.make_graph(list(nodes), "g", list(inputs), list(outputs), list(initializers), value_info=list(value_info))
+    graph = helper.make_graph(
+        list(nodes), "g", list(inputs), list(outputs), list(initializers), value_info=list(value_info)
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = ir_version
     return model

@@ -17,9 +17,17 @@ CHANNELS = 4
 
 def _conv(name: str, source: str, target: str, c_in: int, c_out: int, stride: int, kernel: int, seed: int):
     rng = np.random.default_rng(seed)
-    weight = numpy_helper.from_array(rng.standard_normal((c_out, c_in, kernel, kernel)).astype(np.float32) * 0.1, f"{name}.weight")
-    node = helper.make_node("Conv", [source, weight.name], [target], name=f"{name}/Conv",
-                            kernel_shape=[kernel, kernel], strides=[stride, stride])
+    weight = numpy_helper.from_array(
+        rng.standard_normal((c_out, c_in, kernel, kernel)).astype(np.float32) * 0.1, f"{name}.weight"
+    )
+    node = helper.make_node(
+        "Conv",
+        [source, weight.name],
+        [target],
+        name=f"{name}/Conv",
+        kernel_shape=[kernel, kernel],
+        strides=[stride, stride],
+    )
     return node, weight
 
 
@@ -45,38 +53,71 @@ def fpn_model(spatial="?", batch=1, annotate=True, unique=False) -> onnx.ModelPr
         weights.append(weight)
     scales = numpy_helper.from_array(np.array([1, 1, 2, 2], dtype=np.float32), "up.scales")
     nodes += [
-        helper.make_node("Resize", ["/lat.2/Conv_output_0", "", "up.scales"], ["/up.1/Resize_output_0"], name="/up.1/Resize", mode="nearest"),
-        helper.make_node("Add", ["/lat.1/Conv_output_0", "/up.1/Resize_output_0"], ["/fpn.1/Add_output_0"], name="/fpn.1/Add"),
-        helper.make_node("Resize", ["/fpn.1/Add_output_0", "", "up.scales"], ["/up.0/Resize_output_0"], name="/up.0/Resize", mode="nearest"),
-        helper.make_node("Add", ["/lat.0/Conv_output_0", "/up.0/Resize_output_0"], ["/fpn.0/Add_output_0"], name="/fpn.0/Add"),
+        helper.make_node(
+            "Resize",
+            ["/lat.2/Conv_output_0", "", "up.scales"],
+            ["/up.1/Resize_output_0"],
+            name="/up.1/Resize",
+            mode="nearest",
+        ),
+        helper.make_node(
+            "Add", ["/lat.1/Conv_output_0", "/up.1/Resize_output_0"], ["/fpn.1/Add_output_0"], name="/fpn.1/Add"
+        ),
+        helper.make_node(
+            "Resize",
+            ["/fpn.1/Add_output_0", "", "up.scales"],
+            ["/up.0/Resize_output_0"],
+            name="/up.0/Resize",
+            mode="nearest",
+        ),
+        helper.make_node(
+            "Add", ["/lat.0/Conv_output_0", "/up.0/Resize_output_0"], ["/fpn.0/Add_output_0"], name="/fpn.0/Add"
+        ),
         helper.make_node("Relu", ["/fpn.0/Add_output_0"], ["out0"], name="/head.0/Relu"),
         helper.make_node("Relu", ["/fpn.1/Add_output_0"], ["out1"], name="/head.1/Relu"),
         helper.make_node("Relu", ["/lat.2/Conv_output_0"], ["out2"], name="/head.2/Relu"),
     ]
+
     def shape(name):
         if unique:
             return [batch, CHANNELS, f"{name}.h", f"{name}.w"]
         return [batch, CHANNELS, spatial, spatial]
 
-    intermediate = ["c3", "c4", "c5", "/lat.0/Conv_output_0", "/lat.1/Conv_output_0", "/lat.2/Conv_output_0",
-                    "/up.1/Resize_output_0", "/fpn.1/Add_output_0", "/up.0/Resize_output_0", "/fpn.0/Add_output_0"]
+    intermediate = [
+        "c3",
+        "c4",
+        "c5",
+        "/lat.0/Conv_output_0",
+        "/lat.1/Conv_output_0",
+        "/lat.2/Conv_output_0",
+        "/up.1/Resize_output_0",
+        "/fpn.1/Add_output_0",
+        "/up.0/Resize_output_0",
+        "/fpn.0/Add_output_0",
+    ]
     value_info = [tensor_info(name, shape(name)) for name in intermediate] if annotate else []
     outputs = [tensor_info(name, shape(name)) for name in ("out0", "out1", "out2")]
     input_dims = ["H", "W"] if unique else [spatial, spatial]
-    return graph_model(nodes, [tensor_info("input.1", [batch, 3, *input_dims])], outputs,
-                      [*weights, scales], value_info=value_info)
+    return graph_model(
+        nodes, [tensor_info("input.1", [batch, 3, *input_dims])], outputs, [*weights, scales], value_info=value_info
+    )
 
 
 def if_model() -> onnx.ModelProto:
     """x [2] -> If(cond) with then: Add(x, one) -> Mul ; else: Neg(x) ; -> Relu -> y."""
     one = numpy_helper.from_array(np.ones(2, dtype=np.float32), "one")
     then_graph = helper.make_graph(
-        [helper.make_node("Add", ["x", "one"], ["t1"], name="then_add"),
-         helper.make_node("Mul", ["t1", "t1"], ["then_out"], name="then_mul")],
-        "then", [], [tensor_info("then_out", [2])])
+        [
+            helper.make_node("Add", ["x", "one"], ["t1"], name="then_add"),
+            helper.make_node("Mul", ["t1", "t1"], ["then_out"], name="then_mul"),
+        ],
+        "then",
+        [],
+        [tensor_info("then_out", [2])],
+    )
     else_graph = helper.make_graph(
-        [helper.make_node("Neg", ["x"], ["else_out"], name="else_neg")],
-        "else", [], [tensor_info("else_out", [2])])
+        [helper.make_node("Neg", ["x"], ["else_out"], name="else_neg")], "else", [], [tensor_info("else_out", [2])]
+    )
     nodes = [
         helper.make_node("Identity", ["x"], ["x_id"], name="pre"),
         helper.make_node("If", ["cond"], ["branch"], name="If_0", then_branch=then_graph, else_branch=else_graph),

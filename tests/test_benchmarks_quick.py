@@ -24,27 +24,40 @@ NOT_OURS = {".ses"}  # onnxruntime writes its session id file to $TMPDIR
 
 # lines each script's --quick must print (multiline regexes on its stdout)
 FIGURES = {
-    "bench_apply.py": [rf"^\| MatMul chain, [\d.]+ GiB external weights \| patchspec apply [^|]+\| {S} \| {S} \| \d+ \|$",
-                       rf"^\| MatMul chain, [\d.]+ GiB external weights \| onnx.load \+ onnx.save [^|]+\| {S} \| {S} \| \d+ \|$"],
-    "bench_external_data.py": [rf"^\| [\d.]+ GiB \| {S} s \| {S} s \| {S} s \| {S}x \| {S}x \| {S} s \| \d+ MiB \| {S} s "
-                               r"\| \d+ MiB \|$",
-                               r"^[\d.]+ GiB: ORT runs the output: max abs diff 0 vs input, \d+ offsets all 64 KiB aligned: True$"],
-    "bench_init.py": [rf"^\| [\d.]+ \| patchspec init --batch 4 \| {S} \| {S} \| \d+ \|$",
-                      rf"^\| [\d.]+ \| patchspec inspect --suggest \| {S} \| {S} \| \d+ \|$"],
+    "bench_apply.py": [
+        rf"^\| MatMul chain, [\d.]+ GiB external weights \| patchspec apply [^|]+\| {S} \| {S} \| \d+ \|$",
+        rf"^\| MatMul chain, [\d.]+ GiB external weights \| onnx.load \+ onnx.save [^|]+\| {S} \| {S} \| \d+ \|$",
+    ],
+    "bench_external_data.py": [
+        rf"^\| [\d.]+ GiB \| {S} s \| {S} s \| {S} s \| {S}x \| {S}x \| {S} s \| \d+ MiB \| {S} s "
+        r"\| \d+ MiB \|$",
+        r"^[\d.]+ GiB: ORT runs the output: max abs diff 0 vs input, \d+ offsets all 64 KiB aligned: True$",
+    ],
+    "bench_init.py": [
+        rf"^\| [\d.]+ \| patchspec init --batch 4 \| {S} \| {S} \| \d+ \|$",
+        rf"^\| [\d.]+ \| patchspec inspect --suggest \| {S} \| {S} \| \d+ \|$",
+    ],
     "bench_verify_memory.py": [rf"^\| \d+ \| {S} \| \d+ \| \d+ \|$"],
     "bench_noop.py": [rf"^\| [\d.]+ \| {S} \| {S} \| {S} \| {S} \| {S} \|$"],
-    "bench_set_batch.py": [rf"^\| 400 \| [\d.]+ \| 20 \| 20 \| {S} \| {S} \| \d+\.\d+ \| \d+ \| {S} \| {S} \| \d+\.\d+ \| 1 / 1 \|$",
-                           r"^- 400 / 200 nodes \(x2\): `patchspec apply` x[\d.]+ wall",
-                           rf"^\| [\d.]+ GiB \| {S} \| {S} \| \d+ \| \d+ \| (yes|\*\*no\*\*) \| 1 \| [\d.]+ \| 1 \|$"],
-    "compare_peers.py": [r"^\| model \| patchspec \| polygraphy sanitize \|",
-                         r"^\| generated_reshape \| ok \| [^|]+ \| [^|]+ \| [^|]+ \| [^|]+ \|$",
-                         r"^details: not written \(--quick without --json\); [\d.]+ s$"],
+    "bench_set_batch.py": [
+        rf"^\| 400 \| [\d.]+ \| 20 \| 20 \| {S} \| {S} \| \d+\.\d+ \| \d+ \| {S} \| {S} \| \d+\.\d+ \| 1 / 1 \|$",
+        r"^- 400 / 200 nodes \(x2\): `patchspec apply` x[\d.]+ wall",
+        rf"^\| [\d.]+ GiB \| {S} \| {S} \| \d+ \| \d+ \| (yes|\*\*no\*\*) \| 1 \| [\d.]+ \| 1 \|$",
+    ],
+    "compare_peers.py": [
+        r"^\| model \| patchspec \| polygraphy sanitize \|",
+        r"^\| generated_reshape \| ok \| [^|]+ \| [^|]+ \| [^|]+ \| [^|]+ \|$",
+        r"^details: not written \(--quick without --json\); [\d.]+ s$",
+    ],
 }
 
 
 def digests(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*"))
-            if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.mark.parametrize("script", sorted(p.name for p in BENCHMARKS.glob("*.py")))
@@ -53,8 +66,14 @@ def test_benchmark_runs_quick(script, tmp_path):
     results = digests(BENCHMARKS / "results")
     temporary = tmp_path / "tmp"  # the scripts' temporary folders go here: it must be empty afterwards
     temporary.mkdir()
-    done = subprocess.run([sys.executable, str(BENCHMARKS / script), "--quick"], cwd=REPO, capture_output=True,
-                          text=True, timeout=180, env={**os.environ, "TMPDIR": str(temporary)})
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), "--quick"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "TMPDIR": str(temporary)},
+    )
     shown = f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
     assert done.returncode == 0, shown
     for figure in FIGURES[script]:

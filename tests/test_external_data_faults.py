@@ -111,9 +111,20 @@ def test_truncated_data_file(run_cli, project):
     assert "truncated" in stderr
 
 
-@pytest.mark.parametrize("location", ["../m.onnx_data", "sub/../../m.onnx_data", "/etc/passwd", "C:\\x.data",
-                                      "C:x.data", "\\\\server\\share\\x.data", "//server/share/x.data",
-                                      "sub\\..\\..\\x.data", "*/_ORT_MEM_ADDR_/*"])
+@pytest.mark.parametrize(
+    "location",
+    [
+        "../m.onnx_data",
+        "sub/../../m.onnx_data",
+        "/etc/passwd",
+        "C:\\x.data",
+        "C:x.data",
+        "\\\\server\\share\\x.data",
+        "//server/share/x.data",
+        "sub\\..\\..\\x.data",
+        "*/_ORT_MEM_ADDR_/*",
+    ],
+)
 def test_escaping_locations_are_refused(run_cli, project, location):
     model, _, _ = project
     set_entries(model, location=location)
@@ -225,8 +236,10 @@ def test_unknown_data_type_and_negative_dims(run_cli, project):
 
 
 # -- models as users have them (issue 12) ----------------------------------------------------------
-LFS_TEXT = ("version https://git-lfs.github.com/spec/v1\n"
-            "oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\nsize 16384\n")
+LFS_TEXT = (
+    "version https://git-lfs.github.com/spec/v1\n"
+    "oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\nsize 16384\n"
+)
 
 
 def test_a_data_file_left_as_a_git_lfs_pointer_says_so(run_cli, project):
@@ -273,9 +286,12 @@ def test_a_hugging_face_cache_snapshot_works_end_to_end(run_cli, tmp_path):
     os.replace(built.parent / DATA, repo / "blobs" / "9a7e")
     (repo / "snapshots" / "abc123" / "m.onnx").symlink_to("../../blobs/1f0c")
     (repo / "snapshots" / "abc123" / DATA).symlink_to("../../blobs/9a7e")
-    spec = write_spec(tmp_path, "patchspec: 1\nmodel: hub/models--acme--det/snapshots/abc123/m.onnx\n"
-                                "output: out/det.onnx\npatches: [{set_batch: 4}]\nverify:\n"
-                                "  - run: {cases: [{inputs: {x: [4, 64]}}], compare: {split_batch: true}}\n")
+    spec = write_spec(
+        tmp_path,
+        "patchspec: 1\nmodel: hub/models--acme--det/snapshots/abc123/m.onnx\n"
+        "output: out/det.onnx\npatches: [{set_batch: 4}]\nverify:\n"
+        "  - run: {cases: [{inputs: {x: [4, 64]}}], compare: {split_batch: true}}\n",
+    )
     before = snapshot(repo)
     result = run_cli("apply", spec)
     assert result.exit_code == 0, result.output

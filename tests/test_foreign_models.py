@@ -20,8 +20,14 @@ from patchspec.cli import main
 
 DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
 LIGHT = sorted((DATA / "light").glob("light_*.onnx"))
-ALL = sorted({*LIGHT, *DATA.glob("simple/*/model.onnx"), *DATA.glob("pytorch-converted/*/model.onnx"),
-              *DATA.glob("pytorch-operator/*/model.onnx")})
+ALL = sorted(
+    {
+        *LIGHT,
+        *DATA.glob("simple/*/model.onnx"),
+        *DATA.glob("pytorch-converted/*/model.onnx"),
+        *DATA.glob("pytorch-operator/*/model.onnx"),
+    }
+)
 
 
 def patchspec(*args) -> tuple[int, str]:
@@ -43,8 +49,12 @@ def test_the_wheel_ships_the_models():
 def test_no_command_is_a_bug_on_any_of_them(model, tmp_path):
     codes = {}
     for size, verify in ((4, "verify:\n  - check: {}\n  - lint: {}\n"), ("N", None)):
-        spec = write_spec(tmp_path, f"patchspec: 1\nmodel: {model}\noutput: out_{size}.onnx\npatches:\n"
-                                    f"  - set_batch: {size}\n" + (verify or ""), name=f"s_{size}.yaml")
+        spec = write_spec(
+            tmp_path,
+            f"patchspec: 1\nmodel: {model}\noutput: out_{size}.onnx\npatches:\n"
+            f"  - set_batch: {size}\n" + (verify or ""),
+            name=f"s_{size}.yaml",
+        )
         codes[size], text = patchspec("apply", spec, *([] if verify else ["--no-verify"]))
         assert codes[size] != 5, text
     code, text = patchspec("inspect", model)
@@ -54,8 +64,11 @@ def test_no_command_is_a_bug_on_any_of_them(model, tmp_path):
 @pytest.mark.parametrize("model", [m for m in LIGHT if "vgg19" not in m.name], ids=model_id)  # vgg19: 12 s
 def test_the_light_zoo_models_rebatch_and_match_per_sample(model, tmp_path):
     """IR 3 models: every initializer is also a graph input, and so must be any a patch adds."""
-    spec = write_spec(tmp_path, f"patchspec: 1\nmodel: {model}\noutput: out.onnx\npatches:\n  - set_batch: 4\n"
-                                "verify:\n  - check: {}\n  - run:\n      compare: {split_batch: true}\n")
+    spec = write_spec(
+        tmp_path,
+        f"patchspec: 1\nmodel: {model}\noutput: out.onnx\npatches:\n  - set_batch: 4\n"
+        "verify:\n  - check: {}\n  - run:\n      compare: {split_batch: true}\n",
+    )
     code, text = patchspec("apply", spec)
     assert code == 0, text
     written = onnx.load(tmp_path / "out.onnx")

@@ -27,8 +27,11 @@ def _session(path):
 
 def _spec(tmp_path, model, size, verify=""):
     inputs = f", inputs: {json.dumps(model.batch_inputs)}" if model.batch_inputs else ""
-    return write_spec(tmp_path, f"patchspec: 1\nmodel: {model.file}\noutput: out/{model.key}.onnx\n"
-                                f"patches:\n  - set_batch: {{size: {size}{inputs}}}\nverify:\n  - check: {{}}\n" + verify)
+    return write_spec(
+        tmp_path,
+        f"patchspec: 1\nmodel: {model.file}\noutput: out/{model.key}.onnx\n"
+        f"patches:\n  - set_batch: {{size: {size}{inputs}}}\nverify:\n  - check: {{}}\n" + verify,
+    )
 
 
 def _require(model):
@@ -54,8 +57,9 @@ def test_rebatched_model_matches_the_original_per_sample(model, size, batch, tmp
     got = dict(zip(names, _session(path).run(None, feeds)))
     want = per_sample_reference(model, _session(model.file), feeds, batch)
     for info in patched.graph.output:
-        np.testing.assert_allclose(got[info.name], want[info.name], rtol=model.rtol, atol=model.atol,
-                                   err_msg=f"{model.key} output {info.name}")
+        np.testing.assert_allclose(
+            got[info.name], want[info.name], rtol=model.rtol, atol=model.atol, err_msg=f"{model.key} output {info.name}"
+        )
         declared = read_dims(info)
         actual = got[info.name].shape
         assert declared is not None and len(declared) == len(actual), (info.name, declared, actual)
@@ -69,8 +73,10 @@ def test_baked_detector_heads_are_rewritten_and_the_run_verifier_passes(tmp_path
     """The issue's family: static-batch detectors whose heads bake batch 1 behind a Resize neck."""
     model = next(m for m in MODELS if m.key == "yolov8_nudenet")
     _require(model)
-    verify = ("  - run:\n      cases: [{inputs: {images: [8, 3, 320, 320]}}]\n"
-              "      compare: {split_batch: true, atol: 1.0e-4}\n")
+    verify = (
+        "  - run:\n      cases: [{inputs: {images: [8, 3, 320, 320]}}]\n"
+        "      compare: {split_batch: true, atol: 1.0e-4}\n"
+    )
     result = run_cli("-v", "apply", _spec(tmp_path, model, 8, verify))
     assert result.exit_code == 0, result.output
     assert "5 shape constants rewritten" in result.stdout and "undecided" not in result.stdout
@@ -80,8 +86,10 @@ def test_baked_detector_heads_are_rewritten_and_the_run_verifier_passes(tmp_path
 def test_state_on_axis_1_verified_per_sample_by_the_run_verifier(tmp_path, run_cli):
     model = next(m for m in MODELS if m.key == "silero_vad_static")
     _require(model)
-    verify = ("  - run:\n      cases: [{inputs: {input: [3, 576], state: {shape: [2, 3, 128], low: -0.1, high: 0.1}}}]\n"
-              "      compare: {split_batch: {inputs: {state: 1}, outputs: {stateN: 1}}}\n")
+    verify = (
+        "  - run:\n      cases: [{inputs: {input: [3, 576], state: {shape: [2, 3, 128], low: -0.1, high: 0.1}}}]\n"
+        "      compare: {split_batch: {inputs: {state: 1}, outputs: {stateN: 1}}}\n"
+    )
     result = run_cli("apply", _spec(tmp_path, model, "N", verify))
     assert result.exit_code == 0, result.output
 
@@ -91,7 +99,9 @@ def test_state_on_axis_1_verified_per_sample_by_the_run_verifier(tmp_path, run_c
 def test_a_model_that_cannot_run_batched_is_refused_and_not_written(model, no_verify, tmp_path, run_cli):
     _require(model)
     axes = {"inputs": model.input_axes, "outputs": model.output_axes}
-    verify = f"  - run:\n      cases: [{{inputs: {model.run_case}}}]\n      compare: {{split_batch: {json.dumps(axes)}}}\n"
+    verify = (
+        f"  - run:\n      cases: [{{inputs: {model.run_case}}}]\n      compare: {{split_batch: {json.dumps(axes)}}}\n"
+    )
     result = run_cli("apply", _spec(tmp_path, model, 2, verify), *(["--no-verify"] if no_verify else []))
     assert result.exit_code == 4, result.output
     first = result.stderr.splitlines()[0]

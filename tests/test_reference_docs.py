@@ -34,8 +34,13 @@ def rendered() -> dict[str, str]:
 
 def builtin_types(monkeypatch) -> list[tuple[str, str, type]]:
     """Every built-in (kind, name, class), found here independently of the generator."""
-    third_party = sorted({ep.name for ep in metadata.entry_points(group="patchspec")
-                          if ep.dist is None or ep.dist.name != BUILTIN_DISTRIBUTION})
+    third_party = sorted(
+        {
+            ep.name
+            for ep in metadata.entry_points(group="patchspec")
+            if ep.dist is None or ep.dist.name != BUILTIN_DISTRIBUTION
+        }
+    )
     monkeypatch.setenv(DISABLE_ENV, ",".join(third_party))
     registry = PluginRegistry.load()
     found = []
@@ -63,15 +68,22 @@ def test_committed_reference_is_what_the_generator_writes(rendered):
         for line in problems:
             path = line.split("docs/reference/", 1)[1]
             if line.startswith("stale:"):
-                diff = difflib.unified_diff(on_disk[path].splitlines(), rendered[path].splitlines(),
-                                            f"docs/reference/{path}", "generated", lineterm="", n=1)
+                diff = difflib.unified_diff(
+                    on_disk[path].splitlines(),
+                    rendered[path].splitlines(),
+                    f"docs/reference/{path}",
+                    "generated",
+                    lineterm="",
+                    n=1,
+                )
                 shown += list(diff)[:20]
         pytest.fail("docs/reference is out of date; " + REGENERATE + "\n" + "\n".join(problems + shown), pytrace=False)
 
 
 def test_check_mode_agrees_and_writes_nothing(rendered, capsys):
-    before = {path: path_.stat().st_mtime_ns for path, path_ in
-              ((p, REFERENCE / p) for p in rendered) if path_.is_file()}
+    before = {
+        path: path_.stat().st_mtime_ns for path, path_ in ((p, REFERENCE / p) for p in rendered) if path_.is_file()
+    }
     code = generate.main(["--check"])
     output = capsys.readouterr().out
     assert code == (1 if generate.differences(rendered, generate.on_disk()) else 0), output
@@ -122,28 +134,64 @@ def test_a_schema_is_rendered_readably():
             "type": "object",
             "$defs": {"dim": {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "minLength": 1}]}},
             "properties": {
-                "size": {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "minLength": 1}],
-                         "description": "the size | or a name"},
+                "size": {
+                    "anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "minLength": 1}],
+                    "description": "the size | or a name",
+                },
                 "mode": {"enum": ["fast", "slow"], "default": "fast", "description": "how <fast>"},
                 "version": {"const": 2, "description": "always 2"},
-                "dtype": {"enum": ["bool", "float", "float16", "float32", "int32", "int64", "int8", "uint8",
-                                   "double", "float64"], "description": "element type"},
+                "dtype": {
+                    "enum": [
+                        "bool",
+                        "float",
+                        "float16",
+                        "float32",
+                        "int32",
+                        "int64",
+                        "int8",
+                        "uint8",
+                        "double",
+                        "float64",
+                    ],
+                    "description": "element type",
+                },
                 "dims": {"type": "array", "items": {"$ref": "#/$defs/dim"}, "minItems": 1, "description": "sizes"},
                 "compare": {
                     "type": "object",
                     "description": "how to compare",
                     "properties": {
-                        "split_batch": {"anyOf": [{"type": "boolean"}, {
-                            "type": "object", "properties": {"axis": {"type": "integer", "description": "the axis"}},
-                            "additionalProperties": False}], "description": "split it"},
+                        "split_batch": {
+                            "anyOf": [
+                                {"type": "boolean"},
+                                {
+                                    "type": "object",
+                                    "properties": {"axis": {"type": "integer", "description": "the axis"}},
+                                    "additionalProperties": False,
+                                },
+                            ],
+                            "description": "split it",
+                        },
                         "rtol": {"type": "number", "minimum": 0, "maximum": 1, "description": "tolerance"},
                     },
                     "required": ["rtol"],
                     "additionalProperties": False,
                 },
-                "cases": {"type": "array", "items": {"type": "object", "properties": {
-                    "inputs": {"type": "object", "additionalProperties": {"type": "integer"}, "description": "shapes"}},
-                    "required": ["inputs"], "additionalProperties": False}, "description": "cases"},
+                "cases": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "inputs": {
+                                "type": "object",
+                                "additionalProperties": {"type": "integer"},
+                                "description": "shapes",
+                            }
+                        },
+                        "required": ["inputs"],
+                        "additionalProperties": False,
+                    },
+                    "description": "cases",
+                },
             },
             "required": ["size"],
             "additionalProperties": False,
@@ -153,12 +201,26 @@ def test_a_schema_is_rendered_readably():
     assert page.startswith(generate.BANNER + "\n\n# `example` (patch type)\n\nDo the example thing.\n")
     assert "More about it" not in page and "ignored" not in page
     rows = {key: line for line in page.splitlines() for key in re.findall(r"^\| `([^`]+)` \|", line)}
-    assert list(rows) == ["size", "mode", "version", "dtype", "dims", "compare", "compare.split_batch",
-                          "compare.split_batch.axis", "compare.rtol", "cases", "cases[].inputs"]
+    assert list(rows) == [
+        "size",
+        "mode",
+        "version",
+        "dtype",
+        "dims",
+        "compare",
+        "compare.split_batch",
+        "compare.split_batch.axis",
+        "compare.rtol",
+        "cases",
+        "cases[].inputs",
+    ]
     assert rows["size"] == "| `size` | integer ≥ 1 or non-empty string | required | the size \\| or a name |"
     assert rows["mode"] == "| `mode` | one of `fast`, `slow` | default `fast` | how &lt;fast> |"
     assert "| `2` |" in rows["version"]
-    assert "element type in lower case: `bool`, `float16`, `float32`" in rows["dtype"] and "(not `string`)" in rows["dtype"]
+    assert (
+        "element type in lower case: `bool`, `float16`, `float32`" in rows["dtype"]
+        and "(not `string`)" in rows["dtype"]
+    )
     assert "non-empty list of (integers ≥ 0 or non-empty strings)" in rows["dims"]
     assert "boolean or object (keys below)" in rows["compare.split_batch"]
     assert "| number from 0 to 1 | required |" in rows["compare.rtol"]

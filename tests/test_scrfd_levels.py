@@ -12,8 +12,11 @@ from helpers import REPO
 def _setup(tmp_path):
     (tmp_path / "specs").mkdir()
     (tmp_path / "models").mkdir()
-    subprocess.run([sys.executable, str(REPO / "examples/scrfd/make_scrfd.py"), str(tmp_path / "models/scrfd_like.onnx")],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, str(REPO / "examples/scrfd/make_scrfd.py"), str(tmp_path / "models/scrfd_like.onnx")],
+        check=True,
+        capture_output=True,
+    )
     spec = tmp_path / "specs" / "scrfd_levels.yaml"
     shutil.copy(REPO / "specs" / "scrfd_levels.yaml", spec)
     return spec
@@ -33,8 +36,11 @@ def test_one_fpn_level_named_by_selection_runs_and_matches_original(tmp_path, ru
     assert "lint" in result.stdout and "run" in result.stdout
     model = onnx.load(tmp_path / "build" / "scrfd_like_levels_b4.onnx", load_external_data=False)
     assert _dims(model, "input.1") == [4, 3, "height", "width"]
-    named = [info.name for info in model.graph.value_info
-             if [d.dim_param for d in info.type.tensor_type.shape.dim][2:] == ["h16", "w16"]]
+    named = [
+        info.name
+        for info in model.graph.value_info
+        if [d.dim_param for d in info.type.tensor_type.shape.dim][2:] == ["h16", "w16"]
+    ]
     assert len(named) == 4, named  # exactly the selected nodes' outputs, and the batch survived on them
     assert all(_dims(model, n)[0] == 4 for n in named)
 

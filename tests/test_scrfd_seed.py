@@ -28,8 +28,9 @@ NAIVE_ERRORS = f"{REUSE_ERROR}|Attempting to broadcast an axis by a dimension ot
 
 
 def generate(path, *options):
-    done = subprocess.run([sys.executable, str(GENERATOR), *options, str(path)], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(GENERATOR), *options, str(path)], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     return path
 
@@ -73,8 +74,10 @@ def images(batch, size, seed=0):
 
 
 def dims(value_info):
-    return [d.dim_param if d.dim_param else (d.dim_value if d.HasField("dim_value") else None)
-            for d in value_info.type.tensor_type.shape.dim]
+    return [
+        d.dim_param if d.dim_param else (d.dim_value if d.HasField("dim_value") else None)
+        for d in value_info.type.tensor_type.shape.dim
+    ]
 
 
 def naive_batch_edit(model: onnx.ModelProto, batch: int) -> onnx.ModelProto:
@@ -135,7 +138,7 @@ def test_spec_output_runs_at_batch_32_and_matches_per_sample_runs(run_cli, seed_
     for size in (SQUARE, NON_SQUARE):
         feed = images(BATCH, size, seed=size[1])
         got = batched.run(None, {"input.1": feed})
-        per_sample = [reference.run(None, {"input.1": feed[i:i + 1]}) for i in range(BATCH)]
+        per_sample = [reference.run(None, {"input.1": feed[i : i + 1]}) for i in range(BATCH)]
         for index, name in enumerate(o.name for o in reference.get_outputs()):
             expected = np.concatenate([sample[index] for sample in per_sample], axis=0)
             np.testing.assert_allclose(got[index], expected, rtol=1e-4, atol=1e-5, err_msg=f"{name} at {size}")
@@ -167,17 +170,19 @@ def test_traced_batch_heads_rebatched_to_8_match_the_original_per_sample(tmp_pat
     """Issue 9's seed variant: heads exported as reshape(1, -1, k) behind the Resize neck."""
     traced = generate(tmp_path / "scrfd_traced.onnx", "--traced-batch")
     spec = tmp_path / "traced_b8.yaml"
-    spec.write_text(f"patchspec: 1\nmodel: {traced}\noutput: {tmp_path / 'traced_b8.onnx'}\n"
-                    "patches:\n  - set_batch: 8\n"
-                    "verify:\n  - run:\n      cases: [{inputs: {input.1: [8, 3, 64, 96]}}]\n"
-                    "      compare: {split_batch: true, atol: 1.0e-5}\n")
+    spec.write_text(
+        f"patchspec: 1\nmodel: {traced}\noutput: {tmp_path / 'traced_b8.onnx'}\n"
+        "patches:\n  - set_batch: 8\n"
+        "verify:\n  - run:\n      cases: [{inputs: {input.1: [8, 3, 64, 96]}}]\n"
+        "      compare: {split_batch: true, atol: 1.0e-5}\n"
+    )
     result = run_cli("-v", "apply", spec)
     assert result.exit_code == 0, result.output
     assert "9 shape constants rewritten" in result.stdout and "undecided" not in result.stdout
     batched, reference = session(tmp_path / "traced_b8.onnx"), session(traced)
     feed = images(8, NON_SQUARE, seed=3)
     got = batched.run(None, {"input.1": feed})
-    per_sample = [reference.run(None, {"input.1": feed[i:i + 1]}) for i in range(8)]
+    per_sample = [reference.run(None, {"input.1": feed[i : i + 1]}) for i in range(8)]
     for index, out in enumerate(reference.get_outputs()):
         expected = np.concatenate([sample[index] for sample in per_sample], axis=0)
         assert got[index].shape == expected.shape == (8, *expected.shape[1:]), out.name

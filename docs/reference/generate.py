@@ -45,8 +45,11 @@ def _third_party_disabled() -> Iterator[None]:
     """Keep third-party plugins out of the registry (they are not imported at all)."""
     from patchspec.plugin.registry import BUILTIN_DISTRIBUTION, DISABLE_ENV
 
-    third_party = {ep.name for ep in metadata.entry_points(group="patchspec")
-                   if ep.dist is None or ep.dist.name != BUILTIN_DISTRIBUTION}
+    third_party = {
+        ep.name
+        for ep in metadata.entry_points(group="patchspec")
+        if ep.dist is None or ep.dist.name != BUILTIN_DISTRIBUTION
+    }
     before = os.environ.get(DISABLE_ENV)
     blocked = {n.strip() for n in (before or "").split(",") if n.strip()} | third_party
     os.environ[DISABLE_ENV] = ",".join(sorted(blocked))
@@ -120,16 +123,25 @@ def slug(heading: str) -> str:
 # --------------------------------------------------------------------------- schema -> words
 
 
-PLURALS = {"string": "strings", "non-empty string": "non-empty strings", "integer": "integers",
-           "number": "numbers", "boolean": "booleans", "object": "objects", "list": "lists",
-           "non-empty list": "non-empty lists", "mapping": "mappings", "non-empty mapping": "non-empty mappings"}
+PLURALS = {
+    "string": "strings",
+    "non-empty string": "non-empty strings",
+    "integer": "integers",
+    "number": "numbers",
+    "boolean": "booleans",
+    "object": "objects",
+    "list": "lists",
+    "non-empty list": "non-empty lists",
+    "mapping": "mappings",
+    "non-empty mapping": "non-empty mappings",
+}
 
 
 def plural(text: str) -> str:
     """'integer ≥ 0' -> 'integers ≥ 0' (the longest singular head that starts the text)."""
     for head in sorted(PLURALS, key=len, reverse=True):
         if text == head or text.startswith(head + " "):
-            return PLURALS[head] + text[len(head):]
+            return PLURALS[head] + text[len(head) :]
     return text
 
 
@@ -375,8 +387,9 @@ def guide_link(handwritten: str, up: str) -> str:
     return f"[docs/{handwritten}]({up}{handwritten})"
 
 
-def render_page(kind: str, name: str, cls: type, section: str, plugin: str = "", module: str = "",
-                handwritten: str | None = None) -> str:
+def render_page(
+    kind: str, name: str, cls: type, section: str, plugin: str = "", module: str = "", handwritten: str | None = None
+) -> str:
     """The Markdown page of one patch type or verifier (``handwritten``: its guide, relative to docs/)."""
     schema = cls.params_schema if isinstance(cls.params_schema, dict) else {}
     renderer = Renderer(schema)
@@ -398,9 +411,12 @@ def render_page(kind: str, name: str, cls: type, section: str, plugin: str = "",
             lines.append(f"| `{key}` | {cell(type_text)} | {cell(presence)} | {cell(description)} |")
         lines.append("")
         if any("." in row[0] or "[]" in row[0] for row in rows):
-            lines += ["Dotted keys are nested: `a.b` is key `b` of the object given as `a`, `a[]` an item of the",
-                      "list `a`, `a.<key>` the value of any key of the mapping `a`. A nested key marked required",
-                      "is required only where its parent is given.", ""]
+            lines += [
+                "Dotted keys are nested: `a.b` is key `b` of the object given as `a`, `a[]` an item of the",
+                "list `a`, `a.<key>` the value of any key of the mapping `a`. A nested key marked required",
+                "is required only where its parent is given.",
+                "",
+            ]
     else:
         lines += [f"None: write `- {name}: {{}}`.", ""]
     if schema.get("additionalProperties") is False and rows:
@@ -420,28 +436,41 @@ def shorthand_forms(cls: type, renderer: Renderer) -> list[str]:
     if key:
         sub = renderer.resolve((schema.get("properties") or {}).get(key, {}))
         placeholder = key.upper()
-        lines += [f"`{name}: {placeholder}` is short for `{name}: {{{key}: {placeholder}}}`, where `{placeholder}` is "
-                  f"{renderer.type_text(sub)}."]
+        lines += [
+            f"`{name}: {placeholder}` is short for `{name}: {{{key}: {placeholder}}}`, where `{placeholder}` is "
+            f"{renderer.type_text(sub)}."
+        ]
         examples = sub.get("examples") if isinstance(sub, dict) else None
         if isinstance(examples, list) and examples:
             lines += ["", "```yaml", f"- {name}: {json.dumps(examples[0])}", "```"]
     kinds = schema.get("type")
     others = [k for k in kinds if k != "object"] if isinstance(kinds, list) else []
     if others:
-        lines += [f"`{name}` also accepts, instead of an object: "
-                  + ", ".join(renderer.one_type(k, schema, ()) for k in others) + "."]
+        lines += [
+            f"`{name}` also accepts, instead of an object: "
+            + ", ".join(renderer.one_type(k, schema, ()) for k in others)
+            + "."
+        ]
     return lines
 
 
 def render_index(entries: list[tuple[str, str, str, str, str | None]]) -> str:
     """README.md: (kind, name, page, summary, hand-written link) per type."""
-    lines = [BANNER, "", "# Reference: patch types and verifiers", "",
-             "One page per built-in patch type and verifier, generated from its `params_schema` (the same",
-             "schema `patchspec validate` checks a spec against). The guides in `docs/patches/` and",
-             "`docs/verifiers.md` explain behaviour and give examples; these pages list every key.",
-             "Third-party plugins are not listed: `patchspec plugins` shows what is installed.", "",
-             f"Regenerate after changing a schema: `{REGENERATE}`", "",
-             "| type | kind | summary | guide |", "| --- | --- | --- | --- |"]
+    lines = [
+        BANNER,
+        "",
+        "# Reference: patch types and verifiers",
+        "",
+        "One page per built-in patch type and verifier, generated from its `params_schema` (the same",
+        "schema `patchspec validate` checks a spec against). The guides in `docs/patches/` and",
+        "`docs/verifiers.md` explain behaviour and give examples; these pages list every key.",
+        "Third-party plugins are not listed: `patchspec plugins` shows what is installed.",
+        "",
+        f"Regenerate after changing a schema: `{REGENERATE}`",
+        "",
+        "| type | kind | summary | guide |",
+        "| --- | --- | --- | --- |",
+    ]
     for kind, name, page, text, guide in entries:
         link = guide_link(guide, "../") if guide else ""
         lines.append(f"| [`{name}`]({page}) | {kind} | {cell(text)} | {link} |")
@@ -512,7 +541,9 @@ def write(expected: dict[str, str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 listing stale, missing or extra files")
+    parser.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 listing stale, missing or extra files"
+    )
     args = parser.parse_args(argv)
     expected = render_all()
     if args.check:

@@ -55,10 +55,16 @@ def build_model(grid=TRACED_GRID, static: bool = False) -> onnx.ModelProto:
     nodes = [
         helper.make_node("Mul", ["hidden_states", "ln.weight"], ["/ln/Mul_output_0"], name="/ln/Mul"),
         helper.make_node("Reshape", ["/ln/Mul_output_0", "onnx::Reshape_41"], ["/Reshape_output_0"], name="/Reshape"),
-        helper.make_node("Transpose", ["/Reshape_output_0"], ["/Transpose_output_0"], name="/Transpose", perm=[0, 1, 3, 2, 4, 5]),
+        helper.make_node(
+            "Transpose", ["/Reshape_output_0"], ["/Transpose_output_0"], name="/Transpose", perm=[0, 1, 3, 2, 4, 5]
+        ),
         helper.make_node("Constant", [], ["/Constant_output_0"], name="/Constant", value=merged_const),
-        helper.make_node("Reshape", ["/Transpose_output_0", "/Constant_output_0"], ["/Reshape_1_output_0"], name="/Reshape_1"),
-        helper.make_node("MatMul", ["/Reshape_1_output_0", "mlp.0.weight"], ["/mlp/0/MatMul_output_0"], name="/mlp/0/MatMul"),
+        helper.make_node(
+            "Reshape", ["/Transpose_output_0", "/Constant_output_0"], ["/Reshape_1_output_0"], name="/Reshape_1"
+        ),
+        helper.make_node(
+            "MatMul", ["/Reshape_1_output_0", "mlp.0.weight"], ["/mlp/0/MatMul_output_0"], name="/mlp/0/MatMul"
+        ),
         helper.make_node("Relu", ["/mlp/0/MatMul_output_0"], ["/mlp/1/Relu_output_0"], name="/mlp/1/Relu"),
         helper.make_node("MatMul", ["/mlp/1/Relu_output_0", "mlp.2.weight"], ["merged"], name="/mlp/2/MatMul"),
     ]
@@ -66,15 +72,26 @@ def build_model(grid=TRACED_GRID, static: bool = False) -> onnx.ModelProto:
     traced = [t, h // 2, 2, wd // 2, 2, CHANNELS]
     value_info = [
         helper.make_tensor_value_info("/Reshape_output_0", TensorProto.FLOAT, traced),
-        helper.make_tensor_value_info("/Transpose_output_0", TensorProto.FLOAT, [traced[i] for i in (0, 1, 3, 2, 4, 5)]),
+        helper.make_tensor_value_info(
+            "/Transpose_output_0", TensorProto.FLOAT, [traced[i] for i in (0, 1, 3, 2, 4, 5)]
+        ),
         helper.make_tensor_value_info("/Reshape_1_output_0", TensorProto.FLOAT, merged_shape),
     ]
     graph = helper.make_graph(
-        nodes, "qwen_vl_merger",
-        [helper.make_tensor_value_info("hidden_states", TensorProto.FLOAT,
-                                       [t * h * wd if static else "num_patches", CHANNELS])],
-        [helper.make_tensor_value_info("merged", TensorProto.FLOAT, [merged_shape[0] if static else "num_tokens", OUT])],
-        initializers, value_info=value_info,
+        nodes,
+        "qwen_vl_merger",
+        [
+            helper.make_tensor_value_info(
+                "hidden_states", TensorProto.FLOAT, [t * h * wd if static else "num_patches", CHANNELS]
+            )
+        ],
+        [
+            helper.make_tensor_value_info(
+                "merged", TensorProto.FLOAT, [merged_shape[0] if static else "num_tokens", OUT]
+            )
+        ],
+        initializers,
+        value_info=value_info,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="pytorch-like")
     model.ir_version = 8  # onnxruntime 1.31 refuses helper.make_model's default IR version
@@ -112,7 +129,7 @@ def main(argv: list[str]) -> int:
     if "--grid" in argv:  # trace at another grid: a second export for 'patchspec derive'
         at = argv.index("--grid")
         grid = tuple(int(v) for v in argv[at + 1].split(","))
-        argv = argv[:at] + argv[at + 2:]
+        argv = argv[:at] + argv[at + 2 :]
     static = "--static" in argv  # the input declared at the traced size, as torch.jit.trace writes it
     argv = [a for a in argv if a != "--static"]
     folder = Path(argv[0] if argv else "models/qwen_vl_merger")

@@ -61,13 +61,24 @@ class GraphBuilder:
         self.initializers.append(numpy_helper.from_array(array, name))
         return name
 
-    def node(self, op_type: str, inputs: list[str], shape, dtype=TensorProto.FLOAT, output: str | None = None, **attrs) -> str:
+    def node(
+        self, op_type: str, inputs: list[str], shape, dtype=TensorProto.FLOAT, output: str | None = None, **attrs
+    ) -> str:
         out = output or self.fresh(op_type.lower())
         self.nodes.append(helper.make_node(op_type, inputs, [out], name=f"{op_type}_{out}", **attrs))
         self.annotations[out] = (dtype, shape)
         return out
 
-    def conv(self, x: str, c_in: int, c_out: int, kernel: int = 3, stride: int = 1, relu: bool = True, output: str | None = None) -> str:
+    def conv(
+        self,
+        x: str,
+        c_in: int,
+        c_out: int,
+        kernel: int = 3,
+        stride: int = 1,
+        relu: bool = True,
+        output: str | None = None,
+    ) -> str:
         fan_in = c_in * kernel * kernel
         weight = (self.rng.standard_normal((c_out, c_in, kernel, kernel)) * np.sqrt(1.0 / fan_in)).astype(np.float32)
         bias = (self.rng.standard_normal(c_out) * 0.01).astype(np.float32)
@@ -75,8 +86,15 @@ class GraphBuilder:
         w = self.constant(f"{stem}.weight", weight)
         b = self.constant(f"{stem}.bias", bias)
         pad = kernel // 2
-        y = self.node("Conv", [x, w, b], [1, c_out, None, None], kernel_shape=[kernel, kernel],
-                      strides=[stride, stride], pads=[pad] * 4, output=None if relu else output)
+        y = self.node(
+            "Conv",
+            [x, w, b],
+            [1, c_out, None, None],
+            kernel_shape=[kernel, kernel],
+            strides=[stride, stride],
+            pads=[pad] * 4,
+            output=None if relu else output,
+        )
         return self.node("Relu", [y], [1, c_out, None, None], output=output) if relu else y
 
 
@@ -136,8 +154,11 @@ def build_model(traced_batch: bool = False) -> onnx.ModelProto:
     output_names = heads(g, levels, traced_batch)
     image = helper.make_tensor_value_info("input.1", TensorProto.FLOAT, [1, 3, "?", "?"])
     outputs = [helper.make_tensor_value_info(n, g.annotations[n][0], g.annotations[n][1]) for n in output_names]
-    value_info = [helper.make_tensor_value_info(n, dtype, shape) for n, (dtype, shape) in g.annotations.items()
-                  if n not in output_names]
+    value_info = [
+        helper.make_tensor_value_info(n, dtype, shape)
+        for n, (dtype, shape) in g.annotations.items()
+        if n not in output_names
+    ]
     graph = helper.make_graph(g.nodes, "scrfd_like", [image], outputs, g.initializers, value_info=value_info)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="patchspec-examples")
     model.ir_version = IR_VERSION  # helper.make_model writes IR 14, which onnxruntime 1.31 refuses
@@ -148,10 +169,16 @@ def build_model(traced_batch: bool = False) -> onnx.ModelProto:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("output", type=Path, help="where to write the model, e.g. models/scrfd_like.onnx")
-    parser.add_argument("--traced-batch", action="store_true",
-                        help="flatten the heads to [1, -1, k], the batch a torch trace at batch 1 bakes in")
-    parser.add_argument("--external-data", action="store_true",
-                        help="keep the weights in OUTPUT.data next to the model, as large exports do")
+    parser.add_argument(
+        "--traced-batch",
+        action="store_true",
+        help="flatten the heads to [1, -1, k], the batch a torch trace at batch 1 bakes in",
+    )
+    parser.add_argument(
+        "--external-data",
+        action="store_true",
+        help="keep the weights in OUTPUT.data next to the model, as large exports do",
+    )
     args = parser.parse_args(argv)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     model = build_model(args.traced_batch)

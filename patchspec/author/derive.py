@@ -64,8 +64,11 @@ def derive(a_path: Path, b_path: Path, spec_path: Path, registry: PluginRegistry
     sizes = _Sizes(fresh_name(SIZES_INPUT, all_names(a.model)))
     _fit_entries(changed, atoms, sizes)
     folder = spec_path.resolve().parent
-    draft = SpecDraft(_relative(a_path, folder), _relative(a_path.parent / f"{a_path.stem}.dynamic.onnx", folder),
-                      header=_header(a_path, b_path, spec_path))
+    draft = SpecDraft(
+        _relative(a_path, folder),
+        _relative(a_path.parent / f"{a_path.stem}.dynamic.onnx", folder),
+        header=_header(a_path, b_path, spec_path),
+    )
     arrays: dict[Path, np.ndarray] = {}
     if sizes.pairs:
         draft.patches.append(sizes.step(atoms))
@@ -73,8 +76,10 @@ def derive(a_path: Path, b_path: Path, spec_path: Path, registry: PluginRegistry
     draft.patches += [_replace_step(rewrite) for rewrite in changed]
     renames, freed = _renames(a, b)
     draft.patches += renames
-    draft.verify += [DraftStep("check", {}, ["onnx's checker and strict shape inference on the output"]),
-                     _run_step(a, b, b_path, folder, sizes, spec_path)]
+    draft.verify += [
+        DraftStep("check", {}, ["onnx's checker and strict shape inference on the output"]),
+        _run_step(a, b, b_path, folder, sizes, spec_path),
+    ]
     text = checked(draft, spec_path, registry)
     rows = [Row(f"{r.name}[{i}]", r.a[i], r.b[i], r.fits[i].text) for r in changed for i in sorted(r.fits)]
     return Derivation(text, spec_path, rows, freed, arrays, _notes(a, atoms, changed))
@@ -114,10 +119,13 @@ class _Sizes:
         assert folded is not None, "_fit_entries refuses sizes that are not folded into an input dim"
         atom, factor = folded
         product = " * ".join(a.text for a in self.atoms())
-        comments = [f"sizes the inputs do not carry: {atom.text} is {factor} * {product} in A and in B,",
-                    "so they were flattened into it; feed them at run time (the run cases read them from .npy files)"]
-        comments += [f"{a.text}: {a.a} in A, {a.b} in B; {', '.join(self.uses.get(i, []))}"
-                     for i, a in enumerate(self.atoms())]
+        comments = [
+            f"sizes the inputs do not carry: {atom.text} is {factor} * {product} in A and in B,",
+            "so they were flattened into it; feed them at run time (the run cases read them from .npy files)",
+        ]
+        comments += [
+            f"{a.text}: {a.a} in A, {a.b} in B; {', '.join(self.uses.get(i, []))}" for i, a in enumerate(self.atoms())
+        ]
         return DraftStep("add_input", {"name": self.name, "dtype": "int64", "shape": [len(self.pairs)]}, comments)
 
 
@@ -151,20 +159,26 @@ def _no_fit(left: list[tuple[Rewrite, int]], atoms: list[Atom]) -> PatchError:
     lines = ["no expression of the input sizes gives these entries at both A's and B's sizes:"]
     for rewrite in dict.fromkeys(rewrite for rewrite, _ in left):
         entries = "; ".join(f"entry {i}: {rewrite.a[i]} in A, {rewrite.b[i]} in B" for r, i in left if r is rewrite)
-        lines.append(f"  {rewrite.readers}: constant '{rewrite.name}' is {rewrite.a} in A and {rewrite.b} in B; {entries}")
+        lines.append(
+            f"  {rewrite.readers}: constant '{rewrite.name}' is {rewrite.a} in A and {rewrite.b} in B; {entries}"
+        )
     lines.append("  and they are not sizes flattened into one input dim, which an added input could carry")
     known = ", ".join(f"{atom.text} is {atom.a} in A, {atom.b} in B" for atom in atoms) or "none: no input dim differs"
-    hint = (f"derive tries {SEARCH}; the sizes it can use: {known}. "
-            "Write this replace_initializer by hand (docs/expressions.md), or export A and B at sizes that are multiples "
-            "of the model's strides")
+    hint = (
+        f"derive tries {SEARCH}; the sizes it can use: {known}. "
+        "Write this replace_initializer by hand (docs/expressions.md), or export A and B at sizes that are multiples "
+        "of the model's strides"
+    )
     return PatchError("\n".join(lines), hint)
 
 
 # -- the spec --------------------------------------------------------------------------------------------
 def _header(a_path: Path, b_path: Path, spec_path: Path) -> list[str]:
-    return [f"Written by 'patchspec derive {a_path.name} {b_path.name}': one network exported at two input sizes.",
-            "It computes at run time the constants the trace baked in and frees the input sizes;",
-            f"check the comments, then 'patchspec apply {spec_path.name}'. Paths are relative to this file's folder."]
+    return [
+        f"Written by 'patchspec derive {a_path.name} {b_path.name}': one network exported at two input sizes.",
+        "It computes at run time the constants the trace baked in and frees the input sizes;",
+        f"check the comments, then 'patchspec apply {spec_path.name}'. Paths are relative to this file's folder.",
+    ]
 
 
 def _replace_step(rewrite: Rewrite) -> DraftStep:
@@ -195,8 +209,10 @@ def _renames(a: Export, b: Export) -> tuple[list[DraftStep], list[str]]:
 def _run_step(a: Export, b: Export, b_path: Path, folder: Path, sizes: _Sizes, spec_path: Path) -> DraftStep:
     cases: list[dict] = []
     for side, export in enumerate((a, b)):
-        inputs: dict = {info_a.name: [d if isinstance(d, int) else 1 for d in read_dims(info) or []]
-                        for info_a, info in zip(a.inputs, export.inputs)}  # by A's names: the spec patches A
+        inputs: dict = {
+            info_a.name: [d if isinstance(d, int) else 1 for d in read_dims(info) or []]
+            for info_a, info in zip(a.inputs, export.inputs)
+        }  # by A's names: the spec patches A
         if sizes.pairs:
             inputs[sizes.name] = {"file": sizes.file(spec_path, side)}
         cases.append({"inputs": inputs})
@@ -210,8 +226,10 @@ def _notes(a: Export, atoms: list[Atom], changed: list[Rewrite]) -> list[str]:
     used = " ".join(f.text for rewrite in changed for f in rewrite.fits.values())
     for x, y in same_values(atoms):
         if x.text in used or y.text in used:
-            notes.append(f"{x.text} and {y.text} are both {x.a} in A and {x.b} in B: the fits cannot tell them apart; "
-                         "check the expressions, or export B with different sizes on these axes")
+            notes.append(
+                f"{x.text} and {y.text} are both {x.a} in A and {x.b} in B: the fits cannot tell them apart; "
+                "check the expressions, or export B with different sizes on these axes"
+            )
     for info in a.inputs:
         unknown = [axis for axis, d in enumerate(read_dims(info) or []) if not isinstance(d, int)]
         if unknown:

@@ -66,14 +66,24 @@ def draft_spec(model_path: Path, spec_path: Path, size: int | str, registry) -> 
     probe = prober.patched(axes)
     old_size = batch_axes(model, {name: axis for name, axis in axes}).old_size
     rows, case, split = _inputs(model, axes, how, size, old_size)
-    draft = SpecDraft(model_ref, output_ref, header=[
-        f"Written by 'patchspec init {model_path.name}': check the comments, then 'patchspec apply {spec_path.name}'.",
-        "Paths are relative to this file's folder."])
+    draft = SpecDraft(
+        model_ref,
+        output_ref,
+        header=[
+            f"Written by 'patchspec init {model_path.name}': check the comments, then 'patchspec apply {spec_path.name}'.",
+            "Paths are relative to this file's folder.",
+        ],
+    )
     draft.patches += renames
     given = {name: axis for name, axis in axes}
-    draft.patches.append(DraftStep("set_batch", {"size": size, "inputs": given}, [
-        f"batch on {', '.join(f'{n}[{a}]' for n, a in axes)}: {'; '.join(sorted(set(how.values())))}"]
-        + [f"{row.name}: not batched ({row.how})" for row in rows if row.axis is None]))
+    draft.patches.append(
+        DraftStep(
+            "set_batch",
+            {"size": size, "inputs": given},
+            [f"batch on {', '.join(f'{n}[{a}]' for n, a in axes)}: {'; '.join(sorted(set(how.values())))}"]
+            + [f"{row.name}: not batched ({row.how})" for row in rows if row.axis is None],
+        )
+    )
     draft.verify.append(DraftStep("check", {}, ["onnx's checker and strict shape inference on the output"]))
     draft.verify.append(_run_step(model, probe, rows, case, split))
     text = checked(draft, spec_path, registry)
@@ -102,20 +112,31 @@ def _batch_axes(model: onnx.ModelProto, prober: _Prober) -> tuple[list, dict]:
     if refusal is None:
         paired = _state_pairs(model, prober.patched(chosen), chosen, detected.old_size)
         if paired and prober.refusal(chosen + list(paired)) is None:
-            how.update({pair: f"pairs with output '{out}', which carries the batch on axis {pair[1]} (a state passed "
-                              "in and out)" for pair, out in paired.items()})
+            how.update(
+                {
+                    pair: f"pairs with output '{out}', which carries the batch on axis {pair[1]} (a state passed "
+                    "in and out)"
+                    for pair, out in paired.items()
+                }
+            )
             return chosen + list(paired), how
         return chosen, how
-    candidates = [(name, axis) for name, info in fed_inputs(model.graph).items()
-                  for axis, dim in enumerate(read_dims(info) or []) if (name, axis) not in chosen
-                  and name not in {n for n, _ in chosen} and dim in (None, detected.old_size)]
+    candidates = [
+        (name, axis)
+        for name, info in fed_inputs(model.graph).items()
+        for axis, dim in enumerate(read_dims(info) or [])
+        if (name, axis) not in chosen and name not in {n for n, _ in chosen} and dim in (None, detected.old_size)
+    ]
     for extra in [[c] for c in candidates] + ([candidates] if len(candidates) > 1 else []):
         if prober.refusal(chosen + extra) is None:
-            how.update({pair: f"tried: set_batch refuses the model without it ({refusal.splitlines()[0]})"
-                        for pair in extra})
+            how.update(
+                {pair: f"tried: set_batch refuses the model without it ({refusal.splitlines()[0]})" for pair in extra}
+            )
             return chosen + extra, how
-    raise PatchError(f"set_batch cannot batch this model: {refusal}",
-                     "list the inputs that carry the batch yourself: patchspec init does not guess further")
+    raise PatchError(
+        f"set_batch cannot batch this model: {refusal}",
+        "list the inputs that carry the batch yourself: patchspec init does not guess further",
+    )
 
 
 #: recurrent ops and the operands that hold their initial state ([directions, batch, hidden] by default)
@@ -138,7 +159,9 @@ def _recurrent_states(model: onnx.ModelProto) -> dict:
                 name = producers[name].input[0]
             if name in inputs:
                 layout = next((a.i for a in graph_node.attribute if a.name == "layout"), 0)
-                found.setdefault((name, 0 if layout else 1), f"{graph_node.op_type} '{graph_node.name or graph_node.output[0]}'")
+                found.setdefault(
+                    (name, 0 if layout else 1), f"{graph_node.op_type} '{graph_node.name or graph_node.output[0]}'"
+                )
     return found
 
 
@@ -192,8 +215,10 @@ class _Prober:
     def _run(self, axes: list) -> tuple[onnx.ModelProto | None, str | None]:
         key = tuple(axes)
         if key not in self.tried:
-            spec = self._spec(list(self.renames) + [
-                DraftStep("set_batch", {"size": PROBE, "inputs": {name: axis for name, axis in axes}})])
+            spec = self._spec(
+                list(self.renames)
+                + [DraftStep("set_batch", {"size": PROBE, "inputs": {name: axis for name, axis in axes}})]
+            )
             report = RunReport(str(spec.path), str(self.model_path), "", status="planned")
             try:
                 model, _ = self.engine.patch(replace(self.loaded, spec=spec), report)
@@ -214,11 +239,18 @@ def _renames(model: onnx.ModelProto) -> list[DraftStep]:
         axes = {}
         for axis, dim in enumerate(dims):
             if dim in repeated and axis != 0:  # axis 0 keeps it: set_batch names the batch there
-                axes[axis] = {2: "height", 3: "width"}.get(axis, f"{name}_{axis}") if len(dims) == 4 else f"{name}_{axis}"
+                axes[axis] = (
+                    {2: "height", 3: "width"}.get(axis, f"{name}_{axis}") if len(dims) == 4 else f"{name}_{axis}"
+                )
         if axes:
             names = ", ".join(f"'{d}'" for d in sorted(repeated))
-            steps.append(DraftStep("rename_dims", {"tensor": name, "axes": axes},
-                                   [f"the export names several axes of {name} {names}: tell them apart"]))
+            steps.append(
+                DraftStep(
+                    "rename_dims",
+                    {"tensor": name, "axes": axes},
+                    [f"the export names several axes of {name} {names}: tell them apart"],
+                )
+            )
     return steps
 
 
@@ -278,14 +310,24 @@ def _why_not_batched(dims: list) -> str:
     return f"its axes do not carry the batch's dim ({first!r} on axis 0 is another one)"
 
 
-def _run_step(model: onnx.ModelProto, probe: onnx.ModelProto, rows: list[InputRow], case: dict, split: bool) -> DraftStep:
+def _run_step(
+    model: onnx.ModelProto, probe: onnx.ModelProto, rows: list[InputRow], case: dict, split: bool
+) -> DraftStep:
     comments = ["run the output and compare it with the original on the same inputs"]
     compare: dict = {"against": "original"}
     if split:
         comments.append("the original has a fixed batch: compare per sample (split_batch)")
-        inputs = {row.name: row.axis for row in rows if row.axis not in (0,) and (row.axis is not None or case_rank(case[row.name]))}
-        outputs = {info.name: axis for info in probe.graph.output
-                   for axis, dim in enumerate(read_dims(info) or []) if dim == PROBE and axis != 0}
+        inputs = {
+            row.name: row.axis
+            for row in rows
+            if row.axis not in (0,) and (row.axis is not None or case_rank(case[row.name]))
+        }
+        outputs = {
+            info.name: axis
+            for info in probe.graph.output
+            for axis, dim in enumerate(read_dims(info) or [])
+            if dim == PROBE and axis != 0
+        }
         compare["split_batch"] = {k: v for k, v in (("inputs", inputs), ("outputs", outputs)) if v} or True
     for row in rows:
         if row.values:

@@ -25,8 +25,16 @@ from patchspec.shapes.annotations import format_dims, read_dims
 MAX_LISTED = 8
 #: an integer constant with more elements than this is not a shape
 MAX_ENTRIES = 64
-INTEGER_TYPES = {TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
-                 TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64}
+INTEGER_TYPES = {
+    TensorProto.INT8,
+    TensorProto.INT16,
+    TensorProto.INT32,
+    TensorProto.INT64,
+    TensorProto.UINT8,
+    TensorProto.UINT16,
+    TensorProto.UINT32,
+    TensorProto.UINT64,
+}
 _DATA_FIELDS = ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data")
 _BODY_ATTRIBUTES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 _HINT = "export A and B from the same code and weights, changing only the input sizes"
@@ -116,28 +124,39 @@ def pair(a: Export, b: Export) -> list[Use]:
         if not found:
             found = _wiring_problems(a, b, position, uses)
         problems += found
-    problems += _place_problems(a, b, [o.name for o in a.model.graph.output], [o.name for o in b.model.graph.output],
-                                "graph output")
+    problems += _place_problems(
+        a, b, [o.name for o in a.model.graph.output], [o.name for o in b.model.graph.output], "graph output"
+    )
     if problems:
-        listed = problems[:MAX_LISTED] + ([f"... and {len(problems) - MAX_LISTED} more"] if len(problems) > MAX_LISTED else [])
-        msg = (f"{a.path} (A) and {b.path} (B) differ in structure; derive pairs their nodes in order and needs "
-               "one graph exported at two sizes:\n" + "\n".join(f"  {line}" for line in listed))
+        listed = problems[:MAX_LISTED] + (
+            [f"... and {len(problems) - MAX_LISTED} more"] if len(problems) > MAX_LISTED else []
+        )
+        msg = (
+            f"{a.path} (A) and {b.path} (B) differ in structure; derive pairs their nodes in order and needs "
+            "one graph exported at two sizes:\n" + "\n".join(f"  {line}" for line in listed)
+        )
         raise PatchError(msg, _HINT)
     return uses
 
 
 def _input_problems(a: Export, b: Export) -> list[str]:
     if len(a.inputs) != len(b.inputs):
-        return [f"A has {len(a.inputs)} inputs ({', '.join(i.name for i in a.inputs)}) and B has {len(b.inputs)} "
-                f"({', '.join(i.name for i in b.inputs)})"]
+        return [
+            f"A has {len(a.inputs)} inputs ({', '.join(i.name for i in a.inputs)}) and B has {len(b.inputs)} "
+            f"({', '.join(i.name for i in b.inputs)})"
+        ]
     problems = []
     for info_a, info_b in zip(a.inputs, b.inputs):
         dims_a, dims_b = read_dims(info_a), read_dims(info_b)
         if dims_a is None or dims_b is None:
-            problems.append(f"input '{info_a.name}' has no shape in {'A' if dims_a is None else 'B'}: derive needs "
-                            "the sizes each model was exported at")
+            problems.append(
+                f"input '{info_a.name}' has no shape in {'A' if dims_a is None else 'B'}: derive needs "
+                "the sizes each model was exported at"
+            )
         elif info_a.type.tensor_type.elem_type != info_b.type.tensor_type.elem_type or len(dims_a) != len(dims_b):
-            problems.append(f"input '{info_a.name}' is {_declared(info_a)} in A, input '{info_b.name}' is {_declared(info_b)} in B")
+            problems.append(
+                f"input '{info_a.name}' is {_declared(info_a)} in A, input '{info_b.name}' is {_declared(info_b)} in B"
+            )
     return problems
 
 
@@ -147,8 +166,10 @@ def _node_problems(a: Export, b: Export, position: int) -> list[str]:
     if (node_a.op_type, node_a.domain) != (node_b.op_type, node_b.domain):
         return [f"node {position}: {label} in A, {b.label_of(position)} in B"]
     if (len(node_a.input), len(node_a.output)) != (len(node_b.input), len(node_b.output)):
-        return [f"{label}: {len(node_a.input)} inputs and {len(node_a.output)} outputs in A, "
-                f"{len(node_b.input)} and {len(node_b.output)} in B"]
+        return [
+            f"{label}: {len(node_a.input)} inputs and {len(node_a.output)} outputs in A, "
+            f"{len(node_b.input)} and {len(node_b.output)} in B"
+        ]
     attrs_a = {attr.name: attr for attr in node_a.attribute}
     attrs_b = {attr.name: attr for attr in node_b.attribute}
     problems = []
@@ -161,8 +182,9 @@ def _node_problems(a: Export, b: Export, position: int) -> list[str]:
     for (attr, body_a), (_, body_b) in zip(bodies(node_a), bodies(node_b)):
         if len(body_a.input) != len(body_b.input):
             problems.append(f"{label}: {attr} has {len(body_a.input)} inputs in A, {len(body_b.input)} in B")
-        problems += _place_problems(a, b, [o.name for o in body_a.output], [o.name for o in body_b.output],
-                                    f"{label}: {attr} output")
+        problems += _place_problems(
+            a, b, [o.name for o in body_a.output], [o.name for o in body_b.output], f"{label}: {attr} output"
+        )
     return problems
 
 
@@ -174,16 +196,20 @@ def _wiring_problems(a: Export, b: Export, position: int, uses: list[Use]) -> li
         if place_a == place_b == ("constant",):
             uses.append(Use(position, index, name_a, name_b))
         elif place_a != place_b:
-            problems.append(f"{a.label_of(position)} input {index}: A reads {a.describe(name_a)}, "
-                            f"B reads {b.describe(name_b)}")
+            problems.append(
+                f"{a.label_of(position)} input {index}: A reads {a.describe(name_a)}, B reads {b.describe(name_b)}"
+            )
     return problems
 
 
 def _place_problems(a: Export, b: Export, names_a: list[str], names_b: list[str], what: str) -> list[str]:
     if len(names_a) != len(names_b):
         return [f"{len(names_a)} {what}s in A, {len(names_b)} in B"]
-    return [f"{what} {i}: A has {a.describe(x)}, B has {b.describe(y)}"
-            for i, (x, y) in enumerate(zip(names_a, names_b)) if a.place(x) != b.place(y)]
+    return [
+        f"{what} {i}: A has {a.describe(x)}, B has {b.describe(y)}"
+        for i, (x, y) in enumerate(zip(names_a, names_b))
+        if a.place(x) != b.place(y)
+    ]
 
 
 # -- constants ----------------------------------------------------------------------------------------
@@ -199,8 +225,10 @@ def rewrites(a: Export, b: Export, uses: list[Use]) -> list[Rewrite]:
         readers += f" (and {len(group) - 3} more)" if len(group) > 3 else ""
         others = {u.b_name for u in group}
         if any(not _same(b.constants[other], b.constants[group[0].b_name]) for other in others):
-            problems.append(f"{readers}: A reads constant '{name}' everywhere, B reads different values there "
-                            f"({', '.join(sorted(others))})")
+            problems.append(
+                f"{readers}: A reads constant '{name}' everywhere, B reads different values there "
+                f"({', '.join(sorted(others))})"
+            )
             continue
         tensor_a, tensor_b = _tensor(a.constants[name]), _tensor(b.constants[group[0].b_name])
         if _same(a.constants[name], b.constants[group[0].b_name]):
@@ -213,8 +241,11 @@ def rewrites(a: Export, b: Export, uses: list[Use]) -> list[Rewrite]:
             continue
         assert tensor_a is not None and tensor_b is not None  # _cannot_rewrite refuses what is not a tensor
         values_a, values_b = (numpy_helper.to_array(t).astype(np.int64).tolist() for t in (tensor_a, tensor_b))
-        reshape = all(a.sites[u.position].node.op_type == "Reshape" and u.index == 1 for u in group) \
-            and -1 not in values_a and -1 not in values_b
+        reshape = (
+            all(a.sites[u.position].node.op_type == "Reshape" and u.index == 1 for u in group)
+            and -1 not in values_a
+            and -1 not in values_b
+        )
         entries = [i for i, (x, y) in enumerate(zip(values_a, values_b)) if x != y]
         found.append(Rewrite(name, readers, values_a, values_b, reshape, entries))
     if problems:
@@ -228,11 +259,15 @@ def _cannot_rewrite(name: str, x: TensorProto | None, y: TensorProto | None) -> 
     if (x.data_type, list(x.dims)) != (y.data_type, list(y.dims)):
         return f"constant '{name}' is {_kind(x)} in A and {_kind(y)} in B"
     if x.data_type not in INTEGER_TYPES:
-        return (f"the weight '{name}' ({_kind(x)}) differs between A and B; derive rewrites integer shape constants "
-                "only, and A and B must be one network with the same weights")
+        return (
+            f"the weight '{name}' ({_kind(x)}) differs between A and B; derive rewrites integer shape constants "
+            "only, and A and B must be one network with the same weights"
+        )
     if len(x.dims) != 1 or x.dims[0] > MAX_ENTRIES:
-        return (f"constant '{name}' ({_kind(x)}) differs: {_values(x)} in A, {_values(y)} in B; derive rewrites "
-                f"1-D integer constants of at most {MAX_ENTRIES} entries (a Reshape's shape, a Slice's ends)")
+        return (
+            f"constant '{name}' ({_kind(x)}) differs: {_values(x)} in A, {_values(y)} in B; derive rewrites "
+            f"1-D integer constants of at most {MAX_ENTRIES} entries (a Reshape's shape, a Slice's ends)"
+        )
     return None
 
 

@@ -29,8 +29,14 @@ from patchspec.shapes.batch_axes import BatchAxesError, batch_axes, fed_inputs
 from patchspec.shapes.expressions import quote_tensor
 
 #: which operands of which ops are shapes (or bounds) that a tracer bakes
-SHAPE_OPERANDS = {"Reshape": (1,), "Expand": (1,), "Tile": (1,), "ConstantOfShape": (0,), "Slice": (1, 2),
-                  "Resize": (3,)}
+SHAPE_OPERANDS = {
+    "Reshape": (1,),
+    "Expand": (1,),
+    "Tile": (1,),
+    "ConstantOfShape": (0,),
+    "Slice": (1, 2),
+    "Resize": (3,),
+}
 STRIDES = (2, 4, 8, 16, 32, 64)
 #: an input dim smaller than this is not taken for a size (a batch of 1, 3 colour channels)
 SMALLEST_SIZE = 8
@@ -67,12 +73,22 @@ class Suggestion:
 
     def spec_lines(self) -> list[str]:
         shown = ", ".join(json.dumps(item) for item in self.items)
-        return ["  - replace_initializer:", f"      select: {_flow(self.selector)}", f"      input: {self.operand}",
-                f"      shape: [{shown}]"]
+        return [
+            "  - replace_initializer:",
+            f"      select: {_flow(self.selector)}",
+            f"      input: {self.operand}",
+            f"      shape: [{shown}]",
+        ]
 
     def to_json(self) -> dict:
-        return {"node": self.node, "select": self.selector, "input": self.operand, "values": self.values,
-                "shape": self.items, "ambiguous": {str(k): v for k, v in self.ambiguous.items()}}
+        return {
+            "node": self.node,
+            "select": self.selector,
+            "input": self.operand,
+            "values": self.values,
+            "shape": self.items,
+            "ambiguous": {str(k): v for k, v in self.ambiguous.items()},
+        }
 
 
 def suggest(model: onnx.ModelProto) -> tuple[list[Suggestion], list[str]]:
@@ -95,9 +111,11 @@ def suggest(model: onnx.ModelProto) -> tuple[list[Suggestion], list[str]]:
     index = ScopeIndex()
     found, notes = [], []
     if symbolic:
-        notes.append(f"{', '.join(symbolic)} {'is' if len(symbolic) == 1 else 'are'} symbolic: the size the export saw "
-                     "there is not in the model, so constants that follow it cannot be told from one export; "
-                     "'patchspec derive A.onnx B.onnx' finds them from two exports at two sizes")
+        notes.append(
+            f"{', '.join(symbolic)} {'is' if len(symbolic) == 1 else 'are'} symbolic: the size the export saw "
+            "there is not in the model, so constants that follow it cannot be told from one export; "
+            "'patchspec derive A.onnx B.onnx' finds them from two exports at two sizes"
+        )
     for site in walk_nodes(model.graph):
         node = site.node
         for operand in SHAPE_OPERANDS.get(node.op_type, ()) if node.domain in ("", "ai.onnx") else ():
@@ -121,8 +139,11 @@ def freeing_lines(suggestions: list[Suggestion], model: onnx.ModelProto) -> list
             used.setdefault(tensor, {})[axis] = {2: "height", 3: "width"}.get(axis, f"{tensor}_{axis}")
     lines = []
     for tensor, axes in used.items():
-        lines += ["  - rename_dims:", f"      tensor: {json.dumps(tensor)}",
-                  f"      axes: {{{', '.join(f'{a}: {n}' for a, n in sorted(axes.items()))}}}"]
+        lines += [
+            "  - rename_dims:",
+            f"      tensor: {json.dumps(tensor)}",
+            f"      axes: {{{', '.join(f'{a}: {n}' for a, n in sorted(axes.items()))}}}",
+        ]
     return lines
 
 
@@ -130,9 +151,13 @@ def suggest_report(path: Path) -> dict:
     model = load_model(path)
     suggestions, notes = suggest(model)
     lines = freeing_lines(suggestions, model) + [line for s in suggestions for line in s.spec_lines()]
-    return {"model": str(path),
-            "inputs": [{"name": name, "dims": read_dims(info)} for name, info in fed_inputs(model.graph).items()],
-            "suggestions": [s.to_json() for s in suggestions], "spec_lines": lines, "notes": notes}
+    return {
+        "model": str(path),
+        "inputs": [{"name": name, "dims": read_dims(info)} for name, info in fed_inputs(model.graph).items()],
+        "suggestions": [s.to_json() for s in suggestions],
+        "spec_lines": lines,
+        "notes": notes,
+    }
 
 
 def format_suggestions(data: dict) -> str:
@@ -181,10 +206,21 @@ def _expressions(value: int, dims: list[Dim]) -> list[tuple[str, set]]:
     and one export cannot tell which; ``patchspec derive`` can)."""
     levels = [
         [(d.text, {(d.tensor, d.axis)}) for d in dims if d.size == value],
-        [(f"{d.text} // {s}", {(d.tensor, d.axis)}) for d in dims for s in STRIDES if d.size % s == 0 and d.size // s == value],
-        [(f"{a.text} * {b.text} // {s * s}" if s > 1 else f"{a.text} * {b.text}", {(a.tensor, a.axis), (b.tensor, b.axis)})
-         for a, b in combinations(dims, 2) for s in (1, *STRIDES)
-         if a.size % s == 0 and b.size % s == 0 and (a.size // s) * (b.size // s) == value],
+        [
+            (f"{d.text} // {s}", {(d.tensor, d.axis)})
+            for d in dims
+            for s in STRIDES
+            if d.size % s == 0 and d.size // s == value
+        ],
+        [
+            (
+                f"{a.text} * {b.text} // {s * s}" if s > 1 else f"{a.text} * {b.text}",
+                {(a.tensor, a.axis), (b.tensor, b.axis)},
+            )
+            for a, b in combinations(dims, 2)
+            for s in (1, *STRIDES)
+            if a.size % s == 0 and b.size % s == 0 and (a.size // s) * (b.size // s) == value
+        ],
         [(f"{d.text} * {k}", {(d.tensor, d.axis)}) for d in dims for k in (2, 3, 4) if d.size * k == value],
     ]
     return [match for level in levels for match in level]  # the simplest first; any other is an ambiguity

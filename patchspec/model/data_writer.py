@@ -116,9 +116,14 @@ def refuse_inline_overflow(model: onnx.ModelProto, where: str) -> None:
 
 
 # -- the writer -------------------------------------------------------------------------------------
-def write_model(model: onnx.ModelProto, out_path: Path, source_dir: Path, layout: Layout,
-                progress: Progress | None = None,
-                finalize: Callable[[onnx.ModelProto], None] | None = None) -> list[Path]:
+def write_model(
+    model: onnx.ModelProto,
+    out_path: Path,
+    source_dir: Path,
+    layout: Layout,
+    progress: Progress | None = None,
+    finalize: Callable[[onnx.ModelProto], None] | None = None,
+) -> list[Path]:
     """Write ``model`` to ``out_path`` (+ its data file) without changing ``model``.
 
     External tensors are copied from ``source_dir`` in bounded chunks; tensors of at least
@@ -214,7 +219,9 @@ class _Sink:
             if not copied:
                 chunk = _read_at(source_fd, step, offset)
                 if not chunk:
-                    raise ModelFileError(f"data file ended {end - offset} bytes early while copying (changed during the run?)")
+                    raise ModelFileError(
+                        f"data file ended {end - offset} bytes early while copying (changed during the run?)"
+                    )
                 if digest is not None:
                     digest.update(chunk)
                 self.write(chunk, count=False)
@@ -252,8 +259,14 @@ def _read_at(fd: int, size: int, offset: int) -> bytes:
     return os.read(fd, size)
 
 
-def _write_data_file(tensors: list[TensorProto], data_path: Path, data_name: str, source_dir: Path,
-                     layout: Layout, progress: Progress | None) -> None:
+def _write_data_file(
+    tensors: list[TensorProto],
+    data_path: Path,
+    data_name: str,
+    source_dir: Path,
+    layout: Layout,
+    progress: Progress | None,
+) -> None:
     total = sum(expected_nbytes(t) or 0 for t in tensors)
     sink = _Sink(data_path, total, progress)
     sources: dict[Path, int] = {}
@@ -299,7 +312,9 @@ def _point_at(tensor: TensorProto, location: str, offset: int, length: int, chec
 def _write_proto(model: onnx.ModelProto, out_path: Path) -> None:
     size = model.ByteSize()
     if size > PROTOBUF_LIMIT:
-        msg = f"{out_path}: the model would be {size} bytes ({size / 2**30:.2f} GiB) inline, past protobuf's 2 GiB limit"
+        msg = (
+            f"{out_path}: the model would be {size} bytes ({size / 2**30:.2f} GiB) inline, past protobuf's 2 GiB limit"
+        )
         raise ModelFileError(msg, "store the weights in a data file: use '- external_data: {}' without 'inline: true'")
     if out_path.is_symlink() or out_path.exists():
         out_path.unlink()

@@ -87,7 +87,13 @@ def check_location(location: str, tensor_name: str, model_path: Path) -> None:
         msg = f"{where}: external data location '{location}' is ONNX Runtime's in-memory marker, not a file"
         raise ModelFileError(msg)
     posix, windows = PurePosixPath(location), PureWindowsPath(location)
-    if posix.is_absolute() or windows.is_absolute() or windows.drive or windows.root or location.startswith(("\\\\", "//")):
+    if (
+        posix.is_absolute()
+        or windows.is_absolute()
+        or windows.drive
+        or windows.root
+        or location.startswith(("\\\\", "//"))
+    ):
         msg = f"{where}: external data location '{location}' is absolute (root, drive or UNC prefix); it must be relative to the model's folder"
         raise ModelFileError(msg)
     if ".." in posix.parts or ".." in windows.parts:
@@ -95,8 +101,9 @@ def check_location(location: str, tensor_name: str, model_path: Path) -> None:
         raise ModelFileError(msg)
 
 
-def validate_external_data(model: onnx.ModelProto, model_path: Path, *, strict_paths: bool = False,
-                           verify_checksums: bool = True) -> list[ExternalRef]:
+def validate_external_data(
+    model: onnx.ModelProto, model_path: Path, *, strict_paths: bool = False, verify_checksums: bool = True
+) -> list[ExternalRef]:
     """Check every external reference of ``model`` (loaded from ``model_path``) against the policy.
 
     The model's folder is taken as named (not resolved), so a symlinked model keeps its data next
@@ -128,15 +135,21 @@ def check_tensor(tensor: TensorProto, model_dir: Path, label: str, strict_paths:
     expected = _nbytes_or_refuse(tensor, where)
     length = _int_field(info, "length", expected, where)
     if length != expected:
-        msg = (f"{where}: external data length {length} in '{location}' does not match its shape "
-               f"{list(tensor.dims)} and type {_type_name(tensor)} ({expected} bytes)")
+        msg = (
+            f"{where}: external data length {length} in '{location}' does not match its shape "
+            f"{list(tensor.dims)} and type {_type_name(tensor)} ({expected} bytes)"
+        )
         raise ModelFileError(msg)
     if offset + length > size:
         if is_lfs_pointer(path):
-            raise ModelFileError(f"{where}: external data '{location}' is a Git LFS pointer ({size} bytes), not the data",
-                                 f"fetch it: git lfs pull --include=\"{location}\" (in the repository the model comes from)")
-        msg = (f"{where}: needs bytes {offset}..{offset + length} (offset {offset}, length {length}) of "
-               f"'{location}' but the file has {size} bytes; it is truncated or not this model's data")
+            raise ModelFileError(
+                f"{where}: external data '{location}' is a Git LFS pointer ({size} bytes), not the data",
+                f'fetch it: git lfs pull --include="{location}" (in the repository the model comes from)',
+            )
+        msg = (
+            f"{where}: needs bytes {offset}..{offset + length} (offset {offset}, length {length}) of "
+            f"'{location}' but the file has {size} bytes; it is truncated or not this model's data"
+        )
         raise ModelFileError(msg, "copy the data file again from where the model came from")
     checksum = info.get("checksum", "").strip().lower() or None
     return ExternalRef(tensor.name, location, path, offset, length, checksum)
@@ -241,15 +254,20 @@ def _refuse_missing_files(model: onnx.ModelProto, model_path: Path) -> None:
         nearby = _same_name_nearby(model_dir, PurePosixPath(location.replace("\\", "/")).name)
         seen = f"; a file of that name is at {', '.join(str(p) for p in nearby)}" if nearby else ""
         lines.append(f"  '{location}' ({counts[location]} tensor{'s' * (counts[location] != 1)}){seen}")
-    raise ModelFileError(f"{model_path}: {len(missing)} external data files not found in {model_dir}:\n" + "\n".join(lines),
-                         "put the data files next to the model (or fetch them: git lfs pull, huggingface-cli download)")
+    raise ModelFileError(
+        f"{model_path}: {len(missing)} external data files not found in {model_dir}:\n" + "\n".join(lines),
+        "put the data files next to the model (or fetch them: git lfs pull, huggingface-cli download)",
+    )
 
 
 def _same_name_nearby(model_dir: Path, name: str, limit: int = 3) -> list[Path]:
     """Files called ``name`` in the model folder's parent, siblings and sub-folders (two levels)."""
     found = []
-    for folder in [model_dir.parent, *sorted(p for p in model_dir.parent.iterdir() if p.is_dir())] \
-            if model_dir.parent.is_dir() else []:
+    for folder in (
+        [model_dir.parent, *sorted(p for p in model_dir.parent.iterdir() if p.is_dir())]
+        if model_dir.parent.is_dir()
+        else []
+    ):
         for candidate in [folder / name, *sorted(folder.glob(f"*/{name}"))]:
             if candidate.is_file() and candidate.parent != model_dir and candidate not in found:
                 found.append(candidate)
@@ -262,7 +280,11 @@ def _missing_message(path: Path, location: str, where: str, model_dir: Path) -> 
     folder = path.parent
     names = [p.name for p in folder.iterdir() if not p.name.endswith(".onnx")] if folder.is_dir() else []
     similar = close_matches(path.name, names, limit=5)
-    found = "; similar files there: " + ", ".join(repr(n) for n in similar) if similar else "; no similarly named file there"
+    found = (
+        "; similar files there: " + ", ".join(repr(n) for n in similar)
+        if similar
+        else "; no similarly named file there"
+    )
     if not folder.is_dir():
         found = f"; the folder {folder} does not exist"
     return f"{where}: external data file '{location}' not found in {folder}{found}"
@@ -277,8 +299,10 @@ def _verify_checksums(refs: list[ExternalRef], model_path: Path) -> None:
         if ref.path not in whole_file:
             whole_file[ref.path] = _sha1_range(ref.path, 0, ref.path.stat().st_size)
         if whole_file[ref.path] != ref.checksum:
-            msg = (f"{model_path}: tensor '{ref.tensor}': bytes {ref.offset}..{ref.offset + ref.length} of "
-                   f"'{ref.location}' do not match its sha1 checksum {ref.checksum}; the data file is corrupt or not this model's")
+            msg = (
+                f"{model_path}: tensor '{ref.tensor}': bytes {ref.offset}..{ref.offset + ref.length} of "
+                f"'{ref.location}' do not match its sha1 checksum {ref.checksum}; the data file is corrupt or not this model's"
+            )
             raise ModelFileError(msg, "copy the data file again from where the model came from")
 
 

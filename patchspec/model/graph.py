@@ -102,8 +102,11 @@ def _types_of(graph: onnx.GraphProto) -> dict:
 
 
 def _constants_of(graph: onnx.GraphProto) -> dict:
-    table: dict = {node.output[0]: node for node in graph.node
-                   if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output}
+    table: dict = {
+        node.output[0]: node
+        for node in graph.node
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output
+    }
     table.update((t.name, t) for t in graph.initializer)
     return table
 
@@ -188,8 +191,9 @@ class Namer:
 
 #: element types by the names specs use: onnx's TensorProto names in lower case (``float``, ``int64``,
 #: ``float16``), and numpy's ``float32``/``float64`` for FLOAT/DOUBLE
-ELEMENT_TYPES: dict[str, int] = {name.lower(): value for name, value in onnx.TensorProto.DataType.items()
-                                 if value != onnx.TensorProto.UNDEFINED}
+ELEMENT_TYPES: dict[str, int] = {
+    name.lower(): value for name, value in onnx.TensorProto.DataType.items() if value != onnx.TensorProto.UNDEFINED
+}
 ELEMENT_TYPES.update({"float32": onnx.TensorProto.FLOAT, "float64": onnx.TensorProto.DOUBLE})
 
 

@@ -48,8 +48,10 @@ def load_model(path: Path) -> onnx.ModelProto:
     if not raw:
         raise ModelFileError(f"{path}: not an ONNX model (0 bytes)")
     if raw.startswith(LFS_POINTER):
-        raise ModelFileError(f"{path}: a Git LFS pointer ({len(raw)} bytes), not the model",
-                             f"fetch it: git lfs pull --include=\"{path.name}\" (in the repository it comes from)")
+        raise ModelFileError(
+            f"{path}: a Git LFS pointer ({len(raw)} bytes), not the model",
+            f'fetch it: git lfs pull --include="{path.name}" (in the repository it comes from)',
+        )
     model = onnx.ModelProto()
     try:
         model.ParseFromString(raw)
@@ -74,5 +76,7 @@ def _check_versions(model: onnx.ModelProto, path: Path) -> None:
     newest = onnx.defs.onnx_opset_version()
     for opset in model.opset_import:
         if opset.domain in ("", "ai.onnx") and opset.version > newest:
-            msg = f"{path}: opset {opset.version} is newer than the installed onnx {onnx.__version__} supports ({newest})"
+            msg = (
+                f"{path}: opset {opset.version} is newer than the installed onnx {onnx.__version__} supports ({newest})"
+            )
             raise ModelFileError(msg, "upgrade onnx and onnxruntime")

@@ -92,7 +92,10 @@ class NodeRef:
 def check_selector(selector: Any) -> Iterator[tuple[tuple, str]]:
     """Problems found without a model: unknown keys, invalid ``re:`` patterns, bad ``expect``."""
     if not isinstance(selector, dict):
-        yield (), f"a selector is a mapping of {', '.join(SELECTOR_SCHEMA['properties'])}, got {type(selector).__name__}"
+        yield (
+            (),
+            f"a selector is a mapping of {', '.join(SELECTOR_SCHEMA['properties'])}, got {type(selector).__name__}",
+        )
         return
     known = SELECTOR_SCHEMA["properties"]
     for key in selector:
@@ -257,8 +260,9 @@ def _free_names(graph: onnx.GraphProto) -> set[str]:
 
 
 # -- selection ---------------------------------------------------------------------------------------
-def select_nodes(model: onnx.ModelProto, selector: dict, context, key: tuple = ("select",),
-                 index: GraphIndex | None = None) -> list[NodeRef]:
+def select_nodes(
+    model: onnx.ModelProto, selector: dict, context, key: tuple = ("select",), index: GraphIndex | None = None
+) -> list[NodeRef]:
     """The nodes ``selector`` matches, in graph order; ``context.fail`` (exit 4) on a count mismatch.
 
     ``context`` is anything with ``fail(message, *, key=(), hint=None)`` (a PatchContext).
@@ -311,8 +315,11 @@ def _start_tensors(value, index: GraphIndex, context, key: tuple) -> list[Tensor
         if not ids:
             where = key + (position,) if isinstance(value, list) else key
             similar = close_matches(name, index.all_tensor_names(), 5)
-            hint = ("close matches: " + ", ".join(repr(s) for s in similar)) if similar else \
-                "'patchspec inspect MODEL' lists the model's tensors"
+            hint = (
+                ("close matches: " + ", ".join(repr(s) for s in similar))
+                if similar
+                else "'patchspec inspect MODEL' lists the model's tensors"
+            )
             context.fail(f"tensor {name!r} named in '{key[-1]}' is not in the model", key=where, hint=hint)
         found.extend(ids)
     return found
@@ -326,8 +333,11 @@ def _count_mismatch(selector, chosen, candidates, tests, index: GraphIndex, cont
     found = f": {listed}{more}" if chosen else ""
     noun = "node" if len(chosen) == 1 else "nodes"
     msg = f"selector {describe_selector(selector)} matched {len(chosen)} {noun}, expected {wanted}{found}"
-    hint = _narrowing_hint(candidates, tests) if len(chosen) < minimum else \
-        "tighten the selector, or set 'expect' to the count this model should have"
+    hint = (
+        _narrowing_hint(candidates, tests)
+        if len(chosen) < minimum
+        else "tighten the selector, or set 'expect' to the count this model should have"
+    )
     context.fail(msg, key=key, hint=hint)
 
 
@@ -353,5 +363,13 @@ def describe_selector(selector: dict) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
-__all__ = ["SELECTOR_SCHEMA", "GraphIndex", "NodeRef", "check_selector", "describe_node",
-           "describe_selector", "parse_expect", "select_nodes"]
+__all__ = [
+    "SELECTOR_SCHEMA",
+    "GraphIndex",
+    "NodeRef",
+    "check_selector",
+    "describe_node",
+    "describe_selector",
+    "parse_expect",
+    "select_nodes",
+]

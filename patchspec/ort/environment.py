@@ -9,8 +9,15 @@ from patchspec import __version__
 
 #: distributions that all install the same ``onnxruntime`` module; the last installed wins
 ORT_DISTRIBUTIONS = (
-    "onnxruntime", "onnxruntime-gpu", "onnxruntime-directml", "onnxruntime-openvino",
-    "onnxruntime-qnn", "onnxruntime-silicon", "onnxruntime-training", "ort-nightly", "ort-nightly-gpu",
+    "onnxruntime",
+    "onnxruntime-gpu",
+    "onnxruntime-directml",
+    "onnxruntime-openvino",
+    "onnxruntime-qnn",
+    "onnxruntime-silicon",
+    "onnxruntime-training",
+    "ort-nightly",
+    "ort-nightly-gpu",
 )
 
 
@@ -38,8 +45,11 @@ def environment() -> dict:
     try:
         import onnxruntime
 
-        found["onnxruntime"] = {"version": onnxruntime.__version__, "module": onnxruntime.__file__,
-                                "providers": list(onnxruntime.get_available_providers())}
+        found["onnxruntime"] = {
+            "version": onnxruntime.__version__,
+            "module": onnxruntime.__file__,
+            "providers": list(onnxruntime.get_available_providers()),
+        }
     except Exception as exc:
         found["onnxruntime"] = {"error": f"{type(exc).__name__}: {exc}"}
     return found
@@ -57,9 +67,11 @@ def environment_lines() -> list[str]:
     for name, version in dists.items():
         lines.append(f"{name} {version} (distribution)")
     if len(dists) > 1:
-        lines.append(f"warning: {len(dists)} ONNX Runtime distributions share the 'onnxruntime' module; the last "
-                     f"installed silently wins. Keep one: pip uninstall {' '.join(n for n in dists if n != 'onnxruntime')}"
-                     " or onnxruntime")
+        lines.append(
+            f"warning: {len(dists)} ONNX Runtime distributions share the 'onnxruntime' module; the last "
+            f"installed silently wins. Keep one: pip uninstall {' '.join(n for n in dists if n != 'onnxruntime')}"
+            " or onnxruntime"
+        )
     ort = found["onnxruntime"]
     if "error" in ort:
         lines.append(f"onnxruntime: not importable ({ort['error']})")

@@ -32,44 +32,82 @@ class Diagnosis:
 def _custom_op(match: re.Match) -> Diagnosis:
     domain, op = match.group("domain"), match.group("op")
     what = f"'{op}' in the domain '{domain}'" if op else f"an op in the domain '{domain}'"
-    return Diagnosis("custom_op", None, f"{domain}:{op}" if op else domain, (
-        f"{what} is a custom op this onnxruntime does not know: give the run verifier "
-        f"the library that registers it (run: {{custom_op_libraries: [path/to/lib.so]}}, relative to the spec; "
-        "onnxruntime's register_custom_ops_library), or run on the provider the model was exported for"))
+    return Diagnosis(
+        "custom_op",
+        None,
+        f"{domain}:{op}" if op else domain,
+        (
+            f"{what} is a custom op this onnxruntime does not know: give the run verifier "
+            f"the library that registers it (run: {{custom_op_libraries: [path/to/lib.so]}}, relative to the spec; "
+            "onnxruntime's register_custom_ops_library), or run on the provider the model was exported for"
+        ),
+    )
 
 
 def _attribute(match: re.Match) -> Diagnosis:
-    return Diagnosis("attribute", None, None, (
-        "an attribute value an older exporter wrote, which this onnxruntime no longer accepts: re-export with a "
-        "newer exporter, or patch the attribute (for Resize, mode: linear replaces the old 'bilinear')"))
+    return Diagnosis(
+        "attribute",
+        None,
+        None,
+        (
+            "an attribute value an older exporter wrote, which this onnxruntime no longer accepts: re-export with a "
+            "newer exporter, or patch the attribute (for Resize, mode: linear replaces the old 'bilinear')"
+        ),
+    )
 
 
 def _opset(match: re.Match) -> Diagnosis:
-    return Diagnosis("too_new", None, None, (
-        "the model's opset (or IR version) is newer than this onnxruntime supports: upgrade onnxruntime "
-        "('patchspec env' shows the installed one), or export with an older opset"))
+    return Diagnosis(
+        "too_new",
+        None,
+        None,
+        (
+            "the model's opset (or IR version) is newer than this onnxruntime supports: upgrade onnxruntime "
+            "('patchspec env' shows the installed one), or export with an older opset"
+        ),
+    )
 
 
 def _no_kernel(match: re.Match) -> Diagnosis:
     node, op = match.group("node"), match.group("op")
-    return Diagnosis("no_kernel", node or None, op, (
-        f"this provider has no kernel for {op} with the model's element types (bfloat16 and some float16 ops "
-        "have none on the CPU): run on a provider that has one (providers: [...]), or cast the model"))
+    return Diagnosis(
+        "no_kernel",
+        node or None,
+        op,
+        (
+            f"this provider has no kernel for {op} with the model's element types (bfloat16 and some float16 ops "
+            "have none on the CPU): run on a provider that has one (providers: [...]), or cast the model"
+        ),
+    )
 
 
 def _escapes(match: re.Match) -> Diagnosis:
-    return Diagnosis("escapes", None, None, (
-        "onnxruntime >= 1.24 refuses external data whose real path (links followed) lies outside the model's "
-        "folder: copy or hard-link the data file next to the model, or keep the model and data in one folder"))
+    return Diagnosis(
+        "escapes",
+        None,
+        None,
+        (
+            "onnxruntime >= 1.24 refuses external data whose real path (links followed) lies outside the model's "
+            "folder: copy or hard-link the data file next to the model, or keep the model and data in one folder"
+        ),
+    )
 
 
 _RULES = [
     (re.compile(r"(?P<domain>[\w.]+):(?P<op>\w+)\(-?\d+\) is not a registered function/op"), _custom_op),
     (re.compile(r"No opset import for domain '?(?P<domain>[\w.]+)'?(?:\s+optype\s+(?P<op>\w+))?"), _custom_op),
     (re.compile(r"mode attribute is (?P<value>\w+)|Unrecognized attribute: (?P<attr>\w+)"), _attribute),
-    (re.compile(r"only \*guarantees\* support for models stamped with official released onnx opset|"
-                r"Unsupported model IR version|Opset \d+ is under development|is not supported by this version"), _opset),
-    (re.compile(r"Could not find an implementation for (?P<op>\w+)\(\d+\) node with name '(?P<node>[^']*)'"), _no_kernel),
+    (
+        re.compile(
+            r"only \*guarantees\* support for models stamped with official released onnx opset|"
+            r"Unsupported model IR version|Opset \d+ is under development|is not supported by this version"
+        ),
+        _opset,
+    ),
+    (
+        re.compile(r"Could not find an implementation for (?P<op>\w+)\(\d+\) node with name '(?P<node>[^']*)'"),
+        _no_kernel,
+    ),
     (re.compile(r"External data path .*escapes model directory|escapes the model directory"), _escapes),
 ]
 

@@ -92,16 +92,22 @@ class LintResult:
                     names = tuple(sorted({b.tensor for b in bindings if b.axis == axis}))
                     groups.setdefault(names, {})[axis] = size
             for names, axes in groups.items():
-                renames = ", ".join(f"{axis}: {_yaml_str(_dim_name(conflict.dim_param, size, axis))}"
-                                    for axis, size in sorted(axes.items()))
+                renames = ", ".join(
+                    f"{axis}: {_yaml_str(_dim_name(conflict.dim_param, size, axis))}"
+                    for axis, size in sorted(axes.items())
+                )
                 lines.append(f"- rename_dims: {{tensor: [{', '.join(map(_yaml_str, names))}], axes: {{{renames}}}}}")
         return lines
 
     def to_json(self) -> dict:
         data = asdict(self)
-        data["conflicts"] = [{"dim_param": c.dim_param, "sizes": {str(size): [asdict(b) for b in bindings]
-                                                                  for size, bindings in c.sizes.items()}}
-                             for c in self.conflicts]
+        data["conflicts"] = [
+            {
+                "dim_param": c.dim_param,
+                "sizes": {str(size): [asdict(b) for b in bindings] for size, bindings in c.sizes.items()},
+            }
+            for c in self.conflicts
+        ]
         data["suggested_patches"] = self.suggestions()
         data["clean"] = self.clean
         return data
@@ -111,8 +117,12 @@ def _tensor_axes(bindings: list[Binding]) -> list[str]:
     axes: dict[str, list[int]] = {}
     for binding in bindings:
         axes.setdefault(binding.tensor, []).append(binding.axis)
-    return [f"{name} (axis {', '.join(map(str, found))})" if len(found) == 1 else
-            f"{name} (axes {', '.join(map(str, found))})" for name, found in axes.items()]
+    return [
+        f"{name} (axis {', '.join(map(str, found))})"
+        if len(found) == 1
+        else f"{name} (axes {', '.join(map(str, found))})"
+        for name, found in axes.items()
+    ]
 
 
 def _dim_name(dim_param: str, size: int, axis: int) -> str:
@@ -169,8 +179,10 @@ def feed_values(model: onnx.ModelProto, given: dict | None) -> dict[str, dict]:
     chosen = {}
     for name, value in (given or {}).items():
         if name not in known:
-            raise UsageError(f"--value {name}: the model has no input {name!r}{did_you_mean(name, known)}; "
-                             f"its inputs: {', '.join(known)}")
+            raise UsageError(
+                f"--value {name}: the model has no input {name!r}{did_you_mean(name, known)}; "
+                f"its inputs: {', '.join(known)}"
+            )
         chosen[name] = {"value": value, "origin": "given", "why": "--value"}
     for name, value in known.items():
         elem = value.type.tensor_type.elem_type if value.type.HasField("tensor_type") else 0
@@ -183,8 +195,11 @@ def feed_values(model: onnx.ModelProto, given: dict | None) -> dict[str, dict]:
 def _value_shapes(model: onnx.ModelProto, values: dict[str, dict]) -> dict[str, list[int]]:
     """A list given to a rank-1 input is its shape too (``--value ids=1,2,3``: [3])."""
     dims = {v.name: _dims(v) for v in model_inputs(model)}
-    return {name: [len(v["value"])] for name, v in values.items()
-            if isinstance(v["value"], list) and len(dims[name]) == 1 and not isinstance(dims[name][0], int)}
+    return {
+        name: [len(v["value"])]
+        for name, v in values.items()
+        if isinstance(v["value"], list) and len(dims[name]) == 1 and not isinstance(dims[name][0], int)
+    }
 
 
 def model_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -205,8 +220,10 @@ def probe_shapes(model: onnx.ModelProto, given: dict[str, list] | None, split: b
     known = {v.name: v for v in inputs}
     for name, dims in given.items():
         if name not in known:
-            raise UsageError(f"--shape {name}: the model has no input {name!r}{did_you_mean(name, known)}; "
-                             f"its inputs: {', '.join(known)}")
+            raise UsageError(
+                f"--shape {name}: the model has no input {name!r}{did_you_mean(name, known)}; "
+                f"its inputs: {', '.join(known)}"
+            )
         rank = len(_dims(known[name]))
         if len(dims) != rank:
             raise UsageError(f"--shape {name}: the input has {rank} axes, got {len(dims)} sizes")
@@ -261,8 +278,11 @@ def probe_model(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[onnx.Valu
     annotated = [*model.graph.input, *model.graph.value_info, *model.graph.output]
     produced = {out for node in graph.node for out in node.output if out}
     outputs = {v.name for v in graph.output}
-    extra = [v for v in model.graph.value_info
-             if v.name in produced and v.name not in outputs and v.type.HasField("tensor_type")]
+    extra = [
+        v
+        for v in model.graph.value_info
+        if v.name in produced and v.name not in outputs and v.type.HasField("tensor_type")
+    ]
     _strip_annotations(graph)
     for value in graph.output:
         if value.type.HasField("tensor_type"):
@@ -279,8 +299,9 @@ def _strip_annotations(graph: onnx.GraphProto) -> None:
             _strip_annotations(sub)
 
 
-def run_probe(model: onnx.ModelProto, model_dir: Path, shapes: dict[str, list[int]],
-              values: dict[str, dict] | None = None) -> dict[str, list[int]]:
+def run_probe(
+    model: onnx.ModelProto, model_dir: Path, shapes: dict[str, list[int]], values: dict[str, dict] | None = None
+) -> dict[str, list[int]]:
     """Actual sizes of every output of the probe (and of the inputs fed), by tensor name.
 
     ``values`` (:func:`feed_values`) fills the inputs it names; the others get random floats or zeros.
@@ -349,8 +370,9 @@ def _feed(value: onnx.ValueInfoProto, shape: list[int], fill=None) -> np.ndarray
     return np.zeros(shape, dtype=dtype)  # zeros are valid token ids, indices and flags
 
 
-def lint_model(model: onnx.ModelProto, model_dir: Path, given: dict[str, list] | None = None,
-               values: dict | None = None) -> LintResult:
+def lint_model(
+    model: onnx.ModelProto, model_dir: Path, given: dict[str, list] | None = None, values: dict | None = None
+) -> LintResult:
     """Run the probe and compare every annotation with the sizes the tensors actually had.
 
     ``values`` (``--value``: ``{"sr": 16000}``) feeds those inputs; an integer input the graph says
@@ -419,5 +441,15 @@ def graph_bodies(graph: onnx.GraphProto, path: str = "main"):
             yield from graph_bodies(sub, sub_path)
 
 
-__all__ = ["DEFAULT_BATCH", "DEFAULT_SIZES", "Conflict", "LintResult", "graph_bodies", "lint_model", "model_inputs",
-           "parse_shape_options", "parse_value_options", "probe_shapes"]
+__all__ = [
+    "DEFAULT_BATCH",
+    "DEFAULT_SIZES",
+    "Conflict",
+    "LintResult",
+    "graph_bodies",
+    "lint_model",
+    "model_inputs",
+    "parse_shape_options",
+    "parse_value_options",
+    "probe_shapes",
+]

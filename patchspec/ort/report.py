@@ -50,8 +50,9 @@ def inspect_model(path: Path, given: dict[str, list] | None = None, values: dict
         "initializers": initializer_summary(model.graph),
         "dim_params": dim_param_uses(model),
         "external_data": external_summary(model, path),
-        "subgraphs": [{"graph": p, "nodes": len(g.node), "annotated": len(g.value_info)}
-                      for p, g in graph_bodies(model.graph)],
+        "subgraphs": [
+            {"graph": p, "nodes": len(g.node), "annotated": len(g.value_info)} for p, g in graph_bodies(model.graph)
+        ],
         "control_flow": [_control_flow(node) for node in model.graph.node if any(True for _ in bodies(node))],
         "lint": lint,
         "lint_skipped": "the external data cannot be used (see external_data_problem)" if problem else None,
@@ -122,8 +123,10 @@ def external_summary(model: onnx.ModelProto, path: Path) -> dict:
             info = external_info(tensor)
             location = info.get("location", "")
             file = path.parent / location
-            entry = files.setdefault(location, {"file": location, "size": file.stat().st_size if file.is_file() else None,
-                                                "tensors": 0, "bytes": 0})
+            entry = files.setdefault(
+                location,
+                {"file": location, "size": file.stat().st_size if file.is_file() else None, "tensors": 0, "bytes": 0},
+            )
             length = info.get("length", "")
             entry["tensors"] += 1
             entry["bytes"] += int(length) if length.isdigit() else expected_nbytes(tensor) or 0
@@ -154,15 +157,19 @@ def format_inspection(data: dict, unfold: bool = False) -> str:
     producer = " ".join(part for part in data["producer"].values() if part) or "unknown"
     inner = sum(s["nodes"] for s in data["subgraphs"])
     nested = f" (+{inner} in subgraphs)" if inner else ""
-    lines = [f"{data['model']}: ir_version {data['ir_version']}, opsets {opsets}, producer {producer}, "
-             f"{data['nodes']} nodes{nested}"]
+    lines = [
+        f"{data['model']}: ir_version {data['ir_version']}, opsets {opsets}, producer {producer}, "
+        f"{data['nodes']} nodes{nested}"
+    ]
     for title in ("inputs", "outputs"):
         lines.append(f"{title}:")
         lines += [f"  {v['name']}  {v['dtype']}  {_dims_text(v['dims'])}" for v in data[title]]
     if data["lint"] is not None:
         lines += _lint_lines(data["lint"])
     else:
-        lines.append(f"lint: skipped, {data['lint_skipped'].replace(' (see external_data_problem)', '')} (listed at the end)")
+        lines.append(
+            f"lint: skipped, {data['lint_skipped'].replace(' (see external_data_problem)', '')} (listed at the end)"
+        )
     lines += _graph_lines(data, unfold)
     if data["external_data_problem"]:
         lines.append("the external data cannot be used; the model runs nowhere until this is fixed:")
@@ -174,9 +181,12 @@ def _graph_lines(data: dict, unfold: bool) -> list[str]:
     lines = [f"ops: {_cut(ops, None if unfold else 12)}" if ops else "ops: none"]
     init = data["initializers"]
     dtypes = ", ".join(f"{dtype} {count}" for dtype, count in init["dtypes"].items())
-    lines.append(f"initializers: {init['count']}, {_bytes(init['bytes'])}" + (f" ({dtypes})" if dtypes else "")
-                 + f"; inline {init['inline']} ({_bytes(init['inline_bytes'])}), "
-                   f"external {init['external']} ({_bytes(init['external_bytes'])})")
+    lines.append(
+        f"initializers: {init['count']}, {_bytes(init['bytes'])}"
+        + (f" ({dtypes})" if dtypes else "")
+        + f"; inline {init['inline']} ({_bytes(init['inline_bytes'])}), "
+        f"external {init['external']} ({_bytes(init['external_bytes'])})"
+    )
     meta = [f"{key}={_short(value)}" for key, value in data["metadata"].items()]
     lines.append(f"metadata: {_cut(meta, None if unfold else 6)}" if meta else "metadata: none")
     lines += _dim_param_lines(data, unfold)
@@ -189,15 +199,22 @@ def _dim_param_lines(data: dict, unfold: bool) -> list[str]:
     if not data["dim_params"]:
         return ["dim_params: none"]
     io = {v["name"] for v in (*data["inputs"], *data["outputs"])}
-    shown = {p: u for p, u in data["dim_params"].items()
-             if unfold or any(use["graph"] == "main" and use["tensor"] in io for use in u)}
+    shown = {
+        p: u
+        for p, u in data["dim_params"].items()
+        if unfold or any(use["graph"] == "main" and use["tensor"] in io for use in u)
+    }
     lines = ["dim_params:"]
     for param, uses in shown.items():
         named = [f"{u['tensor']}[{u['axis']}]" for u in uses]
-        lines.append(f"  {_quote(param)}: {len(uses)} use{'s' * (len(uses) != 1)}: {_cut(named, None if unfold else SHOWN * 2)}")
+        lines.append(
+            f"  {_quote(param)}: {len(uses)} use{'s' * (len(uses) != 1)}: {_cut(named, None if unfold else SHOWN * 2)}"
+        )
     rest = [p for p in data["dim_params"] if p not in shown]
     if rest:
-        lines.append(f"  {len(rest)} more on intermediate tensors only: {_cut(fold_names(rest), SHOWN)} (--all lists them)")
+        lines.append(
+            f"  {len(rest)} more on intermediate tensors only: {_cut(fold_names(rest), SHOWN)} (--all lists them)"
+        )
     return lines
 
 
@@ -207,8 +224,10 @@ def _external_lines(summary: dict, problem: bool) -> list[str]:
     lines = [f"external data: {summary['tensors']} tensors in {len(summary['files'])} file(s)"]
     if problem:  # the files are named once, in the problem at the end
         return [lines[0] + ", not usable (listed at the end)"]
-    lines += [f"  {f['file']}: {f['size']} bytes on disk, {f['tensors']} tensors, {f['bytes']} bytes referenced"
-              for f in summary["files"]]
+    lines += [
+        f"  {f['file']}: {f['size']} bytes on disk, {f['tensors']} tensors, {f['bytes']} bytes referenced"
+        for f in summary["files"]
+    ]
     return lines
 
 
@@ -216,11 +235,15 @@ def _control_flow_lines(data: dict, unfold: bool) -> list[str]:
     if not data["subgraphs"]:
         return ["subgraphs: none"]
     if unfold:
-        return ["subgraphs:", *(f"  {s['graph']}: {s['nodes']} nodes, {s['annotated']} annotated tensors"
-                                for s in data["subgraphs"])]
+        return [
+            "subgraphs:",
+            *(f"  {s['graph']}: {s['nodes']} nodes, {s['annotated']} annotated tensors" for s in data["subgraphs"]),
+        ]
     lines = [f"subgraphs: {len(data['subgraphs'])} (--all lists each)"]
     for flow in data["control_flow"]:
-        parts = [f"{name.removesuffix('_branch')} {count} node{'s' * (count != 1)}" for name, count in flow["bodies"].items()]
+        parts = [
+            f"{name.removesuffix('_branch')} {count} node{'s' * (count != 1)}" for name, count in flow["bodies"].items()
+        ]
         nested = f", {flow['nested']} nested" if flow["nested"] else ""
         lines.append(f"  {flow['op']} {flow['node']!r}: {', '.join(parts)}{nested}")
     return lines
@@ -230,7 +253,9 @@ def _lint_lines(lint: dict) -> list[str]:
     origin = "given" if lint["shapes_given"] else "defaults; pass --shape NAME=D0,D1,... for real sizes"
     lines = [f"lint at {_shapes_text(lint['input_shapes'])} ({origin}):"]
     for name, value in lint.get("values", {}).items():
-        why = "given" if value["origin"] == "given" else f"the graph needs it: {value['why']}; --value {name}=V to change"
+        why = (
+            "given" if value["origin"] == "given" else f"the graph needs it: {value['why']}; --value {name}=V to change"
+        )
         lines.append(f"  fed {name}={_value_text(value['value'])} ({why})")
     if lint["error"]:
         return lines + [f"  not run: {lint['error']}"]
@@ -286,7 +311,7 @@ def _bytes(size: int) -> str:
 
 def _short(text: str, limit: int = 40) -> str:
     text = text.replace("\n", " ")
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _dims_text(dims: list) -> str:
@@ -297,5 +322,12 @@ def _quote(text: str) -> str:
     return '"' + text.replace('"', '\\"') + '"'
 
 
-__all__ = ["dim_param_uses", "external_summary", "fold_names", "format_inspection", "initializer_summary",
-           "inspect_model", "op_histogram"]
+__all__ = [
+    "dim_param_uses",
+    "external_summary",
+    "fold_names",
+    "format_inspection",
+    "initializer_summary",
+    "inspect_model",
+    "op_histogram",
+]

@@ -21,15 +21,37 @@ from patchspec.ort.staging import staged_copy
 
 DEFAULT_PROVIDERS = ("CPUExecutionProvider",)
 FILLS = ("random", "zeros", "ones", "arange")
-DTYPES = ("float32", "float16", "float64", "int8", "int16", "int32", "int64",
-          "uint8", "uint16", "uint32", "uint64", "bool")
+DTYPES = (
+    "float32",
+    "float16",
+    "float64",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "bool",
+)
 #: default [low, high) of ``fill: random``: floats in [-1, 1), integers in [0, 10)
 FLOAT_RANGE = (-1.0, 1.0)
 INTEGER_RANGE = (0, 10)
-_ORT_TYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
-              "tensor(int8)": "int8", "tensor(int16)": "int16", "tensor(int32)": "int32",
-              "tensor(int64)": "int64", "tensor(uint8)": "uint8", "tensor(uint16)": "uint16",
-              "tensor(uint32)": "uint32", "tensor(uint64)": "uint64", "tensor(bool)": "bool"}
+_ORT_TYPES = {
+    "tensor(float)": "float32",
+    "tensor(float16)": "float16",
+    "tensor(double)": "float64",
+    "tensor(int8)": "int8",
+    "tensor(int16)": "int16",
+    "tensor(int32)": "int32",
+    "tensor(int64)": "int64",
+    "tensor(uint8)": "uint8",
+    "tensor(uint16)": "uint16",
+    "tensor(uint32)": "uint32",
+    "tensor(uint64)": "uint64",
+    "tensor(bool)": "bool",
+}
 
 Feeds = dict[str, np.ndarray]
 
@@ -56,7 +78,10 @@ class TensorDecl:
     shape: tuple
 
 
-_DIM = {"type": ["integer", "string"], "description": "size of one axis: a number (symbolic names are not allowed here)"}
+_DIM = {
+    "type": ["integer", "string"],
+    "description": "size of one axis: a number (symbolic names are not allowed here)",
+}
 #: one input of a run case (and of lint's inputs): a shape list, or how to make the values
 CASE_INPUT_SCHEMA = {
     "description": "a shape list, or how to make the input: {shape, dtype, fill, seed, low, high, file, value}",
@@ -66,14 +91,22 @@ CASE_INPUT_SCHEMA = {
         "shape": {"type": "array", "items": _DIM, "description": "sizes of the input's axes (numbers)"},
         "dtype": {"type": "string", "description": f"numpy dtype; default: the model's ({', '.join(DTYPES)})"},
         "fill": {"type": "string", "description": f"how to fill it: {' | '.join(FILLS)} (default random)"},
-        "seed": {"type": "integer", "description": "seed of numpy.random.default_rng for fill: random "
-                                                   "(default: the input's position among the model's inputs)"},
+        "seed": {
+            "type": "integer",
+            "description": "seed of numpy.random.default_rng for fill: random "
+            "(default: the input's position among the model's inputs)",
+        },
         "low": {"type": "number", "description": "lowest random value (default -1.0 for floats, 0 for integers)"},
-        "high": {"type": "number", "description": "random values stay below this (default 1.0 for floats, 10 for integers)"},
+        "high": {
+            "type": "number",
+            "description": "random values stay below this (default 1.0 for floats, 10 for integers)",
+        },
         "file": {"type": "string", "description": ".npy file with the input, relative to the spec's folder"},
-        "value": {"type": ["number", "boolean", "array"],
-                  "description": "the input's exact value: a number (a scalar, or every element of 'shape') or "
-                                 "a nested list (its shape is the list's); e.g. sr: {value: 16000}"},
+        "value": {
+            "type": ["number", "boolean", "array"],
+            "description": "the input's exact value: a number (a scalar, or every element of 'shape') or "
+            "a nested list (its shape is the list's); e.g. sr: {value: 16000}",
+        },
     },
     "additionalProperties": False,
 }
@@ -95,9 +128,15 @@ def case_input_problems(item, key: tuple):
         yield key, "a list 'value' has its own shape: drop 'shape', or give one number to fill it"
     yield from _shape_problems(item.get("shape") or [], key + ("shape",))
     if "fill" in item and item["fill"] not in FILLS:
-        yield key + ("fill",), f"unknown fill '{item['fill']}'{did_you_mean(item['fill'], FILLS)}; expected one of {', '.join(FILLS)}"
+        yield (
+            key + ("fill",),
+            f"unknown fill '{item['fill']}'{did_you_mean(item['fill'], FILLS)}; expected one of {', '.join(FILLS)}",
+        )
     if "dtype" in item and item["dtype"] not in DTYPES:
-        yield key + ("dtype",), f"unknown dtype '{item['dtype']}'{did_you_mean(item['dtype'], DTYPES)}; expected one of {', '.join(DTYPES)}"
+        yield (
+            key + ("dtype",),
+            f"unknown dtype '{item['dtype']}'{did_you_mean(item['dtype'], DTYPES)}; expected one of {', '.join(DTYPES)}",
+        )
     if "low" in item and "high" in item and not item["low"] < item["high"]:
         yield key, f"low ({item['low']}) must be below high ({item['high']})"
 
@@ -106,8 +145,13 @@ def _shape_problems(shape: list, key: tuple):
     for axis, dim in enumerate(shape):
         if isinstance(dim, str) and re.fullmatch(r"-?\d+(\s+-?\d+)+", dim.strip()):
             items = ", ".join(str(v) for v in shape[:axis]) + (", " if axis else "") + ", ".join(dim.split())
-            yield key + (axis,), (f"'{dim}' is one item: YAML separates the items of [...] with commas: "
-                                  f"[{items}{', ...' if axis + 1 < len(shape) else ''}]")
+            yield (
+                key + (axis,),
+                (
+                    f"'{dim}' is one item: YAML separates the items of [...] with commas: "
+                    f"[{items}{', ...' if axis + 1 < len(shape) else ''}]"
+                ),
+            )
         elif isinstance(dim, str):
             yield key + (axis,), f"symbolic dim '{dim}' must be given as a number here (e.g. 1)"
         elif dim < 0:
@@ -181,8 +225,9 @@ class Session:
             raise RunFailure(msg, found.hint if found else None) from None
         return dict(zip(self.output_names, values)), time.perf_counter() - started
 
-    def run_split(self, feeds: Feeds, split: BatchSplit | None = None,
-                  batched_ranks: dict | None = None) -> tuple[Feeds, float]:
+    def run_split(
+        self, feeds: Feeds, split: BatchSplit | None = None, batched_ranks: dict | None = None
+    ) -> tuple[Feeds, float]:
         """Run once per sample of the batch axes; join each output along its batch axis.
 
         ``batched_ranks``: rank of each output of the batched model, to tell a per-sample output
@@ -190,8 +235,11 @@ class Session:
         """
         split = split or BatchSplit()
         axes = {name: split.input_axis(name, array) for name, array in feeds.items()}
-        sizes = {name: feeds[name].shape[axis] for name, axis in axes.items()
-                 if axis is not None and -feeds[name].ndim <= axis < feeds[name].ndim}
+        sizes = {
+            name: feeds[name].shape[axis]
+            for name, axis in axes.items()
+            if axis is not None and -feeds[name].ndim <= axis < feeds[name].ndim
+        }
         bad_axes = [name for name, axis in axes.items() if axis is not None and name not in sizes]
         if bad_axes or len(set(sizes.values())) != 1:
             found = ", ".join(f"{name}: {size} on axis {axes[name]}" for name, size in sizes.items())
@@ -200,14 +248,18 @@ class Session:
             raise RunFailure(msg, "give each input's batch axis: split_batch: {inputs: {state: 1, sr: null}}")
         parts, seconds = [], 0.0
         for index in range(next(iter(sizes.values()))):
-            sample = {name: (array if axes[name] is None else np.take(array, [index], axis=axes[name]))
-                      for name, array in feeds.items()}
+            sample = {
+                name: (array if axes[name] is None else np.take(array, [index], axis=axes[name]))
+                for name, array in feeds.items()
+            }
             outputs, took = self.run(sample)
             parts.append(outputs)
             seconds += took
         ranks = batched_ranks or {}
-        return {name: _join(name, [p[name] for p in parts], split.outputs.get(name, 0), ranks.get(name))
-                for name in self.output_names}, seconds
+        return {
+            name: _join(name, [p[name] for p in parts], split.outputs.get(name, 0), ranks.get(name))
+            for name in self.output_names
+        }, seconds
 
 
 def quiet_onnxruntime():
@@ -228,7 +280,9 @@ def _build_session(path: Path, provider: str, optimization: str = "all", librari
             options.register_custom_ops_library(str(library))
         except Exception as exc:
             msg = f"onnxruntime cannot load the custom-op library {library}: {_ort_message(exc)}"
-            raise RunFailure(msg, "give a shared library built for this onnxruntime; paths are relative to the spec") from None
+            raise RunFailure(
+                msg, "give a shared library built for this onnxruntime; paths are relative to the spec"
+            ) from None
     options.log_severity_level = 4  # fatal only: patchspec reports the errors itself, without ANSI
     options.graph_optimization_level = {
         "all": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL,
@@ -240,13 +294,17 @@ def _build_session(path: Path, provider: str, optimization: str = "all", librari
         session = onnxruntime.InferenceSession(str(path), sess_options=options, providers=[provider])
     except Exception as exc:
         message = _ort_message(exc)
-        msg = (f"{provider}: onnxruntime {onnxruntime.__version__} cannot build a session for {path}"
-               f"{_at_node(message)}: {message}")
+        msg = (
+            f"{provider}: onnxruntime {onnxruntime.__version__} cannot build a session for {path}"
+            f"{_at_node(message)}: {message}"
+        )
         found = diagnose(message)
         hint = found.hint if found else None
         if "unknown exception" in message.lower():
-            hint = ("onnxruntime gave no detail; run 'patchspec inspect' on the output and add the 'check' "
-                    "verifier before 'run' to find the node it rejects")
+            hint = (
+                "onnxruntime gave no detail; run 'patchspec inspect' on the output and add the 'check' "
+                "verifier before 'run' to find the node it rejects"
+            )
         raise RunFailure(msg, hint) from None
     used = session.get_providers()
     if not used or used[0] != provider:
@@ -297,13 +355,16 @@ def _join(name: str, arrays: list[np.ndarray], axis: int, batched_rank: int | No
 
 # -- inputs from a case ---------------------------------------------------------------------------
 
+
 def make_feeds(case_inputs: dict, declared: list[TensorDecl], resolve: Callable[[str], Path]) -> Feeds:
     """Arrays for every declared input: from the case, or random for unlisted fully fixed inputs."""
     names = [d.name for d in declared]
     for name in case_inputs:
         if name not in names:
-            msg = (f"case input '{name}' is not an input of the model{did_you_mean(str(name), names)}; "
-                   f"its inputs are: {', '.join(names)}")
+            msg = (
+                f"case input '{name}' is not an input of the model{did_you_mean(str(name), names)}; "
+                f"its inputs are: {', '.join(names)}"
+            )
             raise RunFailure(msg)
     feeds = {}
     for position, decl in enumerate(declared):
@@ -335,12 +396,20 @@ def input_array(decl: TensorDecl, item, position: int, resolve: Callable[[str], 
         array = load_array(decl.name, resolve(item["file"]))
         expected = {"shape": list(array.shape) if item.get("shape") is None else list(item["shape"]), "dtype": dtype}
         if list(array.shape) != expected["shape"] or str(array.dtype) != dtype:
-            msg = (f"input '{decl.name}': {item['file']} holds {array.dtype} {list(array.shape)}, "
-                   f"expected {dtype} {expected['shape']}")
+            msg = (
+                f"input '{decl.name}': {item['file']} holds {array.dtype} {list(array.shape)}, "
+                f"expected {dtype} {expected['shape']}"
+            )
             raise RunFailure(msg, f"save it with numpy as {dtype}, e.g. np.save(path, x.astype('{dtype}'))")
         return array
-    return generate(tuple(item["shape"]), dtype, item.get("fill", "random"), item.get("seed", position),
-                    item.get("low"), item.get("high"))
+    return generate(
+        tuple(item["shape"]),
+        dtype,
+        item.get("fill", "random"),
+        item.get("seed", position),
+        item.get("low"),
+        item.get("high"),
+    )
 
 
 def load_array(name: str, path: Path) -> np.ndarray:
@@ -394,8 +463,11 @@ def shape_problems(kind: str, decl: TensorDecl, actual: tuple) -> list[str]:
     where = f"{kind} '{decl.name}' (declared {format_shape(decl.shape)}, actual {list(actual)})"
     if len(decl.shape) != len(actual):
         return [f"{where}: declared rank {len(decl.shape)}, actual rank {len(actual)}"]
-    return [f"{where}: axis {axis} declared {want}, actual {got}"
-            for axis, (want, got) in enumerate(zip(decl.shape, actual)) if isinstance(want, int) and want != got]
+    return [
+        f"{where}: axis {axis} declared {want}, actual {got}"
+        for axis, (want, got) in enumerate(zip(decl.shape, actual))
+        if isinstance(want, int) and want != got
+    ]
 
 
 def format_shape(shape: tuple) -> str:
@@ -403,6 +475,7 @@ def format_shape(shape: tuple) -> str:
 
 
 # -- comparison -----------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class OutputComparison:
@@ -416,9 +489,14 @@ class OutputComparison:
     worst_index: tuple | None = None
 
     def to_json(self) -> dict:
-        return {"name": self.name, "status": "pass" if self.passed else "fail", "max_abs": self.max_abs,
-                "max_rel": self.max_rel, "worst_index": list(self.worst_index) if self.worst_index else None,
-                "message": self.message}
+        return {
+            "name": self.name,
+            "status": "pass" if self.passed else "fail",
+            "max_abs": self.max_abs,
+            "max_rel": self.max_rel,
+            "worst_index": list(self.worst_index) if self.worst_index else None,
+            "message": self.message,
+        }
 
 
 def compare_output(name: str, actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float) -> OutputComparison:
@@ -433,8 +511,10 @@ def compare_output(name: str, actual: np.ndarray, expected: np.ndarray, rtol: fl
     if stray.any():
         index = _index(np.argmax(stray), got.shape)
         count = int(stray.sum())
-        msg = (f"output '{name}' has {count} NaN/Inf value(s) where the reference differs, "
-               f"first at index {index}: got {got[index]}, expected {want[index]}")
+        msg = (
+            f"output '{name}' has {count} NaN/Inf value(s) where the reference differs, "
+            f"first at index {index}: got {got[index]}, expected {want[index]}"
+        )
         return OutputComparison(name, False, float("inf"), float("inf"), msg, index)
     if not finite.any():
         return OutputComparison(name, True, 0.0, 0.0)
@@ -448,9 +528,11 @@ def compare_output(name: str, actual: np.ndarray, expected: np.ndarray, rtol: fl
     if excess[worst] <= 0:
         return OutputComparison(name, True, max_abs, max_rel, "", worst)
     over = int((finite & (excess > 0)).sum())
-    msg = (f"output '{name}' differs beyond tolerance (rtol {rtol:g}, atol {atol:g}) in {over} of {got.size} "
-           f"elements; worst at index {worst}: got {got[worst]:.7g}, expected {want[worst]:.7g}, "
-           f"abs error {error[worst]:.3g}, rel error {relative[worst]:.3g}")
+    msg = (
+        f"output '{name}' differs beyond tolerance (rtol {rtol:g}, atol {atol:g}) in {over} of {got.size} "
+        f"elements; worst at index {worst}: got {got[worst]:.7g}, expected {want[worst]:.7g}, "
+        f"abs error {error[worst]:.3g}, rel error {relative[worst]:.3g}"
+    )
     return OutputComparison(name, False, max_abs, max_rel, msg, worst)
 
 

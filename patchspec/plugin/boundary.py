@@ -85,12 +85,12 @@ class Guard:
         found = self._call("dependencies", lambda: list(self.instance.dependencies(params)))
         wrong = [item for item in found if not isinstance(item, str)]
         if wrong:
-            raise self.fault(f"dependencies() gave {wrong[0]!r}, not a path as written in the spec (a str)",
-                             method="dependencies")
+            raise self.fault(
+                f"dependencies() gave {wrong[0]!r}, not a path as written in the spec (a str)", method="dependencies"
+            )
         return found
 
-    def apply(self, model: onnx.ModelProto, params: dict,
-              context: PatchContext) -> tuple[PatchResult, onnx.ModelProto]:
+    def apply(self, model: onnx.ModelProto, params: dict, context: PatchContext) -> tuple[PatchResult, onnx.ModelProto]:
         """Apply the patch to ``model`` in place; the result, checked, and the model as it was before."""
         before = onnx.ModelProto()
         before.CopyFrom(model)  # graph only (external weights are not loaded): cheap to keep and compare
@@ -99,10 +99,16 @@ class Guard:
         if not isinstance(result, PatchResult):
             raise self.fault(f"apply() returned {type(result).__name__}, not a PatchResult", method="apply")
         if result.modified != (model != before):
-            said, did = ("modified=True", "left the model as it was") if result.modified else \
-                ("modified=False", "changed the model")
-            raise self.fault(f"apply() returned {said} but {did}; 'modified' must say whether the model changed "
-                             "(the no-op and the digest rely on it)", method="apply")
+            said, did = (
+                ("modified=True", "left the model as it was")
+                if result.modified
+                else ("modified=False", "changed the model")
+            )
+            raise self.fault(
+                f"apply() returned {said} but {did}; 'modified' must say whether the model changed "
+                "(the no-op and the digest rely on it)",
+                method="apply",
+            )
         untyped = [name for name in untyped_annotations(model) if name not in untyped_before]
         if untyped:  # onnxruntime >= 1.32 refuses such a model ("Invalid tensor data type 0")
             shown = ", ".join(f"'{name}'" for name in untyped[:5]) + (" ..." if len(untyped) > 5 else "")
@@ -116,7 +122,9 @@ class Guard:
         try:
             result = self._call("verify", lambda: self.instance.verify(params, context))
         except VerifierFailed as stopped:
-            return VerifyResult("failed", stopped.summary, (f"hint: {stopped.hint}",) if stopped.hint else ()), stopped.key
+            return VerifyResult(
+                "failed", stopped.summary, (f"hint: {stopped.hint}",) if stopped.hint else ()
+            ), stopped.key
         if not isinstance(result, VerifyResult):
             raise self.fault(f"verify() returned {type(result).__name__}, not a VerifyResult", method="verify")
         return result, ()
@@ -143,8 +151,12 @@ class Guard:
 
     def _problems(self, method: str, found: list) -> list[ParamProblem]:
         for item in found:
-            if not (isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], (tuple, list))
-                    and isinstance(item[1], str)):
+            if not (
+                isinstance(item, (tuple, list))
+                and len(item) == 2
+                and isinstance(item[0], (tuple, list))
+                and isinstance(item[1], str)
+            ):
                 raise self.fault(f"{method}() gave {item!r}, not a (key path tuple, message) pair", method=method)
         return [(tuple(key), message) for key, message in found]
 
@@ -155,15 +167,19 @@ class Guard:
         innermost line of the plugin's own code (for a broken contract, where ``method`` is defined);
         ``-v`` prints the plugin's traceback from its first frame down, not patchspec's.
         """
-        site, plugin_traceback = plugin_failure(exc, [self.cls.__module__, *self.origin.modules]) if exc else (None, None)
+        site, plugin_traceback = (
+            plugin_failure(exc, [self.cls.__module__, *self.origin.modules]) if exc else (None, None)
+        )
         site = site or self._site(method)
         message = f"{self.kind} {self.cls.name!r} {what}"
         if self.where:
             message = f"{self.where}: {message}"
         if site:
             message += f"\n  at {site}"
-        message += (f"\n  this is a bug in {self.origin.label}, not in the spec or the model (onnx {onnx.__version__}); "
-                    "nothing was written")
+        message += (
+            f"\n  this is a bug in {self.origin.label}, not in the spec or the model (onnx {onnx.__version__}); "
+            "nothing was written"
+        )
         hint = f"report it to {self.origin.author} with this message"
         if plugin_traceback:
             hint += "; rerun with -v to see the plugin's traceback"
@@ -228,10 +244,14 @@ def plugin_failure(exc: BaseException, modules: Iterable[str]) -> tuple[str | No
         site = f"{innermost.tb_frame.f_code.co_filename}:{innermost.tb_lineno} in {innermost.tb_frame.f_code.co_name}"
     elif isinstance(exc, SyntaxError) and exc.filename:  # raised while compiling the plugin's file
         site = f"{exc.filename}:{exc.lineno}"
-    frames = [f for f in traceback.extract_tb(first or exc.__traceback__) if not f.filename.startswith("<frozen importlib")]
+    frames = [
+        f for f in traceback.extract_tb(first or exc.__traceback__) if not f.filename.startswith("<frozen importlib")
+    ]
     text = "".join(traceback.format_exception_only(type(exc), exc))
     if frames:
-        text = "Traceback (most recent call last):\n" + "".join(traceback.StackSummary.from_list(frames).format()) + text
+        text = (
+            "Traceback (most recent call last):\n" + "".join(traceback.StackSummary.from_list(frames).format()) + text
+        )
     return site, text
 
 

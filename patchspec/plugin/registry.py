@@ -95,8 +95,9 @@ class PluginRegistry:
     disabled_unknown: list[str] = field(default_factory=list)
 
     @classmethod
-    def load(cls, extra: Iterable[tuple[str, object]] = (), *,
-             entry_points: Iterable[metadata.EntryPoint] | None = None) -> PluginRegistry:
+    def load(
+        cls, extra: Iterable[tuple[str, object]] = (), *, entry_points: Iterable[metadata.EntryPoint] | None = None
+    ) -> PluginRegistry:
         """Load entry points (and ``extra`` (name, module) pairs, for tests) into a new registry."""
         registry = cls([], {}, {}, {})
         manager = pluggy.PluginManager(hookspecs.NAME)
@@ -129,7 +130,9 @@ class PluginRegistry:
             module = entry_point.load()
         except Exception as exc:  # a broken third-party plugin must not break the tool
             site, info.traceback = plugin_failure(exc, [entry_point.value])
-            info.error = f"failed to import {entry_point.value}: {_exception_line(exc)}" + (f" (at {site})" if site else "")
+            info.error = f"failed to import {entry_point.value}: {_exception_line(exc)}" + (
+                f" (at {site})" if site else ""
+            )
             self.plugins.append(info)
             return
         self._register_object(manager, info, module)

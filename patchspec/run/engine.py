@@ -70,8 +70,14 @@ class Engine:
     function that takes a line (an embedding such as the hatch hook): everything the engine says
     goes through it, and a failure's whole story goes in the error it raises."""
 
-    def __init__(self, registry: PluginRegistry, echo: Reporter | Echo = print, *, verbose: bool = False,
-                 strict_paths: bool = False):
+    def __init__(
+        self,
+        registry: PluginRegistry,
+        echo: Reporter | Echo = print,
+        *,
+        verbose: bool = False,
+        strict_paths: bool = False,
+    ):
         self.registry = registry
         self.reporter = echo if isinstance(echo, Reporter) else Reporter.to(echo, 1 if verbose else 0)
         self.echo = self.reporter.line
@@ -92,8 +98,9 @@ class Engine:
         stamps = [FileStamp.of(p) for p in [model_path, *paths]]
         return LoadedInput(spec, model_path, output_path, proto, paths, stamps)
 
-    def patch(self, loaded: LoadedInput, report: RunReport, *,
-              check_verifiers: bool = True) -> tuple[onnx.ModelProto, Layout | None]:
+    def patch(
+        self, loaded: LoadedInput, report: RunReport, *, check_verifiers: bool = True
+    ) -> tuple[onnx.ModelProto, Layout | None]:
         """Apply every patch in spec order to a copy of the input; returns the model and output layout.
 
         Then (``check_verifiers``) each verifier checks its params against the patched model, so a
@@ -137,8 +144,16 @@ class Engine:
         status = "modified" if result.modified else "unchanged"
         return StepOutcome(step.label, status, result.summary, list(result.details), time.perf_counter() - started)
 
-    def verify(self, spec: Spec, output: Path, original: Path, report: RunReport, *, staged: bool = False,
-               check_params: bool = False) -> None:
+    def verify(
+        self,
+        spec: Spec,
+        output: Path,
+        original: Path,
+        report: RunReport,
+        *,
+        staged: bool = False,
+        check_params: bool = False,
+    ) -> None:
         """Run every verifier on the file at ``output``; raise VerificationFailed if any failed.
 
         ``check_params``: first check the verifiers' params against that model (``check_model``), as
@@ -155,11 +170,18 @@ class Engine:
         for step in spec.verify:
             started = time.perf_counter()
             with self.reporter.task(step.type_name) as task:
-                context = VerifyContext(spec, step, output_path=output, original_path=original, model=model,
-                                        progress=task.say)
+                context = VerifyContext(
+                    spec, step, output_path=output, original_path=original, model=model, progress=task.say
+                )
                 result, key = self._guard(spec, step).verify(step.params, context)  # key: where context.fail pointed
-            outcome = StepOutcome(step.label, result.status, result.summary, list(result.details),
-                                  time.perf_counter() - started, dict(result.data))
+            outcome = StepOutcome(
+                step.label,
+                result.status,
+                result.summary,
+                list(result.details),
+                time.perf_counter() - started,
+                dict(result.data),
+            )
             report.verifiers.append(outcome)
             self._print_step(step, outcome)
             if outcome.status == "failed":
@@ -181,8 +203,16 @@ class Engine:
         return VerificationFailed(message)
 
     # -- commands ---------------------------------------------------------------------------------
-    def apply(self, spec: Spec, *, model: Path | None = None, output: Path | None = None,
-              force: bool = False, no_verify: bool = False, report: RunReport | None = None) -> RunReport:
+    def apply(
+        self,
+        spec: Spec,
+        *,
+        model: Path | None = None,
+        output: Path | None = None,
+        force: bool = False,
+        no_verify: bool = False,
+        report: RunReport | None = None,
+    ) -> RunReport:
         loaded = self.load_input(spec, model, output)
         report = report or RunReport(str(spec.path), str(loaded.model_path), str(loaded.output_path))
         report.inputs = [str(p) for p in [loaded.model_path, *loaded.data_paths, *self.step_dependencies(spec)]]
@@ -195,7 +225,8 @@ class Engine:
             # output's digest must be compared first (the stat cache makes that a stat per file)
             parts = pool.submit(self.digest_parts, loaded, no_verify, cache)
             parts.add_done_callback(
-                lambda done: setattr(report, "digest", digest_of(done.result())) if not done.exception() else None)
+                lambda done: setattr(report, "digest", digest_of(done.result())) if not done.exception() else None
+            )
             # else its data files are compared with the build's record (hashed only where their
             # identity changed), meanwhile the inputs are hashed
             intact = stamp is not None and not stamp.data_changes(cache.sha256)
@@ -224,8 +255,15 @@ class Engine:
         cache.save()
         return report
 
-    def _write_and_commit(self, loaded: LoadedInput, patched, layout: Layout, parts: Callable[[], dict[str, str]],
-                          no_verify: bool, report: RunReport) -> dict[str, dict]:
+    def _write_and_commit(
+        self,
+        loaded: LoadedInput,
+        patched,
+        layout: Layout,
+        parts: Callable[[], dict[str, str]],
+        no_verify: bool,
+        report: RunReport,
+    ) -> dict[str, dict]:
         """Stage, verify and commit the output; returns its data files' record (name -> size, sha256)."""
         spec = loaded.spec
         written: dict[str, dict] = {}
@@ -238,8 +276,9 @@ class Engine:
 
             try:
                 with self.reporter.bytes("copying weights") as progress:
-                    files = write_model(patched, staged_model, loaded.model_path.parent, layout, progress,
-                                        finalize=finalize)
+                    files = write_model(
+                        patched, staged_model, loaded.model_path.parent, layout, progress, finalize=finalize
+                    )
             except OSError as exc:
                 raise ModelFileError(f"{loaded.output_path}: cannot write: {exc.strerror or exc}") from None
             if not no_verify:
@@ -259,8 +298,11 @@ class Engine:
         absolute path, so two checkouts at different folders build the same bytes (docs/cli.md).
         With a stat cache, a file whose identity did not change is not read again."""
         sha256 = self._hashing(cache.sha256 if cache is not None else file_sha256)
-        parts = {"patchspec": f"{__version__} no_verify={no_verify}", "spec": loaded.spec.text_digest,
-                 f"model {loaded.model_path.name}": sha256(loaded.model_path)}
+        parts = {
+            "patchspec": f"{__version__} no_verify={no_verify}",
+            "spec": loaded.spec.text_digest,
+            f"model {loaded.model_path.name}": sha256(loaded.model_path),
+        }
         for path in loaded.data_paths:
             parts[f"data {path.name}"] = sha256(path)
         for written, path in self.written_dependencies(loaded.spec):
@@ -271,8 +313,9 @@ class Engine:
             parts[f"plugin {step.type_name}"] = f"{owner.distribution} {owner.version}" if owner else "?"
         return parts
 
-    def check(self, spec: Spec, *, model: Path | None = None, output: Path | None = None,
-              no_verify: bool = False) -> tuple[str, list[str]]:
+    def check(
+        self, spec: Spec, *, model: Path | None = None, output: Path | None = None, no_verify: bool = False
+    ) -> tuple[str, list[str]]:
         """Whether ``apply`` would rebuild, without writing anything: ("up to date" | "missing" |
         "stale", what changed since the output was built, files named by their paths)."""
         loaded = self.load_input(spec, model, output)
@@ -299,8 +342,11 @@ class Engine:
             if name not in built_from:
                 changed.append(f"{shown_path(paths[name]) if name in paths else name} is new")
             elif built_from[name] != parts[name]:  # a file by its path; a version with both values
-                changed.append(f"{shown_path(paths[name])} changed" if name in paths
-                               else f"{name} changed ({built_from[name]} -> {parts[name]})")
+                changed.append(
+                    f"{shown_path(paths[name])} changed"
+                    if name in paths
+                    else f"{name} changed ({built_from[name]} -> {parts[name]})"
+                )
         changed += [f"{name} is gone" for name in built_from if name not in parts]
         return changed or ["the digest differs"]
 
@@ -336,9 +382,11 @@ class Engine:
 
     def _hashing(self, sha256: Callable[..., str]) -> Callable[[Path], str]:
         """``sha256`` with its bytes, rate and ETA on the status line while it reads a file."""
+
         def hashed(path: Path) -> str:
             with self.reporter.bytes(f"hashing {path.name}") as progress:
                 return sha256(path) if progress is None else sha256(path, progress)
+
         return hashed
 
 
@@ -347,8 +395,10 @@ def io_changes(before: onnx.ModelProto, after: onnx.ModelProto) -> list[tuple[st
     every output: the shape (``[N, 3, ?, ?]``), with the element type where a patch changed it;
     ``-`` where the tensor is not there on that side."""
     rows = []
-    for section, read in (("inputs", lambda m: fed_inputs(m.graph)),
-                          ("outputs", lambda m: {info.name: info for info in m.graph.output})):
+    for section, read in (
+        ("inputs", lambda m: fed_inputs(m.graph)),
+        ("outputs", lambda m: {info.name: info for info in m.graph.output}),
+    ):
         old, new = read(before), read(after)
         for name in [*old, *(n for n in new if n not in old)]:
             types = {_elem_type(info) for info in (old.get(name), new.get(name)) if info is not None}
@@ -374,11 +424,19 @@ def _missing_model(spec: Spec, model_path: Path) -> ModelFileError:
     pos = spec.document.position(("model",))
     written = spec.document.data.get("model")
     nearby = sorted(p.name for p in model_path.parent.glob("*.onnx"))[:5] if model_path.parent.is_dir() else []
-    found = f"; .onnx files there: {', '.join(nearby)}" if nearby else (
-        "" if model_path.parent.is_dir() else f"; the folder {shown_path(model_path.parent)} does not exist either")
-    msg = (f"{spec.path}:{pos.line}:{pos.column}: model: {written} does not exist (resolved to {model_path}){found}")
-    return ModelFileError(msg, f"paths in a spec are relative to the spec's folder ({spec.path.resolve().parent}), "
-                               "not to the current directory")
+    found = (
+        f"; .onnx files there: {', '.join(nearby)}"
+        if nearby
+        else (
+            "" if model_path.parent.is_dir() else f"; the folder {shown_path(model_path.parent)} does not exist either"
+        )
+    )
+    msg = f"{spec.path}:{pos.line}:{pos.column}: model: {written} does not exist (resolved to {model_path}){found}"
+    return ModelFileError(
+        msg,
+        f"paths in a spec are relative to the spec's folder ({spec.path.resolve().parent}), "
+        "not to the current directory",
+    )
 
 
 def _refuse_same_file(model: Path, output: Path) -> None:
@@ -389,8 +447,10 @@ def _refuse_same_file(model: Path, output: Path) -> None:
         except OSError:
             same = False
     if same:
-        raise UsageError(f"{output}: the output is the input model; patchspec never modifies its input",
-                         "choose another 'output' (e.g. under build/)")
+        raise UsageError(
+            f"{output}: the output is the input model; patchspec never modifies its input",
+            "choose another 'output' (e.g. under build/)",
+        )
 
 
 def _remove_superseded(output: Path, old: list[Path], new: list[str]) -> None:

@@ -32,8 +32,15 @@ STEP_COLUMN = 38
 Echo = Callable[[str], None]
 Progress = Callable[[int, int], None]  # (bytes done, bytes in all)
 
-_COLOURS = {"passed": "green", "modified": "green", "written": "green", "pass": "green",
-            "failed": "red", "FAIL": "red", "skipped": "yellow"}
+_COLOURS = {
+    "passed": "green",
+    "modified": "green",
+    "written": "green",
+    "pass": "green",
+    "failed": "red",
+    "FAIL": "red",
+    "skipped": "yellow",
+}
 _WORDS = re.compile(r"\b(FAIL|pass)\b(?=[: ])")
 _COUNTS = re.compile(r"\b([1-9]\d*) (failed|written)\b")
 
@@ -61,8 +68,14 @@ def wrap(text: str, width: int, hang: int | None = None) -> str:
         if len(line) <= width or width - indent < 20:
             out.append(line)
             continue
-        out += textwrap.wrap(line, width, initial_indent="", subsequent_indent=" " * indent,
-                             break_long_words=False, break_on_hyphens=False) or [line]
+        out += textwrap.wrap(
+            line,
+            width,
+            initial_indent="",
+            subsequent_indent=" " * indent,
+            break_long_words=False,
+            break_on_hyphens=False,
+        ) or [line]
     return "\n".join(out)
 
 
@@ -114,15 +127,18 @@ class Task:
         rate = self.done / elapsed
         eta = _clock((self.total - self.done) / rate) if rate > 0 else "?"
         filled = int(20 * self.done / self.total)
-        return (f"{head} [{'#' * filled}{'-' * (20 - filled)}] {100 * self.done // self.total:3d}%  "
-                f"{_human_bytes(self.done)}/{_human_bytes(self.total)}  {_human_bytes(rate)}/s  ETA {eta}")
+        return (
+            f"{head} [{'#' * filled}{'-' * (20 - filled)}] {100 * self.done // self.total:3d}%  "
+            f"{_human_bytes(self.done)}/{_human_bytes(self.total)}  {_human_bytes(rate)}/s  ETA {eta}"
+        )
 
 
 class Reporter:
     """Where everything a command says goes; ``verbosity`` is -1 (``-q``), 0, or 1 and up (``-v``)."""
 
-    def __init__(self, verbosity: int = 0, out: IO[str] | None = None, err: IO[str] | None = None,
-                 *, echo: Echo | None = None) -> None:
+    def __init__(
+        self, verbosity: int = 0, out: IO[str] | None = None, err: IO[str] | None = None, *, echo: Echo | None = None
+    ) -> None:
         self.verbosity = verbosity
         self._echo = echo  # a plain sink (an embedding such as the hatch hook): lines only
         self.out = out if out is not None else sys.stdout
@@ -186,9 +202,9 @@ class Reporter:
             self._echo(text)
             return
         if self.out_colour:
-            head, rest = text[:len(f"  {name} {dots} ")], text[len(f"  {name} {dots} "):]
+            head, rest = text[: len(f"  {name} {dots} ")], text[len(f"  {name} {dots} ") :]
             word = rest.split(" ", 1)[0]
-            text = head + self._paint(word, _COLOURS.get(word)) + rest[len(word):]
+            text = head + self._paint(word, _COLOURS.get(word)) + rest[len(word) :]
         self._write(self.out, text)
 
     def detail(self, text: str) -> None:
@@ -248,10 +264,12 @@ class Reporter:
             return
 
         with self.task(label) as task:
+
             def advance(done: int, total: int) -> None:
                 task.advance(done, total)
                 if done >= total:
                     self._end(task)
+
             yield advance
 
     def _end(self, task: Task) -> None:
@@ -284,7 +302,7 @@ class Reporter:
                 if shown:
                     width = self._width(self.err) - 1
                     status = " | ".join(shown)
-                    status = status if len(status) <= width else status[:max(width - 3, 0)] + "..."
+                    status = status if len(status) <= width else status[: max(width - 3, 0)] + "..."
                     if status != self._drawn:  # one write per change (the seconds tick once a second)
                         self.err.write(f"\r{status}\x1b[K")
                         self.err.flush()

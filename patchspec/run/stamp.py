@@ -36,8 +36,12 @@ def stamp_model(model: onnx.ModelProto, parts: dict[str, str], files: dict[str, 
     keep = [p for p in model.metadata_props if p.key not in (VERSION_KEY, DIGEST_KEY, INPUTS_KEY, FILES_KEY)]
     del model.metadata_props[:]
     model.metadata_props.extend(keep)
-    stamps = ((VERSION_KEY, __version__), (DIGEST_KEY, digest_of(parts)), (INPUTS_KEY, json.dumps(parts, sort_keys=True)),
-              (FILES_KEY, json.dumps(files, sort_keys=True)))
+    stamps = (
+        (VERSION_KEY, __version__),
+        (DIGEST_KEY, digest_of(parts)),
+        (INPUTS_KEY, json.dumps(parts, sort_keys=True)),
+        (FILES_KEY, json.dumps(files, sort_keys=True)),
+    )
     for key, value in stamps:
         entry = model.metadata_props.add()
         entry.key, entry.value = key, value
@@ -90,7 +94,9 @@ class OutputStamp:
         [] when they are as built. A size is a stat; ``sha256`` (the stat cache's) reads a file only
         when its identity changed since it was last hashed."""
         if self.recorded is None:
-            return ["the output's data files were not recorded by the patchspec that built it"] if self.data_files else []
+            return (
+                ["the output's data files were not recorded by the patchspec that built it"] if self.data_files else []
+            )
         changes = []
         for name, built in self.recorded.items():
             path = self.folder / name
@@ -122,7 +128,9 @@ def _recorded_files(text: str | None) -> dict[str, dict] | None:
     if record is None:
         return None
     for name, entry in record.items():
-        if not (isinstance(entry, dict) and isinstance(entry.get("size"), int) and isinstance(entry.get("sha256"), str)):
+        if not (
+            isinstance(entry, dict) and isinstance(entry.get("size"), int) and isinstance(entry.get("sha256"), str)
+        ):
             return None
         if Path(name).is_absolute() or ".." in Path(name).parts:
             return None

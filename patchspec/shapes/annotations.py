@@ -59,8 +59,11 @@ def typed(info: onnx.ValueInfoProto) -> bool:
 
 def untyped_annotations(model: onnx.ModelProto) -> list[str]:
     """Names of tensor annotations that have a tensor type without an element type, in any graph."""
-    return [info.name for info in all_annotations(model.graph)
-            if info.type.HasField("tensor_type") and info.type.tensor_type.elem_type == 0]
+    return [
+        info.name
+        for info in all_annotations(model.graph)
+        if info.type.HasField("tensor_type") and info.type.tensor_type.elem_type == 0
+    ]
 
 
 def read_dims(info: onnx.ValueInfoProto) -> list[Dim] | None:
@@ -90,8 +93,9 @@ def all_annotations(graph: onnx.GraphProto) -> Iterator[onnx.ValueInfoProto]:
 
 
 def dim_params(model: onnx.ModelProto) -> set[str]:
-    return {d.dim_param for info in all_annotations(model.graph) if has_shape(info)
-            for d in shape_dims(info) if d.dim_param}
+    return {
+        d.dim_param for info in all_annotations(model.graph) if has_shape(info) for d in shape_dims(info) if d.dim_param
+    }
 
 
 # -- re-derivation ----------------------------------------------------------------------------------
@@ -105,8 +109,10 @@ def rederive_shapes(model: onnx.ModelProto, state) -> None:
     left as they are; ``ir_version``, opset imports, weights and nodes are untouched.
     """
     if not isinstance(state, RunState):
-        msg = (f"rederive_shapes(model, state) takes the run's state (context.state), got {type(state).__name__}: "
-               "without it the dims earlier patches named would be lost")
+        msg = (
+            f"rederive_shapes(model, state) takes the run's state (context.state), got {type(state).__name__}: "
+            "without it the dims earlier patches named would be lost"
+        )
         raise TypeError(msg)
     pinned_dims = state.get(PINNED_DIMS)
     drop_derived_shapes(model.graph, pinned_dims)
@@ -153,8 +159,10 @@ def _inference_refused(model: onnx.ModelProto, exc: Exception) -> PatchError:
     declared = {opset.domain for opset in model.opset_import} | {"ai.onnx"}
     undeclared = sorted({node.domain for graph in all_graphs(model.graph) for node in graph.node} - declared)
     if undeclared:
-        hint = (f"the model uses the operator domain(s) {', '.join(map(repr, undeclared))} without an opset import; "
-                "onnxruntime refuses such a model too: fix the export, or add the import to the model")
+        hint = (
+            f"the model uses the operator domain(s) {', '.join(map(repr, undeclared))} without an opset import; "
+            "onnxruntime refuses such a model too: fix the export, or add the import to the model"
+        )
     else:
         hint = "run 'patchspec inspect' on the model; onnxruntime probably refuses it as well"
     return PatchError(f"ONNX shape inference ({onnx.__version__}) cannot process this model: {text}", hint)

@@ -50,8 +50,11 @@ def batch_axes(model: onnx.ModelProto, given=None) -> BatchAxes:
 
 
 def _given_axes(inputs: dict, given) -> BatchAxes:
-    pairs = [(name, 0, ("inputs", i)) for i, name in enumerate(given)] if isinstance(given, list) else \
-        [(name, axis, ("inputs", name)) for name, axis in given.items()]
+    pairs = (
+        [(name, 0, ("inputs", i)) for i, name in enumerate(given)]
+        if isinstance(given, list)
+        else [(name, axis, ("inputs", name)) for name, axis in given.items()]
+    )
     chosen = []
     for name, axis, key in pairs:
         if name not in inputs:
@@ -60,8 +63,11 @@ def _given_axes(inputs: dict, given) -> BatchAxes:
         dims = read_dims(inputs[name])
         if dims is None or not -len(dims) <= axis < len(dims):
             rank = "unknown rank" if dims is None else f"rank {len(dims)}"
-            raise BatchAxesError(f"input '{name}' has {rank}; axis {axis} does not exist", key,
-                                 "give the axis that carries the batch as {name: axis}")
+            raise BatchAxesError(
+                f"input '{name}' has {rank}; axis {axis} does not exist",
+                key,
+                "give the axis that carries the batch as {name: axis}",
+            )
         chosen.append((name, axis % len(dims)))
     return BatchAxes(tuple(chosen), _old_size(inputs, chosen))
 
@@ -76,23 +82,30 @@ def _detected_axes(inputs: dict) -> BatchAxes:
     first_name, first = next(iter(inputs.items()))
     dims = read_dims(first)
     if not dims:
-        raise BatchAxesError(f"cannot find the batch: the first input '{first_name}' has no axis 0 "
-                             f"({'unknown rank' if dims is None else 'a scalar'})",
-                             hint="name the inputs and axes that carry the batch: inputs: {name: axis}")
+        raise BatchAxesError(
+            f"cannot find the batch: the first input '{first_name}' has no axis 0 "
+            f"({'unknown rank' if dims is None else 'a scalar'})",
+            hint="name the inputs and axes that carry the batch: inputs: {name: axis}",
+        )
     batch_name = dims[0]
     if isinstance(batch_name, str) and batch_name not in dims[1:]:
-        chosen = [(name, axis) for name, info in inputs.items()
-                  for axis, dim in enumerate(read_dims(info) or []) if dim == batch_name]
+        chosen = [
+            (name, axis)
+            for name, info in inputs.items()
+            for axis, dim in enumerate(read_dims(info) or [])
+            if dim == batch_name
+        ]
         return BatchAxes(tuple(chosen), 1)
     if isinstance(batch_name, str):
         chosen = [(name, 0) for name, info in inputs.items() if (read_dims(info) or [None])[0] == batch_name]
         others = [str(axis) for axis, dim in enumerate(dims) if dim == batch_name and axis]
-        note = (f"'{batch_name}' also names axes {', '.join(others)} of '{first_name}': took axis 0 only; "
-                f"tell them apart with rename_dims (tensor: {first_name}, axes: {{...}})")
+        note = (
+            f"'{batch_name}' also names axes {', '.join(others)} of '{first_name}': took axis 0 only; "
+            f"tell them apart with rename_dims (tensor: {first_name}, axes: {{...}})"
+        )
         return BatchAxes(tuple(chosen), 1, (note,))
     old = batch_name if isinstance(batch_name, int) else 1
-    chosen = [(name, 0) for name, info in inputs.items()
-              if (read_dims(info) or [])[:1] in ([old], [None])]
+    chosen = [(name, 0) for name, info in inputs.items() if (read_dims(info) or [])[:1] in ([old], [None])]
     return BatchAxes(tuple(chosen), old)
 
 

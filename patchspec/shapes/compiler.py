@@ -24,8 +24,16 @@ from patchspec.model.graph import Namer, constant_value
 from patchspec.shapes import expressions as ex
 from patchspec.shapes.annotations import read_dim
 
-INTEGER_TYPES = {TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
-                 TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64}
+INTEGER_TYPES = {
+    TensorProto.INT8,
+    TensorProto.INT16,
+    TensorProto.INT32,
+    TensorProto.INT64,
+    TensorProto.UINT8,
+    TensorProto.UINT16,
+    TensorProto.UINT32,
+    TensorProto.UINT64,
+}
 
 
 class ShapeCompileError(Exception):
@@ -63,8 +71,9 @@ class TensorIndex:
             if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
                 value = constant_value(node)
                 if value is not None:
-                    self.facts[node.output[0]] = TensorFacts(node.output[0], list(value.shape),
-                                                             helper.np_dtype_to_tensor_dtype(value.dtype), value)
+                    self.facts[node.output[0]] = TensorFacts(
+                        node.output[0], list(value.shape), helper.np_dtype_to_tensor_dtype(value.dtype), value
+                    )
         for init in graph.initializer:
             value = None
             if init.name not in input_names and init.data_location != TensorProto.EXTERNAL:
@@ -76,8 +85,10 @@ class TensorIndex:
                 tensor_type = info.type.tensor_type
                 facts.dtype = tensor_type.elem_type or facts.dtype
                 if tensor_type.HasField("shape"):
-                    facts.dims = [size if isinstance(size := read_dim(d), int) else None  # -1: unknown
-                                  for d in tensor_type.shape.dim]
+                    facts.dims = [
+                        size if isinstance(size := read_dim(d), int) else None  # -1: unknown
+                        for d in tensor_type.shape.dim
+                    ]
 
     def get(self, name: str) -> TensorFacts | None:
         return self.facts.get(name)
@@ -153,8 +164,14 @@ class ShapeCompiler:
         func = "dim" if isinstance(ref, ex.Dim) else "value"
         if facts is None:
             near = close_matches(ref.tensor, self.index.facts, limit=5)
-            hint = ("close names: " + ", ".join(near)) if near else "add it with an add_input patch if the export dropped it"
-            raise ShapeCompileError(self._item, f"col {ref.column}: {func}() reads tensor '{ref.tensor}', which is not in the model", hint)
+            hint = (
+                ("close names: " + ", ".join(near))
+                if near
+                else "add it with an add_input patch if the export dropped it"
+            )
+            raise ShapeCompileError(
+                self._item, f"col {ref.column}: {func}() reads tensor '{ref.tensor}', which is not in the model", hint
+            )
         if isinstance(ref, ex.Dim):
             if facts.dims is not None and not -len(facts.dims) <= ref.axis < len(facts.dims):
                 msg = f"col {ref.column}: axis {ref.axis} is out of range for '{ref.tensor}' of rank {len(facts.dims)}"
@@ -162,11 +179,15 @@ class ShapeCompiler:
             return
         if facts.dtype is not None and facts.dtype not in INTEGER_TYPES:
             dtype = helper.tensor_dtype_to_string(facts.dtype).removeprefix("TensorProto.")
-            raise ShapeCompileError(self._item, f"col {ref.column}: value() reads integer tensors; '{ref.tensor}' is {dtype.lower()}")
+            raise ShapeCompileError(
+                self._item, f"col {ref.column}: value() reads integer tensors; '{ref.tensor}' is {dtype.lower()}"
+            )
         if facts.dims is not None:
             if len(ref.indices) != len(facts.dims):
-                msg = (f"col {ref.column}: value() needs {len(facts.dims)} indices for '{ref.tensor}' "
-                       f"of rank {len(facts.dims)}, got {len(ref.indices)}")
+                msg = (
+                    f"col {ref.column}: value() needs {len(facts.dims)} indices for '{ref.tensor}' "
+                    f"of rank {len(facts.dims)}, got {len(ref.indices)}"
+                )
                 raise ShapeCompileError(self._item, msg)
             for axis, (i, size) in enumerate(zip(ref.indices, facts.dims)):
                 if size is not None and not -size <= i < size:
@@ -180,6 +201,7 @@ class ShapeCompiler:
 
     def _plan_dims(self, parsed: list) -> None:
         """Find items that are consecutive axes of one tensor (one Shape slice) and count shape reads."""
+
         def bare_dim(expr):
             if isinstance(expr, ex.Dim) and self.index.get(expr.tensor).constant is None:
                 return expr.tensor, self._axis(expr.tensor, expr.axis)
@@ -189,8 +211,12 @@ class ShapeCompiler:
         while index < len(parsed):
             start = bare_dim(parsed[index])
             count = 1
-            while start and index + count < len(parsed) and bare_dim(parsed[index + count]) == (start[0], start[1] + count) \
-                    and start[1] + count != 0:
+            while (
+                start
+                and index + count < len(parsed)
+                and bare_dim(parsed[index + count]) == (start[0], start[1] + count)
+                and start[1] + count != 0
+            ):
                 count += 1
             if count > 1:
                 self._runs[index] = (start[0], start[1], count)

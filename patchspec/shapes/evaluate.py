@@ -236,8 +236,9 @@ class ShapeEvaluator:
 
     def _bind(self, body: onnx.GraphProto, per_point: list[list[Known]]) -> None:
         for index, info in enumerate(body.input):
-            self.known[info.name] = [per_point[p][index] if index < len(per_point[p]) else UNKNOWN
-                                     for p in range(self.count)]
+            self.known[info.name] = [
+                per_point[p][index] if index < len(per_point[p]) else UNKNOWN for p in range(self.count)
+            ]
 
     def _body_outputs(self, body: onnx.GraphProto) -> list[list[Known]]:
         """Per point, the Knowns of ``body``'s outputs."""
@@ -263,8 +264,11 @@ class ShapeEvaluator:
 
     def _loop(self, site: NodeSite, body, inputs: list) -> list[list[Known]]:
         carried = len(site.node.input) - 2
-        bound = [[Known(TensorProto.INT64, (), np.array(0, dtype=np.int64)), Known(TensorProto.BOOL, ())]
-                 + [_shape_only(k) for k in inputs[p][2:]] for p in range(self.count)]
+        bound = [
+            [Known(TensorProto.INT64, (), np.array(0, dtype=np.int64)), Known(TensorProto.BOOL, ())]
+            + [_shape_only(k) for k in inputs[p][2:]]
+            for p in range(self.count)
+        ]
         self._bind(body, bound)
         self._run_graph(body, site.scopes + (body,))
         body_out = self._body_outputs(body)
@@ -272,9 +276,9 @@ class ShapeEvaluator:
         for p in range(self.count):
             trips = inputs[p][0].value if inputs[p] and inputs[p][0].value is not None else None
             trip = int(np.asarray(trips).reshape(-1)[0]) if trips is not None and np.asarray(trips).size == 1 else None
-            states = [merge(first, after) for first, after in zip(inputs[p][2:], body_out[p][1:1 + carried])]
-            scans = [_stacked(k, trip, 0) for k in body_out[p][1 + carried:]]
-            outputs.append((states + scans)[:len(site.node.output)])
+            states = [merge(first, after) for first, after in zip(inputs[p][2:], body_out[p][1 : 1 + carried])]
+            scans = [_stacked(k, trip, 0) for k in body_out[p][1 + carried :]]
+            outputs.append((states + scans)[: len(site.node.output)])
         return outputs
 
     def _scan(self, site: NodeSite, body, inputs: list) -> list[list[Known]]:
@@ -293,7 +297,7 @@ class ShapeEvaluator:
                     continue
                 axis %= max(len(k.shape), 1)
                 length = k.shape[axis] if length is None else length
-                slices.append(Known(k.dtype, k.shape[:axis] + k.shape[axis + 1:]))
+                slices.append(Known(k.dtype, k.shape[:axis] + k.shape[axis + 1 :]))
             bound.append([_shape_only(k) for k in inputs[p][:states]] + slices)
             lengths.append(length)
         self._bind(body, bound)
@@ -302,9 +306,11 @@ class ShapeEvaluator:
         outputs = []
         for p in range(self.count):
             finals = [merge(first, after) for first, after in zip(inputs[p][:states], body_out[p][:states])]
-            scans = [_stacked(k, lengths[p], out_axes[j] if j < len(out_axes) else 0)
-                     for j, k in enumerate(body_out[p][states:])]
-            outputs.append((finals + scans)[:len(node.output)])
+            scans = [
+                _stacked(k, lengths[p], out_axes[j] if j < len(out_axes) else 0)
+                for j, k in enumerate(body_out[p][states:])
+            ]
+            outputs.append((finals + scans)[: len(node.output)])
         return outputs
 
 
@@ -315,9 +321,15 @@ def _inference_key(node: onnx.NodeProto, inputs: list[Known]) -> tuple | None:
         if attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
             return None
         attributes.append(attribute.SerializeToString())
-    described = tuple((bool(name), known.dtype, known.shape,
-                       None if known.value is None else (np.asarray(known.value).dtype.str, np.asarray(known.value).tobytes()))
-                      for name, known in zip(node.input, inputs))
+    described = tuple(
+        (
+            bool(name),
+            known.dtype,
+            known.shape,
+            None if known.value is None else (np.asarray(known.value).dtype.str, np.asarray(known.value).tobytes()),
+        )
+        for name, known in zip(node.input, inputs)
+    )
     return node.op_type, node.domain, len(node.input), len(node.output), tuple(attributes), described
 
 
@@ -349,7 +361,8 @@ def _broadcast(op: str, inputs: list[Known]) -> Known | None:
 def merge(a: Known, b: Known) -> Known:
     """What two possible values of one tensor have in common."""
     same_value = (a.value is None and b.value is None) or (
-        a.value is not None and b.value is not None and np.array_equal(a.value, b.value))
+        a.value is not None and b.value is not None and np.array_equal(a.value, b.value)
+    )
     if a is b or (a.dtype == b.dtype and a.shape == b.shape and same_value):
         return a
     dtype = a.dtype if a.dtype == b.dtype else 0

@@ -190,13 +190,20 @@ class _Parser:
     def call(self, name: Token) -> Expr:
         called = self.peek().text == "("
         if name.text not in FUNCTIONS and not called:
-            msg = (f"unknown name '{name.text}'; read a tensor's size with dim({name.text}, AXIS) "
-                   f"or an element with value({name.text}, I, ...)")
+            msg = (
+                f"unknown name '{name.text}'; read a tensor's size with dim({name.text}, AXIS) "
+                f"or an element with value({name.text}, I, ...)"
+            )
             raise ExpressionError(name.column, msg)
         if name.text not in FUNCTIONS:
             from patchspec.errors import did_you_mean
-            raise ExpressionError(name.column, f"unknown function '{name.text}'" + did_you_mean(name.text, FUNCTIONS)
-                                  + "; known: min, max, dim, value")
+
+            raise ExpressionError(
+                name.column,
+                f"unknown function '{name.text}'"
+                + did_you_mean(name.text, FUNCTIONS)
+                + "; known: min, max, dim, value",
+            )
         nxt = self.peek()
         if not (nxt.kind == "op" and nxt.text == "("):
             raise ExpressionError(nxt.column, f"expected '(' after '{name.text}'")
@@ -241,7 +248,7 @@ class _Parser:
         while self.pos < len(self.text) and self.text[self.pos].isspace():
             self.pos += 1
         column = self.pos + 1
-        rest = self.text[self.pos:]
+        rest = self.text[self.pos :]
         if rest[:1] in ("'", '"'):
             end = rest.find(rest[0], 1)
             if end < 0:
@@ -252,8 +259,11 @@ class _Parser:
             return rest[1:end]
         match = BARE_TENSOR_CHARS.match(rest)
         if not match:
-            raise ExpressionError(column, f"expected a tensor name as the first argument of {name.text}(); "
-                                          "quote names with other characters: 'my name'")
+            raise ExpressionError(
+                column,
+                f"expected a tensor name as the first argument of {name.text}(); "
+                "quote names with other characters: 'my name'",
+            )
         self.pos += match.end()
         return match.group(0)
 
@@ -302,9 +312,15 @@ def apply_op(op: str, left: int, right: int, column: int = 1) -> int:
     """Python integer semantics: ``//`` floors, ``%`` takes the divisor's sign."""
     if op in ("//", "%") and right == 0:
         raise ExpressionError(column, f"division by zero in '{op}'")
-    result = {"+": lambda: left + right, "-": lambda: left - right, "*": lambda: left * right,
-              "//": lambda: left // right, "%": lambda: left % right,
-              "min": lambda: min(left, right), "max": lambda: max(left, right)}[op]()
+    result = {
+        "+": lambda: left + right,
+        "-": lambda: left - right,
+        "*": lambda: left * right,
+        "//": lambda: left // right,
+        "%": lambda: left % right,
+        "min": lambda: min(left, right),
+        "max": lambda: max(left, right),
+    }[op]()
     if not INT64_MIN <= result <= INT64_MAX:
         raise ExpressionError(column, f"result {result} does not fit in int64")
     return result

@@ -125,6 +125,7 @@ def _reduce(function):
             axes = None
         result = function(args[0], axis=None if axes is None else tuple(axes), keepdims=keep)
         return result.astype(args[0].dtype)  # numpy sums and multiplies int32 as int64; ONNX keeps int32
+
     return reduce
 
 
@@ -178,6 +179,7 @@ def _variadic(function):
         for other in args[1:]:
             result = function(result, other)
         return result
+
     return apply
 
 
@@ -191,12 +193,15 @@ VALUE_OPS: dict[str, Callable] = {
     "Unsqueeze": _unsqueeze,
     "Reshape": _reshape,
     "Flatten": lambda args, attrs, opset: args[0].reshape(
-        int(np.prod(args[0].shape[:attrs.get("axis", 1)], dtype=np.int64)), -1),
+        int(np.prod(args[0].shape[: attrs.get("axis", 1)], dtype=np.int64)), -1
+    ),
     "Expand": lambda args, attrs, opset: args[0] * np.ones([int(s) for s in args[1]], dtype=args[0].dtype),
     "Tile": lambda args, attrs, opset: np.tile(args[0], [int(r) for r in args[1]]),
     "ConstantOfShape": lambda args, attrs, opset: np.full(
-        [int(s) for s in args[0]], numpy_helper.to_array(attrs["value"]).reshape(-1)[0] if "value" in attrs else 0.0,
-        dtype=numpy_helper.to_array(attrs["value"]).dtype if "value" in attrs else np.float32),
+        [int(s) for s in args[0]],
+        numpy_helper.to_array(attrs["value"]).reshape(-1)[0] if "value" in attrs else 0.0,
+        dtype=numpy_helper.to_array(attrs["value"]).dtype if "value" in attrs else np.float32,
+    ),
     "Range": _range,
     "Add": _binary(np.add),
     "Sub": _binary(np.subtract),

@@ -42,8 +42,12 @@ def input_values(model: onnx.ModelProto, name: str, elem_type: int) -> InputValu
     found = uses.branch_value(name) or uses.table_rows(name) or uses.mask(name)
     if found is not None:
         return found
-    return InputValues({}, "an integer input the graph says nothing definite about: give real values "
-                           "(a .npy file, 'file: ...') or state them ('value: ...')", flag=True)
+    return InputValues(
+        {},
+        "an integer input the graph says nothing definite about: give real values "
+        "(a .npy file, 'file: ...') or state them ('value: ...')",
+        flag=True,
+    )
 
 
 class _Uses:
@@ -55,10 +59,17 @@ class _Uses:
                     self.consumers.setdefault(tensor, []).append((site, operand))
         self.index = ScopeIndex()
         self.producers = {o: node for graph in all_graphs(model.graph) for node in graph.node for o in node.output if o}
-        self.conditions = {node.input[0] for graph in all_graphs(model.graph) for node in graph.node
-                           if node.op_type == "If" and node.input} | \
-                          {node.input[1] for graph in all_graphs(model.graph) for node in graph.node
-                           if node.op_type == "Loop" and len(node.input) > 1}
+        self.conditions = {
+            node.input[0]
+            for graph in all_graphs(model.graph)
+            for node in graph.node
+            if node.op_type == "If" and node.input
+        } | {
+            node.input[1]
+            for graph in all_graphs(model.graph)
+            for node in graph.node
+            if node.op_type == "Loop" and len(node.input) > 1
+        }
 
     def reached(self, name: str, through: set[str]):
         """(site, operand) of every use of ``name``, following ops in ``through``."""
@@ -111,8 +122,11 @@ class _Uses:
         value, node = chosen
         others = sorted({c for c in choices if c != value})
         alternatives = f"; the graph also compares it with {', '.join(map(str, others))}" if others else ""
-        return InputValues({"value": value}, f"{node.op_type} '{node.name or node.output[0]}' compares it with "
-                                             f"{value}, and the result chooses a branch{alternatives}")
+        return InputValues(
+            {"value": value},
+            f"{node.op_type} '{node.name or node.output[0]}' compares it with "
+            f"{value}, and the result chooses a branch{alternatives}",
+        )
 
     def table_rows(self, name: str) -> InputValues | None:
         """Indices into a constant table (token ids into an embedding): 0 <= id < its row count."""
@@ -123,8 +137,10 @@ class _Uses:
             axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
             rows = self._rows(site, axis)
             if rows:
-                return InputValues({"low": 0, "high": rows}, f"indexes the {rows} rows of Gather "
-                                                             f"'{node.name or node.output[0]}''s table")
+                return InputValues(
+                    {"low": 0, "high": rows},
+                    f"indexes the {rows} rows of Gather '{node.name or node.output[0]}''s table",
+                )
         return None
 
     def _rows(self, site, axis: int) -> int | None:
@@ -149,7 +165,9 @@ class _Uses:
             if node.op_type != "Cast":
                 continue
             if to == onnx.TensorProto.BOOL:
-                return InputValues({"low": 0, "high": 2}, f"cast to bool by '{node.name or node.output[0]}': a 0/1 mask")
+                return InputValues(
+                    {"low": 0, "high": 2}, f"cast to bool by '{node.name or node.output[0]}': a 0/1 mask"
+                )
             used = [s.node.op_type for s, _ in self.reached(node.output[0], _PASS_THROUGH)]
             if to in _FLOATS and used and all(op in _ARITHMETIC for op in used):
                 return InputValues({"low": 0, "high": 2}, "cast to a float and used in arithmetic: a 0/1 mask")

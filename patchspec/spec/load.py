@@ -103,8 +103,10 @@ def _missing_files(document: YamlDocument, folder: Path, registry: PluginRegistr
             key = _key_of(step.params, relative) or ()
             doc_path = step.path if step.shorthand_used else step.path + key
             where = step.label + (" > " + ".".join(map(str, key)) if key else "")
-            message = (f"{relative} does not exist (resolved to {(folder / relative).resolve()}); paths in a spec are "
-                       f"relative to the spec's folder")
+            message = (
+                f"{relative} does not exist (resolved to {(folder / relative).resolve()}); paths in a spec are "
+                f"relative to the spec's folder"
+            )
             problems.append(document.problem(doc_path, where, message))
     return problems
 
@@ -124,13 +126,17 @@ def _key_of(params, value: str, key: tuple = ()) -> tuple | None:
 def _check_envelope(document: YamlDocument) -> list[SpecProblem]:
     data = document.data
     if not isinstance(data, dict):
-        raise SpecError([document.problem((), "", "a spec is a mapping with keys 'patchspec', 'model', 'output', 'patches'")])
+        raise SpecError(
+            [document.problem((), "", "a spec is a mapping with keys 'patchspec', 'model', 'output', 'patches'")]
+        )
     version = data.get("patchspec")
     if type(version) is not int or version != FORMAT_VERSION:  # not True, not 1.0
         if "patchspec" not in data:
             message = f"missing 'patchspec: {FORMAT_VERSION}' (the spec format version)"
         elif isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
-            message = f"spec format {version} is newer than this patchspec supports ({FORMAT_VERSION}); upgrade patchspec"
+            message = (
+                f"spec format {version} is newer than this patchspec supports ({FORMAT_VERSION}); upgrade patchspec"
+            )
         else:
             message = f"'patchspec' must be the integer {FORMAT_VERSION}, got {version!r}"
         raise SpecError([document.problem(("patchspec",), "patchspec", message)])
@@ -138,7 +144,11 @@ def _check_envelope(document: YamlDocument) -> list[SpecProblem]:
     structural = False
     for key in data:
         if key not in ENVELOPE_KEYS:
-            problems.append(document.problem((key,), "", f"unknown key '{key}'" + did_you_mean(str(key), ENVELOPE_KEYS), of_key=True))
+            problems.append(
+                document.problem(
+                    (key,), "", f"unknown key '{key}'" + did_you_mean(str(key), ENVELOPE_KEYS), of_key=True
+                )
+            )
     validator = jsonschema.Draft202012Validator(ENVELOPE_SCHEMA)
     for error in validator.iter_errors(data):
         if error.validator == "additionalProperties":
@@ -160,8 +170,10 @@ def _bare_step(document: YamlDocument, error: jsonschema.ValidationError) -> Spe
     section, index = path
     value = error.instance
     example = f"{value}: {{}}" if isinstance(value, str) else "TYPE: {...}"
-    message = (f"{value!r} is not a step: each item is a mapping with one key, the type "
-               f"(write '- {example}', or '- TYPE: VALUE' for a type with a shorthand)")
+    message = (
+        f"{value!r} is not a step: each item is a mapping with one key, the type "
+        f"(write '- {example}', or '- TYPE: VALUE' for a type with a shorthand)"
+    )
     return document.problem(path, f"{section}[{index}]", message)
 
 
@@ -169,7 +181,7 @@ def _steps(document: YamlDocument, section: str, registry: PluginRegistry, probl
     kind = "patch type" if section == "patches" else "verifier"
     table = registry.patch_types if section == "patches" else registry.verifiers
     for index, item in enumerate(document.data.get(section) or []):
-        (type_name, raw), = item.items()
+        ((type_name, raw),) = item.items()
         step_path = (section, index, type_name)
         if type_name not in table:
             problems.append(_unknown_type(document, registry, section, index, kind, str(type_name), table))
@@ -204,13 +216,17 @@ def _unknown_type(document, registry, section, index, kind, type_name, table) ->
     missing = registry.why_missing(type_name)  # its plugin is installed, but disabled or broken
     if missing is not None and missing.disabled:
         message = f"unknown {kind} '{type_name}': plugin '{missing.name}' is disabled by {DISABLE_ENV}"
-        hint = (f"{missing.label} is installed but not loaded; to use it, remove '{missing.name}' from "
-                f"{DISABLE_ENV} (now '{os.environ.get(DISABLE_ENV, '')}')")
+        hint = (
+            f"{missing.label} is installed but not loaded; to use it, remove '{missing.name}' from "
+            f"{DISABLE_ENV} (now '{os.environ.get(DISABLE_ENV, '')}')"
+        )
         return document.problem(doc_path, where, message, hint, of_key=True)
     if missing is not None:  # no 'did you mean' from other plugins: the type is the broken plugin's
         message = f"unknown {kind} '{type_name}': plugin '{missing.name}' is installed but failed to load"
-        hint = (f"{missing.label} failed to load: {missing.error}; it provides nothing until it is fixed: upgrade "
-                f"or reinstall {missing.distribution}, or report it to its author")
+        hint = (
+            f"{missing.label} failed to load: {missing.error}; it provides nothing until it is fixed: upgrade "
+            f"or reinstall {missing.distribution}, or report it to its author"
+        )
         if missing.traceback:
             hint += "; -v shows its traceback"
         problem = document.problem(doc_path, where, message, hint, of_key=True)
@@ -327,13 +343,15 @@ def combined_schema(registry: PluginRegistry) -> dict:
                 value = {"anyOf": [value, short]}
             if "$defs" in cls_.params_schema:  # a fragment's '#/$defs/...' must resolve inside the fragment
                 value = {"$id": f"urn:patchspec:{section}:{name}", "$defs": cls_.params_schema["$defs"], **value}
-            branches.append({
-                "type": "object",
-                "description": cls_.description,
-                "properties": {name: value},
-                "required": [name],
-                "additionalProperties": False,
-            })
+            branches.append(
+                {
+                    "type": "object",
+                    "description": cls_.description,
+                    "properties": {name: value},
+                    "required": [name],
+                    "additionalProperties": False,
+                }
+            )
         return {"oneOf": branches}
 
     schema = dict(ENVELOPE_SCHEMA)

@@ -203,7 +203,9 @@ class _Builder:
 
     def result(self) -> YamlDocument:
         if not self.root_set or self.root is None:
-            raise SpecError(f"{self.path}: empty spec; it needs at least 'patchspec: 1', 'model', 'output' and 'patches'")
+            raise SpecError(
+                f"{self.path}: empty spec; it needs at least 'patchspec: 1', 'model', 'output' and 'patches'"
+            )
         return YamlDocument(self.path, self.root, self.text, self.positions, self.key_positions)
 
     # -- values -----------------------------------------------------------------------------
@@ -264,8 +266,11 @@ class _Builder:
         pos = Position(event.start_mark.line + 1, event.start_mark.column + 1)
         if key in frame.first_key_line:
             first = frame.first_key_line[key]
-            self.fail(event.start_mark, f"duplicate key '{key}' (first at line {first})",
-                      "YAML keeps only one of them; merge the two entries")
+            self.fail(
+                event.start_mark,
+                f"duplicate key '{key}' (first at line {first})",
+                "YAML keeps only one of them; merge the two entries",
+            )
         frame.first_key_line[key] = pos.line
         frame.pending_key = key
         frame.pending_key_pos = pos

@@ -88,7 +88,10 @@ def make_model(
 
 def _relu_chain(source: str, target: str, depth: int) -> list[onnx.NodeProto]:
     names = [source] + [f"{source}_relu{i}" for i in range(1, depth)] + [target]
-    return [helper.make_node("Relu", [a], [b], name=f"{source}_relu_node{i}") for i, (a, b) in enumerate(zip(names, names[1:]))]
+    return [
+        helper.make_node("Relu", [a], [b], name=f"{source}_relu_node{i}")
+        for i, (a, b) in enumerate(zip(names, names[1:]))
+    ]
 
 
 def _set_doc_strings(model: onnx.ModelProto, text: str) -> None:
@@ -256,5 +259,19 @@ def filled(plugin: type[PatchType] | type[Verifier], params: Mapping[str, Any]) 
     result: dict = apply_defaults(plugin.params_schema, dict(params))
     return result
 
-__all__ = ["IR_VERSION", "SPEC_HEADER", "SpecRun", "check_patch_type", "check_verifier", "filled", "make_model", "patch_context",
-           "registered", "run_cli", "run_spec", "schema_problems", "verify_context"]
+
+__all__ = [
+    "IR_VERSION",
+    "SPEC_HEADER",
+    "SpecRun",
+    "check_patch_type",
+    "check_verifier",
+    "filled",
+    "make_model",
+    "patch_context",
+    "registered",
+    "run_cli",
+    "run_spec",
+    "schema_problems",
+    "verify_context",
+]

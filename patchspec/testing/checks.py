@@ -69,23 +69,29 @@ def check_declaration(cls: type[PatchType] | type[Verifier]) -> None:
     label = f"{cls.__name__}"
     assert isinstance(getattr(cls, "name", None), str) and cls.name, f"{label}: no 'name' (the key users write)"
     description = getattr(cls, "description", None)
-    assert isinstance(description, str) and description.strip() and "\n" not in description.strip(), \
+    assert isinstance(description, str) and description.strip() and "\n" not in description.strip(), (
         f"{cls.name}: 'description' must be one line ('patchspec plugins' shows it)"
+    )
     schema = getattr(cls, "params_schema", None)
-    assert isinstance(schema, dict) and schema.get("type") == "object", f"{cls.name}: params_schema is not an object schema"
+    assert isinstance(schema, dict) and schema.get("type") == "object", (
+        f"{cls.name}: params_schema is not an object schema"
+    )
     fault = schema_fault(cls)  # the registry's check when a plugin loads
     assert fault is None, f"{cls.name}: {fault}"
     problems = schema_problems(schema)
     assert not problems, f"{cls.name}: params_schema is not closed and described:\n" + "\n".join(problems)
     shorthand = getattr(cls, "shorthand", None)
-    assert shorthand is None or shorthand in schema.get("properties", {}), \
+    assert shorthand is None or shorthand in schema.get("properties", {}), (
         f"{cls.name}: shorthand {shorthand!r} is not one of its properties"
+    )
     params_type = getattr(cls, "Params", None)
     if params_type is not None:  # the typed params say what the schema says: the same keys
         typed = set(getattr(params_type, "__annotations__", {}))
         declared = set(schema.get("properties", {}))
-        assert typed == declared, (f"{cls.name}: Params names {sorted(typed - declared)} the schema does not, and "
-                                   f"misses {sorted(declared - typed)}")
+        assert typed == declared, (
+            f"{cls.name}: Params names {sorted(typed - declared)} the schema does not, and "
+            f"misses {sorted(declared - typed)}"
+        )
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -93,18 +99,26 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def _faults_fail(check: F) -> F:
     """A fault the boundary reports (the plugin raised, or broke the contract) fails the check."""
+
     @functools.wraps(check)
     def checked(*args: Any, **kwargs: Any) -> Any:
         try:
             return check(*args, **kwargs)
         except PluginError as fault:
             raise AssertionError(str(fault)) from fault.__cause__
+
     return checked  # type: ignore[return-value]
 
 
 @_faults_fail
-def check_patch_type(cls: type[PatchType], folder: Path | str, *, change: Case | None = None,
-                     noop: Case | None = None, refused: Iterable[Case] = ()) -> None:
+def check_patch_type(
+    cls: type[PatchType],
+    folder: Path | str,
+    *,
+    change: Case | None = None,
+    noop: Case | None = None,
+    refused: Iterable[Case] = (),
+) -> None:
     """Check a patch type against the contract on the cases given (give at least one).
 
     ``change``: an application that changes the model (``modified=True``, bytes differ, the same
@@ -124,8 +138,9 @@ def check_patch_type(cls: type[PatchType], folder: Path | str, *, change: Case |
         assert not result.modified, f"{cls.name}: the no-op case reported modified=True: {result.summary}"
         assert _bytes(patched) == _bytes(noop[0]), f"{cls.name}: modified=False, but the serialized model changed"
     for case in refused:
-        assert isinstance(case, tuple) and len(case) == 2, \
+        assert isinstance(case, tuple) and len(case) == 2, (
             f"{cls.name}: each refused case is a (model, params) pair, got {type(case).__name__}"
+        )
         model, params = case
         copy, checked = _copy(model), _params(cls, params)
         try:
@@ -133,13 +148,16 @@ def check_patch_type(cls: type[PatchType], folder: Path | str, *, change: Case |
         except PatchError:
             assert _bytes(copy) == _bytes(model), f"{cls.name}: a refused application changed the model first"
             continue
-        raise AssertionError(f"{cls.name}: expected context.fail (exit 4) for params {params!r}, "
-                             f"got {type(result).__name__}: {getattr(result, 'summary', result)!r}")
+        raise AssertionError(
+            f"{cls.name}: expected context.fail (exit 4) for params {params!r}, "
+            f"got {type(result).__name__}: {getattr(result, 'summary', result)!r}"
+        )
 
 
 @_faults_fail
-def check_verifier(cls: type[Verifier], folder: Path | str, model: onnx.ModelProto, params: Any = None, *,
-                   expect: str | None = None) -> VerifyResult:
+def check_verifier(
+    cls: type[Verifier], folder: Path | str, model: onnx.ModelProto, params: Any = None, *, expect: str | None = None
+) -> VerifyResult:
     """Run a verifier on ``model`` (saved as ``folder/model.onnx``, as output and original) and check
     that it returns a verdict (``expect`` it, if given) and changes neither the model nor any file."""
     check_declaration(cls)
@@ -152,11 +170,14 @@ def check_verifier(cls: type[Verifier], folder: Path | str, model: onnx.ModelPro
     # context.fail is a failed verdict, as the engine records it
     result, _ = _guard(cls).verify(checked, verify_context(cls.name, checked, path, model))
     assert result.status in ("passed", "failed", "skipped"), f"{cls.name}: unknown status {result.status!r}"
-    assert isinstance(result.summary, str) and result.summary and "\n" not in result.summary, \
+    assert isinstance(result.summary, str) and result.summary and "\n" not in result.summary, (
         f"{cls.name}: the summary must be one line"
+    )
     assert _bytes(model) == before_model, f"{cls.name}: the verifier changed the model it was given"
     assert _files(folder) == before_files, f"{cls.name}: the verifier changed files next to the model"
-    assert expect is None or result.status == expect, f"{cls.name}: expected {expect}, got {result.status}: {result.summary}"
+    assert expect is None or result.status == expect, (
+        f"{cls.name}: expected {expect}, got {result.status}: {result.summary}"
+    )
     return result
 
 
@@ -182,13 +203,15 @@ def _params(cls: type[PatchType] | type[Verifier], params: Any) -> dict:
     return checked
 
 
-def _apply(cls: type[PatchType], folder: Path | str, model: onnx.ModelProto,
-           params: Any) -> tuple[onnx.ModelProto, PatchResult]:
+def _apply(
+    cls: type[PatchType], folder: Path | str, model: onnx.ModelProto, params: Any
+) -> tuple[onnx.ModelProto, PatchResult]:
     copy, checked = _copy(model), _params(cls, params)
     # the boundary checks the result's type, that 'modified' tells the truth and that no type lost its element type
     result, _ = _guard(cls).apply(copy, checked, patch_context(cls.name, checked, model_dir=folder))
-    assert isinstance(result.summary, str) and result.summary and "\n" not in result.summary, \
+    assert isinstance(result.summary, str) and result.summary and "\n" not in result.summary, (
         f"{cls.name}: the summary must be one line"
+    )
     return copy, result
 
 
@@ -204,8 +227,11 @@ def _bytes(model: onnx.ModelProto) -> bytes:
 
 
 def _files(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 __all__ = ["check_declaration", "check_patch_type", "check_verifier", "schema_problems"]

@@ -24,26 +24,47 @@ class DetachedSpec:
         return f"{self.path}: {step.label}" + (" > " + ".".join(str(k) for k in key) if key else "")
 
 
-def patch_context(type_name: str = "patch", params: Mapping | None = None, *, model_dir: Path | str = ".",
-                  state: RunState | None = None, index: int = 0) -> PatchContext:
+def patch_context(
+    type_name: str = "patch",
+    params: Mapping | None = None,
+    *,
+    model_dir: Path | str = ".",
+    state: RunState | None = None,
+    index: int = 0,
+) -> PatchContext:
     """A ``PatchContext`` for ``SomePatch().apply(model, params, patch_context(...))`` in a unit test.
 
     Pass the same ``state`` to several calls to test patches that share run state.
     """
     step = Step("patches", index, type_name, dict(params or {}))
-    return PatchContext(DetachedSpec(Path(model_dir)), step, model_dir=Path(model_dir),  # type: ignore[arg-type]
-                        state=state if state is not None else RunState())
+    return PatchContext(
+        DetachedSpec(Path(model_dir)),
+        step,
+        model_dir=Path(model_dir),  # type: ignore[arg-type]
+        state=state if state is not None else RunState(),
+    )
 
 
-def verify_context(type_name: str, params: Mapping | None, output: Path | str, model: onnx.ModelProto | None = None,
-                   *, original: Path | str | None = None) -> VerifyContext:
+def verify_context(
+    type_name: str,
+    params: Mapping | None,
+    output: Path | str,
+    model: onnx.ModelProto | None = None,
+    *,
+    original: Path | str | None = None,
+) -> VerifyContext:
     """A ``VerifyContext`` to call ``verify`` directly in a unit test: ``output`` (and ``original``,
     default the same file) are model paths; ``context.fail`` raises ``patchspec.VerificationFailed``."""
     output = Path(output)
     step = Step("verify", 0, type_name, dict(params or {}))
     loaded = model if model is not None else onnx.load(str(output), load_external_data=False)
-    return VerifyContext(DetachedSpec(output.parent), step, output_path=output,  # type: ignore[arg-type]
-                         original_path=Path(original) if original is not None else output, model=loaded)
+    return VerifyContext(
+        DetachedSpec(output.parent),
+        step,
+        output_path=output,  # type: ignore[arg-type]
+        original_path=Path(original) if original is not None else output,
+        model=loaded,
+    )
 
 
 __all__ = ["DetachedSpec", "patch_context", "verify_context"]

@@ -30,7 +30,7 @@ def imports_of(path: Path, known: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([node.module] if node.module else []))
             targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
         else:
@@ -48,7 +48,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(name)
         for target in sorted(graph.get(name, ())):
             if state.get(target) == 1:
-                return stack[stack.index(target):] + [target]
+                return stack[stack.index(target) :] + [target]
             if target not in state and (cycle := visit(target)):
                 return cycle
         stack.pop()
@@ -87,8 +87,9 @@ def test_tests_mirror_the_tree_and_never_import_conftest():
     extra = {"cli", "plugins", "architecture", "fixtures"}  # patchspec/cli.py, the built-in plugins, these checks, data
     folders = {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
     assert folders <= packages | extra, f"test folders with no package to mirror: {sorted(folders - packages - extra)}"
-    importing = [str(p.relative_to(REPO)) for p in tests.rglob("*.py")
-                 if "conftest" in {m for _, m in _imported_modules(p)}]
+    importing = [
+        str(p.relative_to(REPO)) for p in tests.rglob("*.py") if "conftest" in {m for _, m in _imported_modules(p)}
+    ]
     assert not importing, f"import helpers from tests/helpers.py or patchspec.testing, not conftest: {importing}"
 
 
@@ -103,8 +104,10 @@ def _imported_modules(path: Path):
 #: imports against the map's order that the map itself states: the plugin contract's contexts hold a
 #: Spec and a Step, plain data in spec/steps.py (which imports only the reader and errors); the plugin
 #: boundary checks that a patch left no tensor type without an element type, as shapes/annotations reads it
-STATED_EXCEPTIONS = {("patchspec.plugin.contract", "patchspec.spec.steps"),
-                     ("patchspec.plugin.boundary", "patchspec.shapes.annotations")}
+STATED_EXCEPTIONS = {
+    ("patchspec.plugin.contract", "patchspec.spec.steps"),
+    ("patchspec.plugin.boundary", "patchspec.shapes.annotations"),
+}
 
 
 def map_order() -> list[str]:

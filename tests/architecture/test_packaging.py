@@ -56,7 +56,8 @@ def test_every_plugin_module_has_exactly_one_entry_point():
             problems.append(
                 f"plugins/{module}.py has {count} entry points in [project.entry-points.patchspec], expected 1; "
                 f"add '{module.removeprefix('verify_')} = \"{PLUGIN_PACKAGE}.{module}\"' "
-                f"or, if it is a helper shared by plugins, rename it plugins/_{module}.py")
+                f"or, if it is a helper shared by plugins, rename it plugins/_{module}.py"
+            )
     assert not problems, "\n".join(problems)
 
 
@@ -65,7 +66,9 @@ def test_every_entry_point_names_a_module_in_the_plugins_folder():
     for name, target in declared_entry_points().items():
         package, _, module = target.partition(".")
         if package != PLUGIN_PACKAGE or not module.isidentifier():
-            problems.append(f"entry point {name} = {target!r}: expected '{PLUGIN_PACKAGE}.<module>', a module of plugins/")
+            problems.append(
+                f"entry point {name} = {target!r}: expected '{PLUGIN_PACKAGE}.<module>', a module of plugins/"
+            )
         elif not (REPO / "plugins" / f"{module}.py").is_file():
             problems.append(f"entry point {name} = {target!r}: plugins/{module}.py does not exist")
     assert not problems, "\n".join(problems)
@@ -73,8 +76,9 @@ def test_every_entry_point_names_a_module_in_the_plugins_folder():
 
 def test_the_version_is_written_once_and_packages_are_found_not_listed():
     config = pyproject()
-    assert "version" not in config["project"] and "version" in config["project"]["dynamic"], \
+    assert "version" not in config["project"] and "version" in config["project"]["dynamic"], (
         "pyproject.toml must read the version from patchspec.__version__, not repeat it"
+    )
     assert config["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "patchspec.__version__"}
     assert "packages" not in config["tool"]["setuptools"], "a hand-kept package list: setup.py finds the packages"
 
@@ -84,7 +88,9 @@ def make_dry_run(target: str, tmp_path: Path) -> str:
     if shutil.which("make") is None:
         pytest.skip("needs make")
     venv = tmp_path / "fresh" / ".venv"
-    done = subprocess.run(["make", "-n", "-B", target, f"VENV={venv}"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["make", "-n", "-B", target, f"VENV={venv}"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout.replace(str(venv), "$VENV")
 
@@ -92,16 +98,26 @@ def make_dry_run(target: str, tmp_path: Path) -> str:
 def test_make_demo_installs_patchspec_as_a_user_does(tmp_path):
     commands = make_dry_run("demo", tmp_path)
     installs = [line for line in commands.splitlines() if " pip install" in line]
-    assert any(line.endswith("pip install -q .") for line in installs), f"make demo does not `pip install .`:\n{commands}"
+    assert any(line.endswith("pip install -q .") for line in installs), (
+        f"make demo does not `pip install .`:\n{commands}"
+    )
     extra = [line for line in installs if " -e " in line or any(word in line for word in TEST_ONLY)]
-    assert not extra, "make demo installs what only the tests need (a user's install has none of it):\n" + "\n".join(extra)
+    assert not extra, "make demo installs what only the tests need (a user's install has none of it):\n" + "\n".join(
+        extra
+    )
     assert "patchspec apply specs/scrfd_b32.yaml" in commands
 
 
 def test_make_test_still_sets_up_the_whole_suite(tmp_path):
     commands = make_dry_run("test", tmp_path)
-    for needed in ("pip install -q -e '.[test,lint]'", "pip install -q -e examples/plugin-acme", "rapidocr",
-                   "--target $VENV/corpus", "pytest -q tests", "examples/plugin-acme/tests"):
+    for needed in (
+        "pip install -q -e '.[test,lint]'",
+        "pip install -q -e examples/plugin-acme",
+        "rapidocr",
+        "--target $VENV/corpus",
+        "pytest -q tests",
+        "examples/plugin-acme/tests",
+    ):
         assert needed in commands, f"make test no longer runs {needed!r}:\n{commands}"
 
 
@@ -154,8 +170,11 @@ def test_wheel_ships_the_plugins_under_their_own_name_with_the_entry_points(whee
     assert parser["console_scripts"]["patchspec"] == "patchspec.cli:main"
     data = {"patchspec/py.typed", "patchspec/cmake/Patchspec.cmake"}
     assert data <= set(names), f"the wheel lacks {sorted(data - set(names))}"
-    sources = {p.relative_to(REPO).as_posix() for p in (REPO / "patchspec").rglob("*")
-               if p.is_file() and "__pycache__" not in p.parts}
+    sources = {
+        p.relative_to(REPO).as_posix()
+        for p in (REPO / "patchspec").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
     assert not sources - set(names), f"the wheel lacks {sorted(sources - set(names))}"
 
 
@@ -178,8 +197,13 @@ def test_wheel_and_example_plugin_work_in_a_fresh_virtualenv(wheel, tmp_path):
     applied = patchspec(venv, "apply", "spec.yaml", cwd=tmp_path)
     assert "removed" in applied and "doc string" in applied, applied
     assert onnx.load(str(tmp_path / "out" / "model.onnx")).doc_string == ""
-    tests = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ACME / "tests")],
-                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    tests = subprocess.run(
+        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ACME / "tests")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert tests.returncode == 0, tests.stdout + tests.stderr
 
 
@@ -189,7 +213,9 @@ def copy_sources(folder: Path, names, target: Path) -> Path:
     for name in names:
         path = folder / name
         if path.is_dir():
-            shutil.copytree(path, target / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build"))
+            shutil.copytree(
+                path, target / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
+            )
         elif path.is_file():
             shutil.copy2(path, target / name)
     return target

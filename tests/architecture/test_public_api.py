@@ -27,13 +27,19 @@ def patchspec_imports(path: Path) -> list[tuple[int, str]]:
 @pytest.mark.parametrize("path", sorted((REPO / "plugins").glob("*.py")), ids=lambda p: p.name)
 def test_builtin_plugins_import_only_the_public_api(path):
     internal = [f"{path.name}:{line}: {module}" for line, module in patchspec_imports(path) if module not in PUBLIC]
-    assert not internal, "built-ins are examples to copy; import these from patchspec.api instead:\n" + "\n".join(internal)
+    assert not internal, "built-ins are examples to copy; import these from patchspec.api instead:\n" + "\n".join(
+        internal
+    )
 
 
 def test_example_plugin_imports_only_the_public_api():
     paths = sorted((REPO / "examples" / "plugin-acme").rglob("*.py"))
-    internal = [f"{p.relative_to(REPO)}:{line}: {module}" for p in paths for line, module in patchspec_imports(p)
-                if module not in PUBLIC | {"patchspec.testing"}]
+    internal = [
+        f"{p.relative_to(REPO)}:{line}: {module}"
+        for p in paths
+        for line, module in patchspec_imports(p)
+        if module not in PUBLIC | {"patchspec.testing"}
+    ]
     assert not internal, "\n".join(internal)
 
 

@@ -15,8 +15,10 @@ REPO = Path(__file__).resolve().parents[2]
 #: (pattern, what to write instead); case-insensitive unless the pattern says otherwise
 INTERNAL_WORDS = [
     (r"spec-format", "link docs/spec.md, the spec format's page"),
-    (r"\bthe contract\b", "say which: the spec format (docs/spec.md), the exit codes (docs/cli.md), "
-                          "the plugin contract (docs/api.md)"),
+    (
+        r"\bthe contract\b",
+        "say which: the spec format (docs/spec.md), the exit codes (docs/cli.md), the plugin contract (docs/api.md)",
+    ),
     (r"\bissues? #?\d+", "a tracker number the user cannot look up: say what changed or what the target is"),
     (r"\bshared/", "a folder of the team's, not in the repository"),
     (r"(?-i:\bFAULTS\b)", "the team's list of faults: name the test or the behaviour"),
@@ -27,13 +29,23 @@ INTERNAL_WORDS = [
 
 
 def user_docs() -> list[Path]:
-    pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")), *sorted((REPO / "examples").glob("*/README.md"))]
+    pages = [
+        REPO / "README.md",
+        *sorted((REPO / "docs").rglob("*.md")),
+        *sorted((REPO / "examples").glob("*/README.md")),
+    ]
     return [page for page in pages if (REPO / "docs" / "reference") not in page.parents]
 
 
 def test_user_docs_are_found():
     names = {page.relative_to(REPO).as_posix() for page in user_docs()}
-    assert {"README.md", "docs/spec.md", "docs/cli.md", "docs/patches/set_batch.md", "examples/scrfd/README.md"} <= names
+    assert {
+        "README.md",
+        "docs/spec.md",
+        "docs/cli.md",
+        "docs/patches/set_batch.md",
+        "examples/scrfd/README.md",
+    } <= names
     assert not [name for name in names if name.startswith("docs/reference/")]
 
 

@@ -22,8 +22,10 @@ from patchspec.testing import run_cli
 
 RNG = np.random.default_rng(17)
 CHANNELS, OUT = 8, 16
-MERGER = {"ln": RNG.uniform(0.5, 1.5, CHANNELS).astype(np.float32),
-          "mlp": (RNG.standard_normal((4 * CHANNELS, OUT)) * 0.2).astype(np.float32)}
+MERGER = {
+    "ln": RNG.uniform(0.5, 1.5, CHANNELS).astype(np.float32),
+    "mlp": (RNG.standard_normal((4 * CHANNELS, OUT)) * 0.2).astype(np.float32),
+}
 CONV = (RNG.standard_normal((6, 3, 8, 8)) * 0.1).astype(np.float32)
 WEIGHTS = {n: (RNG.standard_normal((64, 64)) * 0.1).astype(np.float32) for n in ("wq", "wk", "wv")}
 MAX_T = 32
@@ -38,20 +40,31 @@ def ints(name: str, values) -> onnx.TensorProto:
 def merger(h: int, w: int) -> onnx.ModelProto:
     """Qwen-VL-like: patches arrive flattened, [h*2 * w*2, C]; the trace baked the merged grid h x w."""
     grid_shape = ints("onnx::Reshape_41", [1, h, 2, w, 2, -1])
-    merged = helper.make_node("Constant", [], ["/Constant_output_0"], name="/Constant",
-                              value=ints("merged", [h * w, 4 * CHANNELS]))
+    merged = helper.make_node(
+        "Constant", [], ["/Constant_output_0"], name="/Constant", value=ints("merged", [h * w, 4 * CHANNELS])
+    )
     nodes = [
         helper.make_node("Mul", ["hidden_states", "ln.weight"], ["/ln/Mul_output_0"], name="/ln/Mul"),
         helper.make_node("Reshape", ["/ln/Mul_output_0", "onnx::Reshape_41"], ["/Reshape_output_0"], name="/Reshape"),
-        helper.make_node("Transpose", ["/Reshape_output_0"], ["/Transpose_output_0"], name="/Transpose",
-                         perm=[0, 1, 3, 2, 4, 5]),
+        helper.make_node(
+            "Transpose", ["/Reshape_output_0"], ["/Transpose_output_0"], name="/Transpose", perm=[0, 1, 3, 2, 4, 5]
+        ),
         merged,
-        helper.make_node("Reshape", ["/Transpose_output_0", "/Constant_output_0"], ["/Reshape_1_output_0"], name="/Reshape_1"),
+        helper.make_node(
+            "Reshape", ["/Transpose_output_0", "/Constant_output_0"], ["/Reshape_1_output_0"], name="/Reshape_1"
+        ),
         helper.make_node("MatMul", ["/Reshape_1_output_0", "mlp.weight"], ["merged"], name="/mlp/MatMul"),
     ]
-    return graph_model(nodes, [tensor_info("hidden_states", [4 * h * w, CHANNELS])], [tensor_info("merged", [h * w, OUT])],
-                       [numpy_helper.from_array(MERGER["ln"], "ln.weight"), grid_shape,
-                        numpy_helper.from_array(MERGER["mlp"], "mlp.weight")])
+    return graph_model(
+        nodes,
+        [tensor_info("hidden_states", [4 * h * w, CHANNELS])],
+        [tensor_info("merged", [h * w, OUT])],
+        [
+            numpy_helper.from_array(MERGER["ln"], "ln.weight"),
+            grid_shape,
+            numpy_helper.from_array(MERGER["mlp"], "mlp.weight"),
+        ],
+    )
 
 
 def merger_reference(hidden: np.ndarray, h: int, w: int) -> np.ndarray:
@@ -65,18 +78,30 @@ def detector(height: int, width: int) -> onnx.ModelProto:
     made by ConstantOfShape([1, 2*H*W/64, 1]): the trace baked H/8, W/8 and 2*H*W/64."""
     h, w = height // 8, width // 8
     nodes = [
-        helper.make_node("Conv", ["images", "conv.weight"], ["feat"], name="/head/Conv", kernel_shape=[8, 8], strides=[8, 8]),
+        helper.make_node(
+            "Conv", ["images", "conv.weight"], ["feat"], name="/head/Conv", kernel_shape=[8, 8], strides=[8, 8]
+        ),
         helper.make_node("Reshape", ["feat", "shape_anchors"], ["anchors"], name="/head/Reshape"),
         helper.make_node("Transpose", ["anchors"], ["anchors_t"], name="/head/Transpose", perm=[0, 1, 3, 4, 2]),
         helper.make_node("Reshape", ["anchors_t", "shape_boxes"], ["boxes"], name="/head/Reshape_1"),
-        helper.make_node("ConstantOfShape", ["shape_prior"], ["prior"], name="/head/ConstantOfShape",
-                         value=helper.make_tensor("value", TensorProto.FLOAT, [1], [0.5])),
+        helper.make_node(
+            "ConstantOfShape",
+            ["shape_prior"],
+            ["prior"],
+            name="/head/ConstantOfShape",
+            value=helper.make_tensor("value", TensorProto.FLOAT, [1], [0.5]),
+        ),
         helper.make_node("Concat", ["boxes", "prior"], ["pred"], name="/head/Concat", axis=2),
     ]
-    initializers = [numpy_helper.from_array(CONV, "conv.weight"), ints("shape_anchors", [1, 2, 3, h, w]),
-                    ints("shape_boxes", [1, 2 * h * w, 3]), ints("shape_prior", [1, 2 * h * w, 1])]
-    return graph_model(nodes, [tensor_info("images", [1, 3, height, width])], [tensor_info("pred", [1, 2 * h * w, 4])],
-                       initializers)
+    initializers = [
+        numpy_helper.from_array(CONV, "conv.weight"),
+        ints("shape_anchors", [1, 2, 3, h, w]),
+        ints("shape_boxes", [1, 2 * h * w, 3]),
+        ints("shape_prior", [1, 2 * h * w, 1]),
+    ]
+    return graph_model(
+        nodes, [tensor_info("images", [1, 3, height, width])], [tensor_info("pred", [1, 2 * h * w, 4])], initializers
+    )
 
 
 def detector_reference(images: np.ndarray) -> np.ndarray:
@@ -109,10 +134,16 @@ def attention(t: int) -> onnx.ModelProto:
         helper.make_node("Reshape", ["context_t", "shape_out"], ["y"], name="/attn/Reshape"),
     ]
     initializers = [numpy_helper.from_array(v, k) for k, v in WEIGHTS.items()]
-    initializers += [ints("shape_heads", [1, t, 4, 16]), ints("shape_heads_v", [1, t, 4, 16]),
-                     numpy_helper.from_array(np.array(0.25, np.float32), "scale"), numpy_helper.from_array(MASK, "mask"),
-                     ints("mask_starts", [0, 0]), ints("mask_ends", [t, t]), ints("mask_axes", [2, 3]),
-                     ints("shape_out", [1, t, 64])]
+    initializers += [
+        ints("shape_heads", [1, t, 4, 16]),
+        ints("shape_heads_v", [1, t, 4, 16]),
+        numpy_helper.from_array(np.array(0.25, np.float32), "scale"),
+        numpy_helper.from_array(MASK, "mask"),
+        ints("mask_starts", [0, 0]),
+        ints("mask_ends", [t, t]),
+        ints("mask_axes", [2, 3]),
+        ints("shape_out", [1, t, 64]),
+    ]
     return graph_model(nodes, [tensor_info("x", [1, t, 64])], [tensor_info("y", [1, t, 64])], initializers)
 
 
@@ -143,8 +174,11 @@ def derive_and_apply(tmp_path: Path, model_a: onnx.ModelProto, model_b: onnx.Mod
 
 
 def shapes_of(spec: dict) -> dict[str, list]:
-    return {step["replace_initializer"]["initializer"]: step["replace_initializer"]["shape"]
-            for step in spec["patches"] if "replace_initializer" in step}
+    return {
+        step["replace_initializer"]["initializer"]: step["replace_initializer"]["shape"]
+        for step in spec["patches"]
+        if "replace_initializer" in step
+    }
 
 
 def run_at(path: Path, feeds: dict) -> np.ndarray:
@@ -155,8 +189,10 @@ def run_at(path: Path, feeds: dict) -> np.ndarray:
 def test_merger_grid_comes_from_an_added_input(tmp_path):
     spec, out, output = derive_and_apply(tmp_path, merger(11, 15), merger(8, 8))
     assert spec["patches"][0] == {"add_input": {"name": "sizes", "dtype": "int64", "shape": [2]}}
-    assert shapes_of(spec) == {"onnx::Reshape_41": [1, "value(sizes, 0)", 2, "value(sizes, 1)", 2, -1],
-                               "/Constant_output_0": [-1, 32]}
+    assert shapes_of(spec) == {
+        "onnx::Reshape_41": [1, "value(sizes, 0)", 2, "value(sizes, 1)", 2, -1],
+        "/Constant_output_0": [-1, 32],
+    }
     assert {"rename_dims": {"tensor": "hidden_states", "axes": {0: "hidden_states_dim0"}}} in spec["patches"]
     cases = spec["verify"][1]["run"]["cases"]
     assert cases[1]["against"] == "../models/b.onnx"
@@ -172,9 +208,11 @@ def test_merger_grid_comes_from_an_added_input(tmp_path):
 
 def test_detector_head_flattening_h_times_w(tmp_path):
     spec, _, output = derive_and_apply(tmp_path, detector(320, 480), detector(256, 256))
-    assert shapes_of(spec) == {"shape_anchors": [1, 2, 3, "dim(images, 2) // 8", -1],
-                               "shape_boxes": [1, -1, 3],
-                               "shape_prior": [1, "dim(images, 2) * dim(images, 3) // 32", 1]}
+    assert shapes_of(spec) == {
+        "shape_anchors": [1, 2, 3, "dim(images, 2) // 8", -1],
+        "shape_boxes": [1, -1, 3],
+        "shape_prior": [1, "dim(images, 2) * dim(images, 3) // 32", 1],
+    }
     assert {"rename_dims": {"tensor": "images", "axes": {2: "images_dim2", 3: "images_dim3"}}} in spec["patches"]
     assert "add_input" not in str(spec["patches"])
     images = RNG.standard_normal((1, 3, 192, 384)).astype(np.float32)
@@ -186,8 +224,12 @@ def test_detector_head_flattening_h_times_w(tmp_path):
 
 def test_sequence_model_reshaping_to_heads(tmp_path):
     spec, out, output = derive_and_apply(tmp_path, attention(12), attention(20))
-    assert shapes_of(spec) == {"shape_heads": [1, -1, 4, 16], "shape_heads_v": [1, -1, 4, 16],
-                               "mask_ends": ["dim(x, 1)", "dim(x, 1)"], "shape_out": [1, -1, 64]}
+    assert shapes_of(spec) == {
+        "shape_heads": [1, -1, 4, 16],
+        "shape_heads_v": [1, -1, 4, 16],
+        "mask_ends": ["dim(x, 1)", "dim(x, 1)"],
+        "shape_out": [1, -1, 64],
+    }
     assert "mask_ends[0] 12 -> 20 dim(x, 1)" in " ".join(out.split())
     x = RNG.standard_normal((1, 7, 64)).astype(np.float32)
     got = run_at(output, {"x": x})
@@ -199,11 +241,17 @@ def test_sequence_model_reshaping_to_heads(tmp_path):
 # -- refusals ---------------------------------------------------------------------------------------------
 def tiny(n: int, op: str = "Relu", reps: int = 1, weight: float = 1.0) -> onnx.ModelProto:
     """x [1, n] -> op -> Mul by a weight -> Tile by [1, reps] -> y [1, n * reps]."""
-    nodes = [helper.make_node(op, ["x"], ["a"], name="act"),
-             helper.make_node("Mul", ["a", "w"], ["b"], name="scale"),
-             helper.make_node("Tile", ["b", "reps"], ["y"], name="tile")]
-    return graph_model(nodes, [tensor_info("x", [1, n])], [tensor_info("y", [1, n * reps])],
-                       [numpy_helper.from_array(np.array([weight], np.float32), "w"), ints("reps", [1, reps])])
+    nodes = [
+        helper.make_node(op, ["x"], ["a"], name="act"),
+        helper.make_node("Mul", ["a", "w"], ["b"], name="scale"),
+        helper.make_node("Tile", ["b", "reps"], ["y"], name="tile"),
+    ]
+    return graph_model(
+        nodes,
+        [tensor_info("x", [1, n])],
+        [tensor_info("y", [1, n * reps])],
+        [numpy_helper.from_array(np.array([weight], np.float32), "w"), ints("reps", [1, reps])],
+    )
 
 
 def derive_fails(tmp_path: Path, model_a, model_b, *args) -> tuple[int, str]:
@@ -280,16 +328,19 @@ def test_help_teaches_the_command():
 H, W = Atom("dim(x, 2)", 320, 256), Atom("dim(x, 3)", 480, 256)
 
 
-@pytest.mark.parametrize(("a", "b", "expected"), [
-    (320, 256, "dim(x, 2)"),
-    (40, 32, "dim(x, 2) // 8"),
-    (60, 32, "dim(x, 3) // 8"),
-    (960, 512, "dim(x, 3) * 2"),
-    (321, 257, "dim(x, 2) + 1"),
-    (2400, 1024, "dim(x, 2) * dim(x, 3) // 64"),
-    (7, 5, None),  # decreases where every size grows
-    (6, 4, None),  # no size, product or offset gives both
-])
+@pytest.mark.parametrize(
+    ("a", "b", "expected"),
+    [
+        (320, 256, "dim(x, 2)"),
+        (40, 32, "dim(x, 2) // 8"),
+        (60, 32, "dim(x, 3) // 8"),
+        (960, 512, "dim(x, 3) * 2"),
+        (321, 257, "dim(x, 2) + 1"),
+        (2400, 1024, "dim(x, 2) * dim(x, 3) // 64"),
+        (7, 5, None),  # decreases where every size grows
+        (6, 4, None),  # no size, product or offset gives both
+    ],
+)
 def test_fit_picks_the_simplest_expression(a, b, expected):
     found = fit(a, b, [H, W])
     assert (found.text if found else None) == expected

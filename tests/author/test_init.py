@@ -86,10 +86,14 @@ def test_values_come_from_the_graph(tmp_path, run_cli):
 
 
 def test_an_integer_input_the_graph_says_nothing_about_is_flagged_not_filled(tmp_path, run_cli):
-    nodes = [helper.make_node("Cast", ["k"], ["kf"], to=TensorProto.FLOAT), helper.make_node("Relu", ["kf"], ["kr"]),
-             helper.make_node("Mul", ["x", "kr"], ["y"])]
-    model = graph_model(nodes, [tensor_info("x", ["N", 4]), tensor_info("k", ["N", 4], TensorProto.INT64)],
-                        [tensor_info("y", ["N", 4])])
+    nodes = [
+        helper.make_node("Cast", ["k"], ["kf"], to=TensorProto.FLOAT),
+        helper.make_node("Relu", ["kf"], ["kr"]),
+        helper.make_node("Mul", ["x", "kr"], ["y"]),
+    ]
+    model = graph_model(
+        nodes, [tensor_info("x", ["N", 4]), tensor_info("k", ["N", 4], TensorProto.INT64)], [tensor_info("y", ["N", 4])]
+    )
     onnx.save(model, tmp_path / "m.onnx")
     result = run_cli("init", tmp_path / "m.onnx", "--output", tmp_path / "spec.yaml")
     assert result.exit_code == 0, result.output
@@ -104,8 +108,12 @@ def test_an_integer_input_the_graph_says_nothing_about_is_flagged_not_filled(tmp
 
 def test_aliased_dims_of_an_input_are_told_apart(tmp_path, run_cli):
     """The SCRFD seed's input is [?, 3, ?, ?]: batch, height and width share one name."""
-    done = subprocess.run([sys.executable, str(REPO / "examples" / "scrfd" / "make_scrfd.py"), str(tmp_path / "scrfd.onnx")],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "scrfd" / "make_scrfd.py"), str(tmp_path / "scrfd.onnx")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     spec, made, _ = init_then_apply(run_cli, tmp_path / "scrfd.onnx", tmp_path, "--batch", "8")
     steps = yaml.safe_load(spec.read_text())["patches"]
@@ -117,11 +125,14 @@ def test_aliased_dims_of_an_input_are_told_apart(tmp_path, run_cli):
 def test_a_state_that_keeps_the_batch_on_axis_1_is_found(tmp_path, run_cli):
     """A GRU's initial state [layers, 1, hidden] from a graph input: its batch axis is 1."""
     rng = np.random.default_rng(0)
-    weights = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
-               for n, s in (("W", (1, 24, 4)), ("R", (1, 24, 8)))]
+    weights = [
+        numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+        for n, s in (("W", (1, 24, 4)), ("R", (1, 24, 8)))
+    ]
     nodes = [helper.make_node("GRU", ["x", "W", "R", "", "", "h0"], ["all", "last"], hidden_size=8)]
-    model = graph_model(nodes, [tensor_info("x", [5, 1, 4]), tensor_info("h0", [1, 1, 8])],
-                        [tensor_info("last", [1, 1, 8])], weights)
+    model = graph_model(
+        nodes, [tensor_info("x", [5, 1, 4]), tensor_info("h0", [1, 1, 8])], [tensor_info("last", [1, 1, 8])], weights
+    )
     onnx.save(model, tmp_path / "gru.onnx")
     spec = tmp_path / "spec.yaml"
     result = run_cli("init", tmp_path / "gru.onnx", "--output", spec)

@@ -18,13 +18,26 @@ def traced_detector(height: int, width: int) -> onnx.ModelProto:
     Resize to baked sizes H/2, W/2."""
     flat = numpy_helper.from_array(np.array([1, 3, height * width // 64], np.int64), "flat_shape")
     sizes = numpy_helper.from_array(np.array([1, 3, height // 2, width // 2], np.int64), "half_sizes")
-    nodes = [helper.make_node("AveragePool", ["image"], ["pooled"], kernel_shape=[8, 8], strides=[8, 8], name="/pool"),
-             helper.make_node("Reshape", ["pooled", "flat_shape"], ["tokens"], name="/head/Reshape"),
-             helper.make_node("Resize", ["image", "", "", "half_sizes"], ["half"], mode="nearest", name="/half/Resize",
-                              coordinate_transformation_mode="asymmetric", nearest_mode="floor")]
-    return graph_model(nodes, [tensor_info("image", [1, 3, height, width])],
-                       [tensor_info("tokens", [1, 3, height * width // 64]), tensor_info("half", [1, 3, height // 2, width // 2])],
-                       [flat, sizes], opset=18)
+    nodes = [
+        helper.make_node("AveragePool", ["image"], ["pooled"], kernel_shape=[8, 8], strides=[8, 8], name="/pool"),
+        helper.make_node("Reshape", ["pooled", "flat_shape"], ["tokens"], name="/head/Reshape"),
+        helper.make_node(
+            "Resize",
+            ["image", "", "", "half_sizes"],
+            ["half"],
+            mode="nearest",
+            name="/half/Resize",
+            coordinate_transformation_mode="asymmetric",
+            nearest_mode="floor",
+        ),
+    ]
+    return graph_model(
+        nodes,
+        [tensor_info("image", [1, 3, height, width])],
+        [tensor_info("tokens", [1, 3, height * width // 64]), tensor_info("half", [1, 3, height // 2, width // 2])],
+        [flat, sizes],
+        opset=18,
+    )
 
 
 def reference(image: np.ndarray) -> dict:
@@ -41,8 +54,12 @@ def test_suggestions_free_the_model_and_it_runs_at_a_size_it_was_not_exported_at
     by_node = {s["node"]: s["shape"] for s in data["suggestions"]}
     assert by_node["Reshape '/head/Reshape'"] == [1, 3, "dim(image, 2) * dim(image, 3) // 64"]
     assert by_node["Resize '/half/Resize'"] == [1, 3, "dim(image, 2) // 2", "dim(image, 3) // 2"]
-    spec = write_spec(tmp_path, "patchspec: 1\nmodel: det.onnx\noutput: out/det.onnx\npatches:\n"
-                                + "\n".join(data["spec_lines"]) + "\nverify:\n  - check: {}\n")
+    spec = write_spec(
+        tmp_path,
+        "patchspec: 1\nmodel: det.onnx\noutput: out/det.onnx\npatches:\n"
+        + "\n".join(data["spec_lines"])
+        + "\nverify:\n  - check: {}\n",
+    )
     result = run_cli("apply", spec)
     assert result.exit_code == 0, spec.read_text() + result.output
     image = np.random.default_rng(0).standard_normal((1, 3, 64, 112)).astype(np.float32)
@@ -70,8 +87,12 @@ def test_a_coincidence_between_sizes_is_called_ambiguous(tmp_path, run_cli):
 
 def test_nothing_to_suggest_and_symbolic_inputs_are_noted(tmp_path, run_cli):
     nodes = [helper.make_node("Reshape", ["x", "shape"], ["y"])]
-    model = graph_model(nodes, [tensor_info("x", ["N", "T", 8])], [tensor_info("y", ["N", "T", 2, 4])],
-                        [numpy_helper.from_array(np.array([0, 0, 2, 4], np.int64), "shape")])
+    model = graph_model(
+        nodes,
+        [tensor_info("x", ["N", "T", 8])],
+        [tensor_info("y", ["N", "T", 2, 4])],
+        [numpy_helper.from_array(np.array([0, 0, 2, 4], np.int64), "shape")],
+    )
     onnx.save(model, tmp_path / "m.onnx")
     result = run_cli("inspect", tmp_path / "m.onnx", "--suggest")
     assert result.exit_code == 0, result.output

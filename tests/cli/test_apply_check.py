@@ -34,8 +34,11 @@ def make_project(tmp_path):
 
 
 def snapshot(folder):
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_missing_then_up_to_date_and_nothing_written(tmp_path, run_cli):

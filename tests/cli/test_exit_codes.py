@@ -22,7 +22,9 @@ from patchspec.plugin.registry import PluginRegistry
 
 def add_model() -> onnx.ModelProto:
     weight = numpy_helper.from_array(np.arange(3, dtype=np.float32).reshape(1, 3), "w")
-    return graph_model([helper.make_node("Add", ["x", "w"], ["y"])], [tensor_info("x", [1, 3])], [tensor_info("y", [1, 3])], [weight])
+    return graph_model(
+        [helper.make_node("Add", ["x", "w"], ["y"])], [tensor_info("x", [1, 3])], [tensor_info("y", [1, 3])], [weight]
+    )
 
 
 def snapshot(*paths):
@@ -148,7 +150,9 @@ def test_model_newer_than_installed_onnx_names_both_versions(tmp_path, run_cli, 
     spec = write_spec(tmp_path, "patchspec: 1\nmodel: new.onnx\noutput: out/new.onnx\npatches: []\n")
     before_tree, before = tree(tmp_path), snapshot(spec, tmp_path / "new.onnx")
     result = run_cli("apply", spec)
-    assert_failed_cleanly(result, 3, tmp_path, before_tree, before, f" {newer} is newer", f"onnx {onnx.__version__}", f"({supported})")
+    assert_failed_cleanly(
+        result, 3, tmp_path, before_tree, before, f" {newer} is newer", f"onnx {onnx.__version__}", f"({supported})"
+    )
 
 
 # -- output is the input: exit 2 ----------------------------------------------------------------
@@ -181,7 +185,13 @@ def test_overrides_need_exactly_one_spec(project, run_cli, option):
 
 @pytest.mark.parametrize(
     "args",
-    [("apply",), ("apply", "spec.yaml", "--bogus"), ("frobnicate",), ("inspect",), ("-q", "apply", "spec.yaml", "--depfile")],
+    [
+        ("apply",),
+        ("apply", "spec.yaml", "--bogus"),
+        ("frobnicate",),
+        ("inspect",),
+        ("-q", "apply", "spec.yaml", "--depfile"),
+    ],
 )
 def test_usage_errors_are_exit_2(project, run_cli, args):
     result = run_cli(*args, cwd=project)
@@ -295,8 +305,17 @@ def test_unexpected_exception_in_patchspec_is_one_line_exit_5(project, run_cli, 
     monkeypatch.setattr(patchspec.run.engine.Engine, "digest_parts", broken_digest)
     before_tree, before = tree(project), snapshot(project / "spec.yaml", project / "m.onnx")
     result = run_cli("apply", project / "spec.yaml")
-    assert_failed_cleanly(result, 5, project, before_tree, before, "internal error: AttributeError: boom in core",
-                          f"this is a bug in patchspec {patchspec.__version__}", f"onnx {onnx.__version__}", "onnxruntime ")
+    assert_failed_cleanly(
+        result,
+        5,
+        project,
+        before_tree,
+        before,
+        "internal error: AttributeError: boom in core",
+        f"this is a bug in patchspec {patchspec.__version__}",
+        f"onnx {onnx.__version__}",
+        "onnxruntime ",
+    )
     verbose = run_cli("-v", "apply", project / "spec.yaml")
     assert verbose.exit_code == 5 and "Traceback" in verbose.stderr
 

@@ -54,17 +54,25 @@ def test_the_hooks_through_the_real_pre_commit_try_repo(tmp_path):
         pytest.skip("pre-commit is not installed (the test extra installs it)")
     project = tmp_path / "project"
     (project / "specs").mkdir(parents=True)
-    (project / "specs" / "good.yaml").write_text("patchspec: 1\nmodel: ../m.onnx\noutput: ../o.onnx\npatches:\n"
-                                                  "  - set_batch: 4\n")
-    (project / "specs" / "bad.yaml").write_text("patchspec: 1\nmodel: ../m.onnx\noutput: ../o.onnx\npatches:\n"
-                                                 "  - set_bach: 4\n")
+    (project / "specs" / "good.yaml").write_text(
+        "patchspec: 1\nmodel: ../m.onnx\noutput: ../o.onnx\npatches:\n  - set_batch: 4\n"
+    )
+    (project / "specs" / "bad.yaml").write_text(
+        "patchspec: 1\nmodel: ../m.onnx\noutput: ../o.onnx\npatches:\n  - set_bach: 4\n"
+    )
     git = ["git", "-c", "user.email=ci@example.invalid", "-c", "user.name=ci"]
     subprocess.run(["git", "init", "-q"], cwd=project, check=True)
     subprocess.run([*git, "add", "-A"], cwd=project, check=True)
     subprocess.run([*git, "commit", "-qm", "specs"], cwd=project, check=True)
     env = dict(os.environ, PRE_COMMIT_HOME=str(tmp_path / "cache"))
-    run = lambda *files: subprocess.run([pre_commit, "try-repo", str(REPO), "patchspec-validate", "--files", *files],
-                                        cwd=project, env=env, capture_output=True, text=True, timeout=600)
+    run = lambda *files: subprocess.run(
+        [pre_commit, "try-repo", str(REPO), "patchspec-validate", "--files", *files],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     good = run("specs/good.yaml")
     assert good.returncode == 0 and "Passed" in good.stdout, good.stdout + good.stderr
     bad = run("specs/bad.yaml")

@@ -39,8 +39,9 @@ def test_success_reports_exit_0_digest_steps_and_files(tmp_path, run_cli):
     assert second["status"] == "up to date" and second["digest"] == report["digest"]
 
 
-@pytest.mark.parametrize("case, code", [
-    ("spec error", 2), ("patch cannot apply", 4), ("verification failed", 1), ("model unusable", 3)])
+@pytest.mark.parametrize(
+    "case, code", [("spec error", 2), ("patch cannot apply", 4), ("verification failed", 1), ("model unusable", 3)]
+)
 def test_every_failure_writes_the_report_with_its_exit_code(tmp_path, run_cli, case, code):
     if case == "spec error":
         spec = make_project(tmp_path, patches="[{set_batch: {sise: 4}}]")

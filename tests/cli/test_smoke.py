@@ -5,7 +5,9 @@ from helpers import graph_model, tensor_info, write_spec
 
 
 def test_apply_writes_output_then_reports_up_to_date(tmp_path, run_cli):
-    model = graph_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [1, 3])], [tensor_info("y", [1, 3])])
+    model = graph_model(
+        [helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [1, 3])], [tensor_info("y", [1, 3])]
+    )
     onnx.save(model, tmp_path / "m.onnx")
     spec = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches: []\n")
     first = run_cli("apply", spec)
@@ -37,7 +39,9 @@ def test_env_plan_and_validate_print_json_when_asked(tmp_path, run_cli):
     assert env["onnx"]["version"] == onnx.__version__ and "CPUExecutionProvider" in env["onnxruntime"]["providers"]
     onnx.save(make_model({"x": ("N", 3)}), tmp_path / "m.onnx")
     (tmp_path / "good.yaml").write_text("patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches: [{set_batch: 2}]\n")
-    (tmp_path / "bad.yaml").write_text("patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches: [{set_batch: {sise: 2}}]\n")
+    (tmp_path / "bad.yaml").write_text(
+        "patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches: [{set_batch: {sise: 2}}]\n"
+    )
     plan = json.loads(run_cli("plan", "--json", tmp_path / "good.yaml").stdout)
     assert plan["status"] == "planned" and plan["patches"][0]["status"] == "modified"
     assert not (tmp_path / "o.onnx").exists()

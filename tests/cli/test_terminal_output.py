@@ -29,16 +29,24 @@ ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 def add_model(shape=("N", 4)) -> onnx.ModelProto:
     weight = numpy_helper.from_array(np.ones((1, 4), np.float32), "w")
-    return graph_model([helper.make_node("Add", ["x", "w"], ["y"])], [tensor_info("x", list(shape))],
-                       [tensor_info("y", list(shape))], [weight])
+    return graph_model(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        [tensor_info("x", list(shape))],
+        [tensor_info("y", list(shape))],
+        [weight],
+    )
 
 
 def failing_spec(folder, name="spec.yaml", output="out/m2.onnx"):
     """A patch that changes the weight, and a run against the original: fails at both levels alike."""
     onnx.save(add_model(), folder / "m.onnx")
-    return write_spec(folder, f"patchspec: 1\nmodel: m.onnx\noutput: {output}\npatches:\n"
-                              "  - replace_initializer: {initializer: w, value: [[2, 2, 2, 2]]}\n"
-                              "verify:\n  - check: {}\n  - run:\n      cases: [{inputs: {x: [2, 4]}}]\n", name)
+    return write_spec(
+        folder,
+        f"patchspec: 1\nmodel: m.onnx\noutput: {output}\npatches:\n"
+        "  - replace_initializer: {initializer: w, value: [[2, 2, 2, 2]]}\n"
+        "verify:\n  - check: {}\n  - run:\n      cases: [{inputs: {x: [2, 4]}}]\n",
+        name,
+    )
 
 
 def passing_spec(folder, name, output):
@@ -138,8 +146,11 @@ def test_several_specs_end_with_a_summary(tmp_path, run_cli):
 
 
 def test_a_failed_spec_is_counted_and_the_rest_not_run(tmp_path, run_cli):
-    specs = [passing_spec(tmp_path, "a.yaml", "out/a.onnx"), failing_spec(tmp_path, "b.yaml", "out/b.onnx"),
-             passing_spec(tmp_path, "c.yaml", "out/c.onnx")]
+    specs = [
+        passing_spec(tmp_path, "a.yaml", "out/a.onnx"),
+        failing_spec(tmp_path, "b.yaml", "out/b.onnx"),
+        passing_spec(tmp_path, "c.yaml", "out/c.onnx"),
+    ]
     result = run_cli("apply", *specs)
     assert result.exit_code == 1
     assert result.stdout.splitlines()[-1] == "3 specs: 1 written, 0 up to date, 1 failed, 1 not run"
@@ -149,14 +160,21 @@ def test_a_failed_spec_is_counted_and_the_rest_not_run(tmp_path, run_cli):
 # -- plan -----------------------------------------------------------------------------------------------
 def batch_one_model() -> onnx.ModelProto:
     shape = numpy_helper.from_array(np.array([1, -1], np.int64), "shape")
-    return graph_model([helper.make_node("Relu", ["input.1"], ["r"]), helper.make_node("Reshape", ["r", "shape"], ["y"])],
-                       [tensor_info("input.1", [1, 3, None, None])], [tensor_info("y", [1, None])], [shape])
+    return graph_model(
+        [helper.make_node("Relu", ["input.1"], ["r"]), helper.make_node("Reshape", ["r", "shape"], ["y"])],
+        [tensor_info("input.1", [1, 3, None, None])],
+        [tensor_info("y", [1, None])],
+        [shape],
+    )
 
 
 def test_plan_shows_each_input_and_output_before_and_after(tmp_path, run_cli):
     onnx.save(batch_one_model(), tmp_path / "m.onnx")
-    spec = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out/m32.onnx\npatches:\n  - set_batch: 32\n"
-                                "  - rename_dims: {tensor: input.1, axes: {2: height, 3: width}}\n")
+    spec = write_spec(
+        tmp_path,
+        "patchspec: 1\nmodel: m.onnx\noutput: out/m32.onnx\npatches:\n  - set_batch: 32\n"
+        "  - rename_dims: {tensor: input.1, axes: {2: height, 3: width}}\n",
+    )
     result = run_cli("plan", spec)
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
@@ -188,8 +206,9 @@ def test_progress_and_colour_on_a_terminal_only(tmp_path, run_cli, monkeypatch, 
     assert "\rrun: CPUExecutionProvider case 0 (1 of 1), optimizations disabled ... " in on_terminal.stderr
     assert "failed" in on_terminal.stdout and click_red("failed") in on_terminal.stdout
     # the status line is cleared before the error: the error starts a line of its own
-    assert any(line.startswith("spec.yaml:9:7: verify[1] (run): verification failed") for line in
-               shown(on_terminal.stderr))
+    assert any(
+        line.startswith("spec.yaml:9:7: verify[1] (run): verification failed") for line in shown(on_terminal.stderr)
+    )
     quiet = run_cli("-q", "apply", spec)
     assert "\r" not in quiet.output and quiet.stdout == ""
 
@@ -219,10 +238,10 @@ def test_long_lines_wrap_at_words_on_a_terminal_and_not_in_a_pipe(tmp_path, run_
     monkeypatch.setattr(reporter_module, "is_terminal", lambda stream: True)
     monkeypatch.setenv("NO_COLOR", "1")
     wrapped = run_cli("apply", spec).stderr.splitlines()
-    assert wrapped[0] == headline[:len(wrapped[0])] and len(wrapped[0]) <= 72
-    continued = wrapped[1:wrapped.index(next(line for line in wrapped if line.startswith("    CPU")))]
+    assert wrapped[0] == headline[: len(wrapped[0])] and len(wrapped[0]) <= 72
+    continued = wrapped[1 : wrapped.index(next(line for line in wrapped if line.startswith("    CPU")))]
     assert continued and all(line.startswith("  ") and len(line) <= 72 for line in continued)
-    assert " ".join(line.strip() for line in wrapped[:len(continued) + 1]) == headline  # words never split
+    assert " ".join(line.strip() for line in wrapped[: len(continued) + 1]) == headline  # words never split
 
 
 def test_wrap_indents_continuations_under_the_text():
@@ -262,6 +281,7 @@ def test_apply_hashes_and_copies_through_the_reporter(tmp_path, run_cli, termina
             progress(done // 2, total)
             time.sleep(0.2)
             progress(done, total)
+
         return real(path, None if progress is None else slowly)
 
     monkeypatch.setattr(statcache, "file_sha256", slow_sha256)
@@ -281,8 +301,14 @@ def test_a_real_terminal_gets_colour_and_a_pipe_none(tmp_path):
     def under_pty(env) -> str:
         leader, follower = pty.openpty()
         fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 300, 0, 0))  # 300 columns
-        done = subprocess.Popen([sys.executable, "-m", "patchspec", "apply", str(spec)], stdin=follower,
-                                stdout=follower, stderr=follower, env=env, cwd=tmp_path)
+        done = subprocess.Popen(
+            [sys.executable, "-m", "patchspec", "apply", str(spec)],
+            stdin=follower,
+            stdout=follower,
+            stderr=follower,
+            env=env,
+            cwd=tmp_path,
+        )
         os.close(follower)
         chunks = []
         while True:
@@ -302,6 +328,12 @@ def test_a_real_terminal_gets_colour_and_a_pipe_none(tmp_path):
     assert "\x1b[31m" in coloured and REASON in coloured
     plain = under_pty({**env, "NO_COLOR": "1"})
     assert not ANSI.search(plain.replace("\x1b[K", "")) and REASON in plain
-    piped = subprocess.run([sys.executable, "-m", "patchspec", "apply", str(spec)], capture_output=True, text=True,
-                           env=env, cwd=tmp_path, timeout=120)
+    piped = subprocess.run(
+        [sys.executable, "-m", "patchspec", "apply", str(spec)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert piped.returncode == 1 and "\x1b[" not in piped.stdout + piped.stderr and "\r" not in piped.stderr

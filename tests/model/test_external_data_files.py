@@ -27,8 +27,12 @@ def matmul_model(size: int = 64, inline_const: bool = True) -> onnx.ModelProto:
     weight = numpy_helper.from_array(rng.standard_normal((size, size)).astype(np.float32), "W")
     bias = numpy_helper.from_array(rng.standard_normal(size).astype(np.float32), "B")
     const = numpy_helper.from_array(rng.standard_normal((size, size)).astype(np.float32), "C")
-    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Constant", [], ["c"], value=const),
-             helper.make_node("MatMul", ["h", "c"], ["h2"]), helper.make_node("Add", ["h2", "B"], ["y"])]
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["h"]),
+        helper.make_node("Constant", [], ["c"], value=const),
+        helper.make_node("MatMul", ["h", "c"], ["h2"]),
+        helper.make_node("Add", ["h2", "B"], ["y"]),
+    ]
     return graph_model(nodes, [tensor_info("x", ["N", size])], [tensor_info("y", ["N", size])], [weight, bias])
 
 
@@ -58,8 +62,24 @@ def test_relative_locations_pass_the_policy(location):
     extdata.check_location(location, "W", Path("m.onnx"))
 
 
-@pytest.mark.parametrize("location", ["", "../w", "a/../../w", "..", "/abs", "C:\\w", "C:w", "\\w", "\\\\srv\\share\\w",
-                                      "//srv/share/w", "a\\..\\..\\w", "*/_ORT_MEM_ADDR_/*", "w\x00.data"])
+@pytest.mark.parametrize(
+    "location",
+    [
+        "",
+        "../w",
+        "a/../../w",
+        "..",
+        "/abs",
+        "C:\\w",
+        "C:w",
+        "\\w",
+        "\\\\srv\\share\\w",
+        "//srv/share/w",
+        "a\\..\\..\\w",
+        "*/_ORT_MEM_ADDR_/*",
+        "w\x00.data",
+    ],
+)
 def test_other_locations_are_refused_before_reading(location):
     with pytest.raises(ModelFileError, match="'W'"):
         extdata.check_location(location, "W", Path("m.onnx"))
@@ -95,7 +115,9 @@ def test_symlinked_model_keeps_its_data_next_to_the_link(tmp_path):
     refs = validate_external_data(graph_only(tmp_path / "snap" / "m.onnx"), tmp_path / "snap" / "m.onnx")
     assert refs[0].path == tmp_path / "snap" / "m.onnx_data"
     with pytest.raises(ModelFileError, match="symbolic link"):
-        validate_external_data(graph_only(tmp_path / "snap" / "m.onnx"), tmp_path / "snap" / "m.onnx", strict_paths=True)
+        validate_external_data(
+            graph_only(tmp_path / "snap" / "m.onnx"), tmp_path / "snap" / "m.onnx", strict_paths=True
+        )
 
 
 def test_checksum_of_the_whole_file_is_also_accepted(tmp_path):
@@ -132,7 +154,9 @@ def test_writing_is_deterministic_and_leaves_the_model_alone(tmp_path):
     outputs = []
     for folder in ("a", "b"):
         (tmp_path / folder).mkdir()
-        outputs.append(write_model(model, tmp_path / folder / "o.onnx", source.parent, Layout("", align=4096, checksum=True)))
+        outputs.append(
+            write_model(model, tmp_path / folder / "o.onnx", source.parent, Layout("", align=4096, checksum=True))
+        )
     assert model.SerializeToString() == before
     assert [p.name for p in outputs[0]] == ["o.onnx", "o.onnx.data"]
     for first, second in zip(*outputs):
@@ -147,7 +171,7 @@ def test_checksums_written_are_sha1_of_each_tensor(tmp_path):
     written = entries(graph_only(out))
     for name in ("W", "C"):
         start, length = int(written[name]["offset"]), int(written[name]["length"])
-        assert written[name]["checksum"] == hashlib.sha1(data[start:start + length]).hexdigest()
+        assert written[name]["checksum"] == hashlib.sha1(data[start : start + length]).hexdigest()
     assert validate_external_data(graph_only(out), out)  # and they verify on the next load
 
 
@@ -207,8 +231,12 @@ def test_inline_layout_reads_external_tensors_in(tmp_path):
 
 def test_the_copy_is_bounded_in_memory_with_and_without_kernel_copy(tmp_path, monkeypatch):
     weight = numpy_helper.from_array(np.ones((2048, 2048), np.float32), "W")  # 16 MiB
-    big = graph_model([helper.make_node("MatMul", ["x", "W"], ["y"])], [tensor_info("x", [1, 2048])],
-                     [tensor_info("y", [1, 2048])], [weight])
+    big = graph_model(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])],
+        [tensor_info("x", [1, 2048])],
+        [tensor_info("y", [1, 2048])],
+        [weight],
+    )
     (tmp_path / "in").mkdir()
     onnx.save(big, tmp_path / "in" / "m.onnx", save_as_external_data=True, location="m.onnx_data")
     source, model = tmp_path / "in" / "m.onnx", graph_only(tmp_path / "in" / "m.onnx")
@@ -232,14 +260,18 @@ def test_progress_reports_every_byte(tmp_path):
     """The bar itself is the CLI's reporter's (tests/cli/test_terminal_output.py)."""
     source = saved_external(tmp_path / "in")
     seen = []
-    write_model(graph_only(source), tmp_path / "o.onnx", source.parent, Layout(""), progress=lambda d, t: seen.append((d, t)))
+    write_model(
+        graph_only(source), tmp_path / "o.onnx", source.parent, Layout(""), progress=lambda d, t: seen.append((d, t))
+    )
     assert seen[-1] == (2 * 64 * 64 * 4, 2 * 64 * 64 * 4)
 
 
 def test_output_data_may_not_replace_an_input(tmp_path):
     source = saved_external(tmp_path)
     with pytest.raises(UsageError, match=r"would replace the input's 'm\.onnx_data'"):
-        data_writer.refuse_input_overwrite(Layout("m.onnx_data"), tmp_path / "o.onnx", [source, tmp_path / "m.onnx_data"])
+        data_writer.refuse_input_overwrite(
+            Layout("m.onnx_data"), tmp_path / "o.onnx", [source, tmp_path / "m.onnx_data"]
+        )
     data_writer.refuse_input_overwrite(Layout("other.data"), tmp_path / "o.onnx", [source, tmp_path / "m.onnx_data"])
 
 

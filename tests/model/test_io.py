@@ -18,8 +18,14 @@ from patchspec.run.stamp import DIGEST_KEY, VERSION_KEY
 
 def add_model(ir_version=8, opset=17) -> onnx.ModelProto:
     weight = numpy_helper.from_array(np.ones((1, 4), dtype=np.float32), "w")
-    return graph_model([helper.make_node("Add", ["x", "w"], ["y"])], [tensor_info("x", [1, 4])], [tensor_info("y", [1, 4])],
-                      [weight], opset=opset, ir_version=ir_version)
+    return graph_model(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        [tensor_info("x", [1, 4])],
+        [tensor_info("y", [1, 4])],
+        [weight],
+        opset=opset,
+        ir_version=ir_version,
+    )
 
 
 def metadata(model: onnx.ModelProto) -> dict:
@@ -120,7 +126,9 @@ def test_stale_patchspec_stamps_are_replaced_not_duplicated(tmp_path, run_cli):
     onnx.save(add_model(), tmp_path / "m.onnx")
     first = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: stage1.onnx\npatches: []\n", name="first.yaml")
     assert run_cli("-q", "apply", first).exit_code == 0
-    second = write_spec(tmp_path, "patchspec: 1\nmodel: stage1.onnx\noutput: stage2.onnx\npatches: []\n", name="second.yaml")
+    second = write_spec(
+        tmp_path, "patchspec: 1\nmodel: stage1.onnx\noutput: stage2.onnx\npatches: []\n", name="second.yaml"
+    )
     assert run_cli("-q", "apply", second).exit_code == 0
     keys = [p.key for p in onnx.load(str(tmp_path / "stage2.onnx")).metadata_props]
     assert keys.count(VERSION_KEY) == 1 and keys.count(DIGEST_KEY) == 1

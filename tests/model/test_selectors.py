@@ -39,7 +39,12 @@ def test_op_type_glob_and_list_mean_or():
     model = fpn_model()
     assert names(model, {"op_type": "Res*"}) == ["/up.1/Resize", "/up.0/Resize"]
     assert names(model, {"op_type": ["Add", "Relu"], "expect": 5}) == [
-        "/fpn.1/Add", "/fpn.0/Add", "/head.0/Relu", "/head.1/Relu", "/head.2/Relu"]
+        "/fpn.1/Add",
+        "/fpn.0/Add",
+        "/head.0/Relu",
+        "/head.1/Relu",
+        "/head.2/Relu",
+    ]
 
 
 def test_name_regex_is_matched_in_full():
@@ -56,8 +61,10 @@ def test_fields_are_anded():
 
 
 def test_domain_default_is_empty_string():
-    nodes = [helper.make_node("Relu", ["x"], ["a"], name="std"),
-             helper.make_node("Gelu", ["a"], ["y"], name="ms", domain="com.microsoft")]
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="std"),
+        helper.make_node("Gelu", ["a"], ["y"], name="ms", domain="com.microsoft"),
+    ]
     model = graph_model(nodes, [tensor_info("x", [1])], [tensor_info("y", [1])])
     assert names(model, {"domain": ""}) == ["std"]
     assert names(model, {"domain": "com.*"}) == ["ms"]
@@ -74,9 +81,19 @@ def test_after_and_before_select_one_fpn_level():
 
 def test_after_is_downstream_and_before_is_upstream():
     model = fpn_model()
-    assert names(model, {"after": "/fpn.1/Add_output_0"}) == ["/up.0/Resize", "/fpn.0/Add", "/head.0/Relu", "/head.1/Relu"]
-    assert names(model, {"before": ["out2", "c3"]}) == ["/backbone.c3/Conv", "/backbone.c4/Conv",
-                                                          "/backbone.c5/Conv", "/lat.2/Conv", "/head.2/Relu"]
+    assert names(model, {"after": "/fpn.1/Add_output_0"}) == [
+        "/up.0/Resize",
+        "/fpn.0/Add",
+        "/head.0/Relu",
+        "/head.1/Relu",
+    ]
+    assert names(model, {"before": ["out2", "c3"]}) == [
+        "/backbone.c3/Conv",
+        "/backbone.c4/Conv",
+        "/backbone.c5/Conv",
+        "/lat.2/Conv",
+        "/head.2/Relu",
+    ]
 
 
 def test_unknown_tensor_fails_with_close_matches():
@@ -99,7 +116,15 @@ def test_reachability_follows_outer_scope_reads():
     model = if_model()
     # the If reads x only inside its branches: it is still downstream of x
     assert names(model, {"after": "x"}) == ["pre", "If_0", "post", "side"]
-    assert names(model, {"after": "x", "graph": "all"}) == ["pre", "If_0", "else_neg", "then_add", "then_mul", "post", "side"]
+    assert names(model, {"after": "x", "graph": "all"}) == [
+        "pre",
+        "If_0",
+        "else_neg",
+        "then_add",
+        "then_mul",
+        "post",
+        "side",
+    ]
     assert names(model, {"before": "y", "graph": "all"}) == ["If_0", "else_neg", "then_add", "then_mul", "post"]
 
 
@@ -111,14 +136,23 @@ def test_reachability_leaves_a_subgraph_through_its_owner():
 
 def test_loop_body_inputs_are_fed_by_the_loop():
     body = helper.make_graph(
-        [helper.make_node("Identity", ["cond_in"], ["cond_out"], name="body_cond"),
-         helper.make_node("Add", ["acc_in", "step"], ["acc_out"], name="body_add")],
-        "body", [tensor_info("i", [], 7), tensor_info("cond_in", [], 9), tensor_info("acc_in", [1])],
-        [tensor_info("cond_out", [], 9), tensor_info("acc_out", [1])])
-    nodes = [helper.make_node("Loop", ["n", "c", "x"], ["y"], name="loop", body=body),
-             helper.make_node("Relu", ["step"], ["z"], name="other")]
-    model = graph_model(nodes, [tensor_info("n", [], 7), tensor_info("c", [], 9), tensor_info("x", [1]),
-                               tensor_info("step", [1])], [tensor_info("y", [1]), tensor_info("z", [1])])
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"], name="body_cond"),
+            helper.make_node("Add", ["acc_in", "step"], ["acc_out"], name="body_add"),
+        ],
+        "body",
+        [tensor_info("i", [], 7), tensor_info("cond_in", [], 9), tensor_info("acc_in", [1])],
+        [tensor_info("cond_out", [], 9), tensor_info("acc_out", [1])],
+    )
+    nodes = [
+        helper.make_node("Loop", ["n", "c", "x"], ["y"], name="loop", body=body),
+        helper.make_node("Relu", ["step"], ["z"], name="other"),
+    ]
+    model = graph_model(
+        nodes,
+        [tensor_info("n", [], 7), tensor_info("c", [], 9), tensor_info("x", [1]), tensor_info("step", [1])],
+        [tensor_info("y", [1]), tensor_info("z", [1])],
+    )
     assert names(model, {"after": "x", "graph": "all"}) == ["loop", "body_cond", "body_add"]
     assert names(model, {"before": "y", "op_type": "Add", "graph": "all"}) == ["body_add"]
 
@@ -214,8 +248,12 @@ def test_after_before_is_one_traversal_on_a_20000_node_chain():
 class PickPatch(PatchType):
     name = "seltest.pick"
     description = "test patch type that selects nodes"
-    params_schema = {"type": "object", "properties": {"select": SELECTOR_SCHEMA}, "required": ["select"],
-                     "additionalProperties": False}
+    params_schema = {
+        "type": "object",
+        "properties": {"select": SELECTOR_SCHEMA},
+        "required": ["select"],
+        "additionalProperties": False,
+    }
 
     def check_params(self, params):
         for key, message in check_selector(params["select"]):
@@ -232,13 +270,18 @@ def _plugin():
     return module
 
 
-@pytest.mark.parametrize("select, message", [
-    ('{name: "re:/lat.(0"}', "select.name: invalid regular expression '/lat.(0'"),
-    ('{op_type: Conv, expect: "2-"}', "select.expect:"),
-    ('{optype: Conv}', "unknown key 'optype' (did you mean 'op_type'?)"),
-])
+@pytest.mark.parametrize(
+    "select, message",
+    [
+        ('{name: "re:/lat.(0"}', "select.name: invalid regular expression '/lat.(0'"),
+        ('{op_type: Conv, expect: "2-"}', "select.expect:"),
+        ("{optype: Conv}", "unknown key 'optype' (did you mean 'op_type'?)"),
+    ],
+)
 def test_validate_rejects_bad_selectors_with_exit_2(tmp_path, run_cli, select, message):
-    spec = write_spec(tmp_path, f"patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches:\n  - seltest.pick:\n      select: {select}\n")
+    spec = write_spec(
+        tmp_path, f"patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches:\n  - seltest.pick:\n      select: {select}\n"
+    )
     with in_process_plugin("seltest", _plugin()):
         result = run_cli("validate", spec)
     assert result.exit_code == 2, result.output
@@ -250,8 +293,11 @@ def test_apply_fails_with_exit_4_on_count_mismatch(tmp_path, run_cli):
     import onnx
 
     onnx.save(fpn_model(), tmp_path / "m.onnx")
-    spec = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches:\n"
-                                "  - seltest.pick:\n      select: {op_type: Conv, expect: 2}\n")
+    spec = write_spec(
+        tmp_path,
+        "patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches:\n"
+        "  - seltest.pick:\n      select: {op_type: Conv, expect: 2}\n",
+    )
     with in_process_plugin("seltest", _plugin()):
         result = run_cli("apply", spec)
     assert result.exit_code == 4, result.output

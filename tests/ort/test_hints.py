@@ -27,8 +27,11 @@ def refusal(tmp_path, model, feeds=None) -> RunFailure:
 
 
 def custom_op_model():
-    model = graph_model([helper.make_node("NegPos", ["x"], ["y"], domain="com.acme", name="acme_op")],
-                        [tensor_info("x", [2])], [tensor_info("y", [2])])
+    model = graph_model(
+        [helper.make_node("NegPos", ["x"], ["y"], domain="com.acme", name="acme_op")],
+        [tensor_info("x", [2])],
+        [tensor_info("y", [2])],
+    )
     model.opset_import.append(helper.make_opsetid("com.acme", 1))
     return model
 
@@ -48,25 +51,29 @@ def test_an_old_exporters_attribute_says_re_export_or_patch(tmp_path):
 
 
 def test_a_runtime_too_old_for_the_model_says_upgrade(tmp_path):
-    model = graph_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [2])], [tensor_info("y", [2])],
-                        ir_version=99)
+    model = graph_model(
+        [helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [2])], [tensor_info("y", [2])], ir_version=99
+    )
     failure = refusal(tmp_path, model)
     assert "upgrade onnxruntime" in failure.hint
 
 
 def test_a_type_without_a_kernel_names_the_node_and_op(tmp_path):
     """Polygraphy's matmul.bf16.onnx: no bfloat16 MatMul on the CPU provider."""
-    model = graph_model([helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")],
-                        [tensor_info("a", [2, 2], TensorProto.BFLOAT16), tensor_info("b", [2, 2], TensorProto.BFLOAT16)],
-                        [tensor_info("y", [2, 2], TensorProto.BFLOAT16)])
+    model = graph_model(
+        [helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")],
+        [tensor_info("a", [2, 2], TensorProto.BFLOAT16), tensor_info("b", [2, 2], TensorProto.BFLOAT16)],
+        [tensor_info("y", [2, 2], TensorProto.BFLOAT16)],
+    )
     failure = refusal(tmp_path, model)
     assert "at node 'mm'" in failure.message
     assert "no kernel for MatMul" in failure.hint and "providers:" in failure.hint
 
 
 def test_data_outside_the_models_folder_is_diagnosed():
-    message = ("[ONNXRuntimeError] : 1 : FAIL : Load model failed: External data path "
-               "'/x/blobs/abc' escapes model directory")
+    message = (
+        "[ONNXRuntimeError] : 1 : FAIL : Load model failed: External data path '/x/blobs/abc' escapes model directory"
+    )
     assert "keep the model and data in one folder" in diagnose(message).hint
 
 
@@ -87,8 +94,9 @@ def shared_weights(root, model):
     """The model in its own folder, its data file a link into a shared weights folder next to it."""
     (root / "shared").mkdir(parents=True)
     (root / "model").mkdir()
-    onnx.save(model, root / "shared" / "model.onnx", save_as_external_data=True, location="model.onnx.data",
-              size_threshold=0)
+    onnx.save(
+        model, root / "shared" / "model.onnx", save_as_external_data=True, location="model.onnx.data", size_threshold=0
+    )
     (root / "shared" / "model.onnx").rename(root / "model" / "model.onnx")
     os.symlink("../shared/model.onnx.data", root / "model" / "model.onnx.data")
     return root / "model" / "model.onnx"
@@ -96,8 +104,12 @@ def shared_weights(root, model):
 
 def adder():
     weights = numpy_helper.from_array(np.arange(512, dtype=np.float32), "w")
-    return graph_model([helper.make_node("Add", ["x", "w"], ["y"])], [tensor_info("x", ["N", 512])],
-                       [tensor_info("y", ["N", 512])], [weights])
+    return graph_model(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        [tensor_info("x", ["N", 512])],
+        [tensor_info("y", ["N", 512])],
+        [weights],
+    )
 
 
 @pytest.mark.parametrize("layout", [hub_cache, shared_weights], ids=["hub_cache", "shared_weights"])
@@ -108,8 +120,11 @@ def test_data_linked_from_outside_runs_as_a_reference(layout, tmp_path, run_cli)
     path = layout(tmp_path / "cache", adder())
     files = sorted(p for p in (tmp_path / "cache").rglob("*") if p.is_file() and not p.is_symlink())
     before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in files}
-    spec = write_spec(tmp_path, f"patchspec: 1\nmodel: {path}\noutput: out/tiny.onnx\npatches:\n  - set_batch: 2\n"
-                                "verify:\n  - run:\n      cases: [{inputs: {x: [2, 512]}}]\n")
+    spec = write_spec(
+        tmp_path,
+        f"patchspec: 1\nmodel: {path}\noutput: out/tiny.onnx\npatches:\n  - set_batch: 2\n"
+        "verify:\n  - run:\n      cases: [{inputs: {x: [2, 512]}}]\n",
+    )
     result = run_cli("apply", spec)
     assert result.exit_code == 0, result.output
     assert "run ..................... passed" in result.stdout

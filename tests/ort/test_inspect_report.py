@@ -16,48 +16,116 @@ from patchspec.ort.report import fold_names
 from real_models import CORPUS
 from scrfd_like import fpn_model
 
-SILERO = {"silero_vad": CORPUS / "silero_vad/data/silero_vad.onnx",
-          "silero_vad_v4": CORPUS / "openwakeword/resources/models/silero_vad.onnx"}
+SILERO = {
+    "silero_vad": CORPUS / "silero_vad/data/silero_vad.onnx",
+    "silero_vad_v4": CORPUS / "openwakeword/resources/models/silero_vad.onnx",
+}
 #: lines the default text of a silero model may take (the unfolded one: 70 and more)
 LINE_BUDGET = 25
 
 _DIMS = {"type": "array", "items": {"type": ["integer", "string", "null"]}}
-_VALUE = {"type": "object", "required": ["name", "dtype", "dims"], "properties": {
-    "name": {"type": "string"}, "dtype": {"type": "string"}, "dims": _DIMS}}
+_VALUE = {
+    "type": "object",
+    "required": ["name", "dtype", "dims"],
+    "properties": {"name": {"type": "string"}, "dtype": {"type": "string"}, "dims": _DIMS},
+}
 _COUNTS = {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}}
-_PROBLEM = {"type": "object", "required": ["exit_code", "message", "hint"], "properties": {
-    "exit_code": {"const": 3}, "message": {"type": "string"}, "hint": {"type": ["string", "null"]}}}
+_PROBLEM = {
+    "type": "object",
+    "required": ["exit_code", "message", "hint"],
+    "properties": {"exit_code": {"const": 3}, "message": {"type": "string"}, "hint": {"type": ["string", "null"]}},
+}
 #: the JSON Schema of ``inspect --json`` for a model that could be read (with usable data or not)
 INSPECT_SCHEMA = {
     "type": "object",
-    "required": ["model", "ir_version", "producer", "opsets", "metadata", "nodes", "ops", "inputs", "outputs",
-                 "initializers", "dim_params", "external_data", "subgraphs", "control_flow", "lint",
-                 "lint_skipped", "external_data_problem"],
+    "required": [
+        "model",
+        "ir_version",
+        "producer",
+        "opsets",
+        "metadata",
+        "nodes",
+        "ops",
+        "inputs",
+        "outputs",
+        "initializers",
+        "dim_params",
+        "external_data",
+        "subgraphs",
+        "control_flow",
+        "lint",
+        "lint_skipped",
+        "external_data_problem",
+    ],
     "properties": {
         "model": {"type": "string"},
         "ir_version": {"type": "integer"},
-        "producer": {"type": "object", "required": ["name", "version"],
-                     "properties": {"name": {"type": "string"}, "version": {"type": "string"}}},
+        "producer": {
+            "type": "object",
+            "required": ["name", "version"],
+            "properties": {"name": {"type": "string"}, "version": {"type": "string"}},
+        },
         "opsets": _COUNTS,
         "metadata": {"type": "object", "additionalProperties": {"type": "string"}},
         "nodes": {"type": "integer"},
         "ops": _COUNTS,
         "inputs": {"type": "array", "items": _VALUE},
         "outputs": {"type": "array", "items": _VALUE},
-        "initializers": {"type": "object", "required": ["count", "bytes", "dtypes", "inline", "inline_bytes",
-                                                        "external", "external_bytes"],
-                         "properties": {"dtypes": _COUNTS}},
-        "dim_params": {"type": "object", "additionalProperties": {"type": "array", "items": {
-            "type": "object", "required": ["tensor", "axis", "graph"]}}},
-        "external_data": {"type": "object", "required": ["tensors", "files"], "properties": {
-            "files": {"type": "array", "items": {"type": "object", "required": ["file", "size", "tensors", "bytes"],
-                                                 "properties": {"size": {"type": ["integer", "null"]}}}}}},
+        "initializers": {
+            "type": "object",
+            "required": ["count", "bytes", "dtypes", "inline", "inline_bytes", "external", "external_bytes"],
+            "properties": {"dtypes": _COUNTS},
+        },
+        "dim_params": {
+            "type": "object",
+            "additionalProperties": {
+                "type": "array",
+                "items": {"type": "object", "required": ["tensor", "axis", "graph"]},
+            },
+        },
+        "external_data": {
+            "type": "object",
+            "required": ["tensors", "files"],
+            "properties": {
+                "files": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["file", "size", "tensors", "bytes"],
+                        "properties": {"size": {"type": ["integer", "null"]}},
+                    },
+                }
+            },
+        },
         "subgraphs": {"type": "array", "items": {"type": "object", "required": ["graph", "nodes", "annotated"]}},
-        "control_flow": {"type": "array", "items": {"type": "object", "required": ["node", "op", "bodies", "nested"],
-                                                    "properties": {"bodies": _COUNTS}}},
-        "lint": {"oneOf": [{"type": "null"}, {"type": "object", "required": [
-            "input_shapes", "shapes_given", "conflicts", "wrong_sizes", "probed", "not_probed", "values", "error",
-            "suggested_patches", "clean"]}]},
+        "control_flow": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["node", "op", "bodies", "nested"],
+                "properties": {"bodies": _COUNTS},
+            },
+        },
+        "lint": {
+            "oneOf": [
+                {"type": "null"},
+                {
+                    "type": "object",
+                    "required": [
+                        "input_shapes",
+                        "shapes_given",
+                        "conflicts",
+                        "wrong_sizes",
+                        "probed",
+                        "not_probed",
+                        "values",
+                        "error",
+                        "suggested_patches",
+                        "clean",
+                    ],
+                },
+            ]
+        },
         "lint_skipped": {"type": ["string", "null"]},
         "external_data_problem": {"oneOf": [{"type": "null"}, _PROBLEM]},
     },
@@ -66,18 +134,28 @@ INSPECT_SCHEMA = {
 
 def nested_if_model() -> onnx.ModelProto:
     """x -> If 'outer' (then: Add, If 'inner' (then: Neg, else: Relu); else: Neg) -> y."""
-    inner_then = helper.make_graph([helper.make_node("Neg", ["x"], ["it"], name="inner_neg")], "it", [],
-                                   [tensor_info("it", [2])])
-    inner_else = helper.make_graph([helper.make_node("Relu", ["x"], ["ie"], name="inner_relu")], "ie", [],
-                                   [tensor_info("ie", [2])])
+    inner_then = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["it"], name="inner_neg")], "it", [], [tensor_info("it", [2])]
+    )
+    inner_else = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["ie"], name="inner_relu")], "ie", [], [tensor_info("ie", [2])]
+    )
     outer_then = helper.make_graph(
-        [helper.make_node("Add", ["x", "x"], ["t1"], name="then_add"),
-         helper.make_node("If", ["cond"], ["t2"], name="inner", then_branch=inner_then, else_branch=inner_else)],
-        "ot", [], [tensor_info("t2", [2])])
-    outer_else = helper.make_graph([helper.make_node("Neg", ["x"], ["e1"], name="else_neg")], "oe", [],
-                                   [tensor_info("e1", [2])])
+        [
+            helper.make_node("Add", ["x", "x"], ["t1"], name="then_add"),
+            helper.make_node("If", ["cond"], ["t2"], name="inner", then_branch=inner_then, else_branch=inner_else),
+        ],
+        "ot",
+        [],
+        [tensor_info("t2", [2])],
+    )
+    outer_else = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e1"], name="else_neg")], "oe", [], [tensor_info("e1", [2])]
+    )
     nodes = [helper.make_node("If", ["cond"], ["y"], name="outer", then_branch=outer_then, else_branch=outer_else)]
-    return graph_model(nodes, [tensor_info("x", [2]), tensor_info("cond", [], TensorProto.BOOL)], [tensor_info("y", [2])])
+    return graph_model(
+        nodes, [tensor_info("x", [2]), tensor_info("cond", [], TensorProto.BOOL)], [tensor_info("y", [2])]
+    )
 
 
 def described_model() -> onnx.ModelProto:
@@ -85,10 +163,12 @@ def described_model() -> onnx.ModelProto:
     weight = numpy_helper.from_array(np.ones((4, 3, 1, 1), np.float32), "w")
     bias = numpy_helper.from_array(np.zeros(4, np.float32), "b")
     axes = numpy_helper.from_array(np.array([0], np.int64), "axes")
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv"),
-             helper.make_node("Relu", ["c"], ["r"], name="relu0"),
-             helper.make_node("Relu", ["r"], ["r2"], name="relu1"),
-             helper.make_node("FusedGelu", ["r2"], ["y"], name="gelu", domain="com.example")]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv"),
+        helper.make_node("Relu", ["c"], ["r"], name="relu0"),
+        helper.make_node("Relu", ["r"], ["r2"], name="relu1"),
+        helper.make_node("FusedGelu", ["r2"], ["y"], name="gelu", domain="com.example"),
+    ]
     model = graph_model(nodes, [tensor_info("x", [1, 3, 8, 8])], [tensor_info("y", [1, 4, 8, 8])], [weight, bias, axes])
     model.opset_import.append(helper.make_opsetid("com.example", 1))
     model.producer_name, model.producer_version = "exporter", "2.1"
@@ -110,8 +190,15 @@ def test_ops_initializers_metadata_and_producer(run_cli, tmp_path):
     onnx.save(described_model(), path)
     data = inspect_json(run_cli, path)
     assert data["ops"] == {"Relu": 2, "Conv": 1, "com.example:FusedGelu": 1}
-    assert data["initializers"] == {"count": 3, "bytes": 48 + 16 + 8, "dtypes": {"float": 2, "int64": 1},
-                                    "inline": 3, "inline_bytes": 72, "external": 0, "external_bytes": 0}
+    assert data["initializers"] == {
+        "count": 3,
+        "bytes": 48 + 16 + 8,
+        "dtypes": {"float": 2, "int64": 1},
+        "inline": 3,
+        "inline_bytes": 72,
+        "external": 0,
+        "external_bytes": 0,
+    }
     assert data["metadata"] == {"author": "someone", "license": "MIT"}
     assert data["producer"] == {"name": "exporter", "version": "2.1"} and data["ir_version"] == 8
     assert data["opsets"] == {"ai.onnx": 17, "com.example": 1}
@@ -142,8 +229,9 @@ def test_nested_ifs_fold_into_one_line_and_all_unfolds(run_cli, tmp_path):
         full = run_cli(*args).stdout
         assert "main/outer.then_branch/inner.else_branch: 1 nodes" in full, unfold
     data = inspect_json(run_cli, path)
-    assert data["control_flow"] == [{"node": "outer", "op": "If", "bodies": {"then_branch": 2, "else_branch": 1},
-                                     "nested": 1}]
+    assert data["control_flow"] == [
+        {"node": "outer", "op": "If", "bodies": {"then_branch": 2, "else_branch": 1}, "nested": 1}
+    ]
     assert len(data["subgraphs"]) == 4  # --json keeps every detail
 
 
@@ -151,7 +239,9 @@ def test_unk_names_and_long_use_lists_are_summarised(run_cli, tmp_path):
     nodes = [helper.make_node("Relu", ["x" if i == 0 else f"t{i - 1}"], [f"t{i}"], name=f"n{i}") for i in range(12)]
     nodes.append(helper.make_node("Identity", ["t11"], ["y"], name="out"))
     value_info = [tensor_info(f"t{i}", ["batch", f"unk__{i}"]) for i in range(12)]
-    model = graph_model(nodes, [tensor_info("x", ["batch", 8])], [tensor_info("y", ["batch", 8])], value_info=value_info)
+    model = graph_model(
+        nodes, [tensor_info("x", ["batch", 8])], [tensor_info("y", ["batch", 8])], value_info=value_info
+    )
     path = tmp_path / "unk.onnx"
     onnx.save(model, path)
     text = run_cli("inspect", path).stdout
@@ -169,7 +259,9 @@ def test_silero_text_is_short_with_inputs_and_outputs_first(run_cli, key):
     lines = run_cli("inspect", path).stdout.splitlines()
     assert len(lines) <= LINE_BUDGET, "\n".join(lines)
     assert lines[1] == "inputs:" and lines.index("outputs:") < 10
-    assert lines[lines.index("outputs:") + 3].startswith("lint at ") or lines[lines.index("outputs:") + 4].startswith("lint at ")
+    assert lines[lines.index("outputs:") + 3].startswith("lint at ") or lines[lines.index("outputs:") + 4].startswith(
+        "lint at "
+    )
     folded = [line for line in lines if not line.startswith("  not run: ")]  # onnxruntime's message is its own
     assert not any("Inline_0__" in line or "_branch/" in line for line in folded)
     assert any(line.startswith("  fed sr=16000 (the graph needs it: Equal") for line in lines)
@@ -193,7 +285,7 @@ def test_missing_weights_show_the_graph_then_the_files_once(run_cli, tmp_path, l
     path = _broken_external(tmp_path, lfs)
     result = run_cli("inspect", path)
     assert result.exit_code == 3, result.output
-    assert "inputs:\n  input.1  float  [1, 3, \"?\", \"?\"]" in result.stdout
+    assert 'inputs:\n  input.1  float  [1, 3, "?", "?"]' in result.stdout
     assert "outputs:\n  out0" in result.stdout and "ops: " in result.stdout
     assert "lint: skipped, the external data cannot be used (listed at the end)" in result.stdout
     assert "m.data" not in result.stdout and result.stdout.endswith("until this is fixed:\n")  # named once, at the end
@@ -222,8 +314,9 @@ def test_json_of_a_usable_model_has_no_problem(run_cli, tmp_path):
 def reshape_model() -> onnx.ModelProto:
     """x [1, 64] reshaped to the int64 input ``shape``: zeros (the default feed) cannot run."""
     nodes = [helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape", allowzero=1)]
-    return graph_model(nodes, [tensor_info("x", [1, 64]), tensor_info("shape", [2], TensorProto.INT64)],
-                       [tensor_info("y", ["a", "b"])])
+    return graph_model(
+        nodes, [tensor_info("x", [1, 64]), tensor_info("shape", [2], TensorProto.INT64)], [tensor_info("y", ["a", "b"])]
+    )
 
 
 def test_value_reaches_the_lint(run_cli, tmp_path):
@@ -231,13 +324,20 @@ def test_value_reaches_the_lint(run_cli, tmp_path):
     onnx.save(reshape_model(), path)
     assert inspect_json(run_cli, path)["lint"]["error"]  # zeros: Reshape to [0, 0] fails
     lint = inspect_json(run_cli, path, "--value", "shape=2,32")["lint"]
-    assert lint["error"] is None and lint["values"] == {"shape": {"value": [2, 32], "origin": "given", "why": "--value"}}
+    assert lint["error"] is None and lint["values"] == {
+        "shape": {"value": [2, 32], "origin": "given", "why": "--value"}
+    }
     assert "fed shape=2,32 (given)" in run_cli("inspect", path, "--value", "shape=2,32").stdout
 
 
-@pytest.mark.parametrize("option, message", [("shap=2,32", "no input 'shap' (did you mean 'shape'?)"),
-                                             ("shape=a", "expected NAME=V or NAME=V0,V1,..."),
-                                             ("shape=1,2,3", "3 values for shape [2]")])
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        ("shap=2,32", "no input 'shap' (did you mean 'shape'?)"),
+        ("shape=a", "expected NAME=V or NAME=V0,V1,..."),
+        ("shape=1,2,3", "3 values for shape [2]"),
+    ],
+)
 def test_bad_value_option_is_exit_2(run_cli, tmp_path, option, message):
     path = tmp_path / "r.onnx"
     onnx.save(reshape_model(), path)

@@ -162,12 +162,15 @@ def test_broken_external_data_is_exit_3(run_cli, tmp_path):
     assert "m.data" in result.stderr
 
 
-@pytest.mark.parametrize("shape, message", [
-    ("input.1:1,3,64,64", "expected NAME=D0,D1,..."),
-    ("input.1=1,3,x,64", "expected NAME=D0,D1,..."),
-    ("input1=1,3,64,64", "no input 'input1' (did you mean 'input.1'?)"),
-    ("input.1=1,3,64", "the input has 4 axes, got 3 sizes"),
-])
+@pytest.mark.parametrize(
+    "shape, message",
+    [
+        ("input.1:1,3,64,64", "expected NAME=D0,D1,..."),
+        ("input.1=1,3,x,64", "expected NAME=D0,D1,..."),
+        ("input1=1,3,64,64", "no input 'input1' (did you mean 'input.1'?)"),
+        ("input.1=1,3,64", "the input has 4 axes, got 3 sizes"),
+    ],
+)
 def test_bad_shape_option_is_exit_2(run_cli, fpn_path, shape, message):
     result = run_cli("inspect", fpn_path, "--shape", shape)
     assert result.exit_code == 2, result.output
@@ -181,9 +184,15 @@ def test_parse_shape_options():
 
 
 def test_probe_shapes_share_a_dim_param_across_inputs_but_split_it_within_one():
-    model = graph_model([], [tensor_info("ids", ["batch", "seq"], onnx.TensorProto.INT64),
-                            tensor_info("mask", ["batch", "seq"], onnx.TensorProto.INT64),
-                            tensor_info("image", ["batch", 3, "?", "?"])], [tensor_info("ids", ["batch", "seq"])])
+    model = graph_model(
+        [],
+        [
+            tensor_info("ids", ["batch", "seq"], onnx.TensorProto.INT64),
+            tensor_info("mask", ["batch", "seq"], onnx.TensorProto.INT64),
+            tensor_info("image", ["batch", 3, "?", "?"]),
+        ],
+        [tensor_info("ids", ["batch", "seq"])],
+    )
     assert probe_shapes(model, None) == {"ids": [1, 64], "mask": [1, 64], "image": [1, 3, 96, 128]}
     assert probe_shapes(model, None, split=False)["image"] == [1, 3, 96, 96]
     assert probe_shapes(model, {"ids": [4, 7]})["mask"] == [4, 7]
@@ -196,8 +205,14 @@ def test_ppocr_models_lint_with_default_shapes(ppocr_models, tmp_path):
         assert all(size >= 1 for shape in result.input_shapes.values() for size in shape)  # cls says -1
 
 
-@pytest.mark.parametrize("content, code, text", [(None, 3, "No such file"), (b"garbage!", 3, "not an ONNX model"),
-                                                 (b"version https://git-lfs.github.com/spec/v1\nsize 9\n", 3, "Git LFS")])
+@pytest.mark.parametrize(
+    "content, code, text",
+    [
+        (None, 3, "No such file"),
+        (b"garbage!", 3, "not an ONNX model"),
+        (b"version https://git-lfs.github.com/spec/v1\nsize 9\n", 3, "Git LFS"),
+    ],
+)
 def test_inspect_json_prints_json_even_for_an_error(run_cli, tmp_path, content, code, text):
     path = tmp_path / "m.onnx"
     if content is not None:

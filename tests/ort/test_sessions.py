@@ -23,14 +23,18 @@ from patchspec.ort.sessions import (
 
 
 def relu_model(tmp_path, in_shape=("N", 4), out_shape=("N", 4), name="m.onnx"):
-    model = graph_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", list(in_shape))],
-                       [tensor_info("y", list(out_shape))])
+    model = graph_model(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [tensor_info("x", list(in_shape))],
+        [tensor_info("y", list(out_shape))],
+    )
     path = tmp_path / name
     onnx.save(model, path)
     return path
 
 
 # -- inputs -----------------------------------------------------------------------------------------
+
 
 def test_random_fill_is_deterministic_per_seed_and_in_default_ranges():
     first = generate((64, 8), "float32", "random", seed=3)
@@ -78,6 +82,7 @@ def test_file_input_checks_dtype_and_shape(tmp_path):
 
 # -- shapes -----------------------------------------------------------------------------------------
 
+
 def test_shape_problems_name_axis_declared_and_actual():
     decl = TensorDecl("y", "float32", (1, 4))
     assert shape_problems("output", decl, (1, 4)) == []
@@ -88,6 +93,7 @@ def test_shape_problems_name_axis_declared_and_actual():
 
 
 # -- comparison -------------------------------------------------------------------------------------
+
 
 def test_compare_passes_within_tolerance_and_reports_errors():
     expected = np.array([1.0, 2.0, 0.0], np.float32)
@@ -124,10 +130,13 @@ def test_compare_shape_mismatch_fails():
 
 # -- providers and sessions -------------------------------------------------------------------------
 
+
 def test_unavailable_provider_gets_a_reason():
     reasons = provider_skip_reasons(["CPUExecutionProvider", "CUDAExecutionProvider"], ["CPUExecutionProvider"])
     assert reasons["CPUExecutionProvider"] is None
-    assert reasons["CUDAExecutionProvider"] == "not available in this onnxruntime build; available: CPUExecutionProvider"
+    assert (
+        reasons["CUDAExecutionProvider"] == "not available in this onnxruntime build; available: CPUExecutionProvider"
+    )
 
 
 def test_session_runs_by_path_and_split_batch_joins(tmp_path):
@@ -140,8 +149,9 @@ def test_session_runs_by_path_and_split_batch_joins(tmp_path):
 
 
 def test_session_build_failure_names_provider_path_and_ort_message(tmp_path):
-    model = graph_model([helper.make_node("NoSuchOp", ["x"], ["y"], domain="my.ops")],
-                       [tensor_info("x", [1])], [tensor_info("y", [1])])
+    model = graph_model(
+        [helper.make_node("NoSuchOp", ["x"], ["y"], domain="my.ops")], [tensor_info("x", [1])], [tensor_info("y", [1])]
+    )
     model.opset_import.append(helper.make_opsetid("my.ops", 1))
     path = tmp_path / "bad.onnx"
     onnx.save(model, path)
@@ -155,13 +165,18 @@ def test_run_failure_names_provider_and_path(tmp_path):
     session = Session(relu_model(tmp_path, in_shape=(2, 4), out_shape=(2, 4)), "CPUExecutionProvider")
     with pytest.raises(RunFailure, match=r"CPUExecutionProvider: onnxruntime failed to run .*m\.onnx"):
         session.run({"x": np.zeros((3, 4), np.float32)})
-    with pytest.raises(RunFailure, match="one batch size across the split inputs; found x: 2 on axis 0, z: 3 on axis 0"):
+    with pytest.raises(
+        RunFailure, match="one batch size across the split inputs; found x: 2 on axis 0, z: 3 on axis 0"
+    ):
         session.run_split({"x": np.zeros((2, 4), np.float32), "z": np.zeros((3,), np.int64)})
 
 
 def test_integer_model_types_are_read_from_the_session(tmp_path):
-    model = graph_model([helper.make_node("Identity", ["k"], ["y"])], [tensor_info("k", [3], TensorProto.INT64)],
-                       [tensor_info("y", [3], TensorProto.INT64)])
+    model = graph_model(
+        [helper.make_node("Identity", ["k"], ["y"])],
+        [tensor_info("k", [3], TensorProto.INT64)],
+        [tensor_info("y", [3], TensorProto.INT64)],
+    )
     onnx.save(model, tmp_path / "k.onnx")
     session = Session(tmp_path / "k.onnx", "CPUExecutionProvider")
     feeds = make_feeds({}, session.inputs, lambda p: p)
@@ -201,7 +216,9 @@ def test_provider_that_falls_back_to_cpu_is_unusable(tmp_path, monkeypatch):
     from patchspec.ort.sessions import ProviderUnusable
 
     monkeypatch.setattr(onnxruntime, "InferenceSession", _FakeSession)
-    with pytest.raises(ProviderUnusable, match=r"CUDAExecutionProvider could not be loaded .*fell back to CPUExecutionProvider"):
+    with pytest.raises(
+        ProviderUnusable, match=r"CUDAExecutionProvider could not be loaded .*fell back to CPUExecutionProvider"
+    ):
         Session(tmp_path / "out.onnx", "CUDAExecutionProvider")
 
 
@@ -213,11 +230,12 @@ def test_no_ansi_escape_reaches_the_user_when_onnxruntime_refuses_a_model(tmp_pa
 
     node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="bilinear")  # an old exporter's mode
     scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
-    model = graph_model([node], [tensor_info("x", [1, 1, 4, 4])], [tensor_info("y", [1, 1, 8, 8])], [scales],
-                        opset=13)
+    model = graph_model([node], [tensor_info("x", [1, 1, 4, 4])], [tensor_info("y", [1, 1, 8, 8])], [scales], opset=13)
     onnx.save(model, tmp_path / "m.onnx")
     (tmp_path / "s.yaml").write_text("patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches: []\nverify:\n  - run: {}\n")
     patchspec = Path(sys.executable).with_name("patchspec")
-    done = subprocess.run([str(patchspec), "apply", "s.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [str(patchspec), "apply", "s.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 1 and "mode attribute is bilinear" in done.stdout + done.stderr
     assert "\x1b[" not in done.stdout + done.stderr

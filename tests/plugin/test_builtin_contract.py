@@ -64,8 +64,12 @@ NO_OP_CASES = [
 #: patch types with no no-op application: every valid one changes the model. For these the
 #: contract checked is that an application refused with context.fail changes nothing.
 REFUSED_CASES = [
-    Case("add_input", "{name: x, dtype: float32, shape: [N, 3, 8, 8]}", lambda: make_model({"x": ("N", 3, 8, 8)}),
-         "input exists"),
+    Case(
+        "add_input",
+        "{name: x, dtype: float32, shape: [N, 3, 8, 8]}",
+        lambda: make_model({"x": ("N", 3, 8, 8)}),
+        "input exists",
+    ),
 ]
 
 VERIFIER_CASES = [
@@ -77,9 +81,17 @@ VERIFIER_CASES = [
     Case("acme.max_nodes", "{limit: 0}", model_with_weight, "over the limit"),
 ]
 
-BUILTIN_MODULES = {"set_batch": "set_batch", "rename_dims": "rename_dims", "replace_initializer": "replace_initializer",
-                   "add_input": "add_input", "external_data": "external_data", "check": "verify_check",
-                   "static": "verify_static", "lint": "verify_lint", "run": "verify_run"}
+BUILTIN_MODULES = {
+    "set_batch": "set_batch",
+    "rename_dims": "rename_dims",
+    "replace_initializer": "replace_initializer",
+    "add_input": "add_input",
+    "external_data": "external_data",
+    "check": "verify_check",
+    "static": "verify_static",
+    "lint": "verify_lint",
+    "run": "verify_run",
+}
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +117,10 @@ def load_case(folder: Path, case: Case, section: str, registry: PluginRegistry):
     """Save the case's model, write a spec with its one step, load both as the engine does."""
     onnx.save(case.model(), str(folder / "model.onnx"))
     other = "verify: []\n" if section == "patches" else "patches: []\n"
-    text = (f"patchspec: 1\nmodel: model.onnx\noutput: out/model.onnx\n{other}"
-            f"{section}:\n  - {case.type_name}: {case.params}\n")
+    text = (
+        f"patchspec: 1\nmodel: model.onnx\noutput: out/model.onnx\n{other}"
+        f"{section}:\n  - {case.type_name}: {case.params}\n"
+    )
     spec_path = folder / "spec.yaml"
     spec_path.write_text(text)
     schema_says_valid(load_yaml(spec_path).data, combined_schema(registry))
@@ -137,7 +151,9 @@ def test_no_op_reports_unmodified_and_changes_no_byte(case, registry, tmp_path):
     require(registry, case, "patch type")
     spec, step, model = load_case(tmp_path, case, "patches", registry)
     before = serialized(model)
-    result = registry.patch_types[case.type_name]().apply(model, step.params, PatchContext(spec, step, model_dir=tmp_path))
+    result = registry.patch_types[case.type_name]().apply(
+        model, step.params, PatchContext(spec, step, model_dir=tmp_path)
+    )
     assert isinstance(result, PatchResult), f"apply() returned {type(result).__name__}"
     assert result.modified is False, f"{case.type_name} ({case.why}) reported modified: {result.summary}"
     assert serialized(model) == before, f"{case.type_name} ({case.why}) reported no change but changed the model"
@@ -170,8 +186,11 @@ def test_verifier_changes_neither_the_model_nor_any_file(case, registry, tmp_pat
 
 
 def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
-    return {str(p.relative_to(folder)): (p.read_bytes(), os.stat(p).st_mtime_ns)
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): (p.read_bytes(), os.stat(p).st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.mark.parametrize("kind", ["patch type", "verifier"])
@@ -182,7 +201,9 @@ def test_every_registered_type_has_a_contract_case(kind, registry):
         table, cases = registry.verifiers, VERIFIER_CASES
     covered = {case.type_name for case in cases}
     missing = sorted(set(table) - covered)
-    assert not missing, f"add a contract case to tests/plugin/test_builtin_contract.py for {kind}s: {', '.join(missing)}"
+    assert not missing, (
+        f"add a contract case to tests/plugin/test_builtin_contract.py for {kind}s: {', '.join(missing)}"
+    )
 
 
 # -- the test kit's contract checks, on every built-in (as a third party runs them on its plugin) ----------
@@ -213,8 +234,13 @@ def test_the_test_kit_contract_checks_pass_on_every_builtin(name, registry, tmp_
     change = CHANGE_CASES.get(name)
     noops = [c for c in NO_OP_CASES if c.type_name == name]
     refused = [(c.model(), _yaml(c.params)) for c in REFUSED_CASES if c.type_name == name]
-    check_patch_type(cls, tmp_path, change=(change[0](), _yaml(change[1])) if change else None,
-                     noop=(noops[0].model(), _yaml(noops[0].params)) if noops else None, refused=refused)
+    check_patch_type(
+        cls,
+        tmp_path,
+        change=(change[0](), _yaml(change[1])) if change else None,
+        noop=(noops[0].model(), _yaml(noops[0].params)) if noops else None,
+        refused=refused,
+    )
 
 
 def test_the_contract_checks_catch_a_lying_patch(tmp_path):
@@ -275,8 +301,11 @@ def test_typed_params_must_name_what_the_schema_names():
         Params = Wrong
         name = "typo"
         description = "A patch whose typed params name a key its schema does not."
-        params_schema = {"type": "object", "additionalProperties": False,
-                         "properties": {"size": {"type": "integer", "description": "the size"}}}
+        params_schema = {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"size": {"type": "integer", "description": "the size"}},
+        }
 
     with pytest.raises(AssertionError, match=r"Params names \['sise'\] the schema does not"):
         check_declaration(Typo)

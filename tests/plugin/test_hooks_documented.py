@@ -43,7 +43,9 @@ def doc_section(name: str) -> str:
                 continue
         if section is not None:
             section.append(line)
-    assert section is not None, f"docs/plugins.md has no '### {name}' heading; add one with its signature and an example"
+    assert section is not None, (
+        f"docs/plugins.md has no '### {name}' heading; add one with its signature and an example"
+    )
     return "\n".join(section) + "\n"
 
 
@@ -73,6 +75,10 @@ def test_hook_example_in_the_docs_runs(name, tmp_path):
 @pytest.mark.parametrize("name", sorted(hook_specs()))
 def test_hook_is_implemented_by_a_test(name):
     pattern = re.compile(rf"^\s*def {name}\(", re.M)
-    users = [path for folder in TEST_FOLDERS for path in folder.rglob("test_*.py")
-             if path.name != Path(__file__).name and pattern.search(path.read_text(encoding="utf-8"))]
+    users = [
+        path
+        for folder in TEST_FOLDERS
+        for path in folder.rglob("test_*.py")
+        if path.name != Path(__file__).name and pattern.search(path.read_text(encoding="utf-8"))
+    ]
     assert users, f"no test implements the hook {name}; add a test plugin that does"

@@ -20,7 +20,7 @@ from patchspec.testing import make_model, registered, run_cli, run_spec
 DIST, VERSION = "fric-tools", "1.2.3"
 
 # line numbers below are asserted: keep the first lines of each source as they are
-WORKING = '''\
+WORKING = """\
 from patchspec import PatchResult, PatchType, Verifier, VerifyResult, hookimpl
 
 
@@ -81,10 +81,10 @@ def register_patch_types(register):
 @hookimpl
 def register_verifiers(register):
     register(GateVerifier)
-'''
+"""
 EXPLODE_LINE = 5  # ``return len(model.graph.node) // 0`` in count_things
 
-BROKEN_ON_IMPORT = '''\
+BROKEN_ON_IMPORT = """\
 from patchspec import hookimpl
 
 
@@ -93,7 +93,7 @@ def connect():
 
 
 connect()
-'''
+"""
 RAISE_LINE = 5
 
 
@@ -110,6 +110,7 @@ def written(folder: Path) -> list[Path]:
 
 # -- 1. VerifyContext.fail means "verification failed" (exit 1), PatchContext.fail "cannot apply" (4) --
 
+
 def test_verifier_context_fail_is_a_failed_verification_exit_1_nothing_written(site, tmp_path):
     site.install(WORKING)
     run = run_spec(tmp_path, "patches: []\nverify:\n  - fric.gate: {mode: fail}\n  - check: {}\n", make_model())
@@ -121,7 +122,8 @@ def test_verifier_context_fail_is_a_failed_verification_exit_1_nothing_written(s
     assert "check" in run.stdout and "passed" in run.stdout
     assert run.stderr.splitlines()[0] == (
         "spec.yaml:6:23: verify[0] (fric.gate) > mode: verification failed: the output has no 'gate' input; "
-        "nothing was written")
+        "nothing was written"
+    )
 
 
 def test_verifier_context_fail_in_the_report_is_a_failed_verifier(site, tmp_path):
@@ -130,7 +132,8 @@ def test_verifier_context_fail_in_the_report_is_a_failed_verifier(site, tmp_path
     run.assert_failed(1)
     report = json.loads((tmp_path / "r.json").read_text())
     assert [(v["label"], v["status"], v["summary"]) for v in report["verifiers"]] == [
-        ("verify[0] (fric.gate)", "failed", "the output has no 'gate' input")]
+        ("verify[0] (fric.gate)", "failed", "the output has no 'gate' input")
+    ]
 
 
 def test_patch_context_fail_still_exits_4(site, tmp_path):
@@ -142,6 +145,7 @@ def test_patch_context_fail_still_exits_4(site, tmp_path):
 
 # -- 2. a plugin bug names the plugin, the step once, the exception and the plugin's own line ----------
 
+
 def test_plugin_exception_names_plugin_step_exception_and_plugin_line(site, tmp_path):
     plugin_file = site.install(WORKING)
     run = run_spec(tmp_path, "patches:\n  - fric.explode: {}\n", make_model())
@@ -149,13 +153,17 @@ def test_plugin_exception_names_plugin_step_exception_and_plugin_line(site, tmp_
     assert "Traceback" not in run.output
     assert written(tmp_path) == []
     err = run.stderr
-    assert err.startswith("spec.yaml:5:19: patches[0] (fric.explode): patch type 'fric.explode' apply() raised "
-                          "ZeroDivisionError: integer division or modulo by zero\n"), err
+    assert err.startswith(
+        "spec.yaml:5:19: patches[0] (fric.explode): patch type 'fric.explode' apply() raised "
+        "ZeroDivisionError: integer division or modulo by zero\n"
+    ), err
     assert err.count("patches[0]") == 1, err  # the step once
     assert f"  at {plugin_file}:{EXPLODE_LINE} in count_things\n" in err  # innermost frame of the plugin's code
     assert "patchspec/run" not in err and "engine.py" not in err
     assert f"this is a bug in plugin 'fric' ({DIST} {VERSION})" in err
-    assert f"hint: report it to the author of {DIST} with this message; rerun with -v to see the plugin's traceback" in err
+    assert (
+        f"hint: report it to the author of {DIST} with this message; rerun with -v to see the plugin's traceback" in err
+    )
 
 
 def test_plugin_exception_with_v_shows_the_plugins_traceback_not_patchspecs(site, tmp_path):
@@ -173,7 +181,9 @@ def test_plugin_exception_with_v_shows_the_plugins_traceback_not_patchspecs(site
 def test_plugin_contract_breach_points_at_the_method_that_broke_it(site, tmp_path):
     plugin_file = site.install(WORKING)
     run = run_spec(tmp_path, "patches:\n  - fric.lie: {}\n", make_model())
-    run.assert_failed(5, match="spec.yaml:5:15: patches[0] (fric.lie): patch type 'fric.lie' apply() returned modified=True")
+    run.assert_failed(
+        5, match="spec.yaml:5:15: patches[0] (fric.lie): patch type 'fric.lie' apply() returned modified=True"
+    )
     assert run.stderr.count("patches[0]") == 1
     assert f"  at {plugin_file}:22 in apply\n" in run.stderr
     assert f"this is a bug in plugin 'fric' ({DIST} {VERSION})" in run.stderr
@@ -182,13 +192,16 @@ def test_plugin_contract_breach_points_at_the_method_that_broke_it(site, tmp_pat
 
 # -- 3. a plugin that fails to import: its file:line, and with -v its traceback ------------------------
 
+
 def test_import_failure_without_v_is_one_line_with_the_plugins_file_and_line(site, tmp_path):
     plugin_file = site.install(BROKEN_ON_IMPORT)
     run = run_spec(tmp_path, "patches:\n  - fric.explode: {}\n", make_model(), command="validate")
     run.assert_failed(2)
     assert "Traceback" not in run.stderr
-    cause = (f"failed to import fric_plugin: ConnectionError: cannot reach the fric licence server "
-             f"(at {plugin_file}:{RAISE_LINE} in connect)")
+    cause = (
+        f"failed to import fric_plugin: ConnectionError: cannot reach the fric licence server "
+        f"(at {plugin_file}:{RAISE_LINE} in connect)"
+    )
     assert cause in run.stderr
     code, listing, _ = run_cli(["plugins"])
     assert code == 0 and f"  BROKEN: {cause}" in listing
@@ -212,18 +225,23 @@ def test_import_failure_with_v_shows_the_plugins_traceback(site, tmp_path):
 
 # -- 4. the unknown type of a broken plugin: no did-you-mean from others -------------------------------
 
+
 def test_unknown_type_of_a_broken_plugin_says_it_failed_to_load_without_did_you_mean(site, tmp_path):
     site.install(BROKEN_ON_IMPORT)
     run = run_spec(tmp_path, "patches:\n  - fric.set_batch: 4\n", make_model(), command="validate")
     run.assert_failed(2)
     assert "did you mean" not in run.stderr, run.stderr  # not the built-in set_batch
-    assert ("spec.yaml:5:5: patches[0]: unknown patch type 'fric.set_batch': plugin 'fric' is installed "
-            "but failed to load") in run.stderr
-    assert (f"hint: plugin 'fric' ({DIST} {VERSION}) failed to load: failed to import fric_plugin: "
-            "ConnectionError: cannot reach the fric licence server") in run.stderr
+    assert (
+        "spec.yaml:5:5: patches[0]: unknown patch type 'fric.set_batch': plugin 'fric' is installed but failed to load"
+    ) in run.stderr
+    assert (
+        f"hint: plugin 'fric' ({DIST} {VERSION}) failed to load: failed to import fric_plugin: "
+        "ConnectionError: cannot reach the fric licence server"
+    ) in run.stderr
 
 
 # -- 5. PATCHSPEC_DISABLE_PLUGINS leaves a trace ------------------------------------------------------
+
 
 def test_disabled_plugin_is_listed_as_disabled(site, monkeypatch):
     site.install(WORKING)
@@ -241,18 +259,24 @@ def test_disable_names_no_installed_plugin_warns(site, monkeypatch):
     monkeypatch.setenv(DISABLE_ENV, "frick")
     code, _, stderr = run_cli(["plugins"])
     assert code == 0
-    assert "warning: PATCHSPEC_DISABLE_PLUGINS names 'frick', which is not an installed plugin (did you mean 'fric'?)" in stderr
+    assert (
+        "warning: PATCHSPEC_DISABLE_PLUGINS names 'frick', which is not an installed plugin (did you mean 'fric'?)"
+        in stderr
+    )
 
 
 def test_unknown_type_of_a_disabled_plugin_says_it_is_disabled(site, tmp_path, monkeypatch):
     site.install(WORKING)
     monkeypatch.setenv(DISABLE_ENV, "fric")
     run = run_spec(tmp_path, "patches:\n  - fric.explode: {}\n", make_model(), command="validate")
-    run.assert_failed(2, match="unknown patch type 'fric.explode': plugin 'fric' is disabled by PATCHSPEC_DISABLE_PLUGINS")
+    run.assert_failed(
+        2, match="unknown patch type 'fric.explode': plugin 'fric' is disabled by PATCHSPEC_DISABLE_PLUGINS"
+    )
     assert "remove 'fric' from PATCHSPEC_DISABLE_PLUGINS" in run.stderr
 
 
 # -- 6. patchspec schema with a broken plugin ---------------------------------------------------------
+
 
 def test_schema_with_a_broken_plugin_prints_the_rest_warns_and_exits_5(site, monkeypatch):
     site.install(BROKEN_ON_IMPORT)
@@ -271,26 +295,32 @@ def test_schema_with_a_broken_plugin_prints_the_rest_warns_and_exits_5(site, mon
 
 # -- 7. a failed verifier's details are printed once ---------------------------------------------------
 
+
 def test_failed_verifier_details_print_once_with_the_error(site, tmp_path):
     site.install(WORKING)
     run = run_spec(tmp_path, "patches: []\nverify:\n  - fric.gate: result\n", make_model())
     run.assert_failed(1)
     assert run.output.count("first-detail-line") == 1 and run.output.count("gate closed") == 1
-    assert run.stderr == ("spec.yaml:6:16: verify[0] (fric.gate): verification failed: gate closed; nothing was written\n"
-                          "    first-detail-line\n    second-detail-line\n")
+    assert run.stderr == (
+        "spec.yaml:6:16: verify[0] (fric.gate): verification failed: gate closed; nothing was written\n"
+        "    first-detail-line\n    second-detail-line\n"
+    )
 
 
 def test_quiet_prints_the_error_line_only_once(site, tmp_path):
     site.install(WORKING)
-    run = run_spec(tmp_path, "patches: []\nverify:\n  - fric.gate: result\n  - fric.gate: fail\n", make_model(),
-                   args=("-q",))
+    run = run_spec(
+        tmp_path, "patches: []\nverify:\n  - fric.gate: result\n  - fric.gate: fail\n", make_model(), args=("-q",)
+    )
     run.assert_failed(1)
     assert run.stdout == ""
     assert run.stderr.count("first-detail-line") == 0  # -q: the error line (and its hints), not the details
     rest = run.stderr.splitlines()[1:]  # the other failed verifier's summary and its hint, nothing more
     assert rest == ["  verify[1] (fric.gate): the output has no 'gate' input", "    hint: add it with add_input"]
-    assert run.stderr.splitlines()[0] == ("spec.yaml:6:16: verify[0] (fric.gate): verification failed: gate closed "
-                                          "(and 1 more failed: verify[1] (fric.gate)); nothing was written")
+    assert run.stderr.splitlines()[0] == (
+        "spec.yaml:6:16: verify[0] (fric.gate): verification failed: gate closed "
+        "(and 1 more failed: verify[1] (fric.gate)); nothing was written"
+    )
 
 
 def test_verify_command_failure_is_one_line_too(site, tmp_path):
@@ -304,10 +334,17 @@ def test_verify_command_failure_is_one_line_too(site, tmp_path):
 
 # -- 8. enum mismatches get a did-you-mean -------------------------------------------------------------
 
-@pytest.mark.parametrize(("item", "expected"), [
-    ("verify:\n  - run: {optimizations: [al]}\n", "verify[0] (run) > optimizations.0: 'al' is not one of"),
-    ("patches:\n  - add_input: {name: z, dtype: flot32, shape: [1]}\n", "patches[0] (add_input) > dtype: 'flot32' is not one of"),
-])
+
+@pytest.mark.parametrize(
+    ("item", "expected"),
+    [
+        ("verify:\n  - run: {optimizations: [al]}\n", "verify[0] (run) > optimizations.0: 'al' is not one of"),
+        (
+            "patches:\n  - add_input: {name: z, dtype: flot32, shape: [1]}\n",
+            "patches[0] (add_input) > dtype: 'flot32' is not one of",
+        ),
+    ],
+)
 def test_enum_mismatch_says_did_you_mean(tmp_path, item, expected):
     spec = item if item.startswith("patches") else "patches: []\n" + item
     run = run_spec(tmp_path, spec, make_model(), command="validate")
@@ -318,17 +355,23 @@ def test_enum_mismatch_says_did_you_mean(tmp_path, item, expected):
 
 # -- 9. a shorthand value's error names the key it stands for -----------------------------------------
 
+
 def test_shorthand_type_error_names_the_key_and_the_shorthand(tmp_path):
     run = run_spec(tmp_path, "patches:\n  - set_batch: [1]\n", make_model(), command="validate")
     run.assert_failed(2)
-    assert run.stderr == ("spec.yaml:5:16: patches[0] (set_batch) > size: [1] is not of type 'integer' or 'string' "
-                          "(set_batch: VALUE is short for set_batch: {size: VALUE})\n")
+    assert run.stderr == (
+        "spec.yaml:5:16: patches[0] (set_batch) > size: [1] is not of type 'integer' or 'string' "
+        "(set_batch: VALUE is short for set_batch: {size: VALUE})\n"
+    )
 
 
 def test_shorthand_value_of_the_right_type_reports_the_broken_rule_not_another_type(tmp_path):
     run = run_spec(tmp_path, "patches:\n  - set_batch: 0\n", make_model(), command="validate")
-    run.assert_failed(2, match="patches[0] (set_batch) > size: 0 is less than the minimum of 1 "
-                               "(set_batch: VALUE is short for set_batch: {size: VALUE})")
+    run.assert_failed(
+        2,
+        match="patches[0] (set_batch) > size: 0 is less than the minimum of 1 "
+        "(set_batch: VALUE is short for set_batch: {size: VALUE})",
+    )
 
 
 def test_in_process_plugin_bug_has_a_readable_label(tmp_path):

@@ -19,7 +19,7 @@ from patchspec.testing import check_patch_type, make_model, run_cli
 DIST, VERSION = "faulty-tools", "2.0.1"
 LABEL = f"plugin 'fric' ({DIST} {VERSION})"
 
-BAD_SCHEMA = '''\
+BAD_SCHEMA = """\
 from patchspec import PatchResult, PatchType, hookimpl
 
 
@@ -35,9 +35,9 @@ class BadSchemaPatch(PatchType):
 @hookimpl
 def register_patch_types(register):
     register(BadSchemaPatch)
-'''
+"""
 
-FAULTY = '''\
+FAULTY = """\
 from patchspec import PatchResult, PatchType, hookimpl
 
 NO_PARAMS = {"type": "object", "properties": {}, "additionalProperties": False}
@@ -99,7 +99,7 @@ class LiePatch(PatchType):
 def register_patch_types(register):
     for cls in (CheckParamsRaisesPatch, DependenciesRaisesPatch, ApplyRaisesPatch, FinePatch, LiePatch):
         register(cls)
-'''
+"""
 
 #: a spec that uses none of the faulty types: a working type of the same plugin and a built-in
 UNAFFECTED = "patchspec: 1\nmodel: model.onnx\noutput: out/fine.onnx\npatches:\n  - fric.fine: {}\n  - set_batch: 2\n"
@@ -146,6 +146,7 @@ def assert_the_plugins_fault(stderr: str, plugin_file, line: int, method: str) -
 
 # -- an invalid params_schema: found when the plugin loads, exit 2, the plugin listed as broken ----------
 
+
 @pytest.mark.parametrize("command", ["validate", "apply"])
 def test_an_invalid_schema_is_found_at_load_and_names_the_plugin(site, folder, command):
     plugin_file = site.install(BAD_SCHEMA)
@@ -153,9 +154,11 @@ def test_an_invalid_schema_is_found_at_load_and_names_the_plugin(site, folder, c
     code, _, stderr = run_cli([command, "faulty.yaml"], cwd=folder)
     assert code == 2, stderr
     assert "unknown patch type 'fric.bad_schema': plugin 'fric' is installed but failed to load" in stderr
-    assert (f"hint: {LABEL} failed to load: patch type 'fric.bad_schema': params_schema is not a valid JSON "
-            f"Schema: type: 'objet' is not valid under any of the given schemas "
-            f"(at {plugin_file}:{line_of(BAD_SCHEMA, '# the schema')} in BadSchemaPatch)") in stderr
+    assert (
+        f"hint: {LABEL} failed to load: patch type 'fric.bad_schema': params_schema is not a valid JSON "
+        f"Schema: type: 'objet' is not valid under any of the given schemas "
+        f"(at {plugin_file}:{line_of(BAD_SCHEMA, '# the schema')} in BadSchemaPatch)"
+    ) in stderr
     assert "bug in patchspec" not in stderr and "internal error" not in stderr
     assert not (folder / "out").exists()
     code, _, stderr = run_cli([command, "builtin_only.yaml"], cwd=folder)
@@ -166,14 +169,17 @@ def test_a_plugin_with_an_invalid_schema_is_listed_as_broken(site, folder):
     plugin_file = site.install(BAD_SCHEMA)
     code, listing, _ = run_cli(["plugins"])
     assert code == 0
-    assert ("  BROKEN: patch type 'fric.bad_schema': params_schema is not a valid JSON Schema: type: 'objet' is not "
-            f"valid under any of the given schemas (at {plugin_file}:{line_of(BAD_SCHEMA, '# the schema')} in BadSchemaPatch)") in listing
+    assert (
+        "  BROKEN: patch type 'fric.bad_schema': params_schema is not a valid JSON Schema: type: 'objet' is not "
+        f"valid under any of the given schemas (at {plugin_file}:{line_of(BAD_SCHEMA, '# the schema')} in BadSchemaPatch)"
+    ) in listing
     (folder / "faulty.yaml").write_text(spec_using("fric.bad_schema"))
     code, stdout, _ = run_cli(["validate", "faulty.yaml", "builtin_only.yaml"], cwd=folder)
     assert code == 2 and "builtin_only.yaml: ok" in stdout
 
 
 # -- check_params or dependencies raises: exit 5 from validate and apply, only for the specs that use it --
+
 
 @pytest.mark.parametrize("command", ["validate", "apply"])
 @pytest.mark.parametrize("method", ["check_params", "dependencies"])
@@ -183,8 +189,10 @@ def test_a_static_check_that_raises_is_a_bug_in_the_plugin(site, folder, command
     code, _, stderr = run_cli([command, "faulty.yaml"], cwd=folder)
     assert code == 5, stderr
     missing = "limit" if method == "check_params" else "file"
-    assert stderr.startswith(f"{step_of(f'fric.{method}_raises')}: patch type "
-                             f"'fric.{method}_raises' {method}() raised KeyError: '{missing}'\n"), stderr
+    assert stderr.startswith(
+        f"{step_of(f'fric.{method}_raises')}: patch type "
+        f"'fric.{method}_raises' {method}() raised KeyError: '{missing}'\n"
+    ), stderr
     assert_the_plugins_fault(stderr, plugin_file, line_of(FAULTY, f"# {method} raises"), method)
     assert not (folder / "out").exists()
     code, _, stderr = run_cli([command, "unaffected.yaml"], cwd=folder)
@@ -203,6 +211,7 @@ def test_validate_goes_on_to_the_next_spec_and_exits_with_the_faults_code(site, 
 
 # -- apply raises: validate passes (apply is not called), apply exits 5; the test kit says the same ------
 
+
 def test_an_apply_that_raises_is_a_bug_in_the_plugin_in_a_run_and_in_the_test_kit(site, folder, tmp_path):
     plugin_file = site.install(FAULTY)
     (folder / "faulty.yaml").write_text(spec_using("fric.apply_raises"))
@@ -210,8 +219,10 @@ def test_an_apply_that_raises_is_a_bug_in_the_plugin_in_a_run_and_in_the_test_ki
     assert code == 0, stderr
     code, _, stderr = run_cli(["apply", "faulty.yaml"], cwd=folder)
     assert code == 5, stderr
-    assert stderr.startswith(f"{step_of('fric.apply_raises')}: patch type 'fric.apply_raises' "
-                             "apply() raised ZeroDivisionError: integer division or modulo by zero\n"), stderr
+    assert stderr.startswith(
+        f"{step_of('fric.apply_raises')}: patch type 'fric.apply_raises' "
+        "apply() raised ZeroDivisionError: integer division or modulo by zero\n"
+    ), stderr
     assert_the_plugins_fault(stderr, plugin_file, line_of(FAULTY, "# apply raises"), "apply")
     assert not (folder / "out").exists()
     assert run_cli(["apply", "unaffected.yaml"], cwd=folder)[0] == 0
@@ -223,10 +234,13 @@ def test_an_apply_that_raises_is_a_bug_in_the_plugin_in_a_run_and_in_the_test_ki
     assert_the_plugins_fault(message + "\n", plugin_file, line_of(FAULTY, "# apply raises"), "apply")
 
 
-@pytest.mark.parametrize(("type_name", "said", "marker"), [
-    ("CheckParamsRaisesPatch", "check_params() raised KeyError: 'limit'", "# check_params raises"),
-    ("LiePatch", "apply() returned modified=True but left the model as it was", "# apply lies"),
-])
+@pytest.mark.parametrize(
+    ("type_name", "said", "marker"),
+    [
+        ("CheckParamsRaisesPatch", "check_params() raised KeyError: 'limit'", "# check_params raises"),
+        ("LiePatch", "apply() returned modified=True but left the model as it was", "# apply lies"),
+    ],
+)
 def test_the_test_kit_checks_the_contract_with_the_engines_code(site, tmp_path, type_name, said, marker):
     plugin_file = site.install(FAULTY)
     cls = getattr(importlib.import_module("fric_plugin"), type_name)

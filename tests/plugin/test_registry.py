@@ -19,7 +19,7 @@ from patchspec.plugin import registry as plugins_module
 from patchspec.plugin.registry import PluginRegistry
 from patchspec.testing import make_model, registered, run_cli, run_spec
 
-PATCH_PLUGIN = '''
+PATCH_PLUGIN = """
 from patchspec import PatchResult, PatchType, hookimpl
 
 class AppendPatch(PatchType):
@@ -36,19 +36,19 @@ class AppendPatch(PatchType):
 def register_patch_types(register):
     register(AppendPatch)
 {extra}
-'''
+"""
 
-RAISE_AFTER_REGISTERING = '''
+RAISE_AFTER_REGISTERING = """
 @hookimpl
 def register_verifiers(register):
     raise RuntimeError("cannot find the acme licence server")
-'''
+"""
 
-MISSPELLED_HOOK = '''
+MISSPELLED_HOOK = """
 @hookimpl
 def register_verifier(register):
     pass
-'''
+"""
 
 VALID_SPEC = "patches: []\nverify: []\n"
 
@@ -90,12 +90,27 @@ def patch_plugin(type_name: str, extra: str = "") -> str:
 
 
 def install_broken_plugins(site: FakeSite) -> None:
-    site.install("acme-missing", "1.0.1", {"missing": "missing_plugin"}, {"missing_plugin": "import not_installed_dependency\n"})
-    site.install("acme-crash", "2.0.0", {"crash": "crash_plugin"}, {"crash_plugin": patch_plugin("crash.append", RAISE_AFTER_REGISTERING)})
-    site.install("acme-badclass", "0.3", {"badclass": "badclass_plugin"},
-                 {"badclass_plugin": "from patchspec import hookimpl\n@hookimpl\ndef register_patch_types(register):\n    register(dict)\n"})
+    site.install(
+        "acme-missing", "1.0.1", {"missing": "missing_plugin"}, {"missing_plugin": "import not_installed_dependency\n"}
+    )
+    site.install(
+        "acme-crash",
+        "2.0.0",
+        {"crash": "crash_plugin"},
+        {"crash_plugin": patch_plugin("crash.append", RAISE_AFTER_REGISTERING)},
+    )
+    site.install(
+        "acme-badclass",
+        "0.3",
+        {"badclass": "badclass_plugin"},
+        {
+            "badclass_plugin": "from patchspec import hookimpl\n@hookimpl\ndef register_patch_types(register):\n    register(dict)\n"
+        },
+    )
     site.install("acme-bare", "0.4", {"bare": "bare_plugin"}, {"bare_plugin": patch_plugin("append")})
-    site.install("acme-typo", "0.5", {"typo": "typo_plugin"}, {"typo_plugin": patch_plugin("typo.append", MISSPELLED_HOOK)})
+    site.install(
+        "acme-typo", "0.5", {"typo": "typo_plugin"}, {"typo_plugin": patch_plugin("typo.append", MISSPELLED_HOOK)}
+    )
 
 
 def plugins_listing() -> str:
@@ -110,20 +125,27 @@ def block_of(listing: str, name: str) -> str:
     starts = [i for i, line in enumerate(lines) if line.startswith(f"{name} (")]
     assert len(starts) == 1, f"plugin {name!r} listed {len(starts)} times:\n{listing}"
     block = [lines[starts[0]]]
-    for line in lines[starts[0] + 1:]:
+    for line in lines[starts[0] + 1 :]:
         if not line.startswith("  "):
             break
         block.append(line)
     return "\n".join(block)
 
 
-@pytest.mark.parametrize(("name", "label", "reason"), [
-    ("missing", "acme-missing 1.0.1", "failed to import missing_plugin: ModuleNotFoundError: No module named 'not_installed_dependency'"),
-    ("crash", "acme-crash 2.0.0", "verifier registration raised RuntimeError: cannot find the acme licence server"),
-    ("badclass", "acme-badclass 0.3", "registered <class 'dict'>, which is not a PatchType subclass"),
-    ("bare", "acme-bare 0.4", "patch type name 'append' must start with 'bare.'"),
-    ("typo", "acme-typo 0.5", "register_verifier"),
-])
+@pytest.mark.parametrize(
+    ("name", "label", "reason"),
+    [
+        (
+            "missing",
+            "acme-missing 1.0.1",
+            "failed to import missing_plugin: ModuleNotFoundError: No module named 'not_installed_dependency'",
+        ),
+        ("crash", "acme-crash 2.0.0", "verifier registration raised RuntimeError: cannot find the acme licence server"),
+        ("badclass", "acme-badclass 0.3", "registered <class 'dict'>, which is not a PatchType subclass"),
+        ("bare", "acme-bare 0.4", "patch type name 'append' must start with 'bare.'"),
+        ("typo", "acme-typo 0.5", "register_verifier"),
+    ],
+)
 def test_broken_plugin_is_listed_with_name_version_and_reason(site, name, label, reason):
     install_broken_plugins(site)
     block = block_of(plugins_listing(), name)
@@ -138,11 +160,14 @@ def test_broken_plugins_do_not_break_validate_or_apply_of_specs_that_do_not_use_
     run_spec(tmp_path / "a", VALID_SPEC, make_model()).assert_success()
 
 
-@pytest.mark.parametrize(("type_name", "failure"), [
-    ("missing.append", "plugin 'missing' (acme-missing 1.0.1) failed to load: failed to import missing_plugin"),
-    ("crash.append", "plugin 'crash' (acme-crash 2.0.0) failed to load: verifier registration raised RuntimeError"),
-    ("typo.append", "plugin 'typo' (acme-typo 0.5) failed to load: invalid hooks"),
-])
+@pytest.mark.parametrize(
+    ("type_name", "failure"),
+    [
+        ("missing.append", "plugin 'missing' (acme-missing 1.0.1) failed to load: failed to import missing_plugin"),
+        ("crash.append", "plugin 'crash' (acme-crash 2.0.0) failed to load: verifier registration raised RuntimeError"),
+        ("typo.append", "plugin 'typo' (acme-typo 0.5) failed to load: invalid hooks"),
+    ],
+)
 def test_spec_using_a_broken_plugin_is_invalid_with_a_hint_naming_the_failure(site, tmp_path, type_name, failure):
     install_broken_plugins(site)
     run = run_spec(tmp_path, f"patches:\n  - {type_name}: {{text: x}}\n", make_model(), command="validate")
@@ -154,7 +179,9 @@ def test_duplicate_type_name_is_an_error_naming_both_plugins(site, tmp_path):
     site.install("acme-one", "1.0", {"dupe": "dupe_one"}, {"dupe_one": patch_plugin("dupe.append")})
     site.install("acme-two", "2.0", {"dupe": "dupe_two"}, {"dupe_two": patch_plugin("dupe.append")})
     listing = plugins_listing()
-    message = "patch type 'dupe.append' is registered by both plugin 'dupe' (acme-one 1.0) and plugin 'dupe' (acme-two 2.0)"
+    message = (
+        "patch type 'dupe.append' is registered by both plugin 'dupe' (acme-one 1.0) and plugin 'dupe' (acme-two 2.0)"
+    )
     assert f"BROKEN: {message}" in listing, listing
     registry = PluginRegistry.load()
     assert registry.owner("patch type", "dupe.append").distribution == "acme-one"
@@ -169,7 +196,9 @@ def test_disable_plugins_skips_broken_and_working_plugins_by_entry_point_name(si
     listing = plugins_listing()
     assert "missing (" not in listing and "crash (" not in listing and "good (" not in listing
     assert "typo (acme-typo 0.5)" in listing  # only the named ones
-    run_spec(tmp_path / "off", spec, make_model(), command="validate").assert_failed(2, match="unknown patch type 'good.append'")
+    run_spec(tmp_path / "off", spec, make_model(), command="validate").assert_failed(
+        2, match="unknown patch type 'good.append'"
+    )
 
 
 def test_patches_run_in_spec_order_whatever_order_pluggy_calls_plugins(tmp_path):
@@ -199,7 +228,9 @@ def test_registered_plugin_is_gone_after_the_with_block(tmp_path):
 
 
 def test_checkout_never_installed_says_to_pip_install(monkeypatch):
-    third_party_only = [ep for ep in metadata.entry_points(group="patchspec") if ep.dist is None or ep.dist.name != "patchspec"]
+    third_party_only = [
+        ep for ep in metadata.entry_points(group="patchspec") if ep.dist is None or ep.dist.name != "patchspec"
+    ]
     monkeypatch.setattr(plugins_module, "_patchspec_entry_points", lambda: third_party_only)
     with pytest.raises(PluginError) as raised:
         PluginRegistry.load()

@@ -65,8 +65,13 @@ def test_state_is_shared_by_the_patches_of_one_run_and_fresh_for_the_next(tmp_pa
     assert "seen [0, 1]" in second.stdout and "seen [0, 1, 0" not in second.stdout
 
 
-@pytest.mark.parametrize("kind, said", [("says_unchanged", "modified=False but changed the model"),
-                                        ("says_modified", "modified=True but left the model as it was")])
+@pytest.mark.parametrize(
+    "kind, said",
+    [
+        ("says_unchanged", "modified=False but changed the model"),
+        ("says_modified", "modified=True but left the model as it was"),
+    ],
+)
 def test_a_patch_whose_modified_lies_is_a_plugin_bug(tmp_path, kind, said):
     result = run_spec(tmp_path, f"patches:\n  - liar.{kind}: {{}}\n", model(), plugins=[("liar", PLUGIN)])
     assert result.exit_code == 5, result.stdout + result.stderr

@@ -10,8 +10,12 @@ from helpers import graph_model, tensor_info, write_spec
 
 def model():
     w = numpy_helper.from_array(np.ones(3, np.float32), "w")
-    return graph_model([helper.make_node("Add", ["x", "w"], ["y"], name="add")],
-                      [tensor_info("x", ["N", 3])], [tensor_info("y", ["N", 3])], [w])
+    return graph_model(
+        [helper.make_node("Add", ["x", "w"], ["y"], name="add")],
+        [tensor_info("x", ["N", 3])],
+        [tensor_info("y", ["N", 3])],
+        [w],
+    )
 
 
 def apply(tmp_path, run_cli, patch):
@@ -37,7 +41,9 @@ def test_scalar_input(tmp_path, run_cli):
     assert added.type.tensor_type.elem_type == TensorProto.FLOAT and len(added.type.tensor_type.shape.dim) == 0
 
 
-@pytest.mark.parametrize("name, kind", [("x", "a graph input"), ("w", "an initializer"), ("y", "output of node 'add' (Add)")])
+@pytest.mark.parametrize(
+    "name, kind", [("x", "a graph input"), ("w", "an initializer"), ("y", "output of node 'add' (Add)")]
+)
 def test_existing_name_exits_4(tmp_path, run_cli, name, kind):
     result = apply(tmp_path, run_cli, f"{{name: {name}, dtype: int64, shape: [3]}}")
     assert result.exit_code == 4, result.output
@@ -45,12 +51,15 @@ def test_existing_name_exits_4(tmp_path, run_cli, name, kind):
     assert not (tmp_path / "out.onnx").exists()
 
 
-@pytest.mark.parametrize("patch, fragment", [
-    ("{name: g, dtype: int65, shape: [3]}", "int65"),
-    ("{name: g, dtype: int64}", "'shape' is required"),
-    ("{name: g, dtype: int64, shape: [-1]}", "-1"),
-    ("{name: g, dtype: int64, shape: [3], extra: 1}", "unknown key 'extra'"),
-])
+@pytest.mark.parametrize(
+    "patch, fragment",
+    [
+        ("{name: g, dtype: int65, shape: [3]}", "int65"),
+        ("{name: g, dtype: int64}", "'shape' is required"),
+        ("{name: g, dtype: int64, shape: [-1]}", "-1"),
+        ("{name: g, dtype: int64, shape: [3], extra: 1}", "unknown key 'extra'"),
+    ],
+)
 def test_spec_errors_exit_2(tmp_path, run_cli, patch, fragment):
     spec = write_spec(tmp_path, f"patchspec: 1\nmodel: m.onnx\noutput: out.onnx\npatches:\n  - add_input: {patch}\n")
     result = run_cli("validate", spec)

@@ -22,10 +22,15 @@ HEADER = "patchspec: 1\nmodel: models/m.onnx\noutput: out/o.onnx\n"
 def build(folder: Path) -> Path:
     """y = (x @ W1) @ W2 + B with W1, W2 (16 KiB each) in m.onnx_data and B (256 bytes) inline."""
     rng = np.random.default_rng(2)
-    tensors = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
-               for name, shape in (("W1", (64, 64)), ("W2", (64, 64)), ("B", (64,)))]
-    nodes = [helper.make_node("MatMul", ["x", "W1"], ["h"]), helper.make_node("MatMul", ["h", "W2"], ["h2"]),
-             helper.make_node("Add", ["h2", "B"], ["y"])]
+    tensors = [
+        numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+        for name, shape in (("W1", (64, 64)), ("W2", (64, 64)), ("B", (64,)))
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "W1"], ["h"]),
+        helper.make_node("MatMul", ["h", "W2"], ["h2"]),
+        helper.make_node("Add", ["h2", "B"], ["y"]),
+    ]
     model = graph_model(nodes, [tensor_info("x", ["N", 64])], [tensor_info("y", ["N", 64])], tensors)
     folder.mkdir(parents=True)
     onnx.save(model, folder / "m.onnx", save_as_external_data=True, location="m.onnx_data", size_threshold=1024)
@@ -62,7 +67,7 @@ def test_relocation_with_64k_alignment_and_checksums(tmp_path, model, run_cli):
     for name in ("W1", "W2"):
         start, length = int(placed[name]["offset"]), int(placed[name]["length"])
         assert start % 65536 == 0 and length == 64 * 64 * 4
-        assert placed[name]["checksum"] == hashlib.sha1(data[start:start + length]).hexdigest()
+        assert placed[name]["checksum"] == hashlib.sha1(data[start : start + length]).hexdigest()
     assert not (out.parent / "o.onnx.data").exists()
     np.testing.assert_array_equal(outputs(out), outputs(model))
 
@@ -96,16 +101,19 @@ def test_inline_past_the_protobuf_limit_is_refused_naming_the_size(tmp_path, mod
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("params, message", [
-    ("{align: 3000}", "power of two"),
-    ("{align: 0}", "align"),
-    ("{location: sub/w.data}", "plain file name"),
-    ("{location: ../w.data}", "plain file name"),
-    ("{location: w.onnx}", "ends in .onnx"),
-    ("{inline: true, align: 4096}", "remove align"),
-    ("{size_threshold: -1}", "size_threshold"),
-    ("{locaton: w.data}", "location"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ("{align: 3000}", "power of two"),
+        ("{align: 0}", "align"),
+        ("{location: sub/w.data}", "plain file name"),
+        ("{location: ../w.data}", "plain file name"),
+        ("{location: w.onnx}", "ends in .onnx"),
+        ("{inline: true, align: 4096}", "remove align"),
+        ("{size_threshold: -1}", "size_threshold"),
+        ("{locaton: w.data}", "location"),
+    ],
+)
 def test_bad_parameters_are_spec_errors(tmp_path, run_cli, params, message):
     spec = spec_with(tmp_path, f"  - external_data: {params}\n")
     result = run_cli("validate", spec)
@@ -129,8 +137,11 @@ def test_same_bytes_twice_and_stale_data_replaced(tmp_path, model, run_cli):
 
 
 def test_data_file_named_like_the_input_data_is_refused_in_the_same_folder(tmp_path, model, run_cli):
-    spec = write_spec(tmp_path, "patchspec: 1\nmodel: models/m.onnx\noutput: models/o.onnx\npatches:\n"
-                                "  - external_data: {location: m.onnx_data}\n")
+    spec = write_spec(
+        tmp_path,
+        "patchspec: 1\nmodel: models/m.onnx\noutput: models/o.onnx\npatches:\n"
+        "  - external_data: {location: m.onnx_data}\n",
+    )
     before = (model.parent / "m.onnx_data").stat()
     result = run_cli("apply", spec)
     assert result.exit_code == 2, result.output

@@ -50,7 +50,7 @@ def assert_no_shape_lies(model, feeds):
 
 
 def per_sample(model, name, x):
-    runs = [run(model, {name: x[i:i + 1]}) for i in range(len(x))]
+    runs = [run(model, {name: x[i : i + 1]}) for i in range(len(x))]
     return [np.concatenate(parts) for parts in zip(*runs)]
 
 
@@ -92,15 +92,17 @@ def test_tensor_axes_rename_input_and_propagate():
 
 
 def test_map_on_the_whole_model():
-    model = graph_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", ["p2o.0", 3])],
-                       [tensor_info("y", ["p2o.0", 3])])
+    model = graph_model(
+        [helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", ["p2o.0", 3])], [tensor_info("y", ["p2o.0", 3])]
+    )
     rename(model, map={"p2o.0": "batch"})
     assert read_dims(model.graph.input[0]) == ["batch", 3] and read_dims(model.graph.output[0]) == ["batch", 3]
 
 
 def test_map_of_unknown_name_fails_with_close_match():
-    model = graph_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", ["batch", 3])],
-                       [tensor_info("y", ["batch", 3])])
+    model = graph_model(
+        [helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", ["batch", 3])], [tensor_info("y", ["batch", 3])]
+    )
     with pytest.raises(PatchError, match="did you mean 'batch'"):
         rename(model, map={"bacth": "N"})
 
@@ -125,7 +127,9 @@ def test_axis_out_of_range_fails():
 
 
 def test_no_op_leaves_bytes_identical():
-    model = graph_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", ["N", 3])], [tensor_info("y", ["N", 3])])
+    model = graph_model(
+        [helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", ["N", 3])], [tensor_info("y", ["N", 3])]
+    )
     before = model.SerializeToString()
     assert not rename(model, map={"N": "N"}).modified
     assert not rename(model, tensor="x", axes={1: 3}).modified
@@ -135,7 +139,9 @@ def test_no_op_leaves_bytes_identical():
 # -- through the command line: select + pins that survive set_batch ----------------------------------------------
 def test_select_names_one_fpn_level_and_survives_set_batch(tmp_path, run_cli):
     onnx.save(fpn_model(spatial="?", batch="?"), tmp_path / "fpn.onnx")
-    spec = write_spec(tmp_path, """patchspec: 1
+    spec = write_spec(
+        tmp_path,
+        """patchspec: 1
 model: fpn.onnx
 output: out/fpn_b4.onnx
 patches:
@@ -148,7 +154,8 @@ patches:
   - set_batch: 4
 verify:
   - check: {}
-""")
+""",
+    )
     result = run_cli("apply", spec)
     assert result.exit_code == 0, result.output
     model = onnx.load(str(tmp_path / "out" / "fpn_b4.onnx"))
@@ -162,14 +169,17 @@ verify:
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("params, message", [
-    ("{axes: {0: N}}", "needs a target"),
-    ("{tensor: x, select: {op_type: Relu}, unique: true}", "not both"),
-    ("{tensor: x}", "nothing to do"),
-    ("{tensor: 're:(', unique: true}", "invalid regular expression"),
-    ("{select: {op_typo: Relu}, unique: true}", "op_type"),
-    ("{map: {1: N}}", "dim_params"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ("{axes: {0: N}}", "needs a target"),
+        ("{tensor: x, select: {op_type: Relu}, unique: true}", "not both"),
+        ("{tensor: x}", "nothing to do"),
+        ("{tensor: 're:(', unique: true}", "invalid regular expression"),
+        ("{select: {op_typo: Relu}, unique: true}", "op_type"),
+        ("{map: {1: N}}", "dim_params"),
+    ],
+)
 def test_bad_params_are_spec_errors(params, message, tmp_path, run_cli):
     spec = write_spec(tmp_path, f"patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches:\n  - rename_dims: {params}\n")
     result = run_cli("validate", spec)

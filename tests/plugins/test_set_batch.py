@@ -31,7 +31,7 @@ def run(model, feeds):
 def per_sample(model, feeds, batched):
     """Run ``model`` once per sample of the ``batched`` inputs' axis 0; join the outputs on axis 0."""
     count = len(next(iter(feeds[name] for name in batched)))
-    runs = [run(model, {k: (v[i:i + 1] if k in batched else v) for k, v in feeds.items()}) for i in range(count)]
+    runs = [run(model, {k: (v[i : i + 1] if k in batched else v) for k, v in feeds.items()}) for i in range(count)]
     return [np.concatenate(parts) for parts in zip(*runs)]
 
 
@@ -64,12 +64,18 @@ def rand(*shape, seed=0):
 # -- detection -------------------------------------------------------------------------------------------
 def lstm_state_model():
     """x [batch, 4] and h [2, batch, 4]: the batch sits on axis 1 of the state."""
-    nodes = [helper.make_node("Transpose", ["h"], ["ht"], perm=[1, 0, 2]),
-             helper.make_node("ReduceSum", ["ht", "axes1"], ["hs"], keepdims=0),
-             helper.make_node("Add", ["x", "hs"], ["y"])]
+    nodes = [
+        helper.make_node("Transpose", ["h"], ["ht"], perm=[1, 0, 2]),
+        helper.make_node("ReduceSum", ["ht", "axes1"], ["hs"], keepdims=0),
+        helper.make_node("Add", ["x", "hs"], ["y"]),
+    ]
     axes = numpy_helper.from_array(np.array([1], dtype=np.int64), "axes1")
-    return graph_model(nodes, [tensor_info("x", ["batch", 4]), tensor_info("h", [2, "batch", 4])],
-                      [tensor_info("y", ["batch", 4])], [axes])
+    return graph_model(
+        nodes,
+        [tensor_info("x", ["batch", 4]), tensor_info("h", [2, "batch", 4])],
+        [tensor_info("y", ["batch", 4])],
+        [axes],
+    )
 
 
 def test_batch_found_on_axis_1_of_an_lstm_state():
@@ -86,8 +92,9 @@ def test_batch_found_on_axis_1_of_an_lstm_state():
 
 @pytest.mark.parametrize("batch_dim", [-1, None])
 def test_batch_declared_minus_one_or_unnamed(batch_dim):
-    model = graph_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [batch_dim, 3])],
-                       [tensor_info("y", [batch_dim, 3])])
+    model = graph_model(
+        [helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [batch_dim, 3])], [tensor_info("y", [batch_dim, 3])]
+    )
     result = set_batch(model, size="N")
     assert result.modified
     assert read_dims(model.graph.input[0]) == ["N", 3]
@@ -132,8 +139,9 @@ def test_axis_out_of_range_fails():
 
 def test_no_op_reports_unmodified_and_leaves_bytes_identical():
     for batch in (4, "N"):
-        model = graph_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [batch, 3])],
-                           [tensor_info("y", [batch, 3])])
+        model = graph_model(
+            [helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [batch, 3])], [tensor_info("y", [batch, 3])]
+        )
         before = model.SerializeToString()
         result = set_batch(model, size=batch)
         assert not result.modified
@@ -148,8 +156,12 @@ def flatten_with_bias_model():
     """
     nodes = [
         helper.make_node("Constant", [], ["bias"], value=numpy_helper.from_array(np.arange(3, dtype=np.float32), "b")),
-        helper.make_node("Constant", [], ["bias_shape"], value=numpy_helper.from_array(np.array([1, 3, 1, 1], dtype=np.int64), "s")),
-        helper.make_node("Constant", [], ["flat"], value=numpy_helper.from_array(np.array([1, -1], dtype=np.int64), "f")),
+        helper.make_node(
+            "Constant", [], ["bias_shape"], value=numpy_helper.from_array(np.array([1, 3, 1, 1], dtype=np.int64), "s")
+        ),
+        helper.make_node(
+            "Constant", [], ["flat"], value=numpy_helper.from_array(np.array([1, -1], dtype=np.int64), "f")
+        ),
         helper.make_node("Reshape", ["bias", "bias_shape"], ["bias4"], name="bias_reshape"),
         helper.make_node("Add", ["x", "bias4"], ["xb"]),
         helper.make_node("Reshape", ["xb", "flat"], ["y"], name="flatten"),
@@ -163,7 +175,11 @@ def test_flatten_constant_rewritten_bias_reshape_left_alone():
     model.CopyFrom(original)
     result = set_batch(model, size=4)
     assert "1 shape constant rewritten" in result.summary and "undecided" not in result.summary
-    constants = {n.output[0]: numpy_helper.to_array(n.attribute[0].t).tolist() for n in model.graph.node if n.op_type == "Constant"}
+    constants = {
+        n.output[0]: numpy_helper.to_array(n.attribute[0].t).tolist()
+        for n in model.graph.node
+        if n.op_type == "Constant"
+    }
     assert constants["bias_shape"] == [1, 3, 1, 1]
     assert constants["flat"] == [4, -1]
     assert read_dims(model.graph.output[0]) == [4, 12]
@@ -174,7 +190,11 @@ def test_flatten_constant_rewritten_bias_reshape_left_alone():
 def test_symbolic_batch_writes_copy_dim():
     model = flatten_with_bias_model()
     set_batch(model, size="N")
-    constants = {n.output[0]: numpy_helper.to_array(n.attribute[0].t).tolist() for n in model.graph.node if n.op_type == "Constant"}
+    constants = {
+        n.output[0]: numpy_helper.to_array(n.attribute[0].t).tolist()
+        for n in model.graph.node
+        if n.op_type == "Constant"
+    }
     assert constants["flat"] == [0, -1]
     assert read_dims(model.graph.output[0]) == ["N", 12]
     assert run(model, {"x": rand(3, 3, 2, 2)})[0].shape == (3, 12)
@@ -182,11 +202,15 @@ def test_symbolic_batch_writes_copy_dim():
 
 def shared_shape_model():
     """One initializer [1, 6] reshapes both x (batch) and a weight (no batch)."""
-    nodes = [helper.make_node("Reshape", ["x", "shape16"], ["xr"], name="x_reshape"),
-             helper.make_node("Reshape", ["w", "shape16"], ["wr"], name="w_reshape"),
-             helper.make_node("Add", ["xr", "wr"], ["y"])]
-    inits = [numpy_helper.from_array(np.array([1, 6], dtype=np.int64), "shape16"),
-             numpy_helper.from_array(np.arange(6, dtype=np.float32), "w")]
+    nodes = [
+        helper.make_node("Reshape", ["x", "shape16"], ["xr"], name="x_reshape"),
+        helper.make_node("Reshape", ["w", "shape16"], ["wr"], name="w_reshape"),
+        helper.make_node("Add", ["xr", "wr"], ["y"]),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array([1, 6], dtype=np.int64), "shape16"),
+        numpy_helper.from_array(np.arange(6, dtype=np.float32), "w"),
+    ]
     return graph_model(nodes, [tensor_info("x", [1, 2, 3])], [tensor_info("y", [1, 6])], inits)
 
 
@@ -205,22 +229,30 @@ def test_shared_constant_is_copied_and_only_that_use_rewired():
 
 def test_expand_of_old_static_batch_rewritten():
     shape = numpy_helper.from_array(np.array([2, 3], dtype=np.int64), "to")
-    model = graph_model([helper.make_node("Expand", ["x", "to"], ["y"])], [tensor_info("x", [2, 1])],
-                       [tensor_info("y", [2, 3])], [shape])
+    model = graph_model(
+        [helper.make_node("Expand", ["x", "to"], ["y"])],
+        [tensor_info("x", [2, 1])],
+        [tensor_info("y", [2, 3])],
+        [shape],
+    )
     result = set_batch(model, size=5)
     assert numpy_helper.to_array(model.graph.initializer[0]).tolist() == [5, 3], result.details
     assert run(model, {"x": rand(5, 1)})[0].shape == (5, 3)
 
 
 def test_runtime_computed_shape_left_alone():
-    nodes = [helper.make_node("Shape", ["x"], ["sx"]),
-             helper.make_node("Gather", ["sx", "zero"], ["n"], axis=0),
-             helper.make_node("Unsqueeze", ["n", "zero1"], ["n1"]),
-             helper.make_node("Concat", ["n1", "minus1"], ["target"], axis=0),
-             helper.make_node("Reshape", ["x", "target"], ["y"])]
-    inits = [numpy_helper.from_array(np.array(0, dtype=np.int64), "zero"),
-             numpy_helper.from_array(np.array([0], dtype=np.int64), "zero1"),
-             numpy_helper.from_array(np.array([-1], dtype=np.int64), "minus1")]
+    nodes = [
+        helper.make_node("Shape", ["x"], ["sx"]),
+        helper.make_node("Gather", ["sx", "zero"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "zero1"], ["n1"]),
+        helper.make_node("Concat", ["n1", "minus1"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["y"]),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array(0, dtype=np.int64), "zero"),
+        numpy_helper.from_array(np.array([0], dtype=np.int64), "zero1"),
+        numpy_helper.from_array(np.array([-1], dtype=np.int64), "minus1"),
+    ]
     model = graph_model(nodes, [tensor_info("x", [1, 2, 3])], [tensor_info("y", [1, 6])], inits)
     before = {t.name: t.SerializeToString() for t in model.graph.initializer}
     result = set_batch(model, size=4)
@@ -232,8 +264,12 @@ def test_runtime_computed_shape_left_alone():
 def test_batch_folded_into_an_element_is_the_leading_factor():
     """[1, 2, 3] -> [2, 1, 3]: element 0 is 2 per sample, so 2 x batch at batch 4."""
     shape = numpy_helper.from_array(np.array([2, 1, 3], dtype=np.int64), "odd")
-    original = graph_model([helper.make_node("Reshape", ["x", "odd"], ["y"], name="odd_reshape")],
-                          [tensor_info("x", [1, 2, 3])], [tensor_info("y", [2, 1, 3])], [shape])
+    original = graph_model(
+        [helper.make_node("Reshape", ["x", "odd"], ["y"], name="odd_reshape")],
+        [tensor_info("x", [1, 2, 3])],
+        [tensor_info("y", [2, 1, 3])],
+        [shape],
+    )
     model = onnx.ModelProto()
     model.CopyFrom(original)
     result = set_batch(model, size=4)
@@ -247,28 +283,40 @@ def test_batch_folded_into_an_element_is_the_leading_factor():
 def test_unprovable_constant_reported_undecided_with_spec_lines():
     """Exported at batch 2, [2, 6] -> [3, 4] mixes the two samples: no element is the batch."""
     shape = numpy_helper.from_array(np.array([3, 4], dtype=np.int64), "odd")
-    model = graph_model([helper.make_node("Reshape", ["x", "odd"], ["y"], name="odd_reshape")],
-                       [tensor_info("x", [2, 6])], [tensor_info("y", [3, 4])], [shape])
+    model = graph_model(
+        [helper.make_node("Reshape", ["x", "odd"], ["y"], name="odd_reshape")],
+        [tensor_info("x", [2, 6])],
+        [tensor_info("y", [3, 4])],
+        [shape],
+    )
     result = set_batch(model, size=4)
     assert "1 undecided" in result.summary
     found = [d for d in result.details if "odd_reshape" in d]
-    assert found and "replace_initializer:" in found[0] and "select: {name: \"odd_reshape\"}" in found[0]
+    assert found and "replace_initializer:" in found[0] and 'select: {name: "odd_reshape"}' in found[0]
     assert "shape: [" in found[0] and "dim(x, 0)" in found[0]
     assert numpy_helper.to_array(model.graph.initializer[0]).tolist() == [3, 4]
 
 
 def if_outer_scope_model():
     """x [1, 6]; If reads x from the outer scope and reshapes it with constants baked at batch 1."""
+
     def branch(name, target):
-        const = helper.make_node("Constant", [], [f"{name}_shape"],
-                                 value=numpy_helper.from_array(np.array(target, dtype=np.int64), "v"))
+        const = helper.make_node(
+            "Constant", [], [f"{name}_shape"], value=numpy_helper.from_array(np.array(target, dtype=np.int64), "v")
+        )
         reshape = helper.make_node("Reshape", ["x", f"{name}_shape"], [f"{name}_out"], name=f"{name}_reshape")
         return helper.make_graph([const, reshape], name, [], [tensor_info(f"{name}_out", target)])
 
-    nodes = [helper.make_node("If", ["cond"], ["y"], then_branch=branch("then", [1, 2, 3]),
-                              else_branch=branch("else", [1, 3, 2]))]
-    return graph_model(nodes, [tensor_info("x", [1, 6]), tensor_info("cond", [], TensorProto.BOOL)],
-                      [tensor_info("y", [1, None, None])])
+    nodes = [
+        helper.make_node(
+            "If", ["cond"], ["y"], then_branch=branch("then", [1, 2, 3]), else_branch=branch("else", [1, 3, 2])
+        )
+    ]
+    return graph_model(
+        nodes,
+        [tensor_info("x", [1, 6]), tensor_info("cond", [], TensorProto.BOOL)],
+        [tensor_info("y", [1, None, None])],
+    )
 
 
 def test_if_branches_reading_outer_scope_are_rewritten():
@@ -308,8 +356,11 @@ PPOCR_SHAPES = {"det": [4, 3, 96, 128], "rec": [4, 3, 48, 320], "cls": [4, 3, 48
 @pytest.mark.parametrize("kind", ["det", "rec", "cls"])
 @pytest.mark.parametrize("size", [4, "N"])
 def test_ppocr_rebatched_matches_original(kind, size, ppocr_models, run_cli, tmp_path):
-    spec = write_spec(tmp_path, f"patchspec: 1\nmodel: {ppocr_models[kind]}\noutput: out.onnx\n"
-                                f"patches:\n  - set_batch: {size}\nverify:\n  - check: {{}}\n")
+    spec = write_spec(
+        tmp_path,
+        f"patchspec: 1\nmodel: {ppocr_models[kind]}\noutput: out.onnx\n"
+        f"patches:\n  - set_batch: {size}\nverify:\n  - check: {{}}\n",
+    )
     result = run_cli("apply", spec)
     assert result.exit_code == 0, result.output
     patched = onnx.load(str(tmp_path / "out.onnx"))
@@ -324,12 +375,17 @@ def test_ppocr_rebatched_matches_original(kind, size, ppocr_models, run_cli, tmp
 def loop_outer_scope_model():
     """x [1, 6]; a Loop body reads x from the outer scope and reshapes it with [1, 2, 3]."""
     body = helper.make_graph(
-        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
-         helper.make_node("Constant", [], ["body_shape"],
-                          value=numpy_helper.from_array(np.array([1, 2, 3], dtype=np.int64), "v")),
-         helper.make_node("Reshape", ["x", "body_shape"], ["scan_out"], name="body_reshape")],
-        "body", [tensor_info("i", [], TensorProto.INT64), tensor_info("cond_in", [], TensorProto.BOOL)],
-        [tensor_info("cond_out", [], TensorProto.BOOL), tensor_info("scan_out", [1, 2, 3])])
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node(
+                "Constant", [], ["body_shape"], value=numpy_helper.from_array(np.array([1, 2, 3], dtype=np.int64), "v")
+            ),
+            helper.make_node("Reshape", ["x", "body_shape"], ["scan_out"], name="body_reshape"),
+        ],
+        "body",
+        [tensor_info("i", [], TensorProto.INT64), tensor_info("cond_in", [], TensorProto.BOOL)],
+        [tensor_info("cond_out", [], TensorProto.BOOL), tensor_info("scan_out", [1, 2, 3])],
+    )
     trips = numpy_helper.from_array(np.array(2, dtype=np.int64), "trips")
     go = numpy_helper.from_array(np.array(True), "go")
     nodes = [helper.make_node("Loop", ["trips", "go"], ["y"], body=body)]
@@ -344,13 +400,15 @@ def test_loop_body_reading_outer_scope_is_rewritten():
     assert "1 shape constant rewritten" in result.summary, result.details
     x = rand(3, 6)
     got = run(model, {"x": x})[0]
-    want = np.concatenate([run(original, {"x": x[i:i + 1]})[0] for i in range(3)], axis=1)
+    want = np.concatenate([run(original, {"x": x[i : i + 1]})[0] for i in range(3)], axis=1)
     np.testing.assert_allclose(got, want, rtol=1e-6)
     assert_declared_shapes_hold(model, {"x": x})
 
 
 def test_symbolic_name_already_used_by_another_axis_is_refused():
-    model = graph_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [1, "T"])], [tensor_info("y", [1, "T"])])
+    model = graph_model(
+        [helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [1, "T"])], [tensor_info("y", [1, "T"])]
+    )
     with pytest.raises(PatchError, match="'T' already names x\\[1\\]"):
         set_batch(model, size="T")
 
@@ -373,8 +431,13 @@ def attention_model():
         helper.make_node("Transpose", ["uh"], ["ut"], perm=[0, 2, 1, 3]),
         helper.make_node("Reshape", ["ut", "merge"], ["y"], name="merge_heads"),
     ]
-    inits = [_const("split_heads", [1, 5, 12, 4]), _const("fold", [12, 5, 4]), _const("unfold", [1, 12, 5, 4]),
-             _const("merge", [1, 5, 48]), numpy_helper.from_array(rand(4, 5, seed=3), "w")]
+    inits = [
+        _const("split_heads", [1, 5, 12, 4]),
+        _const("fold", [12, 5, 4]),
+        _const("unfold", [1, 12, 5, 4]),
+        _const("merge", [1, 5, 48]),
+        numpy_helper.from_array(rand(4, 5, seed=3), "w"),
+    ]
     return graph_model(nodes, [tensor_info("x", [1, 5, 48])], [tensor_info("y", [1, 5, 48])], inits)
 
 
@@ -398,14 +461,22 @@ def test_attention_head_constants_stay_and_the_batch_folds_in(size):
 
 def test_a_sequence_length_of_one_is_not_the_batch():
     """x [1, 1, 64] (batch 1, one token) -> [1, 1, 8, 8]: element 0 is the batch, element 1 the token."""
-    original = graph_model([helper.make_node("Reshape", ["x", "s"], ["y"], name="r")],
-                          [tensor_info("x", [1, 1, 64])], [tensor_info("y", [1, 1, 8, 8])], [_const("s", [1, 1, 8, 8])])
+    original = graph_model(
+        [helper.make_node("Reshape", ["x", "s"], ["y"], name="r")],
+        [tensor_info("x", [1, 1, 64])],
+        [tensor_info("y", [1, 1, 8, 8])],
+        [_const("s", [1, 1, 8, 8])],
+    )
     model = onnx.ModelProto()
     model.CopyFrom(original)
     set_batch(model, size=4)
     assert numpy_helper.to_array(model.graph.initializer[0]).tolist() == [4, 1, 8, 8]
-    seq_first = graph_model([helper.make_node("Reshape", ["x", "s"], ["y"], name="r")],
-                           [tensor_info("x", [1, 1, 64])], [tensor_info("y", [1, 1, 8, 8])], [_const("s", [1, 1, 8, 8])])
+    seq_first = graph_model(
+        [helper.make_node("Reshape", ["x", "s"], ["y"], name="r")],
+        [tensor_info("x", [1, 1, 64])],
+        [tensor_info("y", [1, 1, 8, 8])],
+        [_const("s", [1, 1, 8, 8])],
+    )
     set_batch(seq_first, size=4, inputs={"x": 1})
     assert numpy_helper.to_array(seq_first.graph.initializer[0]).tolist() == [1, 4, 8, 8]
 
@@ -413,22 +484,34 @@ def test_a_sequence_length_of_one_is_not_the_batch():
 def test_loop_body_constant_tiled_by_the_batch_is_left_alone():
     """The body builds [1, k, 1] from the iteration number; the batch comes in by Tile outside the Loop."""
     body = helper.make_graph(
-        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
-         helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.FLOAT),
-         helper.make_node("Reshape", ["fi", "token_shape"], ["token"], name="body_reshape")],
-        "body", [tensor_info("i", [], TensorProto.INT64), tensor_info("cond_in", [], TensorProto.BOOL)],
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.FLOAT),
+            helper.make_node("Reshape", ["fi", "token_shape"], ["token"], name="body_reshape"),
+        ],
+        "body",
+        [tensor_info("i", [], TensorProto.INT64), tensor_info("cond_in", [], TensorProto.BOOL)],
         [tensor_info("cond_out", [], TensorProto.BOOL), tensor_info("token", [1, 1, 1])],
-        [_const("token_shape", [1, -1, 1])])
-    nodes = [helper.make_node("Loop", ["trips", "go"], ["tokens"], body=body),  # [3, 1, 1, 1]
-             helper.make_node("Reshape", ["tokens", "flat"], ["t3"], name="to_row"),  # [1, 3, 1]
-             helper.make_node("Shape", ["x"], ["sx"]),
-             helper.make_node("Gather", ["sx", "zero"], ["b"], axis=0),
-             helper.make_node("Unsqueeze", ["b", "axes0"], ["b1"]),
-             helper.make_node("Concat", ["b1", "one", "one"], ["reps"], axis=0),
-             helper.make_node("Tile", ["t3", "reps"], ["tiled"]),
-             helper.make_node("Add", ["x", "tiled"], ["y"])]
-    inits = [_const("trips", 3), numpy_helper.from_array(np.array(True), "go"), _const("flat", [1, -1, 1]),
-             _const("zero", 0), _const("axes0", [0]), _const("one", [1])]
+        [_const("token_shape", [1, -1, 1])],
+    )
+    nodes = [
+        helper.make_node("Loop", ["trips", "go"], ["tokens"], body=body),  # [3, 1, 1, 1]
+        helper.make_node("Reshape", ["tokens", "flat"], ["t3"], name="to_row"),  # [1, 3, 1]
+        helper.make_node("Shape", ["x"], ["sx"]),
+        helper.make_node("Gather", ["sx", "zero"], ["b"], axis=0),
+        helper.make_node("Unsqueeze", ["b", "axes0"], ["b1"]),
+        helper.make_node("Concat", ["b1", "one", "one"], ["reps"], axis=0),
+        helper.make_node("Tile", ["t3", "reps"], ["tiled"]),
+        helper.make_node("Add", ["x", "tiled"], ["y"]),
+    ]
+    inits = [
+        _const("trips", 3),
+        numpy_helper.from_array(np.array(True), "go"),
+        _const("flat", [1, -1, 1]),
+        _const("zero", 0),
+        _const("axes0", [0]),
+        _const("one", [1]),
+    ]
     original = graph_model(nodes, [tensor_info("x", [1, 3, 2])], [tensor_info("y", [1, 3, 2])], inits)
     model = onnx.ModelProto()
     model.CopyFrom(original)
@@ -457,16 +540,25 @@ def resize_neck_detector(batch=1, opset=13):
         helper.make_node("Add", ["c3", "up"], ["p3"], name="neck/Add"),
         helper.make_node("Conv", ["p3", "w2"], ["h3"], kernel_shape=[1, 1], name="head0/Conv"),
         helper.make_node("Conv", ["c4", "w2"], ["h4"], kernel_shape=[1, 1], name="head1/Conv"),
-        helper.make_node("Reshape", ["h3", "flat_c"], ["f3"], name="head0/Reshape"),   # [1, 6, -1]
+        helper.make_node("Reshape", ["h3", "flat_c"], ["f3"], name="head0/Reshape"),  # [1, 6, -1]
         helper.make_node("Transpose", ["f3"], ["t3"], perm=[0, 2, 1], name="head0/Transpose"),
-        helper.make_node("Reshape", ["h4", "flat_k"], ["t4"], name="head1/Reshape"),   # [1, -1, 6] (traced batch)
+        helper.make_node("Reshape", ["h4", "flat_k"], ["t4"], name="head1/Reshape"),  # [1, -1, 6] (traced batch)
         helper.make_node("Concat", ["t3", "t4"], ["dets"], axis=1, name="head/Concat"),
     ]
-    inits = [w("w0", 4, 3, 2, 2), w("w1", 4, 4, 2, 2), w("w2", 6, 4, 1, 1),
-             _const("s_start", [2]), _const("s_end", [4]), _const("nc_start", [0]), _const("nc_end", [2]),
-             _const("flat_c", [batch, 6, -1]), _const("flat_k", [batch, -1, 6])]
-    return graph_model(nodes, [tensor_info("images", [batch, 3, 16, 16])], [tensor_info("dets", [batch, 80, 6])],
-                      inits, opset=opset)
+    inits = [
+        w("w0", 4, 3, 2, 2),
+        w("w1", 4, 4, 2, 2),
+        w("w2", 6, 4, 1, 1),
+        _const("s_start", [2]),
+        _const("s_end", [4]),
+        _const("nc_start", [0]),
+        _const("nc_end", [2]),
+        _const("flat_c", [batch, 6, -1]),
+        _const("flat_k", [batch, -1, 6]),
+    ]
+    return graph_model(
+        nodes, [tensor_info("images", [batch, 3, 16, 16])], [tensor_info("dets", [batch, 80, 6])], inits, opset=opset
+    )
 
 
 def test_onnx_inference_loses_the_batch_at_the_resize_neck():
@@ -490,8 +582,9 @@ def test_baked_head_constants_behind_a_resize_neck_are_rewritten(size):
     assert inits["flat_k"] == ([4, -1, 6] if size == 4 else [0, -1, 6])
     assert read_dims(model.graph.output[0]) == [size, 80, 6]
     x = rand(4, 3, 16, 16)
-    np.testing.assert_allclose(run(model, {"images": x})[0], per_sample(original, {"images": x}, ["images"])[0],
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        run(model, {"images": x})[0], per_sample(original, {"images": x}, ["images"])[0], rtol=1e-5, atol=1e-6
+    )
     assert_declared_shapes_hold(model, {"images": x})
 
 
@@ -502,26 +595,35 @@ def test_exported_at_batch_two_rebatched_to_five():
     result = set_batch(model, size=5)
     assert "2 shape constants rewritten" in result.summary, result.details
     x = rand(5, 3, 16, 16)
-    want = np.concatenate([run(original, {"images": np.concatenate([x[i:i + 1]] * 2)})[0][:1] for i in range(5)])
+    want = np.concatenate([run(original, {"images": np.concatenate([x[i : i + 1]] * 2)})[0][:1] for i in range(5)])
     np.testing.assert_allclose(run(model, {"images": x})[0], want, rtol=1e-5, atol=1e-6)
 
 
 # -- branches taken by batch size, and samples mixed after a squeeze ------------------------------------------
 def unbatched_branch_model():
     """PyTorch's unbatched-input handling: If batch == 1, Squeeze the batch away (then_branch), else keep it."""
-    then_branch = helper.make_graph([helper.make_node("Squeeze", ["h", "axes0"], ["squeezed"], name="drop_batch")],
-                                    "then", [], [tensor_info("squeezed", None)])
-    else_branch = helper.make_graph([helper.make_node("Identity", ["h"], ["kept"])], "else", [],
-                                    [tensor_info("kept", None)])
-    nodes = [helper.make_node("Relu", ["x"], ["h"]),
-             helper.make_node("Shape", ["h"], ["shape"]),
-             helper.make_node("Gather", ["shape", "zero"], ["batch"], axis=0),
-             helper.make_node("Equal", ["batch", "one"], ["is_one"]),
-             helper.make_node("If", ["is_one"], ["y"], name="unbatched", then_branch=then_branch, else_branch=else_branch),
-             helper.make_node("Sigmoid", ["y"], ["out"])]
-    constants = [numpy_helper.from_array(np.array(0, dtype=np.int64), "zero"),
-                 numpy_helper.from_array(np.array(1, dtype=np.int64), "one"),
-                 numpy_helper.from_array(np.array([0], dtype=np.int64), "axes0")]
+    then_branch = helper.make_graph(
+        [helper.make_node("Squeeze", ["h", "axes0"], ["squeezed"], name="drop_batch")],
+        "then",
+        [],
+        [tensor_info("squeezed", None)],
+    )
+    else_branch = helper.make_graph(
+        [helper.make_node("Identity", ["h"], ["kept"])], "else", [], [tensor_info("kept", None)]
+    )
+    nodes = [
+        helper.make_node("Relu", ["x"], ["h"]),
+        helper.make_node("Shape", ["h"], ["shape"]),
+        helper.make_node("Gather", ["shape", "zero"], ["batch"], axis=0),
+        helper.make_node("Equal", ["batch", "one"], ["is_one"]),
+        helper.make_node("If", ["is_one"], ["y"], name="unbatched", then_branch=then_branch, else_branch=else_branch),
+        helper.make_node("Sigmoid", ["y"], ["out"]),
+    ]
+    constants = [
+        numpy_helper.from_array(np.array(0, dtype=np.int64), "zero"),
+        numpy_helper.from_array(np.array(1, dtype=np.int64), "one"),
+        numpy_helper.from_array(np.array([0], dtype=np.int64), "axes0"),
+    ]
     return graph_model(nodes, [tensor_info("x", [1, 8])], [tensor_info("out", None)], constants)
 
 
@@ -545,13 +647,17 @@ def test_a_conflict_inside_a_branch_names_the_if():
 
 def squeeze_then_slice_model(head=4):
     """[1, head] -> squeeze() -> [head] at batch 1; then Slice on axis 0, which is the batch at batch N."""
-    nodes = [helper.make_node("Squeeze", ["x"], ["s"], name="squeeze_all"),
-             helper.make_node("Sigmoid", ["s"], ["p"]),
-             helper.make_node("Slice", ["p", "starts", "ends", "axes"], ["first"], name="first_two")]
-    constants = [numpy_helper.from_array(np.array([v], dtype=np.int64), n)
-                 for n, v in (("starts", 0), ("ends", 2), ("axes", 0))]
-    return graph_model(nodes, [tensor_info("x", [1, head])], [tensor_info("p", [head]), tensor_info("first", [2])],
-                      constants)
+    nodes = [
+        helper.make_node("Squeeze", ["x"], ["s"], name="squeeze_all"),
+        helper.make_node("Sigmoid", ["s"], ["p"]),
+        helper.make_node("Slice", ["p", "starts", "ends", "axes"], ["first"], name="first_two"),
+    ]
+    constants = [
+        numpy_helper.from_array(np.array([v], dtype=np.int64), n) for n, v in (("starts", 0), ("ends", 2), ("axes", 0))
+    ]
+    return graph_model(
+        nodes, [tensor_info("x", [1, head])], [tensor_info("p", [head]), tensor_info("first", [2])], constants
+    )
 
 
 def test_an_axis_counting_op_after_a_squeeze_that_dropped_the_batch_is_refused():
@@ -583,15 +689,19 @@ def sequence_first_projection():
     Calling element 1 of [-1, 32] "the batch" (32 -> 128) moved the batch into the features.
     """
     rng = np.random.default_rng(0)
-    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2]),
-             helper.make_node("Reshape", ["t", "flat"], ["rows"], name="fold"),
-             helper.make_node("Gemm", ["rows", "w", "b"], ["projected"], transB=1),
-             helper.make_node("Reshape", ["projected", "back"], ["u"], name="unfold"),
-             helper.make_node("Transpose", ["u"], ["y"], perm=[1, 0, 2])]
-    constants = [numpy_helper.from_array(np.array([-1, 32], np.int64), "flat"),
-                 numpy_helper.from_array(np.array([30, 1, 32], np.int64), "back"),
-                 numpy_helper.from_array(rng.standard_normal((32, 32)).astype(np.float32), "w"),
-                 numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "b")]
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2]),
+        helper.make_node("Reshape", ["t", "flat"], ["rows"], name="fold"),
+        helper.make_node("Gemm", ["rows", "w", "b"], ["projected"], transB=1),
+        helper.make_node("Reshape", ["projected", "back"], ["u"], name="unfold"),
+        helper.make_node("Transpose", ["u"], ["y"], perm=[1, 0, 2]),
+    ]
+    constants = [
+        numpy_helper.from_array(np.array([-1, 32], np.int64), "flat"),
+        numpy_helper.from_array(np.array([30, 1, 32], np.int64), "back"),
+        numpy_helper.from_array(rng.standard_normal((32, 32)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "b"),
+    ]
     return graph_model(nodes, [tensor_info("x", [1, 30, 32])], [tensor_info("y", [1, 30, 32])], constants)
 
 

@@ -36,10 +36,12 @@ def _spec(tmp_path, model, size, batches):
     batch_inputs = {name: axis for name, axis in model["inputs"].items() if axis is not None}
     cases = [{"inputs": {name: _shape(model, name, b) for name in model["inputs"]}} for b in batches]
     split = {"inputs": model["inputs"], "outputs": model["outputs"]}
-    text = (f"patchspec: 1\nmodel: {model['file']}\noutput: out/{stem}.onnx\n"
-            f"patches:\n  - set_batch: {json.dumps({'size': size, 'inputs': batch_inputs})}\n"
-            f"verify:\n  - run:\n      cases: {json.dumps(cases)}\n"
-            f"      compare: {json.dumps({'against': 'original', 'split_batch': split})}\n")
+    text = (
+        f"patchspec: 1\nmodel: {model['file']}\noutput: out/{stem}.onnx\n"
+        f"patches:\n  - set_batch: {json.dumps({'size': size, 'inputs': batch_inputs})}\n"
+        f"verify:\n  - run:\n      cases: {json.dumps(cases)}\n"
+        f"      compare: {json.dumps({'against': 'original', 'split_batch': split})}\n"
+    )
     return write_spec(tmp_path, text)
 
 

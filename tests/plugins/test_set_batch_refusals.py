@@ -21,44 +21,68 @@ def pitch_tracker():
     initializers = [ints("hop", [-1, 256]), ints("axis0", [0]), ints("axis1", [1])]
     for k in range(4):
         initializers += [ints(f"start{k}", [k]), ints(f"end{k}", [k + 1])]
-        nodes += [helper.make_node("Slice", ["buffer", f"start{k}", f"end{k}", "axis0"], [f"frame{k}"], name=f"frame{k}"),
-                  helper.make_node("ReduceMean", [f"frame{k}", "axis1"], [f"mean{k}"], keepdims=1)]
+        nodes += [
+            helper.make_node("Slice", ["buffer", f"start{k}", f"end{k}", "axis0"], [f"frame{k}"], name=f"frame{k}"),
+            helper.make_node("ReduceMean", [f"frame{k}", "axis1"], [f"mean{k}"], keepdims=1),
+        ]
     nodes.append(helper.make_node("Concat", [f"mean{k}" for k in range(4)], ["pitch"], axis=1))
-    return graph_model(nodes, [tensor_info("x", [1, 1024])], [tensor_info("pitch", [1, "frames"])], initializers, opset=18)
+    return graph_model(
+        nodes, [tensor_info("x", [1, 1024])], [tensor_info("pitch", [1, "frames"])], initializers, opset=18
+    )
 
 
 def loop_on_batch_input():
     """A Loop whose condition comes from the "batch" input: a [1] counter compared with a constant,
     squeezed to the scalar a Loop condition must be (from another tool's test suite)."""
     body = helper.make_graph(
-        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["acc_in", "one"], ["acc_out"])],
-        "body", [tensor_info("i", [], TensorProto.INT64), tensor_info("cond_in", [], TensorProto.BOOL), tensor_info("acc_in", [3])],
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Add", ["acc_in", "one"], ["acc_out"]),
+        ],
+        "body",
+        [
+            tensor_info("i", [], TensorProto.INT64),
+            tensor_info("cond_in", [], TensorProto.BOOL),
+            tensor_info("acc_in", [3]),
+        ],
         [tensor_info("cond_out", [], TensorProto.BOOL), tensor_info("acc_out", [3])],
-        [numpy_helper.from_array(np.array(1, np.float32), "one")])
-    nodes = [helper.make_node("Less", ["counter", "limit"], ["below"]),
-             helper.make_node("Squeeze", ["below"], ["cond"], name="to_scalar"),
-             helper.make_node("Loop", ["trips", "cond", "start"], ["total"], body=body, name="count")]
+        [numpy_helper.from_array(np.array(1, np.float32), "one")],
+    )
+    nodes = [
+        helper.make_node("Less", ["counter", "limit"], ["below"]),
+        helper.make_node("Squeeze", ["below"], ["cond"], name="to_scalar"),
+        helper.make_node("Loop", ["trips", "cond", "start"], ["total"], body=body, name="count"),
+    ]
     initializers = [ints("limit", [5]), ints("trips", 3), numpy_helper.from_array(np.zeros(3, np.float32), "start")]
-    return graph_model(nodes, [tensor_info("counter", [1], TensorProto.INT64)], [tensor_info("total", [3])], initializers)
+    return graph_model(
+        nodes, [tensor_info("counter", [1], TensorProto.INT64)], [tensor_info("total", [3])], initializers
+    )
 
 
 def split_of_the_batch():
     """A Split along axis 0 whose sizes sum to the old batch (from another tool's test suite)."""
-    nodes = [helper.make_node("Split", ["x", "sizes"], ["a", "b"], axis=0, name="halves"),
-             helper.make_node("Sub", ["a", "b"], ["y"])]
+    nodes = [
+        helper.make_node("Split", ["x", "sizes"], ["a", "b"], axis=0, name="halves"),
+        helper.make_node("Sub", ["a", "b"], ["y"]),
+    ]
     return graph_model(nodes, [tensor_info("x", [2, 3])], [tensor_info("y", [1, 3])], [ints("sizes", [1, 1])])
 
 
 CONTROLS = {
     "pitch_tracker": (pitch_tracker, "Slice 'frame0' drops samples at batch 4"),
-    "loop_condition": (loop_on_batch_input, "Loop 'count' cannot run at batch 4: its condition 'cond' is computed from the batch"),
+    "loop_condition": (
+        loop_on_batch_input,
+        "Loop 'count' cannot run at batch 4: its condition 'cond' is computed from the batch",
+    ),
     "split_sizes": (split_of_the_batch, "Split 'halves' cannot run at batch 4"),
 }
 
 
 def spec_for(tmp_path, model, size=4, verify=""):
     onnx.save(model, tmp_path / "m.onnx")
-    return write_spec(tmp_path, f"patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches:\n  - set_batch: {size}\n{verify}")
+    return write_spec(
+        tmp_path, f"patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches:\n  - set_batch: {size}\n{verify}"
+    )
 
 
 @pytest.mark.parametrize("no_verify", [False, True], ids=["verified", "no-verify"])
@@ -121,13 +145,17 @@ def test_the_suggested_lines_applied_settle_the_undecided_point(tmp_path, run_cl
     nodes = [helper.make_node("Reshape", ["x", "shape"], ["y"], name="regroup")]
     model = graph_model(nodes, [tensor_info("x", [2, 3])], [tensor_info("y", [3, 2])], [ints("shape", [3, -1])])
     first = run_cli("apply", spec_for(tmp_path, model), "--no-verify", "-v")
-    lines = first.stdout[first.stdout.index("  - replace_initializer:"):].splitlines()[:4]
+    lines = first.stdout[first.stdout.index("  - replace_initializer:") :].splitlines()[:4]
     folder = tmp_path / "fixed"
     folder.mkdir()
     onnx.save(model, folder / "m.onnx")
-    spec = write_spec(folder, "patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches:\n  - set_batch: 4\n"
-                              + "\n".join(line.strip("\n") for line in lines) + "\nverify:\n  - check: {}\n"
-                              "  - run: {cases: [{inputs: {x: [4, 3]}}], compare: {against: none}}\n")
+    spec = write_spec(
+        folder,
+        "patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches:\n  - set_batch: 4\n"
+        + "\n".join(line.strip("\n") for line in lines)
+        + "\nverify:\n  - check: {}\n"
+        "  - run: {cases: [{inputs: {x: [4, 3]}}], compare: {against: none}}\n",
+    )
     fixed = run_cli("apply", spec, "-v")
     assert fixed.exit_code == 0, spec.read_text() + fixed.output
     assert "undecided" not in fixed.stdout.split("replace_initializer")[-1]

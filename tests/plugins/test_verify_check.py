@@ -26,9 +26,13 @@ NO_GRAPH_NAME = "Field 'name' of 'graph' is required to be non-empty"
 
 # -- models: each one onnxruntime loads, though onnx's full check rejects some ------------------------
 
+
 def relu(graph_name: str = "g", y_shape=("N", 4)) -> onnx.ModelProto:
-    model = graph_model([helper.make_node("Relu", ["x"], ["y"], name="relu")],
-                        [tensor_info("x", ["N", 4])], [tensor_info("y", list(y_shape))])
+    model = graph_model(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu")],
+        [tensor_info("x", ["N", 4])],
+        [tensor_info("y", list(y_shape))],
+    )
     model.graph.name = graph_name
     return model
 
@@ -37,11 +41,16 @@ def add_weight(y_shape=("N", 5)) -> onnx.ModelProto:
     """x [N, 4] + w [4] -> y, declared ``y_shape``: [N, 5] fails strict shape inference (onnxruntime
     only warns and merges leniently)."""
     weight = numpy_helper.from_array(np.arange(4, dtype=np.float32), "w")
-    return graph_model([helper.make_node("Add", ["x", "w"], ["y"], name="add")],
-                       [tensor_info("x", ["N", 4])], [tensor_info("y", list(y_shape))], [weight])
+    return graph_model(
+        [helper.make_node("Add", ["x", "w"], ["y"], name="add")],
+        [tensor_info("x", ["N", 4])],
+        [tensor_info("y", list(y_shape))],
+        [weight],
+    )
 
 
 # -- in-test patch types that break what the original had right ----------------------------------------
+
 
 class Unname(PatchType):
     name = "corrupt.unname"
@@ -86,8 +95,14 @@ def apply(folder, run_cli, model, patches: str, verify: str = "  - check: {}\n",
     the check verifier's report entry."""
     folder.mkdir(parents=True, exist_ok=True)
     if external:
-        onnx.save_model(model, str(folder / "m.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
-                        location="m.onnx.data", size_threshold=0)
+        onnx.save_model(
+            model,
+            str(folder / "m.onnx"),
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location="m.onnx.data",
+            size_threshold=0,
+        )
     else:
         onnx.save(model, str(folder / "m.onnx"))
     spec = write_spec(folder, f"patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches:\n{patches}verify:\n{verify}")
@@ -101,6 +116,7 @@ def apply(folder, run_cli, model, patches: str, verify: str = "  - check: {}\n",
 
 # -- what the original already has -----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("patch", ["  - set_batch: 4\n", "  - rename_dims: {tensor: x, axes: {0: batch}}\n"])
 def test_an_original_without_graph_name_does_not_fail_a_harmless_patch(tmp_path, run_cli, patch):
     model = relu(graph_name="")
@@ -110,8 +126,9 @@ def test_an_original_without_graph_name_does_not_fail_a_harmless_patch(tmp_path,
     assert result.exit_code == 0, result.output
     assert (tmp_path / "out" / "m2.onnx").is_file()
     assert check["status"] == "passed"
-    assert check["summary"] == (f"onnx {ONNX}: the original already fails onnx's check the same way: "
-                                f"{NO_GRAPH_NAME}; not caused by the patch")
+    assert check["summary"] == (
+        f"onnx {ONNX}: the original already fails onnx's check the same way: {NO_GRAPH_NAME}; not caused by the patch"
+    )
     assert check["data"]["new"] == [] and check["data"]["already"] == [NO_GRAPH_NAME + "."]
     assert f"already fails onnx's check the same way: {NO_GRAPH_NAME}" in result.stdout
 
@@ -121,8 +138,10 @@ def test_strict_fails_on_what_the_original_already_has(tmp_path, run_cli):
     assert result.exit_code == 1, result.output
     assert not (tmp_path / "out" / "m2.onnx").exists()
     assert check["status"] == "failed"
-    assert check["summary"] == (f"onnx {ONNX} rejects the output: {NO_GRAPH_NAME}; the original has it too "
-                                "(strict: true fails the original's problems as well)")
+    assert check["summary"] == (
+        f"onnx {ONNX} rejects the output: {NO_GRAPH_NAME}; the original has it too "
+        "(strict: true fails the original's problems as well)"
+    )
     assert "the original has it too" in result.stderr and NO_GRAPH_NAME in result.stderr
 
 
@@ -135,9 +154,11 @@ def test_an_original_failing_strict_shape_inference_with_external_data_passes(tm
     result, check = apply(tmp_path, run_cli, model, "  - external_data: {size_threshold: 0}\n", external=True)
     assert result.exit_code == 0, result.output
     assert check["status"] == "passed", check
-    assert check["summary"].startswith(f"onnx {ONNX}: the original already fails onnx's check the same way: "
-                                       "(op_type:Add, node name: add): [ShapeInferenceError] Inferred shape and "
-                                       "existing shape differ in dimension 1: (4) vs (5)")
+    assert check["summary"].startswith(
+        f"onnx {ONNX}: the original already fails onnx's check the same way: "
+        "(op_type:Add, node name: add): [ShapeInferenceError] Inferred shape and "
+        "existing shape differ in dimension 1: (4) vs (5)"
+    )
     assert check["summary"].endswith("; not caused by the patch")
     assert [name for name in (tmp_path / "out").iterdir() if name.suffix == ".data"], "the output has external data"
 
@@ -145,8 +166,11 @@ def test_an_original_failing_strict_shape_inference_with_external_data_passes(tm
 def test_sizes_in_a_message_may_differ(tmp_path, run_cli):
     """Flatten(axis=0) of x [1, 4] is [1, 4], declared [1, 5]; with x [3, 4] it is [1, 12]: the message
     says (4) vs (5), then (12) vs (5). Sizes are normalised: the same problem."""
-    model = graph_model([helper.make_node("Flatten", ["x"], ["y"], name="flat", axis=0)],
-                        [tensor_info("x", [1, 4])], [tensor_info("y", [1, 5])])
+    model = graph_model(
+        [helper.make_node("Flatten", ["x"], ["y"], name="flat", axis=0)],
+        [tensor_info("x", [1, 4])],
+        [tensor_info("y", [1, 5])],
+    )
     result, check = apply(tmp_path, run_cli, model, "  - corrupt.grow: {}\n")
     assert result.exit_code == 0, result.output
     assert check["status"] == "passed"
@@ -156,14 +180,16 @@ def test_sizes_in_a_message_may_differ(tmp_path, run_cli):
 
 # -- what the patch adds ------------------------------------------------------------------------------
 
+
 def test_a_patch_that_breaks_the_checker_fails_though_the_original_passes(tmp_path, run_cli):
     model = relu()
     onnx.checker.check_model(model, full_check=True)
     result, check = apply(tmp_path, run_cli, model, "  - corrupt.unname: {}\n")
     assert result.exit_code == 1, result.output
     assert not (tmp_path / "out" / "m2.onnx").exists()
-    assert check["summary"] == (f"onnx {ONNX} rejects the output: {NO_GRAPH_NAME}; "
-                                "the original passes onnx's checker: the patch causes it")
+    assert check["summary"] == (
+        f"onnx {ONNX} rejects the output: {NO_GRAPH_NAME}; the original passes onnx's checker: the patch causes it"
+    )
 
 
 def test_a_shape_problem_behind_the_originals_checker_problem_still_fails(tmp_path, run_cli):
@@ -179,9 +205,12 @@ def test_a_shape_problem_behind_the_originals_checker_problem_still_fails(tmp_pa
 def test_a_new_shape_problem_on_an_original_that_has_one_fails(tmp_path, run_cli):
     """Strict inference lists every node it rejects: the output's extra line is the patch's."""
     weight = numpy_helper.from_array(np.arange(4, dtype=np.float32), "w")
-    model = graph_model([helper.make_node("Relu", ["x"], ["y"], name="relu"),
-                         helper.make_node("Add", ["x", "w"], ["z"], name="add")],
-                        [tensor_info("x", ["N", 4])], [tensor_info("y", ["N", 4]), tensor_info("z", ["N", 5])], [weight])
+    model = graph_model(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu"), helper.make_node("Add", ["x", "w"], ["z"], name="add")],
+        [tensor_info("x", ["N", 4])],
+        [tensor_info("y", ["N", 4]), tensor_info("z", ["N", 5])],
+        [weight],
+    )
     result, check = apply(tmp_path, run_cli, model, "  - corrupt.misdeclare: {}\n")
     assert result.exit_code == 1, result.output
     assert check["summary"].startswith(f"onnx {ONNX} rejects the output: (op_type:Relu, node name: relu): ")
@@ -190,6 +219,7 @@ def test_a_new_shape_problem_on_an_original_that_has_one_fails(tmp_path, run_cli
 
 
 # -- never a crash -------------------------------------------------------------------------------------
+
 
 def verify(tmp_path, output_bytes: bytes, original_bytes: bytes | None, params=None):
     output, original = tmp_path / "out.onnx", tmp_path / "original.onnx"
@@ -248,6 +278,7 @@ def test_an_exception_from_shape_inference_alone_is_a_verdict(tmp_path, monkeypa
 
 # -- the rule for "the same problem" ---------------------------------------------------------------------
 
+
 def test_normalise_takes_out_sizes_and_dim_names_but_not_names_or_type_codes():
     assert normalise("differ in dimension 1: (4) vs (5)") == normalise("differ in dimension 1: (12) vs (5)")
     assert normalise("Inferred=3 Declared=4 Dimension=1") == "Inferred=# Declared=# Dimension=#"
@@ -260,8 +291,13 @@ def test_normalise_takes_out_sizes_and_dim_names_but_not_names_or_type_codes():
 
 def test_strict_is_a_boolean_and_unknown_keys_are_spec_errors(tmp_path, run_cli):
     onnx.save(relu(), str(tmp_path / "m.onnx"))
-    for verify_yaml, expected in (("{stict: true}", "did you mean 'strict'"), ("{strict: 1}", "is not of type 'boolean'")):
-        spec = write_spec(tmp_path, f"patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches: []\nverify:\n  - check: {verify_yaml}\n")
+    for verify_yaml, expected in (
+        ("{stict: true}", "did you mean 'strict'"),
+        ("{strict: 1}", "is not of type 'boolean'"),
+    ):
+        spec = write_spec(
+            tmp_path, f"patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches: []\nverify:\n  - check: {verify_yaml}\n"
+        )
         result = run_cli("validate", spec)
         assert result.exit_code == 2 and expected in result.output, result.output
 
@@ -270,4 +306,3 @@ def test_a_passing_output_does_not_read_the_original(tmp_path):
     result = verify(tmp_path, relu().SerializeToString(), None)
     assert result.status == "passed" and result.summary == f"onnx {ONNX} checker and strict shape inference"
     assert result.data["new"] == [] and result.data["already"] == []
-

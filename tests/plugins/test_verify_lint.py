@@ -38,8 +38,11 @@ def test_lint_passes_a_model_with_unique_dims(run_cli, tmp_path):
 
 
 def test_lint_takes_the_first_run_cases_inputs(run_cli, folder):
-    spec = write_spec(folder, HEAD + "verify:\n  - lint: {}\n  - run:\n      compare: {against: none}\n      cases:\n"
-                                     "        - inputs: {input.1: [1, 3, 320, 256]}\n        - inputs: {input.1: [1, 3, 64, 64]}\n")
+    spec = write_spec(
+        folder,
+        HEAD + "verify:\n  - lint: {}\n  - run:\n      compare: {against: none}\n      cases:\n"
+        "        - inputs: {input.1: [1, 3, 320, 256]}\n        - inputs: {input.1: [1, 3, 64, 64]}\n",
+    )
     result = run_cli("apply", spec)
     assert result.exit_code == 1, result.output
     assert "at input.1=1,3,320,256 (inputs of verify[1] (run) case 0)" in result.output
@@ -67,11 +70,17 @@ def test_lint_fails_when_the_model_cannot_run(run_cli, folder):
     assert "could not lint at input.1=1,3,60,60 (lint inputs): onnxruntime could not run the model" in result.output
 
 
-@pytest.mark.parametrize("params, message", [
-    ("{input: {x: [1]}}", "unknown key 'input' (did you mean 'inputs'?)"),
-    ("{inputs: {x: [1, -3]}}", "dim -3 is negative; sizes are numbers >= 0"),
-    ("{inputs: {x: {fill: zeros}}}", "give 'shape' (a list of sizes), 'value' (the exact value) or 'file' (a .npy file)"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ("{input: {x: [1]}}", "unknown key 'input' (did you mean 'inputs'?)"),
+        ("{inputs: {x: [1, -3]}}", "dim -3 is negative; sizes are numbers >= 0"),
+        (
+            "{inputs: {x: {fill: zeros}}}",
+            "give 'shape' (a list of sizes), 'value' (the exact value) or 'file' (a .npy file)",
+        ),
+    ],
+)
 def test_validate_rejects_bad_params(run_cli, folder, params, message):
     spec = write_spec(folder, HEAD + f"verify:\n  - lint: {params}\n")
     result = run_cli("validate", spec)
@@ -81,9 +90,12 @@ def test_validate_rejects_bad_params(run_cli, folder, params, message):
 
 # -- with the rename_dims patch (the fix the lint suggests) -------------------------------------------
 def test_rename_dims_unique_repairs_what_lint_found(run_cli, folder):
-    spec = write_spec(folder, HEAD.replace("patches: []", "patches:\n  - rename_dims: {unique: true}") +
-                      "verify:\n  - lint: {}\n  - run:\n      compare: {against: none}\n"
-                      "      cases: [{inputs: {input.1: [1, 3, 640, 480]}}]\n")
+    spec = write_spec(
+        folder,
+        HEAD.replace("patches: []", "patches:\n  - rename_dims: {unique: true}")
+        + "verify:\n  - lint: {}\n  - run:\n      compare: {against: none}\n"
+        "      cases: [{inputs: {input.1: [1, 3, 640, 480]}}]\n",
+    )
     result = run_cli("apply", spec)
     assert result.exit_code == 0, result.output
     assert "annotated tensors agree at input.1=1,3,640,480" in result.output
@@ -92,8 +104,12 @@ def test_rename_dims_unique_repairs_what_lint_found(run_cli, folder):
 
 
 def test_validate_rejects_a_bad_regex_in_rename_dims_select(run_cli, folder):
-    spec = write_spec(folder, HEAD.replace("patches: []", 'patches:\n  - rename_dims:\n      select: {name: "re:/lat.(0"}\n'
-                                                          "      axes: {2: h}"))
+    spec = write_spec(
+        folder,
+        HEAD.replace(
+            "patches: []", 'patches:\n  - rename_dims:\n      select: {name: "re:/lat.(0"}\n      axes: {2: h}'
+        ),
+    )
     result = run_cli("validate", spec)
     assert result.exit_code == 2, result.output
     assert "patches[0] (rename_dims) > select.name: invalid regular expression '/lat.(0'" in result.output
@@ -109,8 +125,9 @@ def test_lint_is_skipped_when_onnxruntime_cannot_run_the_original_either(run_cli
     node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2])
     model = graph_model([node], [tensor_info("x", [1, 3, 6])], [tensor_info("y", [1, 3, 5])], opset=1, ir_version=3)
     onnx.save(model, tmp_path / "m.onnx")
-    spec = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out.onnx\npatches:\n  - set_batch: 4\n"
-                                "verify:\n  - lint: {}\n")
+    spec = write_spec(
+        tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out.onnx\npatches:\n  - set_batch: 4\nverify:\n  - lint: {}\n"
+    )
     result = run_cli("apply", spec)
     assert result.exit_code == 0, result.output
     assert "lint .................... skipped   onnxruntime cannot run the original either" in result.stdout
@@ -124,11 +141,15 @@ def test_lint_is_skipped_when_the_original_does_not_run_at_the_lint_inputs_eithe
     from helpers import graph_model, tensor_info
 
     node = helper.make_node("Expand", ["data", "new_shape"], ["y"])
-    model = graph_model([node], [tensor_info("data", ["N", 3]), tensor_info("new_shape", [2], TensorProto.INT64)],
-                        [tensor_info("y", ["N", 3])])
+    model = graph_model(
+        [node],
+        [tensor_info("data", ["N", 3]), tensor_info("new_shape", [2], TensorProto.INT64)],
+        [tensor_info("y", ["N", 3])],
+    )
     onnx.save(model, tmp_path / "m.onnx")
-    spec = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out.onnx\npatches:\n  - set_batch: 4\n"
-                                "verify:\n  - lint: {}\n")
+    spec = write_spec(
+        tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out.onnx\npatches:\n  - set_batch: 4\nverify:\n  - lint: {}\n"
+    )
     result = run_cli("apply", spec)
     assert result.exit_code == 0, result.output
     assert "skipped   the original does not run at" in result.stdout
@@ -140,7 +161,11 @@ def test_the_lint_fix_it_prints_applied_makes_it_pass(run_cli, folder):
     failed = run_cli("apply", spec)
     fix = next(line.split("fix: add '")[1].split("'")[0] for line in failed.output.splitlines() if "fix: add '" in line)
     assert fix == "- rename_dims: {unique: true}"
-    fixed = write_spec(folder, HEAD.replace("patches: []\n", f"patches:\n  {fix}\n") +
-                       "verify:\n  - lint: {inputs: {input.1: [1, 3, 640, 640]}}\n", name="fixed.yaml")
+    fixed = write_spec(
+        folder,
+        HEAD.replace("patches: []\n", f"patches:\n  {fix}\n")
+        + "verify:\n  - lint: {inputs: {input.1: [1, 3, 640, 640]}}\n",
+        name="fixed.yaml",
+    )
     result = run_cli("apply", fixed)
     assert result.exit_code == 0, fixed.read_text() + result.output

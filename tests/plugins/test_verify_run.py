@@ -15,15 +15,22 @@ HAS_CUDA = CUDA in onnxruntime.get_available_providers()
 
 
 def unary_model(op="Relu", in_shape=("N", 4), out_shape=("N", 4), **attrs):
-    return graph_model([helper.make_node(op, ["x"], ["y"], **attrs)], [tensor_info("x", list(in_shape))],
-                      [tensor_info("y", list(out_shape))])
+    return graph_model(
+        [helper.make_node(op, ["x"], ["y"], **attrs)],
+        [tensor_info("x", list(in_shape))],
+        [tensor_info("y", list(out_shape))],
+    )
 
 
 def scaled_model(factor, in_shape=("N", 4)):
     """y = x * factor: a reference that differs from the identity by a known amount."""
     scale = numpy_helper.from_array(np.array(factor, np.float32), "scale")
-    return graph_model([helper.make_node("Mul", ["x", "scale"], ["y"])], [tensor_info("x", list(in_shape))],
-                      [tensor_info("y", list(in_shape))], initializers=[scale])
+    return graph_model(
+        [helper.make_node("Mul", ["x", "scale"], ["y"])],
+        [tensor_info("x", list(in_shape))],
+        [tensor_info("y", list(in_shape))],
+        initializers=[scale],
+    )
 
 
 def apply(tmp_path, run_cli, model, verify_yaml, extra=None):
@@ -41,7 +48,9 @@ def apply(tmp_path, run_cli, model, verify_yaml, extra=None):
             np.savez(tmp_path / name, **value)
         else:
             np.save(tmp_path / name, value)
-    spec = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches: []\nverify:\n" + verify_yaml)
+    spec = write_spec(
+        tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches: []\nverify:\n" + verify_yaml
+    )
     report_path = tmp_path / "report.json"
     result = run_cli("apply", spec, "--report", report_path, cwd=tmp_path.parent)  # not the spec's folder
     report = json.loads(report_path.read_text()) if report_path.exists() else None
@@ -60,7 +69,9 @@ def assert_failed_without_output(tmp_path, result):
 
 
 def test_compare_against_original_passes_and_reports_per_output(tmp_path, run_cli):
-    verify = "  - run:\n      cases:\n        - inputs: {x: [2, 4]}\n        - inputs: {x: {shape: [5, 4], fill: arange}}\n"
+    verify = (
+        "  - run:\n      cases:\n        - inputs: {x: [2, 4]}\n        - inputs: {x: {shape: [5, 4], fill: arange}}\n"
+    )
     result, report = apply(tmp_path, run_cli, unary_model(), verify)
     assert result.exit_code == 0, result.output
     assert (tmp_path / "out" / "m2.onnx").is_file()
@@ -68,15 +79,19 @@ def test_compare_against_original_passes_and_reports_per_output(tmp_path, run_cl
     assert step["status"] == "passed"
     rows = step["data"]["results"]
     assert [(r["provider"], r["case"], r["optimization"], r["status"]) for r in rows] == [
-        ("CPUExecutionProvider", case, level, "pass") for level in ("all", "disabled") for case in (0, 1)]
+        ("CPUExecutionProvider", case, level, "pass") for level in ("all", "disabled") for case in (0, 1)
+    ]
     assert rows[0]["outputs"][0]["name"] == "y" and rows[0]["outputs"][0]["max_abs"] == 0.0
     assert step["data"]["rtol"] == 1e-4 and step["data"]["atol"] == 1e-5
-    assert any(line.startswith("CPUExecutionProvider case 1 (optimizations disabled) y: pass") for line in step["details"])
+    assert any(
+        line.startswith("CPUExecutionProvider case 1 (optimizations disabled) y: pass") for line in step["details"]
+    )
 
 
 def test_tolerance_failure_names_output_index_and_errors(tmp_path, run_cli):
-    verify = ("  - run:\n      cases: [{inputs: {x: [2, 4]}}]\n"
-              "      compare: {against: ref.onnx, rtol: 1.0e-4, atol: 0}\n")
+    verify = (
+        "  - run:\n      cases: [{inputs: {x: [2, 4]}}]\n      compare: {against: ref.onnx, rtol: 1.0e-4, atol: 0}\n"
+    )
     result, report = apply(tmp_path, run_cli, scaled_model(1.0), verify, {"ref.onnx": scaled_model(1.01)})
     assert_failed_without_output(tmp_path, result)
     assert "output 'y' differs beyond tolerance" in result.stderr
@@ -86,8 +101,7 @@ def test_tolerance_failure_names_output_index_and_errors(tmp_path, run_cli):
 
 
 def test_looser_tolerance_lets_the_same_difference_pass(tmp_path, run_cli):
-    verify = ("  - run:\n      cases: [{inputs: {x: [2, 4]}}]\n"
-              "      compare: {against: ref.onnx, rtol: 2.0e-2}\n")
+    verify = "  - run:\n      cases: [{inputs: {x: [2, 4]}}]\n      compare: {against: ref.onnx, rtol: 2.0e-2}\n"
     result, _ = apply(tmp_path, run_cli, scaled_model(1.0), verify, {"ref.onnx": scaled_model(1.01)})
     assert result.exit_code == 0, result.output
     assert (tmp_path / "out" / "m2.onnx").is_file()
@@ -144,8 +158,10 @@ def test_unavailable_provider_is_skipped_with_the_reason(tmp_path, run_cli):
 
 @pytest.mark.skipif(HAS_CUDA, reason="CUDAExecutionProvider is available here, so require passes")
 def test_required_provider_that_is_unavailable_fails(tmp_path, run_cli):
-    verify = (f"  - run:\n      providers: [CPUExecutionProvider, {CUDA}]\n      require: [{CUDA}]\n"
-              "      cases: [{inputs: {x: [1, 4]}}]\n")
+    verify = (
+        f"  - run:\n      providers: [CPUExecutionProvider, {CUDA}]\n      require: [{CUDA}]\n"
+        "      cases: [{inputs: {x: [1, 4]}}]\n"
+    )
     result, _ = apply(tmp_path, run_cli, unary_model(), verify)
     assert_failed_without_output(tmp_path, result)
     assert f"required provider {CUDA} cannot run: not available in this onnxruntime build" in result.stderr
@@ -164,19 +180,24 @@ def test_case_input_not_in_the_model_is_a_spec_error_before_anything_runs(tmp_pa
     verify = "  - run:\n      cases: [{inputs: {xx: [1, 4]}}]\n"
     result, _ = apply(tmp_path, run_cli, unary_model(), verify)
     assert result.exit_code == 2, result.output
-    assert "spec.yaml:7:29: verify[0] (run) > cases.0.inputs.xx: 'xx' is not an input of the patched model " \
-           "(did you mean 'x'?)" in result.stderr
+    assert (
+        "spec.yaml:7:29: verify[0] (run) > cases.0.inputs.xx: 'xx' is not an input of the patched model "
+        "(did you mean 'x'?)" in result.stderr
+    )
     assert "the case gives no shape for input 'x'" in result.stderr
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
     planned = run_cli("plan", tmp_path / "spec.yaml")
     assert planned.exit_code == 2 and "'xx' is not an input of the patched model" in planned.stderr
 
 
-@pytest.mark.parametrize("case, message", [
-    ("{x: [3, 4, 1]}", "a shape of rank 3 ([3, 4, 1]) for an input of rank 2, declared [N, 4]"),
-    ("{x: [3, 5]}", "axis 1 is fixed at 4, the case gives 5 (declared [N, 4])"),
-    ("{x: {shape: [3, 4], dtype: int64}}", "the patched model's input is float32, the case gives int64"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("{x: [3, 4, 1]}", "a shape of rank 3 ([3, 4, 1]) for an input of rank 2, declared [N, 4]"),
+        ("{x: [3, 5]}", "axis 1 is fixed at 4, the case gives 5 (declared [N, 4])"),
+        ("{x: {shape: [3, 4], dtype: int64}}", "the patched model's input is float32, the case gives int64"),
+    ],
+)
 def test_a_case_that_does_not_fit_the_patched_model_is_a_spec_error(tmp_path, run_cli, case, message):
     result, _ = apply(tmp_path, run_cli, unary_model(), f"  - run:\n      cases: [{{inputs: {case}}}]\n")
     assert result.exit_code == 2, result.output
@@ -210,8 +231,10 @@ def test_against_npz_of_expected_outputs(tmp_path, run_cli):
 
 def test_per_case_against_overrides_compare(tmp_path, run_cli):
     x1, x2 = (np.full((n, 4), -1.0 + n, np.float32) for n in (1, 3))
-    verify = ("  - run:\n      cases:\n        - {inputs: {x: {file: x1.npy}}, against: y1.npz}\n"
-              "        - {inputs: {x: {file: x2.npy}}, against: y2.npz}\n")
+    verify = (
+        "  - run:\n      cases:\n        - {inputs: {x: {file: x1.npy}}, against: y1.npz}\n"
+        "        - {inputs: {x: {file: x2.npy}}, against: y2.npz}\n"
+    )
     extra = {"x1.npy": x1, "x2.npy": x2, "y1.npz": {"y": np.maximum(x1, 0)}, "y2.npz": {"y": np.maximum(x2, 0)}}
     result, _ = apply(tmp_path, run_cli, unary_model(), verify, extra)
     assert result.exit_code == 0, result.output
@@ -225,8 +248,9 @@ def test_nothing_compared_fails(tmp_path, run_cli):
 
 
 def test_session_that_cannot_be_built_names_provider_and_path(tmp_path, run_cli):
-    model = graph_model([helper.make_node("NoSuchOp", ["x"], ["y"], domain="my.ops")],
-                       [tensor_info("x", [1])], [tensor_info("y", [1])])
+    model = graph_model(
+        [helper.make_node("NoSuchOp", ["x"], ["y"], domain="my.ops")], [tensor_info("x", [1])], [tensor_info("y", [1])]
+    )
     model.opset_import.append(helper.make_opsetid("my.ops", 1))
     result, _ = apply(tmp_path, run_cli, model, "  - run: {}\n")
     assert_failed_without_output(tmp_path, result)
@@ -243,26 +267,35 @@ def test_static_model_needs_no_cases_and_symbolic_one_asks_for_them(tmp_path, ru
     assert "no cases given and input 'x' is declared [N, 4]" in result.stderr
 
 
-@pytest.mark.parametrize("case, message", [
-    ("{x: [N, 4]}", "symbolic dim 'N' must be given as a number"),
-    ("{x: [-1, 4]}", "dim -1 is negative"),
-    ("{x: {shape: [1, 4], fill: rand}}", "unknown fill 'rand' (did you mean 'random'"),
-    ("{x: {shape: [1, 4], dtype: float}}", "unknown dtype 'float'"),
-    ("{x: {shape: [1, 4], fil: zeros}}", "unknown key 'fil' (did you mean 'fill'"),
-    ("{x: {fill: zeros}}", "give 'shape'"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("{x: [N, 4]}", "symbolic dim 'N' must be given as a number"),
+        ("{x: [-1, 4]}", "dim -1 is negative"),
+        ("{x: {shape: [1, 4], fill: rand}}", "unknown fill 'rand' (did you mean 'random'"),
+        ("{x: {shape: [1, 4], dtype: float}}", "unknown dtype 'float'"),
+        ("{x: {shape: [1, 4], fil: zeros}}", "unknown key 'fil' (did you mean 'fill'"),
+        ("{x: {fill: zeros}}", "give 'shape'"),
+    ],
+)
 def test_bad_cases_are_spec_errors_found_by_validate(tmp_path, run_cli, case, message):
-    spec = write_spec(tmp_path, "patchspec: 1\nmodel: absent.onnx\noutput: out.onnx\npatches: []\n"
-                                f"verify:\n  - run:\n      cases:\n        - inputs: {case}\n")
+    spec = write_spec(
+        tmp_path,
+        "patchspec: 1\nmodel: absent.onnx\noutput: out.onnx\npatches: []\n"
+        f"verify:\n  - run:\n      cases:\n        - inputs: {case}\n",
+    )
     result = run_cli("validate", spec)
     assert result.exit_code == 2, result.output
     assert message in result.output and "spec.yaml:" in result.output and "verify[0] (run)" in result.output
 
 
 def test_provider_typo_and_require_outside_providers_are_spec_errors(tmp_path, run_cli):
-    spec = write_spec(tmp_path, "patchspec: 1\nmodel: absent.onnx\noutput: out.onnx\npatches: []\n"
-                                "verify:\n  - run:\n      providers: [CUDAExecutionProvidr]\n"
-                                "      require: [CPUExecutionProvider]\n      compare: {against: ref.txt}\n")
+    spec = write_spec(
+        tmp_path,
+        "patchspec: 1\nmodel: absent.onnx\noutput: out.onnx\npatches: []\n"
+        "verify:\n  - run:\n      providers: [CUDAExecutionProvidr]\n"
+        "      require: [CPUExecutionProvider]\n      compare: {against: ref.txt}\n",
+    )
     result = run_cli("validate", spec)
     assert result.exit_code == 2
     assert "did you mean 'CUDAExecutionProvider'" in result.output
@@ -271,10 +304,13 @@ def test_provider_typo_and_require_outside_providers_are_spec_errors(tmp_path, r
 
 
 def test_real_ppocr_cls_runs_batched_and_split_against_original(tmp_path, run_cli, ppocr_models):
-    spec = write_spec(tmp_path, f"patchspec: 1\nmodel: {ppocr_models['cls']}\noutput: out/cls.onnx\npatches: []\n"
-                                "verify:\n  - run:\n      cases:\n        - inputs: {x: [3, 3, 48, 192]}\n"
-                                "        - inputs: {x: {shape: [2, 3, 48, 160], seed: 7}}\n"
-                                "      compare: {split_batch: true}\n")
+    spec = write_spec(
+        tmp_path,
+        f"patchspec: 1\nmodel: {ppocr_models['cls']}\noutput: out/cls.onnx\npatches: []\n"
+        "verify:\n  - run:\n      cases:\n        - inputs: {x: [3, 3, 48, 192]}\n"
+        "        - inputs: {x: {shape: [2, 3, 48, 160], seed: 7}}\n"
+        "      compare: {split_batch: true}\n",
+    )
     result = run_cli("apply", spec, "--report", tmp_path / "r.json")
     assert result.exit_code == 0, result.output
     (step,) = json.loads((tmp_path / "r.json").read_text())["verifiers"]
@@ -292,19 +328,27 @@ def test_every_verify_example_in_the_docs_validates(tmp_path, run_cli):
     blocks.append(re.search(r"cat > spec.yaml <<'EOF'\n(.*?)EOF", text, re.S).group(1))
     assert len(blocks) >= 5
     for index, block in enumerate(blocks):
-        body = block if block.startswith("patchspec:") else f"patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches: []\n{block}"
+        body = (
+            block
+            if block.startswith("patchspec:")
+            else f"patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches: []\n{block}"
+        )
         result = run_cli("validate", write_spec(tmp_path, body, f"doc{index}.yaml"))
         assert result.exit_code == 0, f"docs/verifiers.md example {index}:\n{block}\n{result.output}"
 
 
 @pytest.mark.parametrize("required, exit_code", [(False, 0), (True, 1)])
-def test_provider_listed_but_not_loadable_is_skipped_or_fails_when_required(tmp_path, run_cli, monkeypatch, required, exit_code):
+def test_provider_listed_but_not_loadable_is_skipped_or_fails_when_required(
+    tmp_path, run_cli, monkeypatch, required, exit_code
+):
     real = onnxruntime.InferenceSession
 
     def falls_back_to_cpu(path, sess_options=None, providers=None):  # what ORT does when CUDA libs are missing
         return real(path, sess_options=sess_options, providers=["CPUExecutionProvider"])
 
-    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setattr(
+        onnxruntime, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    )
     monkeypatch.setattr(onnxruntime, "InferenceSession", falls_back_to_cpu)
     require = f"      require: [{CUDA}]\n" if required else ""
     verify = f"  - run:\n      providers: [CPUExecutionProvider, {CUDA}]\n{require}      cases: [{{inputs: {{x: [1, 4]}}}}]\n"
@@ -337,22 +381,30 @@ def state_model(squeeze_batch=False):
     ``squeeze_batch``: the export squeezed y's batch axis away (Squeeze without axes), so one sample
     gives y [4] while a batch gives [batch, 4].
     """
-    nodes = [helper.make_node("ReduceSum", ["h", "axes0"], ["hs"], keepdims=0),
-             helper.make_node("Add", ["x", "hs"], ["sum"]),
-             helper.make_node("Neg", ["h"], ["h_out"])]
+    nodes = [
+        helper.make_node("ReduceSum", ["h", "axes0"], ["hs"], keepdims=0),
+        helper.make_node("Add", ["x", "hs"], ["sum"]),
+        helper.make_node("Neg", ["h"], ["h_out"]),
+    ]
     if squeeze_batch:
         nodes += [helper.make_node("Squeeze", ["sum"], ["y"])]
     else:
         nodes += [helper.make_node("Identity", ["sum"], ["y"])]
     axes = numpy_helper.from_array(np.array([0], dtype=np.int64), "axes0")
     y_shape = [None] if squeeze_batch else ["batch", 4]
-    return graph_model(nodes, [tensor_info("x", ["batch", 4]), tensor_info("h", [2, "batch", 4])],
-                      [tensor_info("y", y_shape), tensor_info("h_out", [2, "batch", 4])], [axes])
+    return graph_model(
+        nodes,
+        [tensor_info("x", ["batch", 4]), tensor_info("h", [2, "batch", 4])],
+        [tensor_info("y", y_shape), tensor_info("h_out", [2, "batch", 4])],
+        [axes],
+    )
 
 
 def test_split_batch_takes_a_state_on_axis_1(tmp_path, run_cli):
     cases = "      cases: [{inputs: {x: [3, 4], h: [2, 3, 4]}}]\n"
-    result, _ = apply(tmp_path / "plain", run_cli, state_model(), "  - run:\n" + cases + "      compare: {split_batch: true}\n")
+    result, _ = apply(
+        tmp_path / "plain", run_cli, state_model(), "  - run:\n" + cases + "      compare: {split_batch: true}\n"
+    )
     assert result.exit_code == 1 and "found x: 3 on axis 0, h: 2 on axis 0" in result.stderr
     assert "split_batch: {inputs: {state: 1" in result.stderr  # the hint shows the syntax
     verify = "  - run:\n" + cases + "      compare: {split_batch: {inputs: {h: 1}, outputs: {h_out: 1}}}\n"
@@ -371,10 +423,13 @@ def test_squeezed_output_redeclared_by_set_batch_and_stacked_by_run(tmp_path, ru
                 dim.dim_value = 1
     model.graph.output[0].type.tensor_type.shape.dim[0].dim_value = 4
     onnx.save(model, tmp_path / "m.onnx")
-    spec = write_spec(tmp_path, f"patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\n"
-                                f"patches:\n  - set_batch: {{size: {size}, inputs: {{x: 0, h: 1}}}}\n"
-                                "verify:\n  - check: {}\n  - run:\n      cases: [{inputs: {x: [3, 4], h: [2, 3, 4]}}]\n"
-                                "      compare: {split_batch: {inputs: {h: 1}, outputs: {h_out: 1}}}\n")
+    spec = write_spec(
+        tmp_path,
+        f"patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\n"
+        f"patches:\n  - set_batch: {{size: {size}, inputs: {{x: 0, h: 1}}}}\n"
+        "verify:\n  - check: {}\n  - run:\n      cases: [{inputs: {x: [3, 4], h: [2, 3, 4]}}]\n"
+        "      compare: {split_batch: {inputs: {h: 1}, outputs: {h_out: 1}}}\n",
+    )
     result = run_cli("-v", "apply", spec)
     assert result.exit_code == 0, result.output
     assert "1 output declaration corrected" in result.stdout
@@ -385,10 +440,14 @@ def test_squeezed_output_redeclared_by_set_batch_and_stacked_by_run(tmp_path, ru
 
 def test_split_batch_input_left_whole_with_null(tmp_path, run_cli):
     """A scale input with no batch (null) goes whole to every sample run."""
-    model = graph_model([helper.make_node("Mul", ["x", "s"], ["y"])],
-                       [tensor_info("x", ["batch", 4]), tensor_info("s", [4])], [tensor_info("y", ["batch", 4])])
-    verify = ("  - run:\n      cases: [{inputs: {x: [3, 4], s: [4]}}]\n"
-              "      compare: {split_batch: {inputs: {s: null}}}\n")
+    model = graph_model(
+        [helper.make_node("Mul", ["x", "s"], ["y"])],
+        [tensor_info("x", ["batch", 4]), tensor_info("s", [4])],
+        [tensor_info("y", ["batch", 4])],
+    )
+    verify = (
+        "  - run:\n      cases: [{inputs: {x: [3, 4], s: [4]}}]\n      compare: {split_batch: {inputs: {s: null}}}\n"
+    )
     result, _ = apply(tmp_path, run_cli, model, verify)
     assert result.exit_code == 0, result.output
 
@@ -408,8 +467,9 @@ def tanh_model(dtype):
     """y = tanh(x) * 3 in ``dtype``: fp16 loses precision against fp32 by a known order."""
     scale = numpy_helper.from_array(np.array(3.0, helper.tensor_dtype_to_np_dtype(dtype)), "scale")
     nodes = [helper.make_node("Tanh", ["x"], ["t"]), helper.make_node("Mul", ["t", "scale"], ["y"])]
-    return graph_model(nodes, [tensor_info("x", ["N", 64], dtype)], [tensor_info("y", ["N", 64], dtype)],
-                       initializers=[scale])
+    return graph_model(
+        nodes, [tensor_info("x", ["N", 64], dtype)], [tensor_info("y", ["N", 64], dtype)], initializers=[scale]
+    )
 
 
 def test_fp16_output_is_compared_with_the_fp32_original_cast_per_side(tmp_path, run_cli):
@@ -426,8 +486,10 @@ def test_fp16_output_is_compared_with_the_fp32_original_cast_per_side(tmp_path, 
 
 def test_per_dtype_tolerance_can_be_tightened_and_then_fails(tmp_path, run_cli):
     fp16, fp32 = tanh_model(onnx.TensorProto.FLOAT16), tanh_model(onnx.TensorProto.FLOAT)
-    verify = ("  - run:\n      cases: [{inputs: {x: [8, 64]}}]\n"
-              "      compare: {against: fp32.onnx, tolerances: {float16: {rtol: 0, atol: 1.0e-7}}}\n")
+    verify = (
+        "  - run:\n      cases: [{inputs: {x: [8, 64]}}]\n"
+        "      compare: {against: fp32.onnx, tolerances: {float16: {rtol: 0, atol: 1.0e-7}}}\n"
+    )
     result, _ = apply(tmp_path / "tight", run_cli, fp16, verify, {"fp32.onnx": fp32})
     assert_failed_without_output(tmp_path / "tight", result)
     assert "differs beyond tolerance (rtol 0, atol 1e-07)" in result.output
@@ -443,26 +505,46 @@ def test_unknown_dtype_in_tolerances_is_a_spec_error(tmp_path, run_cli):
 def test_an_input_can_be_given_its_exact_value(tmp_path, run_cli):
     """sr: {value: 16000}: a model that only runs for certain values of an input (silero's sample rate)."""
     rate = numpy_helper.from_array(np.array(16000, np.int64), "rate")
-    nodes = [helper.make_node("Equal", ["sr", "rate"], ["ok"]), helper.make_node("Cast", ["ok"], ["okf"], to=1),
-             helper.make_node("Mul", ["x", "okf"], ["y"])]
-    model = graph_model(nodes, [tensor_info("x", ["N", 4]), tensor_info("sr", [], onnx.TensorProto.INT64)],
-                        [tensor_info("y", ["N", 4])], initializers=[rate])
-    scaled = graph_model([helper.make_node("Identity", ["x"], ["y"])], [tensor_info("x", ["N", 4])], [tensor_info("y", ["N", 4])])
-    result, _ = apply(tmp_path, run_cli, model,
-                           "  - run:\n      cases: [{inputs: {x: [2, 4], sr: {value: 16000}}}]\n"
-                           "      compare: {against: ref.onnx}\n", {"ref.onnx": scaled})
+    nodes = [
+        helper.make_node("Equal", ["sr", "rate"], ["ok"]),
+        helper.make_node("Cast", ["ok"], ["okf"], to=1),
+        helper.make_node("Mul", ["x", "okf"], ["y"]),
+    ]
+    model = graph_model(
+        nodes,
+        [tensor_info("x", ["N", 4]), tensor_info("sr", [], onnx.TensorProto.INT64)],
+        [tensor_info("y", ["N", 4])],
+        initializers=[rate],
+    )
+    scaled = graph_model(
+        [helper.make_node("Identity", ["x"], ["y"])], [tensor_info("x", ["N", 4])], [tensor_info("y", ["N", 4])]
+    )
+    result, _ = apply(
+        tmp_path,
+        run_cli,
+        model,
+        "  - run:\n      cases: [{inputs: {x: [2, 4], sr: {value: 16000}}}]\n      compare: {against: ref.onnx}\n",
+        {"ref.onnx": scaled},
+    )
     assert result.exit_code == 0, result.output  # y == x only when sr is exactly 16000
-    result, _ = apply(tmp_path / "again", run_cli, model,
-                      "  - run:\n      cases: [{inputs: {x: [2, 4], sr: {value: 8000}}}]\n"
-                      "      compare: {against: ref.onnx}\n", {"ref.onnx": scaled})
+    result, _ = apply(
+        tmp_path / "again",
+        run_cli,
+        model,
+        "  - run:\n      cases: [{inputs: {x: [2, 4], sr: {value: 8000}}}]\n      compare: {against: ref.onnx}\n",
+        {"ref.onnx": scaled},
+    )
     assert result.exit_code == 1, result.output
 
 
-@pytest.mark.parametrize("item, message", [
-    ("{value: 1, low: 0}", "'value' gives the values"),
-    ("{value: 1, file: a.npy}", "give the values once"),
-    ("{value: [1, 2], shape: [2]}", "a list 'value' has its own shape"),
-])
+@pytest.mark.parametrize(
+    "item, message",
+    [
+        ("{value: 1, low: 0}", "'value' gives the values"),
+        ("{value: 1, file: a.npy}", "give the values once"),
+        ("{value: [1, 2], shape: [2]}", "a list 'value' has its own shape"),
+    ],
+)
 def test_value_cannot_be_combined_with_other_sources(tmp_path, run_cli, item, message):
     result, _ = apply(tmp_path, run_cli, unary_model(), f"  - run:\n      cases: [{{inputs: {{x: {item}}}}}]\n")
     assert result.exit_code == 2, result.output
@@ -471,11 +553,17 @@ def test_value_cannot_be_combined_with_other_sources(tmp_path, run_cli, item, me
 
 def test_validate_finds_a_missing_file_without_the_model(tmp_path, run_cli):
     """`file:` inputs and reference models are checked by validate: no model is needed to see they are absent."""
-    spec = write_spec(tmp_path, "patchspec: 1\nmodel: not-there.onnx\noutput: out/m2.onnx\npatches: []\nverify:\n"
-                                "  - run:\n      cases: [{inputs: {x: {file: data/x.npy}}}]\n      compare: {against: ref.onnx}\n")
+    spec = write_spec(
+        tmp_path,
+        "patchspec: 1\nmodel: not-there.onnx\noutput: out/m2.onnx\npatches: []\nverify:\n"
+        "  - run:\n      cases: [{inputs: {x: {file: data/x.npy}}}]\n      compare: {against: ref.onnx}\n",
+    )
     result = run_cli("validate", spec)
     assert result.exit_code == 2, result.output
-    assert "spec.yaml:7:35: verify[0] (run) > cases.0.inputs.x.file: data/x.npy does not exist (resolved to " in result.output
+    assert (
+        "spec.yaml:7:35: verify[0] (run) > cases.0.inputs.x.file: data/x.npy does not exist (resolved to "
+        in result.output
+    )
     assert "compare.against: ref.onnx does not exist" in result.output
     assert "relative to the spec's folder" in result.output
 
@@ -485,14 +573,27 @@ def test_a_failed_run_says_what_value_an_input_needs(tmp_path, run_cli):
     sr 8000 fails, and the failure says what the graph expects of sr."""
     rate = numpy_helper.from_array(np.array(16000, np.int64), "rate")
     shape = numpy_helper.from_array(np.array([-1, 7], np.int64), "bad_shape")  # x [N, 4] cannot be [-1, 7]
-    then_branch = helper.make_graph([helper.make_node("Identity", ["x"], ["t"])], "then", [], [tensor_info("t", ["N", 4])])
-    else_branch = helper.make_graph([helper.make_node("Reshape", ["x", "bad_shape"], ["e"])], "else", [],
-                                    [tensor_info("e", ["N", 7])], [shape])
-    nodes = [helper.make_node("Equal", ["sr", "rate"], ["is_16k"]),
-             helper.make_node("If", ["is_16k"], ["y"], then_branch=then_branch, else_branch=else_branch)]
-    model = graph_model(nodes, [tensor_info("x", ["N", 4]), tensor_info("sr", [], onnx.TensorProto.INT64)],
-                        [tensor_info("y", ["N", 4])], initializers=[rate])
-    result, _ = apply(tmp_path, run_cli, model, "  - run:\n      cases: [{inputs: {x: [2, 4], sr: {value: 8000}}}]\n"
-                                                "      compare: {against: none}\n")
+    then_branch = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["t"])], "then", [], [tensor_info("t", ["N", 4])]
+    )
+    else_branch = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "bad_shape"], ["e"])], "else", [], [tensor_info("e", ["N", 7])], [shape]
+    )
+    nodes = [
+        helper.make_node("Equal", ["sr", "rate"], ["is_16k"]),
+        helper.make_node("If", ["is_16k"], ["y"], then_branch=then_branch, else_branch=else_branch),
+    ]
+    model = graph_model(
+        nodes,
+        [tensor_info("x", ["N", 4]), tensor_info("sr", [], onnx.TensorProto.INT64)],
+        [tensor_info("y", ["N", 4])],
+        initializers=[rate],
+    )
+    result, _ = apply(
+        tmp_path,
+        run_cli,
+        model,
+        "  - run:\n      cases: [{inputs: {x: [2, 4], sr: {value: 8000}}}]\n      compare: {against: none}\n",
+    )
     assert result.exit_code == 1, result.output
     assert "input 'sr' is [8000], but Equal" in result.output and "give it {value: 16000}" in result.output

@@ -34,15 +34,19 @@ def qdq_matmul(activations_quantized=True):
     ]
     nodes = [helper.make_node("DequantizeLinear", ["w_q", "w_s", "w_z"], ["wd"])]
     if activations_quantized:
-        initializers += [numpy_helper.from_array(np.array(0.1, np.float32), "x_s"),
-                         numpy_helper.from_array(np.array(0, np.int8), "x_z"),
-                         numpy_helper.from_array(np.array(0.2, np.float32), "y_s"),
-                         numpy_helper.from_array(np.array(0, np.int8), "y_z")]
-        nodes += [helper.make_node("QuantizeLinear", ["x", "x_s", "x_z"], ["xq"]),
-                  helper.make_node("DequantizeLinear", ["xq", "x_s", "x_z"], ["xd"]),
-                  helper.make_node("MatMul", ["xd", "wd"], ["m"]),
-                  helper.make_node("QuantizeLinear", ["m", "y_s", "y_z"], ["mq"]),
-                  helper.make_node("DequantizeLinear", ["mq", "y_s", "y_z"], ["y"])]
+        initializers += [
+            numpy_helper.from_array(np.array(0.1, np.float32), "x_s"),
+            numpy_helper.from_array(np.array(0, np.int8), "x_z"),
+            numpy_helper.from_array(np.array(0.2, np.float32), "y_s"),
+            numpy_helper.from_array(np.array(0, np.int8), "y_z"),
+        ]
+        nodes += [
+            helper.make_node("QuantizeLinear", ["x", "x_s", "x_z"], ["xq"]),
+            helper.make_node("DequantizeLinear", ["xq", "x_s", "x_z"], ["xd"]),
+            helper.make_node("MatMul", ["xd", "wd"], ["m"]),
+            helper.make_node("QuantizeLinear", ["m", "y_s", "y_z"], ["mq"]),
+            helper.make_node("DequantizeLinear", ["mq", "y_s", "y_z"], ["y"]),
+        ]
     else:
         nodes.append(helper.make_node("MatMul", ["x", "wd"], ["y"]))
     return graph_model(nodes, [tensor_info("x", ["N", 64])], [tensor_info("y", ["N", 64])], initializers)
@@ -51,7 +55,10 @@ def qdq_matmul(activations_quantized=True):
 def level_difference(path) -> float:
     x = np.random.default_rng(1).uniform(-1, 1, (4, 64)).astype(np.float32)
     outputs = []
-    for level in (onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL, onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL):
+    for level in (
+        onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    ):
         options = onnxruntime.SessionOptions()
         options.graph_optimization_level = level
         session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
@@ -61,8 +68,13 @@ def level_difference(path) -> float:
 
 def spec(tmp_path, patches="  - set_batch: 4\n", run="", model=None):
     onnx.save(model or qdq_matmul(), tmp_path / "m.onnx")
-    return write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches:\n" + patches +
-                      "verify:\n  - run:\n      cases: [{inputs: {x: [4, 64]}}]\n" + run)
+    return write_spec(
+        tmp_path,
+        "patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches:\n"
+        + patches
+        + "verify:\n  - run:\n      cases: [{inputs: {x: [4, 64]}}]\n"
+        + run,
+    )
 
 
 def test_the_original_of_the_family_differs_between_levels(tmp_path):
@@ -95,8 +107,12 @@ def unstable_setup(tmp_path, run=""):
     must say the reference is unstable, with the figure, and how to get out of it.
     """
     onnx.save(qdq_matmul(), tmp_path / "qdq.onnx")
-    return spec(tmp_path, patches="  []\n", model=qdq_matmul(activations_quantized=False),
-                run="      compare: {against: qdq.onnx}\n" + run)
+    return spec(
+        tmp_path,
+        patches="  []\n",
+        model=qdq_matmul(activations_quantized=False),
+        run="      compare: {against: qdq.onnx}\n" + run,
+    )
 
 
 def test_an_unstable_reference_is_named_with_its_figure_and_the_way_out(tmp_path, run_cli):
@@ -111,11 +127,17 @@ def test_an_unstable_reference_is_named_with_its_figure_and_the_way_out(tmp_path
 
 
 def test_per_output_tolerance_is_the_way_out(tmp_path, run_cli):
-    result = run_cli("apply", unstable_setup(tmp_path, "      compare: {against: qdq.onnx, outputs: {y: {atol: 2.0}}}\n"))
+    result = run_cli(
+        "apply", unstable_setup(tmp_path, "      compare: {against: qdq.onnx, outputs: {y: {atol: 2.0}}}\n")
+    )
     # the second compare key replaces the first: write the whole mapping once
     assert result.exit_code == 2, result.output  # duplicate key 'compare'
-    path = spec(tmp_path, patches="  []\n", model=qdq_matmul(activations_quantized=False),
-                run="      compare: {against: qdq.onnx, outputs: {y: {atol: 2.0}}}\n")
+    path = spec(
+        tmp_path,
+        patches="  []\n",
+        model=qdq_matmul(activations_quantized=False),
+        run="      compare: {against: qdq.onnx, outputs: {y: {atol: 2.0}}}\n",
+    )
     result = run_cli("apply", path)
     assert result.exit_code == 0, result.output
     assert "'y' rtol 0.0001, atol 2" in result.stdout
@@ -123,8 +145,12 @@ def test_per_output_tolerance_is_the_way_out(tmp_path, run_cli):
 
 def test_a_skipped_output_is_run_but_not_compared(tmp_path, run_cli):
     onnx.save(qdq_matmul(), tmp_path / "qdq.onnx")
-    path = spec(tmp_path, patches="  []\n", model=qdq_matmul(activations_quantized=False),
-                run="      compare: {against: qdq.onnx, outputs: {y: skip}}\n")
+    path = spec(
+        tmp_path,
+        patches="  []\n",
+        model=qdq_matmul(activations_quantized=False),
+        run="      compare: {against: qdq.onnx, outputs: {y: skip}}\n",
+    )
     result = run_cli("apply", path, "-v")
     assert result.exit_code == 0, result.output
     assert "not compared: y" in result.stdout
@@ -145,11 +171,16 @@ def test_per_output_settings_name_an_output_of_the_model(tmp_path, run_cli):
 def test_a_wrong_patch_is_not_excused_when_the_reference_is_stable(tmp_path, run_cli):
     """A float model whose reference scales its output: the original is stable, so no excuse is offered."""
     scale = numpy_helper.from_array(np.array(1.5, np.float32), "scale")
-    reference = graph_model([helper.make_node("Mul", ["x", "scale"], ["y"])], [tensor_info("x", ["N", 64])],
-                            [tensor_info("y", ["N", 64])], initializers=[scale])
+    reference = graph_model(
+        [helper.make_node("Mul", ["x", "scale"], ["y"])],
+        [tensor_info("x", ["N", 64])],
+        [tensor_info("y", ["N", 64])],
+        initializers=[scale],
+    )
     onnx.save(reference, tmp_path / "ref.onnx")
-    identity = graph_model([helper.make_node("Identity", ["x"], ["y"])], [tensor_info("x", ["N", 64])],
-                           [tensor_info("y", ["N", 64])])
+    identity = graph_model(
+        [helper.make_node("Identity", ["x"], ["y"])], [tensor_info("x", ["N", 64])], [tensor_info("y", ["N", 64])]
+    )
     path = spec(tmp_path, patches="  []\n", model=identity, run="      compare: {against: ref.onnx}\n")
     result = run_cli("apply", path)
     assert result.exit_code == 1, result.output
@@ -161,9 +192,16 @@ def test_an_original_that_mixes_samples_is_named_by_its_batched_run(tmp_path, ru
     """y = x - mean over the batch: per-sample runs of the original cannot be the reference, and the
     failure says so (the original batched differs from the original per sample), not "the patch"."""
     axes = numpy_helper.from_array(np.array([0], np.int64), "axes")
-    model = graph_model([helper.make_node("ReduceMean", ["x", "axes"], ["mean"], keepdims=1),
-                         helper.make_node("Sub", ["x", "mean"], ["y"])],
-                        [tensor_info("x", ["N", 64])], [tensor_info("y", ["N", 64])], initializers=[axes], opset=18)
+    model = graph_model(
+        [
+            helper.make_node("ReduceMean", ["x", "axes"], ["mean"], keepdims=1),
+            helper.make_node("Sub", ["x", "mean"], ["y"]),
+        ],
+        [tensor_info("x", ["N", 64])],
+        [tensor_info("y", ["N", 64])],
+        initializers=[axes],
+        opset=18,
+    )
     path = spec(tmp_path, model=model, run="      compare: {against: original, split_batch: true}\n")
     result = run_cli("apply", path)
     assert result.exit_code == 1, result.output
@@ -176,12 +214,15 @@ def test_a_model_onnxruntime_cannot_run_at_all_is_not_blamed_on_the_patch(tmp_pa
     run fails, but leads with the original failing the same way, not with the patched file."""
     from onnx import TensorProto
 
-    model = graph_model([helper.make_node("MatMul", ["a", "b"], ["y"])],
-                        [tensor_info("a", ["N", 4], TensorProto.BFLOAT16), tensor_info("b", [4, 4], TensorProto.BFLOAT16)],
-                        [tensor_info("y", ["N", 4], TensorProto.BFLOAT16)])
+    model = graph_model(
+        [helper.make_node("MatMul", ["a", "b"], ["y"])],
+        [tensor_info("a", ["N", 4], TensorProto.BFLOAT16), tensor_info("b", [4, 4], TensorProto.BFLOAT16)],
+        [tensor_info("y", ["N", 4], TensorProto.BFLOAT16)],
+    )
     onnx.save(model, tmp_path / "m.onnx")
-    path = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches:\n  - set_batch: 4\n"
-                                "verify:\n  - run: {}\n")
+    path = write_spec(
+        tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches:\n  - set_batch: 4\nverify:\n  - run: {}\n"
+    )
     result = run_cli("apply", path)
     assert result.exit_code == 1, result.output
     assert "first: CPUExecutionProvider (optimizations all, disabled): the original fails the same way" in result.output
@@ -196,10 +237,15 @@ def test_a_qdq_speech_encoder_rebatched_passes_at_both_levels(tmp_path, run_cli)
     import shutil
 
     shutil.copy(FIXTURES / "qdq_speech_encoder_dynamo.onnx", tmp_path / "m.onnx")
-    assert level_difference_of(tmp_path / "m.onnx", {"mels": np.random.default_rng(0).uniform(-1, 1, (2, 80, 40))}) > 1e-2
-    path = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches:\n  - set_batch: 4\n"
-                                "verify:\n  - run:\n      cases: [{inputs: {mels: [4, 80, 40]}}]\n"
-                                "      compare: {against: original, split_batch: true}\n")
+    assert (
+        level_difference_of(tmp_path / "m.onnx", {"mels": np.random.default_rng(0).uniform(-1, 1, (2, 80, 40))}) > 1e-2
+    )
+    path = write_spec(
+        tmp_path,
+        "patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches:\n  - set_batch: 4\n"
+        "verify:\n  - run:\n      cases: [{inputs: {mels: [4, 80, 40]}}]\n"
+        "      compare: {against: original, split_batch: true}\n",
+    )
     result = run_cli("apply", path, "-v")
     assert result.exit_code == 0, result.output
     assert "case 0 (optimizations disabled) logits: pass" in result.stdout
@@ -210,9 +256,12 @@ def test_an_nms_free_topk_head_rebatched_passes(name, tmp_path, run_cli):
     import shutil
 
     shutil.copy(FIXTURES / name, tmp_path / "m.onnx")
-    path = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches:\n  - set_batch: N\n"
-                                "verify:\n  - run:\n      cases: [{inputs: {images: [4, 3, 32, 32]}}]\n"
-                                "      compare: {against: original, split_batch: true}\n")
+    path = write_spec(
+        tmp_path,
+        "patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches:\n  - set_batch: N\n"
+        "verify:\n  - run:\n      cases: [{inputs: {images: [4, 3, 32, 32]}}]\n"
+        "      compare: {against: original, split_batch: true}\n",
+    )
     result = run_cli("apply", path)
     assert result.exit_code == 0, result.output
 
@@ -220,8 +269,13 @@ def test_an_nms_free_topk_head_rebatched_passes(name, tmp_path, run_cli):
 def level_difference_of(path, feeds) -> float:
     feeds = {k: v.astype(np.float32) for k, v in feeds.items()}
     outputs = []
-    for level in (onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL, onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL):
+    for level in (
+        onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    ):
         options = onnxruntime.SessionOptions()
         options.graph_optimization_level = level
-        outputs.append(onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]).run(None, feeds)[0])
+        outputs.append(
+            onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+        )
     return float(np.abs(outputs[0] - outputs[1]).max())

@@ -10,8 +10,9 @@ from helpers import graph_model, tensor_info, write_spec
 
 def two_relus(x_shape, mid_shape, y_shape):
     nodes = [helper.make_node("Relu", ["x"], ["mid"]), helper.make_node("Relu", ["mid"], ["y"])]
-    return graph_model(nodes, [tensor_info("x", x_shape)], [tensor_info("y", y_shape)],
-                      value_info=[tensor_info("mid", mid_shape)])
+    return graph_model(
+        nodes, [tensor_info("x", x_shape)], [tensor_info("y", y_shape)], value_info=[tensor_info("mid", mid_shape)]
+    )
 
 
 def apply(folder, run_cli, model, verify_yaml):
@@ -48,15 +49,20 @@ def test_value_info_true_also_checks_annotated_tensors(tmp_path, run_cli):
 
 
 def test_unknown_rank_is_reported(tmp_path, run_cli):
-    model = graph_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [2])],
-                       [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
+    model = graph_model(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [tensor_info("x", [2])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+    )
     result, report = apply(tmp_path, run_cli, model, "  - static: {}\n")
     assert result.exit_code == 1
     assert report["verifiers"][0]["data"]["offenders"] == ["output 'y': no shape (unknown rank)"]
 
 
 def test_unknown_key_is_a_spec_error(tmp_path, run_cli):
-    spec = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches: []\nverify:\n  - static: {value_infos: true}\n")
+    spec = write_spec(
+        tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches: []\nverify:\n  - static: {value_infos: true}\n"
+    )
     result = run_cli("validate", spec)
     assert result.exit_code == 2 and "did you mean 'value_info'" in result.output
 
@@ -67,10 +73,19 @@ def halving_reshape():
     from onnx import numpy_helper
 
     ints = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)
-    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Div", ["s", "halves"], ["h"]),
-             helper.make_node("Concat", ["h", "two"], ["shape"], axis=0), helper.make_node("Reshape", ["x", "shape"], ["y"])]
-    return graph_model(nodes, [tensor_info("x", [4, 8])], [tensor_info("y", ["a", "b", "c"])],
-                       [ints("halves", [1, 2]), ints("two", [2])], opset=18)
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Div", ["s", "halves"], ["h"]),
+        helper.make_node("Concat", ["h", "two"], ["shape"], axis=0),
+        helper.make_node("Reshape", ["x", "shape"], ["y"]),
+    ]
+    return graph_model(
+        nodes,
+        [tensor_info("x", [4, 8])],
+        [tensor_info("y", ["a", "b", "c"])],
+        [ints("halves", [1, 2]), ints("two", [2])],
+        opset=18,
+    )
 
 
 def test_the_hint_for_outputs_inference_cannot_derive_is_exact_and_works(tmp_path, run_cli):
@@ -82,8 +97,12 @@ def test_the_hint_for_outputs_inference_cannot_derive_is_exact_and_works(tmp_pat
     folder = tmp_path / "second"
     folder.mkdir()
     onnx.save(halving_reshape(), folder / "m.onnx")
-    spec = write_spec(folder, "patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches:\n  " + lines[0] +
-                              "\nverify:\n  - static: {}\n  - run: {}\n")
+    spec = write_spec(
+        folder,
+        "patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches:\n  "
+        + lines[0]
+        + "\nverify:\n  - static: {}\n  - run: {}\n",
+    )
     fixed = run_cli("apply", spec)
     assert fixed.exit_code == 0, fixed.output
 

@@ -30,8 +30,10 @@ OUTPUTS = ("linear_b4.onnx", "linear_b4.onnx.data", "scale_b2.onnx")
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(shutil.which("bazel") is None,
-                       reason="bazel is not installed (make test-bazel installs it as root: apt-get install bazel-bootstrap)"),
+    pytest.mark.skipif(
+        shutil.which("bazel") is None,
+        reason="bazel is not installed (make test-bazel installs it as root: apt-get install bazel-bootstrap)",
+    ),
 ]
 
 
@@ -42,8 +44,9 @@ class Clone:
         self.folder = root / "bazel"
         self.output_base = root / "output-base"
         self.cache = cache
-        shutil.copytree(EXAMPLE, self.folder,
-                        ignore=shutil.ignore_patterns("bazel-*", "models", "data", "build", "patchspec-bazel"))
+        shutil.copytree(
+            EXAMPLE, self.folder, ignore=shutil.ignore_patterns("bazel-*", "models", "data", "build", "patchspec-bazel")
+        )
         weights = os.environ.get("PATCHSPEC_BAZEL_WEIGHTS_MIB")
         run([sys.executable, "make_models.py", *(["--weights-mib", weights] if weights else [])], self.folder)
         (self.folder / "patchspec-bazel").symlink_to(run([str(BIN / "patchspec"), "bazel-path"], self.folder).strip())
@@ -100,8 +103,7 @@ def clones(tmp_path_factory):
     finally:
         for clone in (a, b):
             if clone.output_base.exists():
-                run(["bazel", f"--output_base={clone.output_base}", "--nohome_rc", "shutdown"],
-                    clone.folder, ok=True)
+                run(["bazel", f"--output_base={clone.output_base}", "--nohome_rc", "shutdown"], clone.folder, ok=True)
 
 
 def test_both_models_are_built_and_verified_in_the_sandbox(clones):
@@ -120,7 +122,10 @@ def test_outputs_are_patchspecs_own_bytes_with_no_path_in_them(clones, tmp_path)
     a, b, _ = clones
     plain = tmp_path / "plain"
     for spec in ("linear_b4", "scale_b2"):
-        run([str(BIN / "patchspec"), "-q", "apply", f"specs/{spec}.yaml", "--output", str(plain / f"{spec}.onnx")], a.folder)
+        run(
+            [str(BIN / "patchspec"), "-q", "apply", f"specs/{spec}.yaml", "--output", str(plain / f"{spec}.onnx")],
+            a.folder,
+        )
     output_base = a.bazel("info", "output_base").strip()
     for name in OUTPUTS:
         data = a.output(name)
@@ -134,8 +139,19 @@ def test_the_build_declares_every_file_patchspec_reads(clones, tmp_path):
     a, _, _ = clones
     for spec in ("linear_b4", "scale_b2"):
         depfile = tmp_path / f"{spec}.d"
-        run([str(BIN / "patchspec"), "-q", "apply", f"specs/{spec}.yaml", "--output", str(tmp_path / f"{spec}.onnx"),
-             "--depfile", str(depfile)], a.folder)
+        run(
+            [
+                str(BIN / "patchspec"),
+                "-q",
+                "apply",
+                f"specs/{spec}.yaml",
+                "--output",
+                str(tmp_path / f"{spec}.onnx"),
+                "--depfile",
+                str(depfile),
+            ],
+            a.folder,
+        )
         read = set(depfile.read_text().split(": ", 1)[1].split())
         query = a.bazel("query", f'kind("source file", deps(//:{spec})) except deps(@patchspec_tool//:patchspec)')
         declared = {line.removeprefix("//:") for line in query.splitlines() if line.startswith("//:")}
@@ -175,8 +191,11 @@ def test_a_broken_spec_fails_the_build_with_patchspecs_message(clones):
     try:
         spec.write_text(text.replace("set_batch: 4", "set_bach: 4"))
         output = b.build("//:linear_b4", ok=False)
-        assert re.search(r"^specs/linear_b4.yaml:\d+:\d+: patches\[0\]: unknown patch type 'set_bach' \(did you mean 'set_batch'\?\)$",
-                         output, flags=re.M), output
+        assert re.search(
+            r"^specs/linear_b4.yaml:\d+:\d+: patches\[0\]: unknown patch type 'set_bach' \(did you mean 'set_batch'\?\)$",
+            output,
+            flags=re.M,
+        ), output
     finally:
         spec.write_text(text)
 
@@ -201,8 +220,11 @@ def test_an_undeclared_output_data_file_fails_the_build(clones):
     try:
         build.write_text(text.replace('out_data = ["linear_b4.onnx.data"],', ""))
         output = b.build("//:linear_b4", ok=False)
-        assert re.search(r"//:linear_b4: patchspec wrote \S+/linear_b4.onnx \S+/linear_b4.onnx.data; the rule declares \S+/linear_b4.onnx$",
-                         output, flags=re.M), output
+        assert re.search(
+            r"//:linear_b4: patchspec wrote \S+/linear_b4.onnx \S+/linear_b4.onnx.data; the rule declares \S+/linear_b4.onnx$",
+            output,
+            flags=re.M,
+        ), output
     finally:
         build.write_text(text)
 
@@ -213,7 +235,11 @@ def test_strict_paths_builds_on_copies_of_the_model_and_its_data(clones):
     build = a.folder / "BUILD.bazel"
     text = build.read_text()
     try:
-        build.write_text(text.replace('out_data = ["linear_b4.onnx.data"],', 'out_data = ["linear_b4.onnx.data"],\n    strict_paths = True,'))
+        build.write_text(
+            text.replace(
+                'out_data = ["linear_b4.onnx.data"],', 'out_data = ["linear_b4.onnx.data"],\n    strict_paths = True,'
+            )
+        )
         assert sandboxed(processes(a.build("//:linear_b4"))) == 1
     finally:
         build.write_text(text)
@@ -228,7 +254,10 @@ def test_a_failing_verifier_fails_the_build(clones):
         with np.load(expected) as arrays:
             np.savez(expected, y=arrays["y"] / 2 * 3)
         output = b.build("//:scale_b2", ok=False)
-        assert re.search(r"^specs/scale_b2.yaml:\d+:\d+: verify\[1\] \(run\): verification failed: .* expected 11.25", output,
-                         flags=re.M), output
+        assert re.search(
+            r"^specs/scale_b2.yaml:\d+:\d+: verify\[1\] \(run\): verification failed: .* expected 11.25",
+            output,
+            flags=re.M,
+        ), output
     finally:
         expected.write_bytes(before)

@@ -22,7 +22,9 @@ PATCHSPEC = Path(sys.executable).parent / "patchspec"
 
 def add_model(value: float = 1.0) -> onnx.ModelProto:
     weight = numpy_helper.from_array(np.full((1, 8), value, dtype=np.float32), "w")
-    return graph_model([helper.make_node("Add", ["x", "w"], ["y"])], [tensor_info("x", [1, 8])], [tensor_info("y", [1, 8])], [weight])
+    return graph_model(
+        [helper.make_node("Add", ["x", "w"], ["y"])], [tensor_info("x", [1, 8])], [tensor_info("y", [1, 8])], [weight]
+    )
 
 
 def save_external(model, path: Path) -> None:
@@ -43,7 +45,7 @@ def parse_depfile(text: str) -> tuple[list[str], list[str]]:
         if char == "\\" and index + 1 < len(line):
             current, index = current + line[index + 1], index + 2
             continue
-        if char == "$" and line[index + 1: index + 2] == "$":
+        if char == "$" and line[index + 1 : index + 2] == "$":
             current, index = current + "$", index + 2
             continue
         if char == " ":
@@ -54,7 +56,7 @@ def parse_depfile(text: str) -> tuple[list[str], list[str]]:
         current, index = current + char, index + 1
     words.append(current)
     colon = next(i for i, word in enumerate(words) if word.endswith(":"))
-    return words[:colon] + [words[colon][:-1]], words[colon + 1:]
+    return words[:colon] + [words[colon][:-1]], words[colon + 1 :]
 
 
 @pytest.fixture
@@ -119,7 +121,9 @@ def test_depfile_lists_spec_model_and_data_as_given(project, run_cli):
 
 
 def test_depfile_target_is_the_output_option_as_written(project, run_cli):
-    result = run_cli("-q", "apply", "spec.yaml", "--model", "./m.onnx", "--output", "out/x.onnx", "--depfile", "x.d", cwd=project)
+    result = run_cli(
+        "-q", "apply", "spec.yaml", "--model", "./m.onnx", "--output", "out/x.onnx", "--depfile", "x.d", cwd=project
+    )
     assert result.exit_code == 0, result.output
     targets, deps = parse_depfile((project / "x.d").read_text())
     assert (targets, deps) == (["out/x.onnx", "out/x.onnx.data"], ["spec.yaml", "m.onnx", "m.onnx.data"])
@@ -129,7 +133,9 @@ def test_depfile_escapes_spaces_and_special_characters(tmp_path, run_cli):
     folder = tmp_path / "my models #1"
     folder.mkdir()
     save_external(add_model(), folder / "a model.onnx")
-    write_spec(folder, "patchspec: 1\nmodel: a model.onnx\noutput: ../build $out/m.onnx\npatches: []\n", name="the spec.yaml")
+    write_spec(
+        folder, "patchspec: 1\nmodel: a model.onnx\noutput: ../build $out/m.onnx\npatches: []\n", name="the spec.yaml"
+    )
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     spec = folder / "the spec.yaml"
@@ -196,14 +202,17 @@ def bump_mtime(path: Path) -> None:
     os.utime(path, (later, later))
 
 
-needs_console_script = pytest.mark.skipif(not PATCHSPEC.exists(), reason="the patchspec console script is not installed")
+needs_console_script = pytest.mark.skipif(
+    not PATCHSPEC.exists(), reason="the patchspec console script is not installed"
+)
 
 
 @needs_console_script
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_make_rebuilds_when_a_file_named_only_in_the_depfile_changes(project):
     (project / "Makefile").write_text(
-        f"build/m.onnx: spec.yaml\n\t{PATCHSPEC} -q apply $< --output $@ --depfile $@.d\n-include build/m.onnx.d\n")
+        f"build/m.onnx: spec.yaml\n\t{PATCHSPEC} -q apply $< --output $@ --depfile $@.d\n-include build/m.onnx.d\n"
+    )
     run_tool(["make"], project)
     assert (project / "build" / "m.onnx").is_file()
     assert "is up to date" in run_tool(["make"], project)
@@ -220,7 +229,8 @@ def test_ninja_rebuilds_when_a_file_named_only_in_the_depfile_changes(project):
         "rule patchspec\n"
         f"  command = {PATCHSPEC} -q apply $in --output $out --depfile $out.d\n"
         "  depfile = $out.d\n  deps = gcc\n  restat = 1\n"
-        "build build/m.onnx: patchspec spec.yaml\n")
+        "build build/m.onnx: patchspec spec.yaml\n"
+    )
     run_tool(["ninja"], project)
     assert "no work to do" in run_tool(["ninja"], project)
     bump_mtime(project / "m.onnx")  # named only by the depfile
@@ -233,7 +243,9 @@ def test_ninja_rebuilds_when_a_file_named_only_in_the_depfile_changes(project):
 
 @pytest.mark.slow
 @needs_console_script
-@pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("ninja") is None, reason="cmake or ninja is not installed")
+@pytest.mark.skipif(
+    shutil.which("cmake") is None or shutil.which("ninja") is None, reason="cmake or ninja is not installed"
+)
 def test_cmake_custom_command_with_depfile(project):
     (project / "CMakeLists.txt").write_text(
         "cmake_minimum_required(VERSION 3.21)\nproject(patched NONE)\n"
@@ -243,7 +255,8 @@ def test_cmake_custom_command_with_depfile(project):
         "          --output ${CMAKE_CURRENT_BINARY_DIR}/m.onnx --depfile ${CMAKE_CURRENT_BINARY_DIR}/m.onnx.d\n"
         "  DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/spec.yaml\n"
         "  DEPFILE ${CMAKE_CURRENT_BINARY_DIR}/m.onnx.d)\n"
-        "add_custom_target(model ALL DEPENDS ${CMAKE_CURRENT_BINARY_DIR}/m.onnx)\n")
+        "add_custom_target(model ALL DEPENDS ${CMAKE_CURRENT_BINARY_DIR}/m.onnx)\n"
+    )
     build = project / "cmake-build"
     run_tool(["cmake", "-G", "Ninja", "-S", str(project), "-B", str(build)], project)
     run_tool(["cmake", "--build", str(build)], project)
@@ -266,7 +279,8 @@ def test_cmake_module_patchspec_add_model(project, generator):
     (project / "CMakeLists.txt").write_text(
         "cmake_minimum_required(VERSION 3.20)\nproject(patched NONE)\n"
         f'list(APPEND CMAKE_MODULE_PATH "{module_dir}")\ninclude(Patchspec)\n'
-        f'patchspec_add_model(model SPEC spec.yaml OUTPUT m.onnx DATA m.onnx.data PATCHSPEC "{PATCHSPEC}")\n')
+        f'patchspec_add_model(model SPEC spec.yaml OUTPUT m.onnx DATA m.onnx.data PATCHSPEC "{PATCHSPEC}")\n'
+    )
     build = project / f"cmake-{generator.split()[0].lower()}"
     run_tool(["cmake", "-G", generator, "-S", str(project), "-B", str(build)], project)
     run_tool(["cmake", "--build", str(build)], project)

@@ -30,7 +30,9 @@ def run(args, cwd) -> str:
 @pytest.fixture
 def example(tmp_path):
     folder = tmp_path / "build-systems"
-    shutil.copytree(EXAMPLE, folder, ignore=shutil.ignore_patterns("build", "models", "cmake-build", "bazel", "bazel-*"))
+    shutil.copytree(
+        EXAMPLE, folder, ignore=shutil.ignore_patterns("build", "models", "cmake-build", "bazel", "bazel-*")
+    )
     run([sys.executable, "make_model.py"], folder)
     return folder
 
@@ -69,7 +71,9 @@ def test_ninja(example):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("ninja") is None, reason="cmake or ninja is not installed")
+@pytest.mark.skipif(
+    shutil.which("cmake") is None or shutil.which("ninja") is None, reason="cmake or ninja is not installed"
+)
 def test_cmake(example):
     build = example / "cmake-build"
     run(["cmake", "-G", "Ninja", "-S", str(example), "-B", str(build)], example)

@@ -20,7 +20,9 @@ verify:
 
 
 def _setup(tmp_path, reference_scale: float):
-    model = graph_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [2, 3])], [tensor_info("y", [2, 3])])
+    model = graph_model(
+        [helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [2, 3])], [tensor_info("y", [2, 3])]
+    )
     onnx.save(model, tmp_path / "m.onnx")
     x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
     np.save(tmp_path / "x.npy", x)

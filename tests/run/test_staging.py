@@ -28,13 +28,25 @@ VENV_PATCHSPEC = Path(sys.executable).parent / "patchspec"
 
 def add_model(value: float, doc: str = "") -> onnx.ModelProto:
     weight = numpy_helper.from_array(np.full((1, 256), value, dtype=np.float32), "w")
-    model = graph_model([helper.make_node("Add", ["x", "w"], ["y"])], [tensor_info("x", [1, 256])], [tensor_info("y", [1, 256])], [weight])
+    model = graph_model(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        [tensor_info("x", [1, 256])],
+        [tensor_info("y", [1, 256])],
+        [weight],
+    )
     model.doc_string = doc
     return model
 
 
 def save_external(model: onnx.ModelProto, path: Path) -> None:
-    onnx.save(model, path, save_as_external_data=True, all_tensors_to_one_file=True, location=path.name + ".data", size_threshold=0)
+    onnx.save(
+        model,
+        path,
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=path.name + ".data",
+        size_threshold=0,
+    )
 
 
 def snapshot(*paths):
@@ -117,7 +129,10 @@ def test_stale_staging_folders_are_never_written_into(external_project, run_cli)
 
 
 # -- an output folder that cannot be written ------------------------------------------------------
-@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root writes into a 0555 folder anyway; the monkeypatched tests below cover it")
+@pytest.mark.skipif(
+    os.name != "posix" or os.geteuid() == 0,
+    reason="root writes into a 0555 folder anyway; the monkeypatched tests below cover it",
+)
 def test_read_only_output_folder_is_exit_3_naming_it(inline_project, run_cli):
     assert run_cli("-q", "apply", inline_project / "spec.yaml").exit_code == 0
     out = inline_project / "out"
@@ -172,7 +187,7 @@ def test_failing_rename_is_exit_3_and_previous_output_intact(external_project, r
 
 
 # -- signals (a second process) -------------------------------------------------------------------
-CHILD = '''
+CHILD = """
 import signal, sys, time, types
 from pathlib import Path
 signal.signal(signal.SIGINT, signal.default_int_handler)  # whatever disposition the test runner passed on
@@ -200,7 +215,7 @@ module = types.ModuleType("slow_plugin")
 module.register_verifiers = register_verifiers
 patchspec.cli._registry = lambda: PluginRegistry.load(extra=[("slow", module)])
 sys.exit(patchspec.cli.main(sys.argv[2:]))
-'''
+"""
 
 
 def wait_for(path: Path, process: subprocess.Popen, seconds: float = 30.0) -> None:
@@ -218,14 +233,23 @@ def wait_for(path: Path, process: subprocess.Popen, seconds: float = 30.0) -> No
 def test_signal_mid_run_removes_staging_and_keeps_previous_output(external_project, run_cli, signum, code):
     assert run_cli("-q", "apply", external_project / "spec.yaml").exit_code == 0
     out = external_project / "out"
-    before = snapshot(out / "m.onnx", out / "m.onnx.data", external_project / "m.onnx", external_project / "m.onnx.data")
+    before = snapshot(
+        out / "m.onnx", out / "m.onnx.data", external_project / "m.onnx", external_project / "m.onnx.data"
+    )
     save_external(add_model(2.0), external_project / "next.onnx")
-    spec = write_spec(external_project, "patchspec: 1\nmodel: next.onnx\noutput: out/m.onnx\npatches: []\n"
-                      "verify:\n  - check: {}\n  - slow.wait: {}\n", name="slow.yaml")
+    spec = write_spec(
+        external_project,
+        "patchspec: 1\nmodel: next.onnx\noutput: out/m.onnx\npatches: []\nverify:\n  - check: {}\n  - slow.wait: {}\n",
+        name="slow.yaml",
+    )
     child, marker = external_project / "child.py", external_project / "in-staging"
     child.write_text(CHILD)
-    process = subprocess.Popen([sys.executable, str(child), str(marker), "apply", str(spec)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, str(child), str(marker), "apply", str(spec)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     wait_for(marker, process)
     staged = Path(marker.read_text())
     assert staged.parent.name.startswith(PREFIX) and staged.is_file()  # the signal lands mid-run, in staging
@@ -235,18 +259,32 @@ def test_signal_mid_run_removes_staging_and_keeps_previous_output(external_proje
     assert stderr.strip().splitlines()[-1] == "interrupted"
     assert "Traceback" not in stderr
     assert staging_left(external_project) == []
-    assert snapshot(out / "m.onnx", out / "m.onnx.data", external_project / "m.onnx", external_project / "m.onnx.data") == before
+    assert (
+        snapshot(out / "m.onnx", out / "m.onnx.data", external_project / "m.onnx", external_project / "m.onnx.data")
+        == before
+    )
 
 
 # -- concurrency and readers ----------------------------------------------------------------------
-@pytest.mark.skipif(not VENV_PATCHSPEC.exists(), reason="the patchspec console script is not installed next to this python")
+@pytest.mark.skipif(
+    not VENV_PATCHSPEC.exists(), reason="the patchspec console script is not installed next to this python"
+)
 def test_two_runs_writing_the_same_output_leave_a_complete_consistent_model(tmp_path):
     for name, value in (("a", 1.0), ("b", 2.0)):
         save_external(add_model(value, doc=name), tmp_path / f"{name}.onnx")
-        write_spec(tmp_path, f"patchspec: 1\nmodel: {name}.onnx\noutput: out/m.onnx\npatches: []\n", name=f"{name}.yaml")
+        write_spec(
+            tmp_path, f"patchspec: 1\nmodel: {name}.onnx\noutput: out/m.onnx\npatches: []\n", name=f"{name}.yaml"
+        )
     for _ in range(3):
-        runs = [subprocess.Popen([str(VENV_PATCHSPEC), "-q", "apply", "--force", str(tmp_path / f"{name}.yaml")],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name in ("a", "b")]
+        runs = [
+            subprocess.Popen(
+                [str(VENV_PATCHSPEC), "-q", "apply", "--force", str(tmp_path / f"{name}.yaml")],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for name in ("a", "b")
+        ]
         for run in runs:
             _, stderr = run.communicate(timeout=120)
             assert run.returncode == 0, stderr
@@ -396,8 +434,11 @@ def test_input_changed_during_the_run_is_exit_3_and_nothing_written(inline_proje
 
     module.register_verifiers = register_verifiers
     monkeypatch.setattr(patchspec.cli, "_registry", lambda: PluginRegistry.load(extra=[("race", module)]))
-    spec = write_spec(inline_project, "patchspec: 1\nmodel: m.onnx\noutput: out/m.onnx\npatches: []\n"
-                      "verify:\n  - race.rewrite_input: {}\n", name="race.yaml")
+    spec = write_spec(
+        inline_project,
+        "patchspec: 1\nmodel: m.onnx\noutput: out/m.onnx\npatches: []\nverify:\n  - race.rewrite_input: {}\n",
+        name="race.yaml",
+    )
     result = run_cli("apply", spec)
     assert result.exit_code == 3, result.output
     assert "the input changed while patchspec was running" in result.stderr and "Traceback" not in result.output

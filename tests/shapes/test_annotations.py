@@ -19,9 +19,12 @@ from patchspec.shapes.annotations import PINNED_DIMS, graph_only_copy, read_dims
 def two_stride_model(batch="N"):
     """x -> Conv stride 1 -> a, x -> Conv stride 2 -> b: a and b differ at run time."""
     weight = numpy_helper.from_array(np.ones((2, 1, 1, 1), dtype=np.float32), "w")
-    nodes = [helper.make_node("Conv", ["x", "w"], ["a"], strides=[1, 1]),
-             helper.make_node("Conv", ["x", "w"], ["b"], strides=[2, 2]),
-             helper.make_node("Relu", ["a"], ["ya"]), helper.make_node("Relu", ["b"], ["yb"])]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["a"], strides=[1, 1]),
+        helper.make_node("Conv", ["x", "w"], ["b"], strides=[2, 2]),
+        helper.make_node("Relu", ["a"], ["ya"]),
+        helper.make_node("Relu", ["b"], ["yb"]),
+    ]
     stale = [tensor_info(name, [1, 2, "?", "?"]) for name in ("a", "b")]
     outputs = [tensor_info(name, [1, 2, "?", "?"]) for name in ("ya", "yb")]
     return graph_model(nodes, [tensor_info("x", [batch, 1, "h", "w"])], outputs, [weight], value_info=stale)
@@ -55,15 +58,18 @@ def test_pins_reapplied_but_never_over_a_known_size():
 
 def if_model_with_stale_branch():
     """x [1, 6] read from the outer scope by both branches; branch annotations say batch 1."""
+
     def branch(name):
         node = helper.make_node("Relu", ["x"], [f"{name}_r"])
         neg = helper.make_node("Neg", [f"{name}_r"], [f"{name}_out"])
-        return helper.make_graph([node, neg], name, [], [tensor_info(f"{name}_out", [1, 6])],
-                                 value_info=[tensor_info(f"{name}_r", [1, 6])])
+        return helper.make_graph(
+            [node, neg], name, [], [tensor_info(f"{name}_out", [1, 6])], value_info=[tensor_info(f"{name}_r", [1, 6])]
+        )
 
     nodes = [helper.make_node("If", ["cond"], ["y"], then_branch=branch("then"), else_branch=branch("else"))]
-    return graph_model(nodes, [tensor_info("x", [1, 6]), tensor_info("cond", [], TensorProto.BOOL)],
-                      [tensor_info("y", [1, 6])])
+    return graph_model(
+        nodes, [tensor_info("x", [1, 6]), tensor_info("cond", [], TensorProto.BOOL)], [tensor_info("y", [1, 6])]
+    )
 
 
 def test_subgraph_annotations_rederived():
@@ -89,8 +95,12 @@ def test_walk_and_scope_index_resolve_outer_constants():
 
 def test_large_inline_tensors_are_stubbed_for_inference():
     big = numpy_helper.from_array(np.zeros((512, 512), dtype=np.float32), "big")
-    model = graph_model([helper.make_node("MatMul", ["x", "big"], ["y"])], [tensor_info("x", ["N", 512])],
-                       [tensor_info("y", ["N", 512])], [big])
+    model = graph_model(
+        [helper.make_node("MatMul", ["x", "big"], ["y"])],
+        [tensor_info("x", ["N", 512])],
+        [tensor_info("y", ["N", 512])],
+        [big],
+    )
     light = graph_only_copy(model)
     assert light.ByteSize() < 4096 < model.ByteSize()
     write_dim(shape_dims(model.graph.input[0])[0], 8)
@@ -107,10 +117,17 @@ def test_two_gib_of_external_weights_never_read(tmp_path):
     weight.data_location = TensorProto.EXTERNAL
     for key, value in (("location", "w.data"), ("offset", "0"), ("length", str(size * 4))):
         weight.external_data.add(key=key, value=value)
-    nodes = [helper.make_node("Shape", ["w"], ["ws"]), helper.make_node("Concat", ["ws", "ws"], ["y"], axis=0),
-             helper.make_node("Relu", ["x"], ["z"])]
-    model = graph_model(nodes, [tensor_info("x", [1, 3])], [tensor_info("y", [None], TensorProto.INT64),
-                                                           tensor_info("z", [1, 3])], [weight])
+    nodes = [
+        helper.make_node("Shape", ["w"], ["ws"]),
+        helper.make_node("Concat", ["ws", "ws"], ["y"], axis=0),
+        helper.make_node("Relu", ["x"], ["z"]),
+    ]
+    model = graph_model(
+        nodes,
+        [tensor_info("x", [1, 3])],
+        [tensor_info("y", [None], TensorProto.INT64), tensor_info("z", [1, 3])],
+        [weight],
+    )
     onnx.save(model, tmp_path / "m.onnx")
     loaded = onnx.load(str(tmp_path / "m.onnx"), load_external_data=False)
     (tmp_path / "w.data").unlink()  # proof that nothing reads it
@@ -124,7 +141,9 @@ def test_two_gib_of_external_weights_never_read(tmp_path):
 
 
 def test_the_state_is_required_so_no_plugin_loses_pinned_dims_by_forgetting_it():
-    model = graph_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", ["N", 3])], [tensor_info("y", ["N", 3])])
+    model = graph_model(
+        [helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", ["N", 3])], [tensor_info("y", ["N", 3])]
+    )
     with pytest.raises(TypeError, match=r"required positional argument: 'state'"):
         rederive_shapes(model)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match=r"takes the run's state \(context\.state\), got dict"):

@@ -13,8 +13,11 @@ from patchspec.shapes.compiler import Namer, ShapeCompileError, ShapeCompiler, T
 
 
 def graph_with(x_rank=3, g_shape=(2, 3), g_dtype=TensorProto.INT64, extra=()):
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [f"d{i}" for i in range(x_rank)]),
-              helper.make_tensor_value_info("g", g_dtype, list(g_shape)), *extra]
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [f"d{i}" for i in range(x_rank)]),
+        helper.make_tensor_value_info("g", g_dtype, list(g_shape)),
+        *extra,
+    ]
     return helper.make_graph([], "g", inputs, [])
 
 
@@ -38,16 +41,30 @@ def compile_and_run(items, opset, x, g, g_dtype=TensorProto.INT64, initializers=
 
 
 def reference(items, x, g):
-    return [item if isinstance(item, int) else ex.evaluate_with_arrays(ex.parse(item), {}, {"x": x, "g": g})
-            for item in items]
+    return [
+        item if isinstance(item, int) else ex.evaluate_with_arrays(ex.parse(item), {}, {"x": x, "g": g})
+        for item in items
+    ]
 
 
 OPSETS = [11, 13, 15, 17, 21]
 EXPRESSIONS = [
-    "dim(x, 0) + dim(x, 1)", "dim(x, 2) - 7", "dim(x, 0) * 3", "dim(x, 2) // 4", "dim(x, 2) % 4",
-    "-dim(x, 1)", "(0 - dim(x, 2)) // 4", "(0 - dim(x, 2)) % 4", "min(dim(x, 1), 4)", "max(dim(x, 1), 4)",
-    "min(value(g, 1, 2), -dim(x, 0))", "max(value(g, 0, 0), value(g, 1, 1))", "value(g, 1, -1) // 3",
-    "value(g, 0, 1) % -3", "dim(x, -1) * value(g, 1, 0)", "(dim(x, 0) + 1) // (dim(x, 1) + 1)",
+    "dim(x, 0) + dim(x, 1)",
+    "dim(x, 2) - 7",
+    "dim(x, 0) * 3",
+    "dim(x, 2) // 4",
+    "dim(x, 2) % 4",
+    "-dim(x, 1)",
+    "(0 - dim(x, 2)) // 4",
+    "(0 - dim(x, 2)) % 4",
+    "min(dim(x, 1), 4)",
+    "max(dim(x, 1), 4)",
+    "min(value(g, 1, 2), -dim(x, 0))",
+    "max(value(g, 0, 0), value(g, 1, 1))",
+    "value(g, 1, -1) // 3",
+    "value(g, 0, 1) % -3",
+    "dim(x, -1) * value(g, 1, 0)",
+    "(dim(x, 0) + 1) // (dim(x, 1) + 1)",
 ]
 
 
@@ -62,7 +79,9 @@ def test_every_operator_and_function_matches_the_reference(opset):
 @pytest.mark.parametrize("g_dtype, np_dtype", [(TensorProto.INT32, np.int32), (TensorProto.UINT8, np.uint8)])
 def test_value_of_narrow_integer_tensors_is_cast(g_dtype, np_dtype):
     g = np.array([[1, 22, 30], [4, 6, 10]], np_dtype)
-    got, compiled = compile_and_run(["value(g, 0, 1) // 2", "value(g, 1, 2)"], 13, np.zeros((1, 1, 1), np.float32), g, g_dtype)
+    got, compiled = compile_and_run(
+        ["value(g, 0, 1) // 2", "value(g, 1, 2)"], 13, np.zeros((1, 1, 1), np.float32), g, g_dtype
+    )
     assert got == [11, 10]
     assert "Cast" in [n.op_type for n in compiled.nodes]
 
@@ -87,8 +106,9 @@ def test_known_pieces_fold_and_repeated_subexpressions_are_emitted_once():
     x, g = np.zeros((3, 4, 5), np.float32), np.zeros((2, 3), np.int64)
     weights = numpy_helper.from_array(np.zeros((7, 9), np.float32), "w")
     table = numpy_helper.from_array(np.array([4, 8], np.int64), "table")
-    got, compiled = compile_and_run([1, "2 * 3", "dim(w, 1) + value(table, 1)", "dim(x, 0) * 1 + 0"], 17, x, g,
-                                    initializers=[weights, table])
+    got, compiled = compile_and_run(
+        [1, "2 * 3", "dim(w, 1) + value(table, 1)", "dim(x, 0) * 1 + 0"], 17, x, g, initializers=[weights, table]
+    )
     assert got == [1, 6, 17, 3]
     assert [n.op_type for n in compiled.nodes] == ["Shape", "Concat"]
     got, compiled = compile_and_run(["min(7, 3) * 2"], 17, x, g)
@@ -117,14 +137,17 @@ def test_names_are_readable_and_collision_free():
     assert all(name.startswith("patchspec/t/") for name in names)
 
 
-@pytest.mark.parametrize("item, fragment", [
-    ("dim(y, 0)", "'y', which is not in the model"),
-    ("dim(x, 3)", "axis 3 is out of range for 'x' of rank 3"),
-    ("dim(x, -4)", "axis -4 is out of range"),
-    ("value(g, 0)", "needs 2 indices"),
-    ("value(g, 2, 0)", "index 2 is out of range for axis 0 of 'g' (size 2)"),
-    ("value(x, 0, 0, 0)", "reads integer tensors; 'x' is float"),
-])
+@pytest.mark.parametrize(
+    "item, fragment",
+    [
+        ("dim(y, 0)", "'y', which is not in the model"),
+        ("dim(x, 3)", "axis 3 is out of range for 'x' of rank 3"),
+        ("dim(x, -4)", "axis -4 is out of range"),
+        ("value(g, 0)", "needs 2 indices"),
+        ("value(g, 2, 0)", "index 2 is out of range for axis 0 of 'g' (size 2)"),
+        ("value(x, 0, 0, 0)", "reads integer tensors; 'x' is float"),
+    ],
+)
 def test_model_errors(item, fragment):
     compiler = ShapeCompiler(TensorIndex([graph_with()]), 17, Namer(set()), "p")
     with pytest.raises(ShapeCompileError) as caught:
@@ -155,7 +178,9 @@ def leaves():
 
 
 def combine(children):
-    binary = st.tuples(children, st.sampled_from(["+", "-", "*", "//", "%"]), children).map(lambda t: f"({t[0]} {t[1]} {t[2]})")
+    binary = st.tuples(children, st.sampled_from(["+", "-", "*", "//", "%"]), children).map(
+        lambda t: f"({t[0]} {t[1]} {t[2]})"
+    )
     calls = st.tuples(st.sampled_from(["min", "max"]), children, children).map(lambda t: f"{t[0]}({t[1]}, {t[2]})")
     return st.one_of(binary, calls, children.map(lambda c: f"-({c})"))
 
@@ -172,6 +197,7 @@ def evaluates(text, x, g):
 
 def nonzero_divisors(text, x, g):
     """Every // and % in ``text`` has a nonzero divisor (ONNX integer division by zero is undefined)."""
+
     def walk(node):
         if isinstance(node, ex.BinaryOp):
             if node.op in ("//", "%") and ex.evaluate_with_arrays(node.right, {}, {"x": x, "g": g}) == 0:
@@ -182,14 +208,17 @@ def nonzero_divisors(text, x, g):
         if isinstance(node, ex.Negate):
             return walk(node.operand)
         return True
+
     return walk(ex.parse(text))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(items=st.lists(st.one_of(EXPRESSION, st.integers(-3, 2).map(lambda a: f"dim(x, {a})")), min_size=1, max_size=4),
-       x_shape=st.lists(st.integers(1, 9), min_size=3, max_size=3),
-       g_values=st.lists(st.integers(-50, 50), min_size=6, max_size=6),
-       opset=st.sampled_from(OPSETS))
+@given(
+    items=st.lists(st.one_of(EXPRESSION, st.integers(-3, 2).map(lambda a: f"dim(x, {a})")), min_size=1, max_size=4),
+    x_shape=st.lists(st.integers(1, 9), min_size=3, max_size=3),
+    g_values=st.lists(st.integers(-50, 50), min_size=6, max_size=6),
+    opset=st.sampled_from(OPSETS),
+)
 def test_compiled_expressions_agree_with_the_reference(items, x_shape, g_values, opset):
     x = np.zeros(x_shape, np.float32)
     g = np.array(g_values, np.int64).reshape(2, 3)

@@ -84,11 +84,21 @@ CASES = [
     case("ConstantOfShape", i64(3), value=numpy_helper.from_array(i64(-1)), id="int64-value"),
     case("ConstantOfShape", i64(0), value=numpy_helper.from_array(f32(1.5)), id="empty"),
     case("Range", np.array(0, dtype=np.int64), np.array(7, dtype=np.int64), np.array(2, dtype=np.int64), id="int64"),
-    case("Range", np.array(5, dtype=np.int64), np.array(-1, dtype=np.int64), np.array(-2, dtype=np.int64),
-         id="negative-delta"),
+    case(
+        "Range",
+        np.array(5, dtype=np.int64),
+        np.array(-1, dtype=np.int64),
+        np.array(-2, dtype=np.int64),
+        id="negative-delta",
+    ),
     case("Range", np.array(3, dtype=np.int64), np.array(1, dtype=np.int64), np.array(1, dtype=np.int64), id="empty"),
-    case("Range", np.array(0.5, dtype=np.float32), np.array(2, dtype=np.float32), np.array(0.5, dtype=np.float32),
-         id="float"),
+    case(
+        "Range",
+        np.array(0.5, dtype=np.float32),
+        np.array(2, dtype=np.float32),
+        np.array(0.5, dtype=np.float32),
+        id="float",
+    ),
     case("Add", GRID, i64(1, 2, 3, 4), id="broadcast"),
     case("Add", f32(1.5), np.array([[1], [2]], dtype=np.float32), id="float-broadcast"),
     case("Sub", i64(1, 2), GRID[:1, :2], id="broadcast"),
@@ -146,8 +156,11 @@ for reduce_op, input_from in (("ReduceSum", 13), ("ReduceProd", 18), ("ReduceMax
 def one_node(op: str, inputs: list, attrs: dict, opset: int):
     names = ["" if array is None else f"x{i}" for i, array in enumerate(inputs)]
     node = helper.make_node(op, names, ["y"], **attrs)
-    graph_inputs = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(array.dtype), array.shape)
-                    for name, array in zip(names, inputs) if name]
+    graph_inputs = [
+        helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(array.dtype), array.shape)
+        for name, array in zip(names, inputs)
+        if name
+    ]
     graph = helper.make_graph([node], "one_node", graph_inputs, [helper.make_empty_tensor_value_info("y")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
     return node, model
@@ -186,8 +199,9 @@ NO_VALUE = [
     no_value("Tile", value(i64(1, 2)), value(i64(SMALL)), id="too-large-to-tile"),
     no_value("Range", value(np.array(0)), value(np.array(SMALL + 1)), value(np.array(1)), id="too-long"),
     no_value("Range", value(np.array(0)), value(np.array(5)), value(np.array(0)), id="zero-delta"),
-    no_value("Add", value(np.zeros((1, 40), dtype=np.int64)), value(np.zeros((40, 1), dtype=np.int64)),
-             id="result-too-large"),
+    no_value(
+        "Add", value(np.zeros((1, 40), dtype=np.int64)), value(np.zeros((40, 1), dtype=np.int64)), id="result-too-large"
+    ),
     no_value("Shape", Known(1, (None, 3)), id="unknown-dim"),
     no_value("Shape", Known(1), id="unknown-rank"),
     no_value("Size", Known(1, (2, None)), id="unknown-dim"),

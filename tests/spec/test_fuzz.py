@@ -22,24 +22,41 @@ from patchspec.spec.reader import load_yaml
 
 EXAMPLES = int(os.environ.get("PATCHSPEC_FUZZ_EXAMPLES", "200"))
 #: the short run in `make test` is the same every time (CI must not flake); the long run explores
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow],
-                derandomize="PATCHSPEC_FUZZ_EXAMPLES" not in os.environ)
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    derandomize="PATCHSPEC_FUZZ_EXAMPLES" not in os.environ,
+)
 REGISTRY = PluginRegistry.load()
 SPEC = Path("fuzz.yaml")
 
 YAML_ALPHABET = st.sampled_from(list("abcxyz019 -:{}[],.#&*!|>'\"%@`\n\t?=") + ["patchspec", "set_batch", "size"])
 yaml_text = st.lists(YAML_ALPHABET, max_size=80).map("".join)
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**20, 10**20), st.floats(allow_nan=True),
-                    st.text(max_size=12), st.sampled_from(["N", "batch", "dim(x, 0)", "original", "float32"]))
-values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                      st.dictionaries(st.text(max_size=8), inner, max_size=4)),
-                      max_leaves=12)
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**20), 10**20),
+    st.floats(allow_nan=True),
+    st.text(max_size=12),
+    st.sampled_from(["N", "batch", "dim(x, 0)", "original", "float32"]),
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+    max_leaves=12,
+)
 step_names = st.sampled_from([*REGISTRY.patch_types, *REGISTRY.verifiers, "nope", "acme.x", ""])
 steps = st.lists(st.dictionaries(step_names, values, min_size=1, max_size=1), max_size=3)
 documents = st.fixed_dictionaries(
-    {"patchspec": st.one_of(st.just(1), scalars), "model": st.one_of(st.just("m.onnx"), scalars),
-     "output": st.one_of(st.just("o.onnx"), scalars), "patches": st.one_of(steps, values)},
-    optional={"verify": st.one_of(steps, values), "extra": values})
+    {
+        "patchspec": st.one_of(st.just(1), scalars),
+        "model": st.one_of(st.just("m.onnx"), scalars),
+        "output": st.one_of(st.just("o.onnx"), scalars),
+        "patches": st.one_of(steps, values),
+    },
+    optional={"verify": st.one_of(steps, values), "extra": values},
+)
 
 
 @FUZZ

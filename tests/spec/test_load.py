@@ -51,7 +51,9 @@ def probe_plugin(monkeypatch):
 
 
 def small_model(folder, name="m.onnx"):
-    model = graph_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [1, 3])], [tensor_info("y", [1, 3])])
+    model = graph_model(
+        [helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [1, 3])], [tensor_info("y", [1, 3])]
+    )
     onnx.save(model, folder / name)
     return folder / name
 
@@ -70,10 +72,15 @@ def test_missing_spec(tmp_path, run_cli):
 
 def test_spec_is_a_directory(tmp_path, run_cli):
     (tmp_path / "spec.yaml").mkdir()
-    assert error_lines(run_cli("validate", tmp_path / "spec.yaml")) == [f"{tmp_path / 'spec.yaml'}: is a directory, not a spec file"]
+    assert error_lines(run_cli("validate", tmp_path / "spec.yaml")) == [
+        f"{tmp_path / 'spec.yaml'}: is a directory, not a spec file"
+    ]
 
 
-@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root reads files whatever their mode, so chmod 000 cannot make one unreadable")
+@pytest.mark.skipif(
+    os.name != "posix" or os.geteuid() == 0,
+    reason="root reads files whatever their mode, so chmod 000 cannot make one unreadable",
+)
 def test_unreadable_spec(tmp_path, run_cli):
     spec = write_spec(tmp_path, HEADER + "patches: []\n")
     spec.chmod(0)
@@ -92,10 +99,13 @@ def test_apply_with_missing_spec_is_exit_2_and_writes_nothing(tmp_path, run_cli)
 def test_format_version_newer_says_upgrade(tmp_path, run_cli):
     spec = write_spec(tmp_path, "patchspec: 2\nmodel: m.onnx\noutput: o.onnx\npatches: []\n")
     assert error_lines(run_cli("validate", spec)) == [
-        f"{spec}:1:12: patchspec: spec format 2 is newer than this patchspec supports (1); upgrade patchspec"]
+        f"{spec}:1:12: patchspec: spec format 2 is newer than this patchspec supports (1); upgrade patchspec"
+    ]
 
 
-@pytest.mark.parametrize(("value", "fragment"), [("'1'", "must be the integer 1, got '1'"), ("true", "got True"), ("1.0", "got 1.0")])
+@pytest.mark.parametrize(
+    ("value", "fragment"), [("'1'", "must be the integer 1, got '1'"), ("true", "got True"), ("1.0", "got 1.0")]
+)
 def test_format_version_must_be_integer_1(tmp_path, run_cli, value, fragment):
     spec = write_spec(tmp_path, f"patchspec: {value}\nmodel: m.onnx\noutput: o.onnx\npatches: []\n")
     lines = error_lines(run_cli("validate", spec))
@@ -115,16 +125,16 @@ def test_spec_that_is_not_a_mapping(tmp_path, run_cli):
 # -- every problem, located, sorted, with suggestions -------------------------------------------
 def test_every_unknown_key_and_type_is_listed_with_suggestions_sorted(tmp_path, run_cli, probe_plugin):
     text = (
-        "patchspec: 1\n"                      # 1
-        "model: m.onnx\n"                     # 2
-        "outptu: o.onnx\n"                    # 3 unknown key
-        "patches:\n"                          # 4
-        "  - probe.tolerence: {atol: 1}\n"    # 5 unknown patch type
-        "  - probe.tolerance:\n"              # 6
-        "      atoll: 1\n"                    # 7 unknown param key
-        "verify:\n"                           # 8
-        "  - chek: {}\n"                      # 9 unknown verifier
-        "verfy: []\n"                         # 10 unknown key
+        "patchspec: 1\n"  # 1
+        "model: m.onnx\n"  # 2
+        "outptu: o.onnx\n"  # 3 unknown key
+        "patches:\n"  # 4
+        "  - probe.tolerence: {atol: 1}\n"  # 5 unknown patch type
+        "  - probe.tolerance:\n"  # 6
+        "      atoll: 1\n"  # 7 unknown param key
+        "verify:\n"  # 8
+        "  - chek: {}\n"  # 9 unknown verifier
+        "verfy: []\n"  # 10 unknown key
     )
     spec = write_spec(tmp_path, text)
     lines = error_lines(run_cli("validate", spec))
@@ -202,7 +212,9 @@ def test_yaml_1_1_surprises_read_as_meant(tmp_path, run_cli, probe_plugin):
 
 def test_yaml_1_1_bool_is_still_a_typed_error_where_a_number_is_expected(tmp_path, run_cli, probe_plugin):
     spec = write_spec(tmp_path, HEADER + "patches:\n  - probe.tolerance: {atol: yes}\n")
-    assert error_lines(run_cli("validate", spec)) == [f"{spec}:5:29: patches[0] (probe.tolerance) > atol: 'yes' is not of type 'number'"]
+    assert error_lines(run_cli("validate", spec)) == [
+        f"{spec}:5:29: patches[0] (probe.tolerance) > atol: 'yes' is not of type 'number'"
+    ]
 
 
 # -- paths --------------------------------------------------------------------------------------
@@ -211,7 +223,9 @@ def test_relative_paths_resolve_against_the_spec_folder(tmp_path, run_cli):
     (project / "specs").mkdir(parents=True)
     (project / "models").mkdir()
     small_model(project / "models")
-    spec = write_spec(project / "specs", "patchspec: 1\nmodel: ../models/m.onnx\noutput: ../build/m2.onnx\npatches: []\n")
+    spec = write_spec(
+        project / "specs", "patchspec: 1\nmodel: ../models/m.onnx\noutput: ../build/m2.onnx\npatches: []\n"
+    )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "models").mkdir()  # a decoy relative to the CWD
@@ -241,7 +255,9 @@ def test_a_step_written_as_a_bare_name_says_how_to_write_it(tmp_path, run_cli):
 
 def test_envelope_errors_name_items_as_steps_are_named(tmp_path, run_cli):
     small_model(tmp_path, "m.onnx")
-    spec = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches: [{set_batch: 2, rename_dims: {}}]\n")
+    spec = write_spec(
+        tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches: [{set_batch: 2, rename_dims: {}}]\n"
+    )
     result = run_cli("validate", spec)
     assert result.exit_code == 2 and "spec.yaml:4:11: patches[0]: each item has exactly one key" in result.stderr
     assert "patches.0" not in result.stderr
@@ -250,12 +266,18 @@ def test_envelope_errors_name_items_as_steps_are_named(tmp_path, run_cli):
 def test_a_flow_list_missing_its_commas_gets_the_fix(tmp_path, run_cli):
     """YAML reads [4 3] as one string: say so, with the list as it was meant."""
     spec = tmp_path / "spec.yaml"
-    spec.write_text("patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches:\n  - set_batch: {size: 4, inputs: [x y]}\n"
-                    "verify:\n  - run:\n      cases: [{inputs: {x: [4 3]}}]\n")
+    spec.write_text(
+        "patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches:\n  - set_batch: {size: 4, inputs: [x y]}\n"
+        "verify:\n  - run:\n      cases: [{inputs: {x: [4 3]}}]\n"
+    )
     result = run_cli("validate", spec)
     assert result.exit_code == 2, result.output
-    assert "cases.0.inputs.x.0: '4 3' is one item: YAML separates the items of [...] with commas: [4, 3]" in result.output
-    spec.write_text("patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches:\n  - rename_dims: {tensor: x, axes: [0 4]}\n")
+    assert (
+        "cases.0.inputs.x.0: '4 3' is one item: YAML separates the items of [...] with commas: [4, 3]" in result.output
+    )
+    spec.write_text(
+        "patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches:\n  - rename_dims: {tensor: x, axes: [0 4]}\n"
+    )
     result = run_cli("validate", spec)
     assert result.exit_code == 2 and "hint: '0 4' is one item" in result.output and "[0, 4]" in result.output
 
@@ -273,7 +295,8 @@ def test_a_linked_spec_reads_its_files_where_the_link_is(tmp_path):
     (tmp_path / "sandbox").mkdir()
     (tmp_path / "source" / "spec.yaml").write_text(
         "patchspec: 1\nmodel: m.onnx\noutput: out/m.onnx\npatches: []\n"
-        "verify:\n  - run: {cases: [{inputs: {x: {file: x.npy}}}]}\n")
+        "verify:\n  - run: {cases: [{inputs: {x: {file: x.npy}}}]}\n"
+    )
     (tmp_path / "source" / "x.npy").write_bytes(b"")  # there, but not declared to the sandbox
     os.symlink(tmp_path / "source" / "spec.yaml", tmp_path / "sandbox" / "spec.yaml")
     with pytest.raises(SpecError) as caught:

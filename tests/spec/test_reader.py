@@ -160,7 +160,9 @@ def test_duplicate_nested_key_is_refused(tmp_path, run_cli, body, key, line, fir
 )
 def test_unsafe_or_unknown_tag_is_refused_and_nothing_executed(tmp_path, run_cli, tagged):
     marker = tmp_path / "pwned"
-    spec = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: " + tagged.format(marker=marker) + "\npatches: []\n")
+    spec = write_spec(
+        tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: " + tagged.format(marker=marker) + "\npatches: []\n"
+    )
     result = run_cli("validate", spec)
     assert_one_spec_error(result, f"{spec}:3:9:", "is not allowed in a spec")
     assert not marker.exists()

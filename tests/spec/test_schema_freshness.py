@@ -18,8 +18,13 @@ COMMITTED = REPO / "specs" / "patchspec.schema.json"
 
 
 def third_party_names() -> list[str]:
-    return sorted({ep.name for ep in metadata.entry_points(group="patchspec")
-                   if ep.dist is None or ep.dist.name != BUILTIN_DISTRIBUTION})
+    return sorted(
+        {
+            ep.name
+            for ep in metadata.entry_points(group="patchspec")
+            if ep.dist is None or ep.dist.name != BUILTIN_DISTRIBUTION
+        }
+    )
 
 
 def regenerate_command() -> str:
@@ -34,11 +39,17 @@ def test_committed_schema_is_what_patchspec_schema_prints(monkeypatch):
     assert code == 0, stderr
     json.loads(printed)
     committed = COMMITTED.read_text(encoding="utf-8") if COMMITTED.is_file() else None
-    if committed is not None and committed != printed and without_newer_dtypes(json.loads(committed)) == json.loads(printed):
+    if (
+        committed is not None
+        and committed != printed
+        and without_newer_dtypes(json.loads(committed)) == json.loads(printed)
+    ):
         return  # an older onnx, which knows fewer element types: the committed file is the newest onnx's
     if committed != printed:
         state = "stale" if committed is not None else "missing"
-        diff = difflib.unified_diff((committed or "").splitlines(), printed.splitlines(), "committed", "patchspec schema", lineterm="")
+        diff = difflib.unified_diff(
+            (committed or "").splitlines(), printed.splitlines(), "committed", "patchspec schema", lineterm=""
+        )
         shown = "\n".join(list(diff)[:30])
         pytest.fail(f"specs/patchspec.schema.json is {state}; regenerate with: {regenerate_command()}\n{shown}")
 
@@ -68,15 +79,19 @@ def test_the_committed_schema_has_a_stable_id():
 
 def test_every_builtin_plugin_that_exists_loads():
     registry = PluginRegistry.load()
-    broken = [f"{p.label}: {p.error}" for p in registry.plugins if p.builtin and p.error
-              and (REPO / "plugins" / f"{p.module.rsplit('.', 1)[-1]}.py").is_file()]
+    broken = [
+        f"{p.label}: {p.error}"
+        for p in registry.plugins
+        if p.builtin and p.error and (REPO / "plugins" / f"{p.module.rsplit('.', 1)[-1]}.py").is_file()
+    ]
     assert not broken, "\n".join(broken)
 
 
 def registered_types() -> list[tuple[str, str, type]]:
     registry = PluginRegistry.load()
-    return [("patch type", name, cls) for name, cls in sorted(registry.patch_types.items())] + \
-           [("verifier", name, cls) for name, cls in sorted(registry.verifiers.items())]
+    return [("patch type", name, cls) for name, cls in sorted(registry.patch_types.items())] + [
+        ("verifier", name, cls) for name, cls in sorted(registry.verifiers.items())
+    ]
 
 
 @pytest.mark.parametrize(("kind", "name", "cls"), registered_types(), ids=lambda v: v if isinstance(v, str) else "")
@@ -84,7 +99,9 @@ def test_params_schema_is_closed_and_described(kind, name, cls):
     schema = cls.params_schema
     assert isinstance(cls.description, str) and cls.description.strip(), f"{kind} {name!r}: no description"
     assert schema.get("type") == "object", f"{kind} {name!r}: params_schema must be an object schema"
-    assert schema.get("additionalProperties") is False, f"{kind} {name!r}: params_schema needs 'additionalProperties': False"
+    assert schema.get("additionalProperties") is False, (
+        f"{kind} {name!r}: params_schema needs 'additionalProperties': False"
+    )
     problems = schema_problems(schema)
     assert not problems, f"{kind} {name!r}:\n" + "\n".join(problems)
     if cls.shorthand is not None:
@@ -104,7 +121,9 @@ def test_a_plugin_schema_with_local_defs_still_resolves_in_the_combined_schema()
         shorthand = "value"
         params_schema = {
             "type": "object",
-            "$defs": {"numbers": {"anyOf": [{"type": "number"}, {"type": "array", "items": {"$ref": "#/$defs/numbers"}}]}},
+            "$defs": {
+                "numbers": {"anyOf": [{"type": "number"}, {"type": "array", "items": {"$ref": "#/$defs/numbers"}}]}
+            },
             "properties": {"value": {"$ref": "#/$defs/numbers", "description": "a number or nested lists of them"}},
             "additionalProperties": False,
         }

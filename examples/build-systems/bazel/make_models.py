@@ -19,15 +19,20 @@ from onnx import TensorProto, helper, numpy_helper
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--weights-mib", type=float, help="size of linear's weight in MiB (default: 256 bytes)")
 mib = parser.parse_args().weights_mib
-k = int((mib * 2 ** 20 / 4) ** 0.5) if mib else 8
+k = int((mib * 2**20 / 4) ** 0.5) if mib else 8
 here = Path(__file__).resolve().parent
 (here / "models").mkdir(exist_ok=True)
 (here / "data").mkdir(exist_ok=True)
 
 
 def save(node, name, size, initializer, **options):
-    graph = helper.make_graph([node], name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, size])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, size])], [initializer])
+    graph = helper.make_graph(
+        [node],
+        name,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, size])],
+        [initializer],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, here / "models" / f"{name}.onnx", **options)
@@ -35,8 +40,15 @@ def save(node, name, size, initializer, **options):
 
 weight = (np.arange(k * k, dtype=np.float32).reshape(k, k) % 7 - 3) / k
 (here / "models" / "linear.onnx.data").unlink(missing_ok=True)  # onnx.save appends to an existing data file
-save(helper.make_node("MatMul", ["x", "w"], ["y"]), "linear", k, numpy_helper.from_array(weight, "w"),
-     save_as_external_data=True, location="linear.onnx.data", size_threshold=0)
+save(
+    helper.make_node("MatMul", ["x", "w"], ["y"]),
+    "linear",
+    k,
+    numpy_helper.from_array(weight, "w"),
+    save_as_external_data=True,
+    location="linear.onnx.data",
+    size_threshold=0,
+)
 save(helper.make_node("Mul", ["x", "k"], ["y"]), "scale", 8, numpy_helper.from_array(np.float32(2), "k"))
 
 x = np.arange(16, dtype=np.float32).reshape(2, 8) / 4

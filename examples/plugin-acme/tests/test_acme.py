@@ -83,8 +83,9 @@ def test_strip_doc_strings_keeps_the_patch_contract(tmp_path):
     from patchspec.testing import check_patch_type
     from patchspec_acme.strip_doc_strings import StripDocStringsPatch
 
-    check_patch_type(StripDocStringsPatch, tmp_path, change=(make_model(doc_string="from acme-torch"), {}),
-                     noop=(make_model(), {}))
+    check_patch_type(
+        StripDocStringsPatch, tmp_path, change=(make_model(doc_string="from acme-torch"), {}), noop=(make_model(), {})
+    )
 
 
 def test_max_nodes_keeps_the_verifier_contract(tmp_path):
