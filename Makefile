@@ -65,9 +65,11 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" tests
 
-# ruff on everything, mypy (strict) on the public API; the versions come from the `lint` extra
+# ruff (lint and format) on everything, mypy (strict) on the public API; the versions come from the
+# `lint` extra
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
 # the same suite on the lowest declared versions (constraints-oldest.txt); the corpus comes from .venv
