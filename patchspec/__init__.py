@@ -23,9 +23,11 @@ from patchspec.plugin.contract import (
     VerifyResult,
 )
 from patchspec.plugin.hookspecs import hookimpl
+from patchspec.plugin.params import Param
 
 __all__ = [
     "ModelFileError",
+    "Param",
     "ParamProblem",
     "PatchContext",
     "PatchError",

@@ -9,12 +9,13 @@ returns a verdict; it never changes anything.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, NoReturn, TypeVar, get_args
 
 from patchspec.errors import PatchError, VerifierFailed
+from patchspec.plugin.params import is_params_declaration, schema_of
 
 if TYPE_CHECKING:
     import onnx
@@ -22,9 +23,26 @@ if TYPE_CHECKING:
     from patchspec.spec.steps import Spec, Step
 
 #: a problem found in a step's parameters without the model: (key path inside the params, message)
-ParamProblem = tuple[tuple, str]
+ParamProblem = tuple[tuple[Any, ...], str]
 
 T = TypeVar("T")
+#: a plugin's params: the ``TypedDict`` in ``PatchType[P]`` / ``Verifier[P]`` (a plain ``dict`` without one)
+P = TypeVar("P", bound=Mapping[str, Any])
+
+
+def _declare_params(cls: type) -> None:
+    """``class X(PatchType[XParams])``: ``Params`` is XParams, and without a ``params_schema`` of its
+    own the class gets the one XParams declares (:mod:`patchspec.plugin.params`)."""
+    declared = next(
+        (arg for base in getattr(cls, "__orig_bases__", ()) for arg in get_args(base) if is_params_declaration(arg)),
+        None,
+    )
+    if declared is None:
+        return
+    if "Params" not in vars(cls):
+        cls.Params = declared  # type: ignore[attr-defined]
+    if "params_schema" not in vars(cls):
+        cls.params_schema = schema_of(declared, vars(cls).get("description", ""))  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,28 +93,36 @@ class PatchResult:
     details: tuple[str, ...] = ()
 
 
-class PatchType:
-    """Base class of every patch type (built-in or third-party)."""
+class PatchType(Generic[P]):
+    """Base class of every patch type (built-in or third-party).
+
+    ``class StripPatch(PatchType[StripParams])`` types ``params`` as ``StripParams`` (a ``TypedDict``)
+    in every method; when ``StripParams`` declares its fields with ``Param`` and the class gives no
+    ``params_schema``, the schema is generated from it (since plugin API 1.2).
+    """
 
     name: ClassVar[str]
     description: ClassVar[str]
-    params_schema: ClassVar[dict]
+    params_schema: ClassVar[dict[str, Any]]
     #: ``set_batch: 32`` means ``set_batch: {size: 32}`` when ``shorthand = "size"``
     shorthand: ClassVar[str | None] = None
-    #: optional (since 1.1): the params as a ``TypedDict`` (``class Params(TypedDict, total=False)``), for
-    #: type checkers and readers; ``apply``/``verify`` receive that dict, the schema's defaults filled in,
-    #: and the test kit checks its keys against ``params_schema``'s properties
+    #: the params ``TypedDict``: set from ``PatchType[P]`` (since 1.2), or by hand (1.1); the test kit
+    #: checks its keys against ``params_schema``'s properties
     Params: ClassVar[type | None] = None
 
-    def check_params(self, params: dict) -> Iterable[ParamProblem]:
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _declare_params(cls)
+
+    def check_params(self, params: P) -> Iterable[ParamProblem]:
         """Checks JSON Schema cannot express (expression syntax, regexes); no model needed."""
         return ()
 
-    def dependencies(self, params: dict) -> Iterable[str]:
+    def dependencies(self, params: P) -> Iterable[str]:
         """Files this patch reads besides the model (paths as written, relative to the spec)."""
         return ()
 
-    def apply(self, model: onnx.ModelProto, params: dict, context: PatchContext) -> PatchResult:
+    def apply(self, model: onnx.ModelProto, params: P, context: PatchContext) -> PatchResult:
         """Change ``model`` in place as ``params`` say; raise via ``context.fail`` when it cannot."""
         raise NotImplementedError(f"patch type {self.name!r} does not implement apply()")
 
@@ -108,36 +134,41 @@ class VerifyResult:
     status: Literal["passed", "failed", "skipped"]
     summary: str
     details: tuple[str, ...] = ()
-    data: dict = field(default_factory=dict)  # machine-readable detail for --report
+    data: dict[str, Any] = field(default_factory=dict)  # machine-readable detail for --report
 
     @property
     def ok(self) -> bool:
         return self.status != "failed"
 
 
-class Verifier:
-    """Base class of every verifier. Verifiers never change the model or any file."""
+class Verifier(Generic[P]):
+    """Base class of every verifier. Verifiers never change the model or any file.
+
+    ``Verifier[P]`` types and declares the params as :class:`PatchType` does (since plugin API 1.2).
+    """
 
     name: ClassVar[str]
     description: ClassVar[str]
-    params_schema: ClassVar[dict]
+    params_schema: ClassVar[dict[str, Any]]
     shorthand: ClassVar[str | None] = None
-    #: optional (since 1.1): the params as a ``TypedDict`` (``class Params(TypedDict, total=False)``), for
-    #: type checkers and readers; ``apply``/``verify`` receive that dict, the schema's defaults filled in,
-    #: and the test kit checks its keys against ``params_schema``'s properties
+    #: the params ``TypedDict``: set from ``Verifier[P]`` (since 1.2), or by hand (1.1)
     Params: ClassVar[type | None] = None
 
-    def check_params(self, params: dict) -> Iterable[ParamProblem]:
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _declare_params(cls)
+
+    def check_params(self, params: P) -> Iterable[ParamProblem]:
         return ()
 
-    def dependencies(self, params: dict) -> Iterable[str]:
+    def dependencies(self, params: P) -> Iterable[str]:
         """Files this verifier reads besides the models (paths as written, relative to the spec).
 
         They are part of the output's digest and of ``--depfile``, so changing one re-runs ``apply``.
         """
         return ()
 
-    def check_model(self, params: dict, model: Any) -> Iterable[ParamProblem]:
+    def check_model(self, params: P, model: Any) -> Iterable[ParamProblem]:
         """Problems with ``params`` that only the patched model can show (a run case naming an input the
         model lacks, a shape of the wrong rank): ``(key path, message)`` pairs, reported like
         ``check_params``'s (exit 2, located at the key). ``apply`` and ``plan`` call it after the
@@ -145,7 +176,7 @@ class Verifier:
         weights; do not modify it). Since plugin API 1.1."""
         return ()
 
-    def verify(self, params: dict, context: VerifyContext) -> VerifyResult:
+    def verify(self, params: P, context: VerifyContext) -> VerifyResult:
         raise NotImplementedError(f"verifier {self.name!r} does not implement verify()")
 
 
@@ -156,11 +187,11 @@ class StepContext:
     spec: Spec
     step: Step
 
-    def where(self, key: tuple = ()) -> str:
+    def where(self, key: tuple[Any, ...] = ()) -> str:
         """``file:line:col: patches[1] (rename_dims) > axes.2`` for a key inside the step's params."""
         return self.spec.locate(self.step, key)
 
-    def fail(self, message: str, *, key: tuple = (), hint: str | None = None) -> NoReturn:
+    def fail(self, message: str, *, key: tuple[Any, ...] = (), hint: str | None = None) -> NoReturn:
         """Stop the run: this patch cannot apply to this model (exit 4).
 
         A :class:`VerifyContext` means something else by it: the output fails verification (exit 1).
@@ -198,7 +229,7 @@ class VerifyContext(StepContext):
     #: prints: it says it here. Since plugin API 1.1.
     progress: Callable[[str], None] = field(default=_no_progress, kw_only=True, repr=False, compare=False)
 
-    def fail(self, message: str, *, key: tuple = (), hint: str | None = None) -> NoReturn:
+    def fail(self, message: str, *, key: tuple[Any, ...] = (), hint: str | None = None) -> NoReturn:
         """Stop this verifier with the verdict "failed": reported like a failed ``VerifyResult``
         (the other verifiers still run; exit 1, nothing is written)."""
         raise VerifierFailed(self.where(key), message, key, hint)

@@ -246,7 +246,7 @@ except ImportError:  # pragma: no cover - pytest is not installed
     pass
 
 
-from patchspec.testing.checks import check_patch_type, check_verifier, schema_problems  # noqa: E402
+from patchspec.testing.checks import check_patch_type, check_types, check_verifier, schema_problems  # noqa: E402
 from patchspec.testing.contexts import patch_context, verify_context  # noqa: E402
 
 
@@ -265,6 +265,7 @@ __all__ = [
     "SPEC_HEADER",
     "SpecRun",
     "check_patch_type",
+    "check_types",
     "check_verifier",
     "filled",
     "make_model",

@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -86,7 +89,7 @@ def check_declaration(cls: type[PatchType] | type[Verifier]) -> None:
     )
     params_type = getattr(cls, "Params", None)
     if params_type is not None:  # the typed params say what the schema says: the same keys
-        typed = set(getattr(params_type, "__annotations__", {}))
+        typed = {key for klass in params_type.__mro__ for key in getattr(klass, "__annotations__", {})}
         declared = set(schema.get("properties", {}))
         assert typed == declared, (
             f"{cls.name}: Params names {sorted(typed - declared)} the schema does not, and "
@@ -235,3 +238,21 @@ def _files(folder: Path) -> dict[str, str]:
 
 
 __all__ = ["check_declaration", "check_patch_type", "check_verifier", "schema_problems"]
+
+
+def check_types(*paths: str | os.PathLike[str]) -> None:
+    """``mypy --strict`` on a plugin's own files: the annotations the docs teach must type-check.
+
+    Needs mypy installed (``pip install mypy``). Only the given files are reported on; patchspec and
+    other packages are read for their types. Raises ``AssertionError`` with mypy's lines.
+    """
+    import patchspec
+
+    package_root = str(Path(patchspec.__file__).resolve().parents[1])  # an editable install is not seen by mypy
+    environment = {**os.environ, "MYPYPATH": package_root}
+    command = [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent", "--no-incremental"]
+    command += ["--ignore-missing-imports", *map(str, paths)]
+    result = subprocess.run(command, capture_output=True, text=True, env=environment, check=False)
+    if result.returncode == 2 and "No module named mypy" in result.stderr:
+        raise AssertionError("check_types needs mypy: pip install mypy")
+    assert result.returncode == 0, f"mypy --strict {' '.join(map(str, paths))}:\n{result.stdout}{result.stderr}"

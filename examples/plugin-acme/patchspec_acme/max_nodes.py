@@ -2,43 +2,28 @@
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import Annotated, TypedDict
 
 import onnx
 
-from patchspec import Verifier, VerifyContext, VerifyResult
+from patchspec import Param, Verifier, VerifyContext, VerifyResult
 
 
 class MaxNodesParams(TypedDict, total=False):
-    """The params as ``apply``/``verify`` receive them (schema defaults filled in); the test kit checks
-    its keys against ``params_schema``."""
+    """The params: their type for ``verify`` and, through ``Param``, the schema the spec is checked with."""
 
-    limit: int
-    subgraphs: bool
+    limit: Annotated[int, Param("the most nodes the output may have", required=True, minimum=0)]
+    subgraphs: Annotated[bool, Param("also count nodes inside If/Loop/Scan bodies", default=True)]
 
 
-class MaxNodesVerifier(Verifier):
-    Params = MaxNodesParams
+class MaxNodesVerifier(Verifier[MaxNodesParams]):
     name = "acme.max_nodes"
     description = "Fail when the output has more than 'limit' nodes (a budget for slim deployment models)."
     shorthand = "limit"  # acme.max_nodes: 100  means  acme.max_nodes: {limit: 100}
-    params_schema = {
-        "type": "object",
-        "properties": {
-            "limit": {"type": "integer", "minimum": 0, "description": "the most nodes the output may have"},
-            "subgraphs": {
-                "type": "boolean",
-                "default": True,
-                "description": "also count nodes inside If/Loop/Scan bodies",
-            },
-        },
-        "required": ["limit"],
-        "additionalProperties": False,
-    }
 
     def verify(self, params: MaxNodesParams, context: VerifyContext) -> VerifyResult:
         limit = params["limit"]
-        count = count_nodes(context.model.graph, params.get("subgraphs", True))
+        count = count_nodes(context.model.graph, params["subgraphs"])  # the default is filled in
         data = {"nodes": count, "limit": limit}
         if count > limit:
             summary = f"{count} nodes, over the limit of {limit} by {count - limit}"

@@ -3,38 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TypedDict
+from typing import Annotated, Any, TypedDict
 
 import onnx
 
-from patchspec import PatchContext, PatchResult, PatchType
+from patchspec import Param, PatchContext, PatchResult, PatchType
 
 
 class StripDocStringsParams(TypedDict, total=False):
-    """The params as ``apply``/``verify`` receive them (schema defaults filled in); the test kit checks
-    its keys against ``params_schema``."""
+    """The params: their type for ``apply`` and, through ``Param``, the schema the spec is checked with."""
 
-    keep_model_doc: bool
+    keep_model_doc: Annotated[bool, Param("keep the model's own doc_string (its top-level description)", default=False)]
 
 
-class StripDocStringsPatch(PatchType):
-    Params = StripDocStringsParams
+class StripDocStringsPatch(PatchType[StripDocStringsParams]):
     name = "acme.strip_doc_strings"
     description = "Remove doc_string fields (model, graphs, nodes, tensors, functions) to shrink and anonymise a model."
-    params_schema = {
-        "type": "object",
-        "properties": {
-            "keep_model_doc": {
-                "type": "boolean",
-                "default": False,
-                "description": "keep the model's own doc_string (its top-level description)",
-            },
-        },
-        "additionalProperties": False,
-    }
 
     def apply(self, model: onnx.ModelProto, params: StripDocStringsParams, context: PatchContext) -> PatchResult:
-        keep_model_doc = params.get("keep_model_doc", False)
+        keep_model_doc = params["keep_model_doc"]  # the default is filled in
         stripped = 0
         for message in _documented(model, keep_model_doc):
             if message.HasField("doc_string"):  # presence, not truthiness: an empty string is still bytes
@@ -45,8 +32,8 @@ class StripDocStringsPatch(PatchType):
         return PatchResult(True, f"removed {stripped} doc string{'s' if stripped != 1 else ''}")
 
 
-def _documented(model: onnx.ModelProto, keep_model_doc: bool) -> Iterator:
-    """Every message in the model that has a ``doc_string`` field."""
+def _documented(model: onnx.ModelProto, keep_model_doc: bool) -> Iterator[Any]:
+    """Every message in the model that has a ``doc_string`` field (onnx messages of several types)."""
     if not keep_model_doc:
         yield model
     yield from _graph_items(model.graph)
@@ -56,7 +43,7 @@ def _documented(model: onnx.ModelProto, keep_model_doc: bool) -> Iterator:
             yield from _node_items(node)
 
 
-def _graph_items(graph: onnx.GraphProto) -> Iterator:
+def _graph_items(graph: onnx.GraphProto) -> Iterator[Any]:
     yield graph
     yield from graph.input
     yield from graph.output
@@ -68,7 +55,7 @@ def _graph_items(graph: onnx.GraphProto) -> Iterator:
         yield from _node_items(node)
 
 
-def _node_items(node: onnx.NodeProto) -> Iterator:
+def _node_items(node: onnx.NodeProto) -> Iterator[Any]:
     yield node
     for attribute in node.attribute:
         yield attribute

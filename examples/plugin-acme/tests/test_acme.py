@@ -1,12 +1,14 @@
 """patchspec-acme, tested through patchspec's command line with the plugin test kit."""
 
+import importlib.util
 from importlib import metadata
+from pathlib import Path
 
 import onnx
 import pytest
 
 import patchspec_acme
-from patchspec.testing import make_model, registered, run_cli, run_spec
+from patchspec.testing import check_types, make_model, registered, run_cli, run_spec
 
 STRIP = "patches:\n  - acme.strip_doc_strings: {}\n"
 
@@ -94,3 +96,9 @@ def test_max_nodes_keeps_the_verifier_contract(tmp_path):
 
     check_verifier(MaxNodesVerifier, tmp_path / "small", make_model(depth=2), 10, expect="passed")
     check_verifier(MaxNodesVerifier, tmp_path / "big", make_model(depth=5), {"limit": 3}, expect="failed")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="mypy is not installed (pip install mypy)")
+def test_the_plugin_type_checks_strictly():
+    """``PatchType[Params]``/``Verifier[Params]`` as the docs teach: ``mypy --strict`` is clean."""
+    check_types(Path(patchspec_acme.__file__).parent)
