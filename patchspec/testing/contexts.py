@@ -38,9 +38,9 @@ def patch_context(
     """
     step = Step("patches", index, type_name, dict(params or {}))
     return PatchContext(
-        DetachedSpec(Path(model_dir)),
+        DetachedSpec(Path(model_dir)),  # type: ignore[arg-type]  # a Spec's interface, no file behind it
         step,
-        model_dir=Path(model_dir),  # type: ignore[arg-type]
+        model_dir=Path(model_dir),
         state=state if state is not None else RunState(),
     )
 
@@ -59,9 +59,9 @@ def verify_context(
     step = Step("verify", 0, type_name, dict(params or {}))
     loaded = model if model is not None else onnx.load(str(output), load_external_data=False)
     return VerifyContext(
-        DetachedSpec(output.parent),
+        DetachedSpec(output.parent),  # type: ignore[arg-type]  # a Spec's interface, no file behind it
         step,
-        output_path=output,  # type: ignore[arg-type]
+        output_path=output,
         original_path=Path(original) if original is not None else output,
         model=loaded,
     )
