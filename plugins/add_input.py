@@ -2,55 +2,39 @@
 
 from __future__ import annotations
 
-from typing import TypedDict
+from collections.abc import Callable, Iterator
+from typing import Annotated, TypedDict
 
 import onnx
 from onnx import helper
 
-from patchspec import PatchResult, PatchType, hookimpl
+from patchspec import Param, ParamProblem, PatchContext, PatchResult, PatchType, hookimpl
 from patchspec.api import ELEMENT_TYPES as DTYPES
 
-
-class AddInputParams(TypedDict, total=False):
-    """The params as ``apply``/``verify`` receive them (schema defaults filled in); the test kit checks
-    its keys against ``params_schema``."""
-
-    name: str
-    dtype: str
-    shape: list[int | str]
+_SIZE = {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "minLength": 1}]}
 
 
-class AddInputPatch(PatchType):
-    Params = AddInputParams
+class AddInputParams(TypedDict):
+    name: Annotated[str, Param("name of the new input; must not exist in the model", minLength=1)]
+    dtype: Annotated[str, Param("element type (int64, float32, ...)", schema={"enum": sorted(DTYPES)})]
+    shape: Annotated[
+        list[int | str],
+        Param("sizes: an integer (fixed) or a name (symbolic) per axis; [] for a scalar", items=_SIZE),
+    ]
+
+
+class AddInputPatch(PatchType[AddInputParams]):
     name = "add_input"
     description = (
         "Declare a new graph input, so that expressions can read values the export dropped (Qwen-VL's grid_thw)."
     )
-    params_schema = {
-        "type": "object",
-        "properties": {
-            "name": {
-                "type": "string",
-                "minLength": 1,
-                "description": "name of the new input; must not exist in the model",
-            },
-            "dtype": {"enum": sorted(DTYPES), "description": "element type (int64, float32, ...)"},
-            "shape": {
-                "type": "array",
-                "items": {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "minLength": 1}]},
-                "description": "sizes: an integer (fixed) or a name (symbolic) per axis; [] for a scalar",
-            },
-        },
-        "required": ["name", "dtype", "shape"],
-        "additionalProperties": False,
-    }
 
-    def check_params(self, params: dict):
+    def check_params(self, params: AddInputParams) -> Iterator[ParamProblem]:
         for index, dim in enumerate(params.get("shape", [])):
             if isinstance(dim, str) and not dim.strip():
                 yield ("shape", index), "a symbolic size needs a name, got a blank string"
 
-    def apply(self, model: onnx.ModelProto, params: AddInputParams, context) -> PatchResult:
+    def apply(self, model: onnx.ModelProto, params: AddInputParams, context: PatchContext) -> PatchResult:
         name = params["name"]
         existing = _existing_kind(model.graph, name)
         if existing:
@@ -75,5 +59,5 @@ def _existing_kind(graph: onnx.GraphProto, name: str) -> str | None:
 
 
 @hookimpl
-def register_patch_types(register):
+def register_patch_types(register: Callable[[type], None]) -> None:
     register(AddInputPatch)

@@ -6,10 +6,11 @@ The writer copies them from the input's data files in bounded chunks, aligned, i
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import PurePosixPath, PureWindowsPath
-from typing import TypedDict
+from typing import Annotated, Any, TypedDict
 
-from patchspec import PatchResult, PatchType, hookimpl
+from patchspec import Param, ParamProblem, PatchContext, PatchResult, PatchType, hookimpl
 from patchspec.api import (
     DIGEST_FIELD,
     ORT_MEMORY_MARKER,
@@ -24,60 +25,40 @@ MAX_ALIGN = 1 << 30
 
 
 class ExternalDataParams(TypedDict, total=False):
-    """The params as ``apply``/``verify`` receive them (schema defaults filled in); the test kit checks
-    its keys against ``params_schema``."""
+    location: Annotated[
+        str,
+        Param(
+            "Data file name, next to the output model (default: '<output file name>.data'); "
+            "'{digest}' in it becomes the start of the output's digest (e.g. '{digest}.weights'), "
+            "so a new build never shares a data file name with an old one",
+            minLength=1,
+        ),
+    ]
+    size_threshold: Annotated[
+        int,
+        Param("Tensors smaller than this many bytes stay inline in the .onnx (default 1024).", default=1024, minimum=0),
+    ]
+    align: Annotated[
+        int,
+        Param(
+            "Byte alignment of each tensor in the data file, a power of two (default 4096; "
+            "65536 for memory mapping on Windows).",
+            default=4096,
+            minimum=1,
+            maximum=MAX_ALIGN,
+        ),
+    ]
+    inline: Annotated[bool, Param("Store every tensor inside the .onnx (refused past protobuf's 2 GiB limit).")]
+    checksum: Annotated[
+        bool, Param("Write ONNX's per-tensor 'checksum' entries (sha1 of each tensor's bytes).", default=False)
+    ]
 
-    location: str
-    size_threshold: int
-    align: int
-    inline: bool
-    checksum: bool
 
-
-class ExternalDataPatch(PatchType):
-    Params = ExternalDataParams
+class ExternalDataPatch(PatchType[ExternalDataParams]):
     name = "external_data"
     description = "How the output stores its weights: a data file next to it (aligned), or everything inline."
-    params_schema = {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            "location": {
-                "type": "string",
-                "minLength": 1,
-                "description": (
-                    "Data file name, next to the output model (default: '<output file name>.data'); "
-                    "'{digest}' in it becomes the start of the output's digest (e.g. '{digest}.weights'), "
-                    "so a new build never shares a data file name with an old one"
-                ),
-            },
-            "size_threshold": {
-                "type": "integer",
-                "minimum": 0,
-                "default": 1024,
-                "description": "Tensors smaller than this many bytes stay inline in the .onnx (default 1024).",
-            },
-            "align": {
-                "type": "integer",
-                "minimum": 1,
-                "default": 4096,
-                "maximum": MAX_ALIGN,
-                "description": "Byte alignment of each tensor in the data file, a power of two (default 4096; "
-                "65536 for memory mapping on Windows).",
-            },
-            "inline": {
-                "type": "boolean",
-                "description": "Store every tensor inside the .onnx (refused past protobuf's 2 GiB limit).",
-            },
-            "checksum": {
-                "type": "boolean",
-                "default": False,
-                "description": "Write ONNX's per-tensor 'checksum' entries (sha1 of each tensor's bytes).",
-            },
-        },
-    }
 
-    def check_params(self, params: dict):
+    def check_params(self, params: ExternalDataParams) -> Iterator[ParamProblem]:
         align = params.get("align")
         if isinstance(align, int) and align >= 1 and align & (align - 1):
             yield ("align",), f"align must be a power of two (4096, 65536, ...), got {align}"
@@ -90,7 +71,7 @@ class ExternalDataPatch(PatchType):
             keys = sorted({"location", "size_threshold", "align", "checksum"} & set(params))
             yield ("inline",), f"'inline: true' stores no data file; remove {', '.join(keys)} or 'inline'"
 
-    def apply(self, model, params: ExternalDataParams, context) -> PatchResult:
+    def apply(self, model: Any, params: ExternalDataParams, context: PatchContext) -> PatchResult:
         if params.get("inline"):
             refuse_inline_overflow(model, context.where(("inline",)))
             context.state.set(OUTPUT_LAYOUT, Layout(location=None))
@@ -127,7 +108,7 @@ def location_problem(location: str) -> str | None:
 
 
 @hookimpl
-def register_patch_types(register):
+def register_patch_types(register: Callable[[type], None]) -> None:
     register(ExternalDataPatch)
 
 
