@@ -35,11 +35,11 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
+from typing import Annotated, Any, TypedDict
 
 import onnx
 
-from patchspec import Verifier, VerifyContext, VerifyResult, hookimpl
+from patchspec import Param, Verifier, VerifyContext, VerifyResult, hookimpl
 
 #: the stages of ``check_model(full_check=True)``, in its order
 CHECKER, SHAPES = "checker", "shape inference"
@@ -65,30 +65,21 @@ class Problem:
 
 
 class CheckParams(TypedDict, total=False):
-    """The params as ``apply``/``verify`` receive them (schema defaults filled in); the test kit checks
-    its keys against ``params_schema``."""
+    strict: Annotated[
+        bool,
+        Param(
+            "Also fail on the problems the original model already has (by default they "
+            "are reported and the verifier passes).",
+            default=False,
+        ),
+    ]
 
-    strict: bool
 
-
-class CheckVerifier(Verifier):
-    Params = CheckParams
+class CheckVerifier(Verifier[CheckParams]):
     name = "check"
     description = (
         "ONNX's full checker and strict shape inference on the output; the original's own problems pass, noted."
     )
-    params_schema = {
-        "type": "object",
-        "properties": {
-            "strict": {
-                "type": "boolean",
-                "default": False,
-                "description": "Also fail on the problems the original model already has (by default they "
-                "are reported and the verifier passes).",
-            },
-        },
-        "additionalProperties": False,
-    }
 
     def verify(self, params: CheckParams, context: VerifyContext) -> VerifyResult:
         version = onnx.__version__
@@ -163,7 +154,7 @@ def _verdict(
     return VerifyResult("passed", f"onnx {version}: {summary}", tuple(details), data)
 
 
-def _data(strict: bool, new: list[str] | None = None, already: list[str] | None = None) -> dict:
+def _data(strict: bool, new: list[str] | None = None, already: list[str] | None = None) -> dict[str, Any]:
     return {"onnx": onnx.__version__, "strict": strict, "new": new or [], "already": already or []}
 
 
@@ -284,5 +275,5 @@ def _dim_params(model: onnx.ModelProto | None) -> set[str]:
 
 
 @hookimpl
-def register_verifiers(register):
+def register_verifiers(register: Callable[[type], None]) -> None:
     register(CheckVerifier)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Annotated, Any, TypedDict
 
 import numpy as np
 import onnx
 
-from patchspec import Verifier, VerifyContext, VerifyResult, hookimpl
+from patchspec import Param, ParamProblem, Verifier, VerifyContext, VerifyResult, hookimpl
 from patchspec.api import CASE_INPUT_SCHEMA, RunFailure, Session, UsageError, case_input_problems, lint_model
 
 #: where lint's inputs come from when neither lint nor a run case gives them
@@ -16,33 +17,24 @@ DEFAULT_ORIGIN = "default shapes"
 
 
 class LintParams(TypedDict, total=False):
-    """The params as ``apply``/``verify`` receive them (schema defaults filled in); the test kit checks
-    its keys against ``params_schema``."""
+    inputs: Annotated[
+        dict[str, Any],
+        Param(
+            "input name -> shape (as in a run case); default: the first run case's inputs, "
+            "else 1 on axis 0 and 64, 96, ... on other symbolic axes",
+            schema={"type": "object", "additionalProperties": CASE_INPUT_SCHEMA},
+        ),
+    ]
 
-    inputs: dict[str, Any]
 
-
-class LintVerifier(Verifier):
-    Params = LintParams
+class LintVerifier(Verifier[LintParams]):
     name = "lint"
     description = (
         "Run the output at the given input shapes and fail when a dim_param is bound to "
         "different sizes (ONNX Runtime's 'Shape mismatch attempting to re-use buffer')."
     )
-    params_schema = {
-        "type": "object",
-        "properties": {
-            "inputs": {
-                "description": "input name -> shape (as in a run case); default: the first run case's inputs, "
-                "else 1 on axis 0 and 64, 96, ... on other symbolic axes",
-                "type": "object",
-                "additionalProperties": CASE_INPUT_SCHEMA,
-            },
-        },
-        "additionalProperties": False,
-    }
 
-    def check_params(self, params: dict):
+    def check_params(self, params: LintParams) -> Iterator[ParamProblem]:
         for name, item in (params.get("inputs") or {}).items():  # the same inputs as a run case
             yield from case_input_problems(item, ("inputs", name))
 
@@ -98,7 +90,7 @@ def _original_unusable(context: VerifyContext) -> str | None:
     return None
 
 
-def _original_fails_at(context: VerifyContext, given: dict) -> bool:
+def _original_fails_at(context: VerifyContext, given: dict[str, list[int]]) -> bool:
     """Whether the original, linted at the same shapes, cannot run either."""
     try:
         original = onnx.load(str(context.original_path), load_external_data=False)
@@ -107,7 +99,7 @@ def _original_fails_at(context: VerifyContext, given: dict) -> bool:
         return False
 
 
-def _inputs(params: dict, context: VerifyContext) -> tuple[dict, str]:
+def _inputs(params: LintParams, context: VerifyContext) -> tuple[dict[str, Any], str]:
     if "inputs" in params:
         return params["inputs"], "lint inputs"
     for step in context.spec.verify:
@@ -117,7 +109,7 @@ def _inputs(params: dict, context: VerifyContext) -> tuple[dict, str]:
     return {}, DEFAULT_ORIGIN
 
 
-def _shape(item, context: VerifyContext) -> list[int]:
+def _shape(item: Any, context: VerifyContext) -> list[int]:
     if isinstance(item, list):
         return [int(d) for d in item]
     if item.get("shape") is not None:
@@ -128,5 +120,5 @@ def _shape(item, context: VerifyContext) -> list[int]:
 
 
 @hookimpl
-def register_verifiers(register):
+def register_verifiers(register: Callable[[type], None]) -> None:
     register(LintVerifier)
