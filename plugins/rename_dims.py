@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from typing import Any, TypedDict
+from collections.abc import Callable, Iterable, Iterator
+from typing import Annotated, Any, Literal, TypedDict
 
 import onnx
 
-from patchspec import PatchContext, PatchResult, PatchType, hookimpl
+from patchspec import Param, ParamProblem, PatchContext, PatchResult, PatchType, hookimpl
 from patchspec.api import (
     PINNED_DIMS,
     SELECTOR_SCHEMA,
@@ -47,64 +48,48 @@ MAX_DETAILS = 40
 
 
 class RenameDimsParams(TypedDict, total=False):
-    """The params as ``apply``/``verify`` receive them (schema defaults filled in); the test kit checks
-    its keys against ``params_schema``."""
+    tensor: Annotated[
+        str | list[str],
+        Param(
+            "tensors to change: a name pattern (glob, or 're:' + a regex matched in full) or a "
+            "list of them; graph inputs, outputs and annotated intermediates",
+            schema={
+                "anyOf": [
+                    {"type": "string", "minLength": 1},
+                    {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
+                ]
+            },
+        ),
+    ]
+    select: Annotated[dict[str, Any], Param(SELECTOR_SCHEMA["description"], schema=SELECTOR_SCHEMA)]
+    tensors: Annotated[
+        Literal["outputs", "inputs", "all"], Param("with select: which tensors of the selected nodes (default outputs)")
+    ]
+    axes: Annotated[
+        dict[int, int | str],
+        Param(
+            "{AXIS: NAME_OR_SIZE}: set that axis of each targeted tensor (negative counts from the end)",
+            schema={"type": "object", "minProperties": 1, "additionalProperties": NAME_OR_SIZE},
+        ),
+    ]
+    map: Annotated[
+        dict[str, int | str],
+        Param(
+            "{OLD: NAME_OR_SIZE}: rename the dim_param OLD wherever it appears on the targets",
+            schema={"type": "object", "minProperties": 1, "additionalProperties": NAME_OR_SIZE},
+        ),
+    ]
+    unique: Annotated[bool, Param("give every symbolic or unknown dim of the targets its own fresh name")]
 
-    tensor: str | list[str]
-    select: dict[str, Any]
-    tensors: str
-    axes: dict[int, int | str]
-    map: dict[str, int | str]
-    unique: bool
 
-
-class RenameDimsPatch(PatchType):
-    Params = RenameDimsParams
+class RenameDimsPatch(PatchType[RenameDimsParams]):
     name = "rename_dims"
     description = (
         "Rename, fix or tell apart dims of chosen tensors (or of the whole model): "
         "axes, map and unique; renamed dims survive later shape re-derivation."
     )
-    params_schema = {
-        "type": "object",
-        "description": description,
-        "properties": {
-            "tensor": {
-                "description": (
-                    "tensors to change: a name pattern (glob, or 're:' + a regex matched in full) or a "
-                    "list of them; graph inputs, outputs and annotated intermediates"
-                ),
-                "anyOf": [
-                    {"type": "string", "minLength": 1},
-                    {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
-                ],
-            },
-            "select": SELECTOR_SCHEMA,
-            "tensors": {
-                "description": "with select: which tensors of the selected nodes (default outputs)",
-                "enum": ["outputs", "inputs", "all"],
-            },
-            "axes": {
-                "description": "{AXIS: NAME_OR_SIZE}: set that axis of each targeted tensor (negative counts from the end)",
-                "type": "object",
-                "minProperties": 1,
-                "additionalProperties": NAME_OR_SIZE,
-            },
-            "map": {
-                "description": "{OLD: NAME_OR_SIZE}: rename the dim_param OLD wherever it appears on the targets",
-                "type": "object",
-                "minProperties": 1,
-                "additionalProperties": NAME_OR_SIZE,
-            },
-            "unique": {
-                "description": "give every symbolic or unknown dim of the targets its own fresh name",
-                "type": "boolean",
-            },
-        },
-        "additionalProperties": False,
-    }
 
-    def check_params(self, params: dict):
+    def check_params(self, params: RenameDimsParams) -> Iterator[ParamProblem]:
         yield from _check_target(params)
         if not params.get("axes") and not params.get("map") and not params.get("unique"):
             yield (), "nothing to do: give one or more of 'axes', 'map', 'unique: true'"
@@ -143,7 +128,7 @@ class RenameDimsPatch(PatchType):
         return PatchResult(True, summary, tuple(details))
 
 
-def _check_target(params: dict):
+def _check_target(params: RenameDimsParams) -> Iterator[ParamProblem]:
     if "tensor" in params and "select" in params:
         yield (), "give either 'tensor' or 'select' as the target, not both"
     if "tensors" in params and "select" not in params:
@@ -164,7 +149,9 @@ def _check_target(params: dict):
 
 
 # -- targets ---------------------------------------------------------------------------------------------
-def target_annotations(model: onnx.ModelProto, params: dict, context: PatchContext) -> list[onnx.ValueInfoProto]:
+def target_annotations(
+    model: onnx.ModelProto, params: RenameDimsParams, context: PatchContext
+) -> list[onnx.ValueInfoProto]:
     """The annotations (with shapes) of the targeted tensors; every one of their copies in any graph."""
     if "tensor" in params:
         names = _names_from_patterns(model, params["tensor"], context)
@@ -179,9 +166,9 @@ def target_annotations(model: onnx.ModelProto, params: dict, context: PatchConte
     return [info for name in names for info in found.get(name, [])]
 
 
-def _annotations_named(model: onnx.ModelProto, names) -> dict[str, list]:
+def _annotations_named(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, list[onnx.ValueInfoProto]]:
     wanted = set(names)
-    found: dict[str, list] = {}
+    found: dict[str, list[onnx.ValueInfoProto]] = {}
     for info in all_annotations(model.graph):
         if info.name in wanted and has_shape(info):
             found.setdefault(info.name, []).append(info)
@@ -205,7 +192,7 @@ def _tensor_names(model: onnx.ModelProto) -> list[str]:
     return list(names)
 
 
-def _names_from_patterns(model: onnx.ModelProto, patterns, context: PatchContext) -> list[str]:
+def _names_from_patterns(model: onnx.ModelProto, patterns: str | list[str], context: PatchContext) -> list[str]:
     listed = patterns if isinstance(patterns, list) else [patterns]
     candidates = _tensor_names(model)
     chosen: dict[str, None] = {}
@@ -226,7 +213,7 @@ def _matches(pattern: str, name: str) -> bool:
     return name == pattern or fnmatch.fnmatchcase(name, pattern)
 
 
-def _names_from_selection(model: onnx.ModelProto, params: dict, context: PatchContext) -> list[str]:
+def _names_from_selection(model: onnx.ModelProto, params: RenameDimsParams, context: PatchContext) -> list[str]:
     which = params.get("tensors", "outputs")
     constants = {t.name for g in all_graphs(model.graph) for t in g.initializer}
     constants |= {n.output[0] for g in all_graphs(model.graph) for n in g.node if n.op_type == "Constant" and n.output}
@@ -237,6 +224,11 @@ def _names_from_selection(model: onnx.ModelProto, params: dict, context: PatchCo
         )
         names.update(dict.fromkeys(n for n in picked if n and n not in constants))
     return list(names)
+
+
+def _dims(info: onnx.ValueInfoProto) -> list[int | str | None]:
+    """The dims of a target (targets always have a shape)."""
+    return read_dims(info) or []
 
 
 # -- actions ---------------------------------------------------------------------------------------------
@@ -251,7 +243,7 @@ class Renamer:
         self.fresh: dict[tuple[str, int], str] = {}
         self.count = 0
 
-    def set(self, info: onnx.ValueInfoProto, axis: int, value, *, pin: bool = True) -> None:
+    def set(self, info: onnx.ValueInfoProto, axis: int, value: int | str, *, pin: bool = True) -> None:
         dim = shape_dims(info)[axis]
         self.touched.add((info.name, axis))
         if read_dim(dim) != value:
@@ -260,8 +252,8 @@ class Renamer:
         if pin:
             self.context.state.get(PINNED_DIMS).setdefault(info.name, {})[axis] = value
 
-    def map_params(self, targets, mapping: dict) -> None:
-        seen = {d for info in targets for d in read_dims(info) if isinstance(d, str)}
+    def map_params(self, targets: list[onnx.ValueInfoProto], mapping: dict[str, int | str]) -> None:
+        seen = {d for info in targets for d in _dims(info) if isinstance(d, str)}
         for old in mapping:
             if old not in seen:
                 msg = f"no targeted tensor has a dim named '{old}'" + did_you_mean(old, seen)
@@ -269,11 +261,11 @@ class Renamer:
                     msg, key=("map", old), hint=f"dim names on the targets: {', '.join(sorted(seen)) or 'none'}"
                 )
         for info in targets:
-            for axis, dim in enumerate(read_dims(info)):
+            for axis, dim in enumerate(_dims(info)):
                 if isinstance(dim, str) and dim in mapping:
                     self.set(info, axis, mapping[dim])
 
-    def set_axes(self, targets, axes: dict) -> None:
+    def set_axes(self, targets: list[onnx.ValueInfoProto], axes: dict[int, int | str]) -> None:
         for info in targets:
             rank = len(shape_dims(info))
             for axis, value in axes.items():
@@ -285,10 +277,10 @@ class Renamer:
                     )
                 self.set(info, axis % rank, value)
 
-    def make_unique(self, targets) -> None:
+    def make_unique(self, targets: list[onnx.ValueInfoProto]) -> None:
         named_by_hand = set(self.touched)  # set by map or axes in this step: keep those names
         for info in targets:
-            for axis, dim in enumerate(read_dims(info)):
+            for axis, dim in enumerate(_dims(info)):
                 if isinstance(dim, int) or (info.name, axis) in named_by_hand:
                     continue
                 key = (info.name, axis)
@@ -300,5 +292,5 @@ class Renamer:
 
 
 @hookimpl
-def register_patch_types(register):
+def register_patch_types(register: Callable[[type], None]) -> None:
     register(RenameDimsPatch)
