@@ -9,14 +9,15 @@ literal ``value`` (element count and dtype checked) or a ``shape``: ITEMs compil
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Annotated, Any, TypedDict
 
 import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
-from patchspec import PatchResult, PatchType, hookimpl
+from patchspec import Param, ParamProblem, PatchContext, PatchResult, PatchType, hookimpl
 from patchspec.api import (
     ELEMENT_TYPES,
     SELECTOR_SCHEMA,
@@ -51,57 +52,46 @@ class Target:
     name: str
     node: onnx.NodeProto | None = None
     index: int | None = None
-    key: tuple = ("initializer",)
+    key: tuple[str, ...] = ("initializer",)
 
 
 class ReplaceInitializerParams(TypedDict, total=False):
-    """The params as ``apply``/``verify`` receive them (schema defaults filled in); the test kit checks
-    its keys against ``params_schema``."""
+    initializer: Annotated[
+        str,
+        Param("name of an initializer or of a Constant node's output; every use is replaced", minLength=1),
+    ]
+    select: Annotated[
+        dict[str, Any],
+        Param(
+            "nodes whose input 'input' is replaced (only those uses)",
+            schema={key: value for key, value in SELECTOR_SCHEMA.items() if key != "description"},
+        ),
+    ]
+    input: Annotated[int, Param("with 'select': which input of each selected node", minimum=0)]
+    value: Annotated[
+        Any, Param("new value: a number or a (nested) list; same element count as the original", schema=NUMBERS)
+    ]
+    dtype: Annotated[str, Param("element type of 'value' (default: the original's)", schema={"enum": sorted(DTYPES)})]
+    shape: Annotated[
+        list[int | str],
+        Param(
+            "an int64 1-D tensor computed at run time: integers and expressions (docs/expressions.md)",
+            schema={
+                "type": "array",
+                "minItems": 1,
+                "items": {"anyOf": [{"type": "integer"}, {"type": "string", "minLength": 1}]},
+            },
+        ),
+    ]
 
-    initializer: str
-    select: dict[str, Any]
-    input: int
-    value: Any
-    dtype: str
-    shape: list[int | str]
 
-
-class ReplaceInitializerPatch(PatchType):
-    Params = ReplaceInitializerParams
+class ReplaceInitializerPatch(PatchType[ReplaceInitializerParams]):
     name = "replace_initializer"
     description = (
         "Replace a constant (initializer or Constant output) with a new value or a shape computed at run time."
     )
-    params_schema = {
-        "type": "object",
-        "properties": {
-            "initializer": {
-                "type": "string",
-                "minLength": 1,
-                "description": "name of an initializer or of a Constant node's output; every use is replaced",
-            },
-            "select": dict(SELECTOR_SCHEMA, description="nodes whose input 'input' is replaced (only those uses)"),
-            "input": {
-                "type": "integer",
-                "minimum": 0,
-                "description": "with 'select': which input of each selected node",
-            },
-            "value": {
-                **NUMBERS,
-                "description": "new value: a number or a (nested) list; same element count as the original",
-            },
-            "dtype": {"enum": sorted(DTYPES), "description": "element type of 'value' (default: the original's)"},
-            "shape": {
-                "type": "array",
-                "minItems": 1,
-                "items": {"anyOf": [{"type": "integer"}, {"type": "string", "minLength": 1}]},
-                "description": "an int64 1-D tensor computed at run time: integers and expressions (docs/expressions.md)",
-            },
-        },
-        "additionalProperties": False,
-    }
 
-    def check_params(self, params: dict):
+    def check_params(self, params: ReplaceInitializerParams) -> Iterator[ParamProblem]:
         if ("initializer" in params) == ("select" in params):
             yield (), "give either 'initializer: NAME' or 'select' with 'input: INDEX'"
         if "select" in params and "input" not in params:
@@ -124,7 +114,7 @@ class ReplaceInitializerPatch(PatchType):
             if problem:
                 yield ("shape", index), problem
 
-    def apply(self, model: onnx.ModelProto, params: ReplaceInitializerParams, context) -> PatchResult:
+    def apply(self, model: onnx.ModelProto, params: ReplaceInitializerParams, context: PatchContext) -> PatchResult:
         targets = _targets(model, params, context)
         if "value" in params:
             changed, details = _replace_values(model, targets, params, context)
@@ -139,7 +129,7 @@ class ReplaceInitializerPatch(PatchType):
 
 
 # -- finding targets --------------------------------------------------------------------------------
-def _targets(model: onnx.ModelProto, params: dict, context) -> list[Target]:
+def _targets(model: onnx.ModelProto, params: ReplaceInitializerParams, context: PatchContext) -> list[Target]:
     if "initializer" in params:
         name = params["initializer"]
         _require_constant(model.graph, name, ("initializer",), context, f"'{name}'")
@@ -158,19 +148,23 @@ def _targets(model: onnx.ModelProto, params: dict, context) -> list[Target]:
     return targets
 
 
-def _find_constant(graph: onnx.GraphProto, name: str):
+def _find_constant(graph: onnx.GraphProto, name: str) -> onnx.TensorProto | onnx.NodeProto | None:
     """The initializer or Constant node that defines ``name`` in ``graph``, or None."""
     inputs = {v.name for v in graph.input}
-    for init in graph.initializer:
-        if init.name == name and name not in inputs:
-            return init
+    initializer: onnx.TensorProto
+    for initializer in graph.initializer:
+        if initializer.name == name and name not in inputs:
+            return initializer
+    node: onnx.NodeProto
     for node in graph.node:
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and name in node.output:
             return node
     return None
 
 
-def _require_constant(graph, name: str, key: tuple, context, what: str) -> None:
+def _require_constant(
+    graph: onnx.GraphProto, name: str, key: tuple[str, ...], context: PatchContext, what: str
+) -> None:
     if _find_constant(graph, name) is not None:
         return
     producers = [n for n in graph.node if name in n.output]
@@ -191,8 +185,9 @@ def _require_constant(graph, name: str, key: tuple, context, what: str) -> None:
     context.fail(f"{what}: no initializer or Constant output of that name", key=key, hint=hint)
 
 
-def _original_array(graph, name: str) -> tuple[tuple[int, ...], int]:
+def _original_array(graph: onnx.GraphProto, name: str) -> tuple[tuple[int, ...], int]:
     found = _find_constant(graph, name)
+    assert found is not None  # _targets required a constant
     if isinstance(found, onnx.TensorProto):
         return tuple(found.dims), found.data_type
     value = constant_value(found)
@@ -203,7 +198,7 @@ def _original_array(graph, name: str) -> tuple[tuple[int, ...], int]:
 
 
 # -- value ----------------------------------------------------------------------------------------------
-def _value_problem(value) -> str | None:
+def _value_problem(value: Any) -> str | None:
     message = "'value' must be a number or a rectangular (nested) list of numbers"
     try:
         array = np.array(value, dtype=object)
@@ -215,7 +210,7 @@ def _value_problem(value) -> str | None:
     return None
 
 
-def _converted(value, dims: tuple, dtype: int, context) -> np.ndarray:
+def _converted(value: Any, dims: tuple[int, ...], dtype: int, context: PatchContext) -> np.ndarray[Any, Any]:
     flat = np.array(value, dtype=object).reshape(-1)
     expected = int(np.prod(dims)) if dims else 1
     dtype_name = onnx.helper.tensor_dtype_to_np_dtype(dtype)
@@ -238,11 +233,13 @@ def _converted(value, dims: tuple, dtype: int, context) -> np.ndarray:
     return np.array([int(v) if np_dtype.kind in "iu" else v for v in flat], dtype=np_dtype).reshape(dims)
 
 
-def _replace_values(model, targets: list[Target], params: dict, context) -> tuple[bool, list[str]]:
+def _replace_values(
+    model: onnx.ModelProto, targets: list[Target], params: ReplaceInitializerParams, context: PatchContext
+) -> tuple[bool, list[str]]:
     """Overwrite each constant in place when only the targets read it, else feed the targets a new one."""
     changed, details = False, []
     namer = Namer(all_names(model))
-    by_constant: dict[tuple, list[Target]] = {}
+    by_constant: dict[tuple[int, str], list[Target]] = {}
     for target in targets:
         by_constant.setdefault((id(target.graph), target.name), []).append(target)
     for group in by_constant.values():
@@ -263,43 +260,49 @@ def _replace_values(model, targets: list[Target], params: dict, context) -> tupl
         tensor.name = namer.fresh(f"{name}/patchspec/{context.step.index}")
         graph.initializer.append(tensor)
         for target in group:
+            assert target.node is not None and target.index is not None  # selected uses
             target.node.input[target.index] = tensor.name
-        nodes = ", ".join(f"'{t.node.name}'" for t in group)
+        nodes = ", ".join(f"'{t.node.name}'" for t in group if t.node is not None)
         details.append(
             f"input {group[0].index} of {nodes} -> new constant '{tensor.name}' = {shown} ('{name}' is shared)"
         )
     return changed, details
 
 
-def _read_elsewhere(model, group: list[Target]) -> bool:
+def _read_elsewhere(model: onnx.ModelProto, group: list[Target]) -> bool:
     """Whether anything besides the targets' own inputs reads the constant."""
     selected = {(id(t.node), t.index) for t in group}
     return any(node is None or (id(node), index) not in selected for node, index in graph_users(model, group[0].name))
 
 
-def _same_constant(graph, name: str, tensor: onnx.TensorProto) -> bool:
+def _same_constant(graph: onnx.GraphProto, name: str, tensor: onnx.TensorProto) -> bool:
     found = _find_constant(graph, name)
     if isinstance(found, onnx.NodeProto):
         old = constant_value(found)
         if old is None:
             return False
         return old.dtype == numpy_helper.to_array(tensor).dtype and np.array_equal(old, numpy_helper.to_array(tensor))
+    if found is None:
+        return False
     if found.data_location == TensorProto.EXTERNAL or found.data_type != tensor.data_type:
         return False
     return np.array_equal(numpy_helper.to_array(found), numpy_helper.to_array(tensor))
 
 
-def _overwrite_constant(graph, name: str, tensor: onnx.TensorProto) -> None:
+def _overwrite_constant(graph: onnx.GraphProto, name: str, tensor: onnx.TensorProto) -> None:
     found = _find_constant(graph, name)
     if isinstance(found, onnx.TensorProto):
         found.CopyFrom(tensor)
         return
+    assert found is not None  # _targets required a constant
     del found.attribute[:]
     found.attribute.append(onnx.helper.make_attribute("value", tensor))
 
 
 # -- shape ----------------------------------------------------------------------------------------------
-def _replace_with_shape(model, targets: list[Target], params: dict, context) -> tuple[bool, list[str]]:
+def _replace_with_shape(
+    model: onnx.ModelProto, targets: list[Target], params: ReplaceInitializerParams, context: PatchContext
+) -> tuple[bool, list[str]]:
     namer = Namer(all_names(model))
     details = []
     compiled_for: dict[int, str] = {}
@@ -313,7 +316,8 @@ def _replace_with_shape(model, targets: list[Target], params: dict, context) -> 
         if target.node is None and any(node is None for node, _ in users):
             context.fail(f"'{target.name}' is a graph output; a computed shape cannot replace it", key=target.key)
         for node, index in users:
-            node.input[index] = output
+            if node is not None:  # a graph output was refused above
+                node.input[index] = output
         removed = remove_if_unused(model, graph, target.name)
         where = f"'{target.name}'" if target.node is None else f"input {target.index} of '{target.node.name}'"
         details.append(f"{where} -> computed shape {text}" + (" (old constant removed)" if removed else ""))
@@ -326,7 +330,14 @@ def _replace_with_shape(model, targets: list[Target], params: dict, context) -> 
     return True, details
 
 
-def _compile_into(model, graph, target: Target, params: dict, context, namer: Namer) -> str:
+def _compile_into(
+    model: onnx.ModelProto,
+    graph: onnx.GraphProto,
+    target: Target,
+    params: ReplaceInitializerParams,
+    context: PatchContext,
+    namer: Namer,
+) -> str:
     graphs = [model.graph] if graph is model.graph else [model.graph, graph]
     prefix = f"patchspec/patches{context.step.index}/{target.name}"
     compiler = ShapeCompiler(TensorIndex(graphs), default_opset(model), namer, prefix)
@@ -343,6 +354,7 @@ def _compile_into(model, graph, target: Target, params: dict, context, namer: Na
         graph.initializer.append(tensor)
         return tensor.name
     output = compiled.output
+    assert output is not None  # a compiled shape that is not a constant has an output
     if dtype != TensorProto.INT64:
         name = namer.fresh(prefix + "/cast")
         compiled.nodes.append(onnx.helper.make_node("Cast", [output], [name], name=name, to=dtype))
@@ -353,14 +365,14 @@ def _compile_into(model, graph, target: Target, params: dict, context, namer: Na
     return output
 
 
-def _first_user(graph, name: str):
+def _first_user(graph: onnx.GraphProto, name: str) -> onnx.NodeProto | None:
     return next((node for node in graph.node if name in node.input), None)
 
 
 # -- editing the graph ----------------------------------------------------------------------------------
-def graph_users(model: onnx.ModelProto, name: str) -> list[tuple]:
+def graph_users(model: onnx.ModelProto, name: str) -> list[tuple[onnx.NodeProto | None, int]]:
     """(node, input index) for every read of ``name`` in any graph; (None, -1) for a main graph output."""
-    users: list[tuple] = [(None, -1) for out in model.graph.output if out.name == name]
+    users: list[tuple[onnx.NodeProto | None, int]] = [(None, -1) for out in model.graph.output if out.name == name]
     for graph in all_graphs(model.graph):
         for node in graph.node:
             users.extend((node, i) for i, used in enumerate(node.input) if used == name)
@@ -379,7 +391,7 @@ def remove_if_unused(model: onnx.ModelProto, graph: onnx.GraphProto, name: str) 
     return found is not None
 
 
-def insert_before(graph: onnx.GraphProto, consumer, new_nodes: list) -> None:
+def insert_before(graph: onnx.GraphProto, consumer: onnx.NodeProto | None, new_nodes: list[onnx.NodeProto]) -> None:
     position = next((i for i, node in enumerate(graph.node) if node is consumer), len(graph.node))
     for offset, node in enumerate(new_nodes):
         graph.node.insert(position + offset, node)
@@ -424,5 +436,5 @@ def _reads(node: onnx.NodeProto) -> set[str]:
 
 
 @hookimpl
-def register_patch_types(register):
+def register_patch_types(register: Callable[[type], None]) -> None:
     register(ReplaceInitializerPatch)

@@ -6,12 +6,17 @@ shape modules import these rather than walking graphs their own way.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
+
+#: what defines a constant tensor: an initializer, or a Constant node
+ConstantSource = onnx.TensorProto | onnx.NodeProto
+V = TypeVar("V")
 
 
 # -- graphs -----------------------------------------------------------------------------------------
@@ -56,7 +61,7 @@ def walk_nodes(graph: onnx.GraphProto) -> Iterator[NodeSite]:
     """Every node: a graph's nodes in order, each owner followed by the nodes of its bodies."""
     counter = iter(range(1 << 62))
 
-    def walk(scopes):
+    def walk(scopes: tuple[onnx.GraphProto, ...]) -> Iterator[NodeSite]:
         for node in scopes[-1].node:
             yield NodeSite(next(counter), node, scopes)
             for sub in subgraphs(node):
@@ -70,21 +75,26 @@ class ScopeIndex:
 
     def __init__(self) -> None:
         self._types: dict[int, dict[str, onnx.ValueInfoProto]] = {}
-        self._constants: dict[int, dict[str, object]] = {}
+        self._constants: dict[int, dict[str, ConstantSource]] = {}
 
-    def annotation(self, name: str, scopes) -> onnx.ValueInfoProto | None:
+    def annotation(self, name: str, scopes: Sequence[onnx.GraphProto]) -> onnx.ValueInfoProto | None:
         return self._lookup(self._types, _types_of, name, scopes)
 
-    def constant_source(self, name: str, scopes):
+    def constant_source(self, name: str, scopes: Sequence[onnx.GraphProto]) -> ConstantSource | None:
         """The initializer (TensorProto) or Constant node (NodeProto) that defines ``name``."""
         return self._lookup(self._constants, _constants_of, name, scopes)
 
-    def constant(self, name: str, scopes):
+    def constant(self, name: str, scopes: Sequence[onnx.GraphProto]) -> np.ndarray[Any, Any] | None:
         """The value of a constant tensor as a numpy array, or None (not constant, or not loaded)."""
         return constant_value(self.constant_source(name, scopes))
 
     @staticmethod
-    def _lookup(cache, build, name, scopes):
+    def _lookup(
+        cache: dict[int, dict[str, V]],
+        build: Callable[[onnx.GraphProto], dict[str, V]],
+        name: str,
+        scopes: Sequence[onnx.GraphProto],
+    ) -> V | None:
         for graph in reversed(scopes):
             table = cache.get(id(graph))
             if table is None:
@@ -94,15 +104,15 @@ class ScopeIndex:
         return None
 
 
-def _types_of(graph: onnx.GraphProto) -> dict:
+def _types_of(graph: onnx.GraphProto) -> dict[str, onnx.ValueInfoProto]:
     table = {info.name: info for info in graph.value_info}
     table.update((info.name, info) for info in graph.output)
     table.update((info.name, info) for info in graph.input)
     return table
 
 
-def _constants_of(graph: onnx.GraphProto) -> dict:
-    table: dict = {
+def _constants_of(graph: onnx.GraphProto) -> dict[str, ConstantSource]:
+    table: dict[str, ConstantSource] = {
         node.output[0]: node
         for node in graph.node
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output
@@ -111,7 +121,7 @@ def _constants_of(graph: onnx.GraphProto) -> dict:
     return table
 
 
-def constant_value(source):
+def constant_value(source: object) -> np.ndarray[Any, Any] | None:
     """The value of an initializer or Constant node (any of its attribute forms), or None when it
     cannot be read here (external data, sparse tensors, strings)."""
     if isinstance(source, onnx.TensorProto):
@@ -128,7 +138,7 @@ def constant_value(source):
 
 
 #: Constant's attribute forms other than ``value``: numpy dtype and how to read the attribute
-CONSTANT_ATTRIBUTES = {
+CONSTANT_ATTRIBUTES: dict[str, tuple[type[np.generic], Callable[[onnx.AttributeProto], Any]]] = {
     "value_int": (np.int64, lambda a: a.i),
     "value_ints": (np.int64, lambda a: list(a.ints)),
     "value_float": (np.float32, lambda a: a.f),
@@ -201,7 +211,8 @@ def default_opset(model: onnx.ModelProto) -> int:
     """The model's version of the default ONNX domain."""
     for opset in model.opset_import:
         if opset.domain in ("", "ai.onnx"):
-            return opset.version
+            version: int = opset.version
+            return version
     return 1
 
 
