@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 EXIT_OK = 0
 EXIT_VERIFY_FAILED = 1
@@ -54,7 +55,7 @@ class VerifierFailed(VerificationFailed):
     :class:`VerifyResult`; ``summary`` is the plugin's message, ``key`` where in its params it points.
     """
 
-    def __init__(self, where: str, summary: str, key: tuple = (), hint: str | None = None) -> None:
+    def __init__(self, where: str, summary: str, key: tuple[Any, ...] = (), hint: str | None = None) -> None:
         super().__init__(f"{where}: {summary}", hint)
         self.summary = summary
         self.key = tuple(key)

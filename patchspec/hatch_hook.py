@@ -18,13 +18,18 @@ artifacts. hatchling imports this module through the ``hatch`` entry point; noth
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 from hatchling.plugin import hookimpl
 
+if TYPE_CHECKING:  # generic in hatchling's stubs; older hatchling is not subscriptable at run time
+    _BuildHook = BuildHookInterface[Any]
+else:
+    _BuildHook = BuildHookInterface
 
-class PatchspecBuildHook(BuildHookInterface):  # type: ignore[misc]
+
+class PatchspecBuildHook(_BuildHook):
     PLUGIN_NAME = "patchspec"
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:

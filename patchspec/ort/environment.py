@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import platform
 from importlib import metadata
+from typing import Any
 
 from patchspec import __version__
 
@@ -31,11 +32,11 @@ def installed_ort_distributions() -> dict[str, str]:
     return found
 
 
-def environment() -> dict:
+def environment() -> dict[str, Any]:
     """What ``patchspec env`` reports, as data (``env --json`` prints it)."""
     import onnx
 
-    found: dict = {
+    found: dict[str, Any] = {
         "patchspec": __version__,
         "python": platform.python_version(),
         "platform": f"{platform.system()} {platform.machine()}",

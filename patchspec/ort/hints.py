@@ -29,7 +29,7 @@ class Diagnosis:
         return f"node '{self.node}'" if self.node else (self.op or "")
 
 
-def _custom_op(match: re.Match) -> Diagnosis:
+def _custom_op(match: re.Match[str]) -> Diagnosis:
     domain, op = match.group("domain"), match.group("op")
     what = f"'{op}' in the domain '{domain}'" if op else f"an op in the domain '{domain}'"
     return Diagnosis(
@@ -44,7 +44,7 @@ def _custom_op(match: re.Match) -> Diagnosis:
     )
 
 
-def _attribute(match: re.Match) -> Diagnosis:
+def _attribute(match: re.Match[str]) -> Diagnosis:
     return Diagnosis(
         "attribute",
         None,
@@ -56,7 +56,7 @@ def _attribute(match: re.Match) -> Diagnosis:
     )
 
 
-def _opset(match: re.Match) -> Diagnosis:
+def _opset(match: re.Match[str]) -> Diagnosis:
     return Diagnosis(
         "too_new",
         None,
@@ -68,7 +68,7 @@ def _opset(match: re.Match) -> Diagnosis:
     )
 
 
-def _no_kernel(match: re.Match) -> Diagnosis:
+def _no_kernel(match: re.Match[str]) -> Diagnosis:
     node, op = match.group("node"), match.group("op")
     return Diagnosis(
         "no_kernel",
@@ -81,7 +81,7 @@ def _no_kernel(match: re.Match) -> Diagnosis:
     )
 
 
-def _escapes(match: re.Match) -> Diagnosis:
+def _escapes(match: re.Match[str]) -> Diagnosis:
     return Diagnosis(
         "escapes",
         None,

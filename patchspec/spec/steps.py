@@ -6,6 +6,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from patchspec.errors import SpecProblem
 from patchspec.spec.reader import YamlDocument
@@ -18,7 +19,7 @@ class Step:
     section: str  # "patches" | "verify"
     index: int
     type_name: str
-    params: dict
+    params: dict[str, Any]
     shorthand_used: bool = False
 
     @property
@@ -26,7 +27,7 @@ class Step:
         return f"{self.section}[{self.index}] ({self.type_name})"
 
     @property
-    def path(self) -> tuple:
+    def path(self) -> tuple[Any, ...]:
         return (self.section, self.index, self.type_name)
 
 
@@ -49,19 +50,20 @@ class Spec:
     def text_digest(self) -> str:
         return hashlib.sha256(self.document.text.encode("utf-8")).hexdigest()
 
-    def locate(self, step: Step, key: tuple = ()) -> str:
+    def locate(self, step: Step, key: tuple[Any, ...] = ()) -> str:
         """``file:line:col: patches[1] (rename_dims) > axes.2`` for a key inside a step."""
         return locate(self.document, step, key)
 
-    def problem(self, step: Step, key: tuple, message: str, hint: str | None = None) -> SpecProblem:
+    def problem(self, step: Step, key: tuple[Any, ...], message: str, hint: str | None = None) -> SpecProblem:
         """A located problem inside a step's params, as the loader reports its own."""
         key = tuple(key)
         doc_path = step.path if step.shorthand_used else step.path + key
         where = step.label + (" > " + ".".join(str(k) for k in key) if key else "")
-        return self.document.problem(doc_path, where, message, hint)
+        problem: SpecProblem = self.document.problem(doc_path, where, message, hint)
+        return problem
 
 
-def locate(document: YamlDocument, step: Step, key: tuple = ()) -> str:
+def locate(document: YamlDocument, step: Step, key: tuple[Any, ...] = ()) -> str:
     """``file:line:col: patches[1] (rename_dims) > axes.2`` for a key inside a step of ``document``."""
     key = tuple(key)
     doc_path = step.path if step.shorthand_used else step.path + key

@@ -250,13 +250,13 @@ from patchspec.testing.checks import check_patch_type, check_types, check_verifi
 from patchspec.testing.contexts import patch_context, verify_context  # noqa: E402
 
 
-def filled(plugin: type[PatchType] | type[Verifier], params: Mapping[str, Any]) -> dict:
+def filled(plugin: type[PatchType[Any]] | type[Verifier[Any]], params: Mapping[str, Any]) -> dict[str, Any]:
     """``params`` as the spec loader hands them to ``plugin``: its schema's defaults filled in. For unit
     tests that call ``apply``/``verify`` directly (since plugin API 1.1, plugins read defaults from
     their params, not from code)."""
     from patchspec.spec.load import apply_defaults
 
-    result: dict = apply_defaults(plugin.params_schema, dict(params))
+    result: dict[str, Any] = apply_defaults(plugin.params_schema, dict(params))
     return result
 
 

@@ -67,7 +67,7 @@ def schema_problems(schema: Any, path: str = "params") -> list[str]:
     return problems
 
 
-def check_declaration(cls: type[PatchType] | type[Verifier]) -> None:
+def check_declaration(cls: type[PatchType[Any]] | type[Verifier[Any]]) -> None:
     """A type's name, one-line description and closed, described ``params_schema``."""
     label = f"{cls.__name__}"
     assert isinstance(getattr(cls, "name", None), str) and cls.name, f"{label}: no 'name' (the key users write)"
@@ -115,7 +115,7 @@ def _faults_fail(check: F) -> F:
 
 @_faults_fail
 def check_patch_type(
-    cls: type[PatchType],
+    cls: type[PatchType[Any]],
     folder: Path | str,
     *,
     change: Case | None = None,
@@ -159,7 +159,12 @@ def check_patch_type(
 
 @_faults_fail
 def check_verifier(
-    cls: type[Verifier], folder: Path | str, model: onnx.ModelProto, params: Any = None, *, expect: str | None = None
+    cls: type[Verifier[Any]],
+    folder: Path | str,
+    model: onnx.ModelProto,
+    params: Any = None,
+    *,
+    expect: str | None = None,
 ) -> VerifyResult:
     """Run a verifier on ``model`` (saved as ``folder/model.onnx``, as output and original) and check
     that it returns a verdict (``expect`` it, if given) and changes neither the model nor any file."""
@@ -185,12 +190,12 @@ def check_verifier(
 
 
 # -- helpers -------------------------------------------------------------------------------------------
-def _guard(cls: type[PatchType] | type[Verifier]) -> Guard:
+def _guard(cls: type[PatchType[Any]] | type[Verifier[Any]]) -> Guard:
     """``cls`` called through the boundary, as a run calls it, faults named by the plugin that has it."""
     return Guard(cls, origin_of(cls))
 
 
-def _params(cls: type[PatchType] | type[Verifier], params: Any) -> dict:
+def _params(cls: type[PatchType[Any]] | type[Verifier[Any]], params: Any) -> dict[str, Any]:
     """Params as the spec loader hands them over: shorthand expanded, validated by the schema."""
     if params is None:
         params = {}
@@ -202,12 +207,12 @@ def _params(cls: type[PatchType] | type[Verifier], params: Any) -> dict:
     assert not errors, f"{cls.name}: its params_schema rejects {params!r}: {errors[0].message}"
     problems = guard.check_params(params)
     assert not problems, f"{cls.name}: check_params rejects {params!r}: {problems}"
-    checked: dict = apply_defaults(cls.params_schema, params)  # as the loader does, after check_params
+    checked: dict[str, Any] = apply_defaults(cls.params_schema, params)  # as the loader does, after check_params
     return checked
 
 
 def _apply(
-    cls: type[PatchType], folder: Path | str, model: onnx.ModelProto, params: Any
+    cls: type[PatchType[Any]], folder: Path | str, model: onnx.ModelProto, params: Any
 ) -> tuple[onnx.ModelProto, PatchResult]:
     copy, checked = _copy(model), _params(cls, params)
     # the boundary checks the result's type, that 'modified' tells the truth and that no type lost its element type

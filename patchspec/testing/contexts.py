@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import onnx
 
@@ -15,18 +16,18 @@ class DetachedSpec:
     """What a context needs of a spec when a test calls a plugin without one: its folder and positions."""
 
     path = Path("<unit test>")
-    verify: tuple = ()
+    verify: tuple[Any, ...] = ()
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
 
-    def locate(self, step: Step, key: tuple = ()) -> str:
+    def locate(self, step: Step, key: tuple[Any, ...] = ()) -> str:
         return f"{self.path}: {step.label}" + (" > " + ".".join(str(k) for k in key) if key else "")
 
 
 def patch_context(
     type_name: str = "patch",
-    params: Mapping | None = None,
+    params: Mapping[str, Any] | None = None,
     *,
     model_dir: Path | str = ".",
     state: RunState | None = None,
@@ -47,7 +48,7 @@ def patch_context(
 
 def verify_context(
     type_name: str,
-    params: Mapping | None,
+    params: Mapping[str, Any] | None,
     output: Path | str,
     model: onnx.ModelProto | None = None,
     *,
