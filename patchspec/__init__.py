@@ -9,7 +9,7 @@ Every other module under ``patchspec`` is internal and may change in any release
 
 __version__ = "0.1.0"
 
-from patchspec.errors import ModelFileError, PatchError, PatchspecError, SpecError, VerificationFailed
+from patchspec.errors import ModelFileError, PatchError, PatchspecError, SpecError, VerificationFailed, VerifierFailed
 from patchspec.plugin.contract import (
     ParamProblem,
     PatchContext,
@@ -40,6 +40,7 @@ __all__ = [
     "StepContext",
     "VerificationFailed",
     "Verifier",
+    "VerifierFailed",
     "VerifyContext",
     "VerifyResult",
     "__version__",

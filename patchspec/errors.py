@@ -48,12 +48,17 @@ class VerificationFailed(PatchspecError):
     exit_code = EXIT_VERIFY_FAILED
 
 
-class VerifierFailed(VerificationFailed):
+class VerifierFailed(PatchspecError):
     """A verifier stopped with ``context.fail``: its verdict is "failed" (exit 1), not an error of the run.
+
+    Not a :class:`VerificationFailed`, which is the run's verdict over every verifier: this is one
+    verifier's, caught by the engine (since plugin API 1.2; before, a subclass of it).
 
     The engine catches it and reports the verifier as failed, like one that returned a failed
     :class:`VerifyResult`; ``summary`` is the plugin's message, ``key`` where in its params it points.
     """
+
+    exit_code = EXIT_VERIFY_FAILED
 
     def __init__(self, where: str, summary: str, key: tuple[Any, ...] = (), hint: str | None = None) -> None:
         super().__init__(f"{where}: {summary}", hint)

@@ -55,7 +55,7 @@ def verify_context(
     original: Path | str | None = None,
 ) -> VerifyContext:
     """A ``VerifyContext`` to call ``verify`` directly in a unit test: ``output`` (and ``original``,
-    default the same file) are model paths; ``context.fail`` raises ``patchspec.VerificationFailed``."""
+    default the same file) are model paths; ``context.fail`` raises ``patchspec.VerifierFailed``."""
     output = Path(output)
     step = Step("verify", 0, type_name, dict(params or {}))
     loaded = model if model is not None else onnx.load(str(output), load_external_data=False)

@@ -277,10 +277,11 @@ def test_check_verifier_counts_context_fail_as_a_failed_verdict(tmp_path):
 
     result = check_verifier(Gate, tmp_path, make_model(), {}, expect="failed")
     assert result.summary == "gate closed" and result.details == ("hint: open it",)
-    from patchspec import VerificationFailed
+    from patchspec import VerificationFailed, VerifierFailed
 
+    assert not issubclass(VerifierFailed, VerificationFailed)  # one verifier's verdict, not the run's
     onnx.save(make_model(), str(tmp_path / "m.onnx"))
-    with pytest.raises(VerificationFailed, match="gate closed"):
+    with pytest.raises(VerifierFailed, match="gate closed"):
         Gate().verify({}, verify_context("gate.closed", {}, tmp_path / "m.onnx"))
 
 
