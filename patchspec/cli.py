@@ -19,6 +19,7 @@ from patchspec.errors import (
     ModelFileError,
     PatchspecError,
     PluginError,
+    SpecError,
     UsageError,
     did_you_mean,
 )
@@ -166,7 +167,8 @@ def apply(
     except BaseException as exc:  # the report says how the run ended, whatever ended it
         if reports and reports[-1].status not in ("written", "unchanged", "up to date"):
             reports[-1].status, reports[-1].error = "failed", str(exc) or type(exc).__name__
-        _write_report(state, report_path, reports, exit_code_of(exc), None if reports else str(exc))
+            reports[-1].problem = exc.to_json() if isinstance(exc, PatchspecError) else None
+        _write_report(state, report_path, reports, exit_code_of(exc), None if reports else exc)
         if len(specs) > 1 and reports:  # closes the output, after the error
             state.closing = summary_line([r.status for r in reports], len(specs))
         raise
@@ -192,7 +194,7 @@ def validate(state: _State, specs, as_json: bool) -> None:
                 state.echo(f"{path}: ok")
         except PatchspecError as exc:
             problems.append(exc)
-            results.append({"spec": str(path), "ok": False, "problems": str(exc).splitlines()})
+            results.append({"spec": str(path), "ok": False, "problems": _problems_of(exc)})
     if as_json:
         state.reporter.output(json.dumps({"specs": results}, indent=2))
         if problems:
@@ -374,7 +376,7 @@ def inspect_command(
         # --json always prints JSON on stdout: the error as data, with the same exit code
         error = {
             "model": str(model_path),
-            "error": {"exit_code": exc.exit_code, "message": exc.message, "hint": exc.hint},
+            "error": exc.to_json(),
         }
         click.echo(json.dumps(error, indent=2))
         raise click.exceptions.Exit(exc.exit_code) from None
@@ -569,8 +571,19 @@ def _check(state: _State, specs, model, output, no_verify: bool, strict_paths: b
         raise click.exceptions.Exit(EXIT_STALE)
 
 
+def _problems_of(exc: PatchspecError) -> list[dict]:
+    """The error as data: each problem of an invalid spec, or the one error, with its fields."""
+    if isinstance(exc, SpecError):
+        return [problem.to_json() for problem in exc.problems]
+    return [exc.to_json()]
+
+
 def _write_report(
-    state: _State, report_path: Path | None, reports: list[RunReport], exit_code: int, error: str | None = None
+    state: _State,
+    report_path: Path | None,
+    reports: list[RunReport],
+    exit_code: int,
+    error: BaseException | None = None,
 ) -> None:
     """The JSON report: the process's exit code and patchspec's version, then one run per spec (its
     fields at the top level when there is one spec); written on every exit, interrupts included."""
@@ -578,8 +591,9 @@ def _write_report(
         return
     payload: dict = {"exit_code": exit_code, "version": __version__}
     payload.update(reports[0].to_json() if len(reports) == 1 else {"runs": [r.to_json() for r in reports]})
-    if error is not None:
-        payload["error"] = error
+    if error is not None:  # the run ended before any spec started: the error, as text and as data
+        payload["error"] = str(error) or type(error).__name__
+        payload["problem"] = error.to_json() if isinstance(error, PatchspecError) else None
     try:
         _atomic_write_text(report_path, json.dumps(payload, indent=2) + "\n")
     except OSError as exc:  # the report must not hide the run's own outcome

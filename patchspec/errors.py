@@ -23,23 +23,75 @@ EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
 
 
+@dataclass(frozen=True)
+class Where:
+    """The place in a spec an error points at: file, line and column, the step, the key inside it.
+
+    ``str(where)`` is ``spec.yaml:5:9: patches[1] (rename_dims) > axes.2``; ``to_json()`` the fields.
+    """
+
+    file: str
+    line: int
+    column: int
+    step: str = ""  # "patches[1] (rename_dims)"; empty for the spec's own keys
+    key: tuple[Any, ...] = ()
+
+    def __str__(self) -> str:
+        place = f"{self.file}:{self.line}:{self.column}" if self.line else self.file
+        label = self.step + (" > " + ".".join(str(k) for k in self.key) if self.key and self.step else "")
+        return ": ".join(part for part in (place, label) if part)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "column": self.column, "step": self.step, "key": list(self.key)}
+
+
 class PatchspecError(Exception):
-    """Base class: a failure patchspec explains to the user."""
+    """Base class: a failure patchspec explains to the user.
+
+    Errors are data (since plugin API 1.2): ``detail`` is what went wrong, ``where`` the place in the
+    spec (a :class:`Where`, or None), ``key`` the key path inside the step, ``node`` the graph node
+    it concerns, ``hint`` what to do. ``message`` is the one line ``where: detail`` the reporter
+    prints, and ``to_json()`` gives every field for ``--json`` and ``--report``.
+    """
 
     exit_code = EXIT_INTERNAL
     #: tracebacks of plugin code behind this error (a plugin that raised or failed to import);
     #: ``-v`` prints these instead of patchspec's own traceback, which would not help
     plugin_tracebacks: tuple[str, ...] = ()
 
-    def __init__(self, message: str, hint: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
+    def __init__(
+        self,
+        message: str,
+        hint: str | None = None,
+        *,
+        where: Where | None = None,
+        key: tuple[Any, ...] = (),
+        node: str | None = None,
+    ) -> None:
+        self.detail = message
+        self.message = f"{where}: {message}" if where is not None else message
+        super().__init__(self.message)
         self.hint = hint
+        self.where = where
+        self.key = tuple(key) or (where.key if where is not None else ())
+        self.node = node
 
     def __str__(self) -> str:
         if self.hint:
             return f"{self.message}\n  hint: {self.hint}"
         return self.message
+
+    def to_json(self) -> dict[str, Any]:
+        """Every field, for ``--json`` and ``--report``."""
+        return {
+            "exit_code": self.exit_code,
+            "message": self.message,
+            "detail": self.detail,
+            "where": self.where.to_json() if self.where is not None else None,
+            "key": list(self.key),
+            "node": self.node,
+            "hint": self.hint,
+        }
 
 
 class VerificationFailed(PatchspecError):
@@ -60,10 +112,20 @@ class VerifierFailed(PatchspecError):
 
     exit_code = EXIT_VERIFY_FAILED
 
-    def __init__(self, where: str, summary: str, key: tuple[Any, ...] = (), hint: str | None = None) -> None:
-        super().__init__(f"{where}: {summary}", hint)
+    def __init__(
+        self,
+        where: str | Where,
+        summary: str,
+        key: tuple[Any, ...] = (),
+        hint: str | None = None,
+        *,
+        node: str | None = None,
+    ) -> None:
+        if isinstance(where, Where):
+            super().__init__(summary, hint, where=where, key=key, node=node)
+        else:  # a place already written out (1.1)
+            super().__init__(f"{where}: {summary}", hint, key=key, node=node)
         self.summary = summary
-        self.key = tuple(key)
 
 
 class UsageError(PatchspecError):
@@ -84,6 +146,8 @@ class SpecProblem:
     file: str = ""
     #: the traceback of the plugin behind the problem (one that failed to load), shown with ``-v``
     plugin_traceback: str | None = field(default=None, compare=False)
+    #: the key path inside the step's params (``("axes", 2)``), as data
+    key: tuple[Any, ...] = field(default=(), compare=False)
 
     def __str__(self) -> str:
         place = f"{self.file}:{self.line}:{self.column}" if self.line else self.file
@@ -92,6 +156,18 @@ class SpecProblem:
         if self.hint:
             text += f"\n  hint: {self.hint}"
         return text
+
+    def to_json(self) -> dict[str, Any]:
+        """The problem's fields, for ``validate --json`` and ``--report``."""
+        return {
+            "file": self.file,
+            "line": self.line,
+            "column": self.column,
+            "where": self.where,
+            "key": list(self.key),
+            "message": self.message,
+            "hint": self.hint,
+        }
 
 
 class SpecError(PatchspecError):
@@ -108,6 +184,9 @@ class SpecError(PatchspecError):
 
     def __str__(self) -> str:
         return self.message
+
+    def to_json(self) -> dict[str, Any]:
+        return {**super().to_json(), "problems": [problem.to_json() for problem in self.problems]}
 
 
 class ModelFileError(PatchspecError):

@@ -35,7 +35,7 @@ def inspect_model(path: Path, given: dict[str, list] | None = None, values: dict
     try:
         validate_external_data(model, path)
     except ModelFileError as exc:
-        problem = {"exit_code": exc.exit_code, "message": exc.message, "hint": exc.hint}
+        problem = exc.to_json()
     lint = None if problem else lint_model(model, path.resolve().parent, given, values).to_json()
     return {
         "model": str(path),

@@ -141,7 +141,7 @@ class Guard:
         try:
             return call()
         except PatchError as exc:  # from a helper of the API, not context.fail: give it the step's place
-            if not self.where or exc.message.startswith(self.where):
+            if not self.where or exc.where is not None or exc.message.startswith(self.where):
                 raise
             raise PatchError(f"{self.where}: {exc.message}", exc.hint) from None
         except (PatchspecError, MemoryError):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, NoReturn, TypeVar, get_args
 
-from patchspec.errors import PatchError, VerifierFailed
+from patchspec.errors import PatchError, VerifierFailed, Where
 from patchspec.plugin.params import is_params_declaration, schema_of
 
 if TYPE_CHECKING:
@@ -191,12 +191,18 @@ class StepContext:
         """``file:line:col: patches[1] (rename_dims) > axes.2`` for a key inside the step's params."""
         return self.spec.locate(self.step, key)
 
-    def fail(self, message: str, *, key: tuple[Any, ...] = (), hint: str | None = None) -> NoReturn:
-        """Stop the run: this patch cannot apply to this model (exit 4).
+    def location(self, key: tuple[Any, ...] = ()) -> Where:
+        """The same place as data: file, line, column, step, key (since plugin API 1.2)."""
+        return self.spec.location(self.step, key)
+
+    def fail(
+        self, message: str, *, key: tuple[Any, ...] = (), hint: str | None = None, node: str | None = None
+    ) -> NoReturn:
+        """Stop the run: this patch cannot apply to this model (exit 4). ``node``: the graph node at fault.
 
         A :class:`VerifyContext` means something else by it: the output fails verification (exit 1).
         """
-        raise PatchError(f"{self.where(key)}: {message}", hint)
+        raise PatchError(message, hint, where=self.location(key), key=key, node=node)
 
     def resolve(self, relative: str) -> Path:
         """A path written in the spec, relative to the spec's folder."""
@@ -229,10 +235,12 @@ class VerifyContext(StepContext):
     #: prints: it says it here. Since plugin API 1.1.
     progress: Callable[[str], None] = field(default=_no_progress, kw_only=True, repr=False, compare=False)
 
-    def fail(self, message: str, *, key: tuple[Any, ...] = (), hint: str | None = None) -> NoReturn:
+    def fail(
+        self, message: str, *, key: tuple[Any, ...] = (), hint: str | None = None, node: str | None = None
+    ) -> NoReturn:
         """Stop this verifier with the verdict "failed": reported like a failed ``VerifyResult``
         (the other verifiers still run; exit 1, nothing is written)."""
-        raise VerifierFailed(self.where(key), message, key, hint)
+        raise VerifierFailed(self.location(key), message, key, hint, node=node)
 
 
 __all__ = [

@@ -27,6 +27,8 @@ class RunReport:
     #: every file the output depends on besides the spec: model, its data files, verifier inputs
     inputs: list[str] = field(default_factory=list)
     error: str | None = None
+    #: the error as data (``PatchspecError.to_json()``: detail, where, key, node, hint), when it failed
+    problem: dict | None = None
     digest: str | None = None  # the output's digest, once computed
 
     def to_json(self) -> dict:

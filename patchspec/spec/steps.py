@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from patchspec.errors import SpecProblem
+from patchspec.errors import SpecProblem, Where
 from patchspec.spec.reader import YamlDocument
 
 
@@ -54,22 +54,29 @@ class Spec:
         """``file:line:col: patches[1] (rename_dims) > axes.2`` for a key inside a step."""
         return locate(self.document, step, key)
 
+    def location(self, step: Step, key: tuple[Any, ...] = ()) -> Where:
+        """The :class:`Where` of a key inside a step: file, line, column, step label, key path."""
+        return location(self.document, step, key)
+
     def problem(self, step: Step, key: tuple[Any, ...], message: str, hint: str | None = None) -> SpecProblem:
         """A located problem inside a step's params, as the loader reports its own."""
         key = tuple(key)
         doc_path = step.path if step.shorthand_used else step.path + key
         where = step.label + (" > " + ".".join(str(k) for k in key) if key else "")
-        problem: SpecProblem = self.document.problem(doc_path, where, message, hint)
-        return problem
+        pos = self.document.position(doc_path)
+        return SpecProblem(pos.line, pos.column, where, message, hint, file=str(self.document.path), key=key)
+
+
+def location(document: YamlDocument, step: Step, key: tuple[Any, ...] = ()) -> Where:
+    """Where a key inside a step of ``document`` was written."""
+    key = tuple(key)
+    pos = document.position(step.path if step.shorthand_used else step.path + key)
+    return Where(str(document.path), pos.line, pos.column, step.label, key)
 
 
 def locate(document: YamlDocument, step: Step, key: tuple[Any, ...] = ()) -> str:
     """``file:line:col: patches[1] (rename_dims) > axes.2`` for a key inside a step of ``document``."""
-    key = tuple(key)
-    doc_path = step.path if step.shorthand_used else step.path + key
-    pos = document.position(doc_path)
-    where = step.label + (" > " + ".".join(str(k) for k in key) if key else "")
-    return f"{document.path}:{pos.line}:{pos.column}: {where}"
+    return str(location(document, step, key))
 
 
-__all__ = ["Spec", "Step", "locate"]
+__all__ = ["Spec", "Step", "locate", "location"]

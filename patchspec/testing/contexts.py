@@ -8,6 +8,7 @@ from typing import Any
 
 import onnx
 
+from patchspec.errors import Where
 from patchspec.plugin.contract import PatchContext, RunState, VerifyContext
 from patchspec.spec.steps import Step
 
@@ -22,7 +23,10 @@ class DetachedSpec:
         self.folder = folder
 
     def locate(self, step: Step, key: tuple[Any, ...] = ()) -> str:
-        return f"{self.path}: {step.label}" + (" > " + ".".join(str(k) for k in key) if key else "")
+        return str(self.location(step, key))
+
+    def location(self, step: Step, key: tuple[Any, ...] = ()) -> Where:
+        return Where(str(self.path), 0, 0, step.label, tuple(key))
 
 
 def patch_context(

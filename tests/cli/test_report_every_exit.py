@@ -56,8 +56,15 @@ def test_every_failure_writes_the_report_with_its_exit_code(tmp_path, run_cli, c
     assert result.exit_code == code, result.output
     if case == "spec error":
         assert report["runs"] == [] and "sise" in report["error"]
+        problems = report["problem"]["problems"]  # the error as data, not only as text
+        assert {p["line"] for p in problems} == {4} and all(p["file"].endswith("spec.yaml") for p in problems)
+        assert any("sise" in p["message"] for p in problems)
     else:
         assert report["status"] == "failed" and report["error"]
+        assert report["problem"]["exit_code"] == code and report["problem"]["detail"] in report["error"]
+    if case == "patch cannot apply":  # a step's error says where it is as fields
+        where = report["problem"]["where"]
+        assert where["line"] == 4 and where["step"] == "patches[0] (set_batch)" and where["file"].endswith("spec.yaml")
 
 
 def test_an_interrupt_writes_the_report_with_130(tmp_path, run_cli, monkeypatch):

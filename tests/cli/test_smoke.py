@@ -48,4 +48,6 @@ def test_env_plan_and_validate_print_json_when_asked(tmp_path, run_cli):
     result = run_cli("validate", "--json", tmp_path / "bad.yaml", tmp_path / "good.yaml")
     checked = json.loads(result.stdout)["specs"]
     assert result.exit_code == 2 and [s["ok"] for s in checked] == [False, True]
-    assert any("did you mean 'size'" in line for line in checked[0]["problems"])
+    # each problem is data: the place, the key inside the step, the message and the hint apart
+    (problem,) = [p for p in checked[0]["problems"] if "did you mean 'size'" in p["message"] + str(p["hint"])]
+    assert problem["file"].endswith("bad.yaml") and problem["line"] == 4 and problem["column"] > 1
