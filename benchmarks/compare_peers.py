@@ -37,6 +37,17 @@ tool call and each evaluation is a child process with a timeout.
 
 Prints a markdown table and writes the details to ``benchmarks/results/peers.json``.
 
+Then the head to head of issue 26, timed: ``patchspec apply --no-verify`` (``set_batch: 4``, ``--force`` so
+that every run does the work) against ``polygraphy surgeon sanitize --override-input-shapes x:[4,3,'H','W']``
+(the batch set, the other dims kept, as set_batch keeps them) on the PP-OCR v4 detector, alternated
+``--rounds`` times (5) after an untimed round; medians of CPU and wall time, and the ratio patchspec /
+polygraphy against the target 0.5x (CPU: the steadier figure on a shared machine). polygraphy runs with
+``--no-onnxruntime-shape-inference`` (onnx's shape inference, what it uses where onnxruntime's symbolic
+shape inference and its sympy are not installed); its default in the peers venv, which has sympy, is timed
+once beside it. ``--head-to-head`` runs only this.
+
+    .venv/bin/python benchmarks/compare_peers.py --head-to-head             # about 2 minutes
+
 ``--quick`` (``make test`` runs it, so that a broken harness fails the suite) runs the whole harness, table
 included, on two small models: ``silero_vad_static`` from the corpus (skipped, with the reason, when it is not
 installed) and ``generated_reshape``, a Relu + Reshape whose shape constant bakes batch 1, written into the
@@ -51,12 +62,15 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -75,6 +89,8 @@ EVAL_TIMEOUT = 300  # seconds, each run of a produced model (reference included)
 # --quick: one small corpus model and one generated here (in the corpus only when asked for)
 GENERATED_KEY = "generated_reshape"
 QUICK_MODELS = ["silero_vad_static", GENERATED_KEY]
+Json = dict[str, Any]  # a JSON object of the details
+Shapes = dict[str, list[int]]  # input name -> the shape a peer is given
 COLUMNS = ["patchspec", "polygraphy sanitize", "onnxsim", "ORT make_dynamic_shape_fixed", "ORT symbolic_shape_infer"]
 
 # -- the PP-OCR models (rapidocr-onnxruntime wheel), with feeds of the sizes tests/plugins/test_set_batch.py uses
@@ -93,7 +109,7 @@ PPOCR_COVERS = {
 def ppocr_model(kind: str, path: Path) -> RealModel:
     shape = PPOCR_SHAPES[kind]
 
-    def feeds(batch, shape=shape):
+    def feeds(batch: int, shape: tuple[int, ...] = shape) -> dict[str, np.ndarray]:
         return {"x": np.random.default_rng(0).standard_normal((batch, *shape)).astype(np.float32)}
 
     # an absolute path: CORPUS / "/abs/..." is the absolute path itself
@@ -105,13 +121,14 @@ def find_ppocr() -> dict[str, Path]:
         from helpers import ppocr_model_paths  # tests/helpers.py (conftest.py holds fixtures only)
     except ImportError:
         return {}
-    return ppocr_model_paths()
+    found: dict[str, Path] = ppocr_model_paths()
+    return found
 
 
 def generated_model(path: Path) -> RealModel:
     """The --quick model that needs no wheel: x [1, 4, 8, 8] -> Relu -> Reshape to the constant [1, 4, 64]."""
 
-    def feeds(batch):
+    def feeds(batch: int) -> dict[str, np.ndarray]:
         return {"x": np.random.default_rng(0).standard_normal((batch, 4, 8, 8)).astype(np.float32)}
 
     return RealModel(
@@ -190,7 +207,7 @@ def _clip(line: str, limit: int) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def dims_of(value_info) -> list | None:
+def dims_of(value_info: Any) -> list[int | str | None] | None:
     """Declared dims: int, str (dim_param) or None (unknown); None when the rank itself is not declared."""
     tensor = value_info.type.tensor_type
     if not tensor.HasField("shape"):
@@ -198,7 +215,7 @@ def dims_of(value_info) -> list | None:
     return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim]
 
 
-def run_child(command: list[str], timeout: float, **kwargs) -> dict:
+def run_child(command: list[str], timeout: float, **kwargs: Any) -> Json:
     """Run a child process; returns rc (None on timeout), output, wall seconds."""
     start = time.perf_counter()
     try:
@@ -218,7 +235,7 @@ def run_child(command: list[str], timeout: float, **kwargs) -> dict:
     }
 
 
-def batch_axes(model: RealModel, onnx_model) -> dict[str, int]:
+def batch_axes(model: RealModel, onnx_model: Any) -> dict[str, int]:
     """{input: batch axis} for the real (non-initializer) inputs that carry the batch."""
     initializers = {i.name for i in onnx_model.graph.initializer}
     names = [i.name for i in onnx_model.graph.input if i.name not in initializers]
@@ -227,7 +244,7 @@ def batch_axes(model: RealModel, onnx_model) -> dict[str, int]:
     return {name: model.input_axes.get(name, 0) for name in names if model.input_axes.get(name, 0) is not None}
 
 
-def override_shapes(model: RealModel, onnx_model) -> dict[str, list[int]]:
+def override_shapes(model: RealModel, onnx_model: Any) -> dict[str, list[int]]:
     """Declared shape of each batched input, batch axis = 4, symbolic dims = the size feeds(4) uses."""
     feeds = model.feeds(BATCH)
     axes = batch_axes(model, onnx_model)
@@ -249,7 +266,7 @@ def override_shapes(model: RealModel, onnx_model) -> dict[str, list[int]]:
 
 
 # -- evaluation of one produced model (run in a child, in the venv whose onnxruntime is being used) ------------
-def evaluate(key: str, original: str, produced: str, refdir: str) -> dict:
+def evaluate(key: str, original: str, produced: str, refdir: str) -> Json:
     import onnx
     import onnxruntime as ort
 
@@ -275,13 +292,13 @@ def evaluate(key: str, original: str, produced: str, refdir: str) -> dict:
     try:
         session = ort.InferenceSession(produced, options, providers=providers)
     except Exception as error:
-        return {"status": "fails to load", "error": first_error_line(error)}
+        return {"status": "fails to load", "error": first_error_line(str(error))}
     wanted = {i.name for i in session.get_inputs()}
     try:
         names = [o.name for o in session.get_outputs()]
         got = dict(zip(names, session.run(None, {k: v for k, v in feeds.items() if k in wanted})))
     except Exception as error:
-        return {"status": "fails to run", "error": first_error_line(error)}
+        return {"status": "fails to run", "error": first_error_line(str(error))}
 
     proto = onnx.load(produced, load_external_data=False)
     declared = {o.name: dims_of(o) for o in proto.graph.output}
@@ -323,7 +340,7 @@ def evaluate(key: str, original: str, produced: str, refdir: str) -> dict:
     return {"status": "ok", **result}
 
 
-def evaluate_in_child(python: str, model: RealModel, produced: Path, refdir: Path) -> dict:
+def evaluate_in_child(python: str, model: RealModel, produced: Path, refdir: Path) -> Json:
     done = run_child(
         [python, str(SCRIPT), "--evaluate", model.key, str(model.file), str(produced), str(refdir)],
         EVAL_TIMEOUT,
@@ -338,13 +355,14 @@ def evaluate_in_child(python: str, model: RealModel, produced: Path, refdir: Pat
             "error": "evaluation crashed: " + first_error_line(done["output"]),
             "rc": done["rc"],
         }
-    return json.loads(lines[-1])
+    verdict: Json = json.loads(lines[-1])
+    return verdict
 
 
 # -- peers (run in the peers venv) ----------------------------------------------------------------------------
-def tool_call(command: list[str], produced: Path) -> dict:
+def tool_call(command: list[str], produced: Path) -> Json:
     """{"ok": True, command, wall_s, log} when the tool wrote its output; else the verdict (status, error)."""
-    done = run_child(command, TOOL_TIMEOUT, cwd=produced.parent)
+    done = run_child(command, TOOL_TIMEOUT, cwd=produced.parent, env=tool_env(produced.parent))
     record = {
         "command": " ".join(_quote(c) for c in command),
         "wall_s": done["wall_s"],
@@ -362,6 +380,12 @@ def tool_call(command: list[str], produced: Path) -> dict:
     return {"ok": True, **record}
 
 
+def tool_env(folder: Path) -> dict[str, str]:
+    """The environment of a tool call: its temporary files (polygraphy's ``tmp_polygraphy_*.onnx``, which it
+    leaves behind) go to the working folder, which is removed at the end."""
+    return {**os.environ, "TMPDIR": str(folder)}
+
+
 def log_tail(text: str, lines: int = 6) -> list[str]:
     """The last lines a tool printed (colour codes removed), for the JSON details."""
     kept = [_clip(re.sub(r"\x1b\[[0-9;]*m", "", line).strip(), 300) for line in text.splitlines() if line.strip()]
@@ -372,14 +396,14 @@ def _quote(text: str) -> str:
     return text if re.fullmatch(r"[\w./:,=\[\]+-]+", text) else "'" + text.replace("'", "'\\''") + "'"
 
 
-def run_variant(command: list[str], produced: Path, model: RealModel, refdir: Path) -> dict:
+def run_variant(command: list[str], produced: Path, model: RealModel, refdir: Path) -> Json:
     call = tool_call(command, produced)
     if not call.pop("ok", False):
         return call
     return {**call, **evaluate_in_child(sys.executable, model, produced, refdir)}
 
 
-def peer_polygraphy(model, shapes, folder, refdir, tools) -> dict:
+def peer_polygraphy(model: RealModel, shapes: Shapes, folder: Path, refdir: Path, tools: Json) -> Json:
     if tools["polygraphy"]["status"] != "installed":
         return {"": {"status": "not installable", "error": tools["polygraphy"]["reason"]}}
     binary = str(PEERS_VENV / "bin" / "polygraphy")
@@ -402,7 +426,7 @@ def peer_polygraphy(model, shapes, folder, refdir, tools) -> dict:
     return variants
 
 
-def peer_onnxsim(model, shapes, folder, refdir, tools) -> dict:
+def peer_onnxsim(model: RealModel, shapes: Shapes, folder: Path, refdir: Path, tools: Json) -> Json:
     tool = tools["onnxsim"]
     if tool["status"] != "installed":
         return {"": {"status": "not installable", "error": tool["reason"]}}
@@ -422,7 +446,7 @@ def peer_onnxsim(model, shapes, folder, refdir, tools) -> dict:
     return {tool["package"]: run_variant(command, out, model, refdir)}
 
 
-def chained(commands: list[list[str]], outputs: list[Path]) -> dict:
+def chained(commands: list[list[str]], outputs: list[Path]) -> Json:
     """Run tool calls one after the other (each reads the previous one's output); the last one's record, or the
     first refusal, with every command joined by &&."""
     shown, call = [], {}
@@ -434,7 +458,7 @@ def chained(commands: list[list[str]], outputs: list[Path]) -> dict:
     return {**call, "command": " && ".join(shown)}
 
 
-def peer_make_fixed(model, shapes, onnx_model, folder, refdir, tools) -> dict:
+def peer_make_fixed(model: RealModel, shapes: Shapes, onnx_model: Any, folder: Path, refdir: Path, tools: Json) -> Json:
     if tools["onnxruntime"]["status"] != "installed":
         return {"": {"status": "not installable", "error": tools["onnxruntime"]["reason"]}}
     base = [sys.executable, "-m", "onnxruntime.tools.make_dynamic_shape_fixed"]
@@ -453,7 +477,7 @@ def peer_make_fixed(model, shapes, onnx_model, folder, refdir, tools) -> dict:
     axes = batch_axes(model, onnx_model)
     params = sorted(
         {
-            dims[axes[i.name]]
+            str(dims[axes[i.name]])
             for i in onnx_model.graph.input
             if i.name in axes
             for dims in [dims_of(i)]
@@ -500,7 +524,7 @@ onnx.save(inferred, out)
 """
 
 
-def peer_symbolic(model, onnx_model, folder, refdir, tools) -> dict:
+def peer_symbolic(model: RealModel, onnx_model: Any, folder: Path, refdir: Path, tools: Json) -> Json:
     if tools["onnxruntime"]["status"] != "installed" or tools["sympy"]["status"] != "installed":
         reason = tools["onnxruntime"].get("reason") or tools["sympy"].get("reason")
         return {"": {"status": "not installable", "error": reason}}
@@ -562,7 +586,7 @@ def peer_worker(jobs_file: str, out_file: str) -> None:
         Path(out_file).write_text(json.dumps(results, indent=1))  # partial results survive a crash
 
 
-def peer_versions() -> dict:
+def peer_versions() -> dict[str, str]:
     from importlib import metadata
 
     found = {"python": platform.python_version()}
@@ -575,7 +599,7 @@ def peer_versions() -> dict:
 
 
 # -- the peers venv ---------------------------------------------------------------------------------------------
-def pip_install(*requirements: str) -> dict:
+def pip_install(*requirements: str) -> Json:
     done = run_child([str(PEERS_PY), "-m", "pip", "install", "-q", *requirements], 900)
     if done["rc"] == 0:
         return {"status": "installed"}
@@ -583,7 +607,7 @@ def pip_install(*requirements: str) -> dict:
     return {"status": "not installable", "reason": reason}
 
 
-def ensure_peers_venv() -> dict:
+def ensure_peers_venv() -> Json:
     """Create benchmarks/.peers-venv when missing and install the peers; {tool: {status, package?, reason?}}."""
     if not PEERS_PY.exists():
         print(f"creating {PEERS_VENV.relative_to(REPO)}", file=sys.stderr, flush=True)
@@ -610,7 +634,7 @@ def ensure_peers_venv() -> dict:
     return tools
 
 
-def installed_peers() -> dict:
+def installed_peers() -> Json:
     """--quick installs nothing: what benchmarks/.peers-venv already holds; every tool ``skipped`` without it."""
     venv = PEERS_VENV.relative_to(REPO)
     if not PEERS_PY.exists():
@@ -623,7 +647,7 @@ def installed_peers() -> dict:
     done = run_child([str(PEERS_PY), str(SCRIPT), "--versions"], 120, cwd=REPO)
     found = json.loads(done["stdout"].strip().splitlines()[-1]) if done["rc"] == 0 and done["stdout"].strip() else {}
 
-    def status(*packages: str) -> dict:
+    def status(*packages: str) -> Json:
         absent = [name for name in packages if name not in found]
         if not absent:
             return {"status": "installed"}
@@ -642,10 +666,10 @@ def patchspec_binary() -> str:
     return str(here if here.exists() else REPO / ".venv" / "bin" / "patchspec")
 
 
-def run_patchspec(model: RealModel, folder: Path, refdir: Path) -> dict:
+def run_patchspec(model: RealModel, folder: Path, refdir: Path) -> Json:
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / "patchspec.onnx"
-    params = {"size": BATCH}
+    params: Json = {"size": BATCH}
     if model.batch_inputs:
         params["inputs"] = dict(model.batch_inputs)
     spec = folder / "spec.yaml"
@@ -661,11 +685,113 @@ def run_patchspec(model: RealModel, folder: Path, refdir: Path) -> dict:
     return {"set_batch": {**call, **evaluate_in_child(sys.executable, model, out, refdir)}}
 
 
+# -- head to head: patchspec against polygraphy on the PP-OCR v4 detector (issue 26) ---------------------------
+HEAD_TO_HEAD_TARGET = 0.5  # patchspec's time at most half of `polygraphy surgeon sanitize`'s
+HEAD_TO_HEAD_ROUNDS = 5
+
+
+def timed_run(command: list[str], cwd: Path) -> tuple[float, float] | str:
+    """(wall, CPU) seconds of one run of ``command``, CPU from the child's rusage; its error line if it fails."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = run_child(command, TOOL_TIMEOUT, cwd=cwd, env=tool_env(cwd))
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done["rc"] != 0:
+        return first_error_line(done["output"]) or f"exit {done['rc']}"
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def batch_only_overrides(model: RealModel, onnx_model: Any) -> list[str]:
+    """``x:[4,3,'H','W']``: the batch axis set to 4, every other dim as the model declares it (the job
+    ``set_batch: 4`` does; the table's peers get every dim fixed instead)."""
+    axes = batch_axes(model, onnx_model)
+    overrides = []
+    for info in onnx_model.graph.input:
+        if info.name in axes:
+            dims = [BATCH if axis == axes[info.name] else d for axis, d in enumerate(dims_of(info) or [])]
+            shown = [str(d) if isinstance(d, int) and d > 0 else f"'{d or '?'}'" for d in dims]
+            overrides.append(f"{info.name}:[{','.join(shown)}]")
+    return overrides
+
+
+def head_to_head_commands(det: Path, folder: Path, quick: bool) -> dict[str, list[str]]:
+    import onnx
+
+    overrides = batch_only_overrides(ppocr_model("det", det), onnx.load(str(det), load_external_data=False))
+    spec = folder / "spec.yaml"
+    spec.write_text(
+        f"patchspec: 1\nmodel: {json.dumps(str(det))}\noutput: patchspec.onnx\npatches:\n  - set_batch: {BATCH}\n"
+    )
+    sanitize = [str(PEERS_VENV / "bin" / "polygraphy"), "surgeon", "sanitize", str(det)]
+    sanitize += ["--override-input-shapes", *overrides, "-o", str(folder / "polygraphy.onnx")]
+    commands = {
+        "patchspec apply --no-verify": [patchspec_binary(), "-q", "apply", str(spec), "--no-verify", "--force"],
+        # onnx's shape inference: what polygraphy uses where onnxruntime's symbolic one (sympy) is not there
+        "polygraphy surgeon sanitize": [*sanitize, "--no-onnxruntime-shape-inference"],
+    }
+    if not quick:  # the default where sympy is installed, as in the peers venv: tens of seconds a run
+        commands["polygraphy surgeon sanitize, onnxruntime's symbolic shape inference"] = sanitize
+    return commands
+
+
+def head_to_head(det: Path, workdir: Path, rounds: int, tools: Json, quick: bool = False) -> Json:
+    """The commands of :func:`head_to_head_commands` alternated ``rounds`` times after one untimed round
+    (page cache, .pyc files); the slow default of polygraphy runs once, untimed round included; medians,
+    and the ratio of patchspec's time to polygraphy's (onnx shape inference)."""
+    if tools["polygraphy"]["status"] != "installed":
+        return {"status": "skipped", "reason": f"polygraphy: {tools['polygraphy'].get('reason', 'not installed')}"}
+    folder = workdir / "head-to-head"
+    folder.mkdir(parents=True, exist_ok=True)
+    commands = head_to_head_commands(det, folder, quick)
+    slow = list(commands)[2:]
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
+    for round_ in range(rounds + 1):
+        for name, command in commands.items():
+            if name in slow and round_ != 1:
+                continue
+            result = timed_run(command, folder)
+            if isinstance(result, str):
+                return {"status": "tool error", "tool": name, "error": result}
+            samples[name].append(result)
+    timings: dict[str, Json] = {}
+    for name, command in commands.items():
+        timed = samples[name] if name in slow else samples[name][1:]  # [0]: the untimed round
+        timings[name] = {
+            "command": " ".join(_quote(c) for c in command),
+            "runs": len(timed),
+            "wall_s": statistics.median(w for w, _ in timed),
+            "cpu_s": statistics.median(c for _, c in timed),
+        }
+    ours, theirs = (timings[name] for name in list(commands)[:2])
+    return {
+        "status": "ok",
+        "target": HEAD_TO_HEAD_TARGET,
+        "timings": timings,
+        "ratio_wall": ours["wall_s"] / theirs["wall_s"],
+        "ratio_cpu": ours["cpu_s"] / theirs["cpu_s"],
+    }
+
+
+def head_to_head_lines(result: Json) -> list[str]:
+    if result["status"] != "ok":
+        return [f"head to head, ppocr_det: {result['status']}: {result.get('reason') or result.get('error')}"]
+    lines = [f"head to head, ppocr_det (PP-OCRv4 detector, static batch {BATCH}; medians):"]
+    for name, timed in result["timings"].items():
+        lines.append(f"  {name}: {timed['wall_s']:.2f} s wall, {timed['cpu_s']:.2f} s CPU ({timed['runs']} runs)")
+    met = "met" if result["ratio_cpu"] <= result["target"] else "NOT met"
+    lines.append(
+        f"  ratio patchspec / polygraphy: {result['ratio_cpu']:.2f}x CPU, {result['ratio_wall']:.2f}x wall "
+        f"(target <= {result['target']}x: {met})"
+    )
+    return lines
+
+
 # -- the table --------------------------------------------------------------------------------------------------
-def cell(variants: dict) -> str:
-    parts = []
+def cell(variants: Json) -> str:
+    parts: list[tuple[str, str]] = []
     for label, result in variants.items():
-        text = result["status"]
+        text: str = result["status"]
         if result["status"] == "ok" and result.get("input_batch_is_4") is False:
             text += " (input batch not set to 4)"
         if "output_batch_is_4" in result:
@@ -676,7 +802,7 @@ def cell(variants: dict) -> str:
     return "; ".join(f"{label}: {text}" if label else text for label, text in parts)
 
 
-def table(results: dict) -> str:
+def table(results: Json) -> str:
     lines = ["| model | " + " | ".join(COLUMNS) + " |", "| --- |" + " --- |" * len(COLUMNS)]
     for key, row in results.items():
         lines.append(
@@ -687,7 +813,7 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def errors(results: dict) -> str:
+def errors(results: Json) -> str:
     lines = []
     for key, row in results.items():
         for column in COLUMNS:
@@ -714,6 +840,17 @@ def main() -> int:
     parser.add_argument("--peer-worker", nargs=2, metavar=("JOBS", "OUT"), help=argparse.SUPPRESS)
     parser.add_argument("--versions", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
+        "--head-to-head",
+        action="store_true",
+        help="only the timed comparison with polygraphy on the PP-OCR v4 detector (no table, no JSON)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=HEAD_TO_HEAD_ROUNDS,
+        help=f"timed runs of each tool in the head to head (default {HEAD_TO_HEAD_ROUNDS}; --quick: 1)",
+    )
+    parser.add_argument(
         "--quick",
         action="store_true",
         help=f"a check that the harness runs, in seconds: models {' '.join(QUICK_MODELS)} (unless "
@@ -739,6 +876,10 @@ def main() -> int:
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="compare-peers-"))
     workdir.mkdir(parents=True, exist_ok=True)
     try:
+        if args.head_to_head:
+            tools = installed_peers() if args.quick else ensure_peers_venv()
+            print("\n".join(head_to_head_lines(ppocr_head_to_head(args, workdir, tools))))
+            return 0
         return compare(args, workdir, started)
     finally:
         if args.keep:
@@ -747,7 +888,17 @@ def main() -> int:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def compare(args, workdir: Path, started: float) -> int:
+def ppocr_head_to_head(args: argparse.Namespace, workdir: Path, tools: Json) -> Json:
+    """The head to head where it can run: the detector installed, and asked for (always with --quick)."""
+    det = find_ppocr().get("det")
+    if det is None:
+        return {"status": "skipped", "reason": f"the PP-OCR detector is not installed ({PPOCR_WHEEL}; make venv)"}
+    if args.only and "ppocr_det" not in args.only:
+        return {"status": "skipped", "reason": "ppocr_det is not among the --only models"}
+    return head_to_head(det, workdir, 1 if args.quick else args.rounds, tools, args.quick)
+
+
+def compare(args: argparse.Namespace, workdir: Path, started: float) -> int:
     import onnx
     import onnxruntime
 
@@ -770,7 +921,7 @@ def compare(args, workdir: Path, started: float) -> int:
     refdir = workdir / "ref-main"
     refdir.mkdir(exist_ok=True)
 
-    results: dict[str, dict] = {}
+    results: dict[str, Json] = {}
     jobs = []
     for model in models:
         proto = onnx.load(str(model.file), load_external_data=False)
@@ -829,6 +980,7 @@ def compare(args, workdir: Path, started: float) -> int:
         },
         "missing": missing,
         "results": results,
+        "head_to_head": ppocr_head_to_head(args, workdir, tools),
         "wall_s": round(time.perf_counter() - started, 1),
     }
     # the temporary folder changes every run: name it $WORK in what is kept and shown
@@ -842,6 +994,7 @@ def compare(args, workdir: Path, started: float) -> int:
     print(errors(report["results"]))
     print()
     print("versions: " + json.dumps(versions))
+    print("\n".join(head_to_head_lines(report["head_to_head"])))
     partial = "--quick" if args.quick else "--only"
     print(f"details: {target or f'not written ({partial} without --json)'}; {report['wall_s']} s")
     if missing:

@@ -60,6 +60,7 @@ FIGURES = {
         r"^\| model \| patchspec \| polygraphy sanitize \|",
         r"^\| generated_reshape \| ok \| [^|]+ \| [^|]+ \| [^|]+ \| [^|]+ \|$",
         r"^details: not written \(--quick without --json\); [\d.]+ s$",
+        r"^head to head, ppocr_det(: skipped: .+| \(PP-OCRv4 detector, static batch 4; medians\):)$",
     ],
 }
 
