@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -72,7 +73,11 @@ class Clone:
             run(["bazel", f"--output_base={self.output_base}", "--nohome_rc", "shutdown"], self.folder, ok=True)
 
 
-def run(args, cwd: Path, ok: bool = True) -> str:
+Timings = dict[str, tuple[float, str]]  # clone -> (seconds, Bazel's output) of its build
+Clones = tuple[Clone, Clone, Timings]  # the first clone, the second, their builds
+
+
+def run(args: Sequence[str | Path], cwd: Path, ok: bool = True) -> str:
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     env.pop("PATCHSPEC", None)
     done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
@@ -97,7 +102,7 @@ def cache_hits(counts: dict[str, int]) -> int:
 
 
 @pytest.fixture(scope="module")
-def clones(tmp_path_factory):
+def clones(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clones]:
     """Clone a builds cold, then clone b, at another path, from the disk cache a filled; timed."""
     root = tmp_path_factory.mktemp("bazel")
     cache = f"--disk_cache={root / 'disk-cache'}"
@@ -109,7 +114,7 @@ def clones(tmp_path_factory):
         b.shutdown()
 
 
-def timed_builds(a: Clone, b: Clone) -> dict[str, tuple[float, str]]:
+def timed_builds(a: Clone, b: Clone) -> Timings:
     """Build //:models in clone a, then in clone b; {name: (seconds, Bazel's output)}."""
     timings = {}
     for name, clone in (("a", a), ("b", b)):
@@ -120,27 +125,30 @@ def timed_builds(a: Clone, b: Clone) -> dict[str, tuple[float, str]]:
     return timings
 
 
-def print_timings(timings: dict[str, tuple[float, str]], second: str) -> None:
+def print_timings(timings: Timings, second: str) -> None:
     for name, what in (("a", "cold"), ("b", f"a second clone, from {second}")):
         seconds, output = timings[name]
-        bazel = re.search(r"Elapsed time: .*", output).group(0)
+        elapsed = re.search(r"Elapsed time: .*", output)
+        bazel = elapsed.group(0) if elapsed else "no 'Elapsed time' in Bazel's output"
         print(f"\nbazel build //:models, {what}: {seconds:.2f} s ({bazel}; {processes(output)})", end="")
     print(f"\nsecond clone / cold, from {second}: {timings['b'][0] / timings['a'][0]:.2f}x", end="")
 
 
-def test_both_models_are_built_and_verified_in_the_sandbox(clones):
+def test_both_models_are_built_and_verified_in_the_sandbox(clones: Clones) -> None:
     a, _, timings = clones
     counts = processes(timings["a"][1])
     assert sandboxed(counts) == 2 and "local" not in counts, timings["a"][1]
     linear = onnx.load(str(a.folder / "bazel-bin" / "linear_b4.onnx"), load_external_data=False)
     scale = onnx.load(str(a.folder / "bazel-bin" / "scale_b2.onnx"), load_external_data=False)
-    (_, k) = read_dims(onnx.load(str(a.folder / "models" / "linear.onnx"), load_external_data=False).graph.input[0])
+    original = read_dims(onnx.load(str(a.folder / "models" / "linear.onnx"), load_external_data=False).graph.input[0])
+    assert original is not None and len(original) == 2, original
+    k = original[1]
     assert read_dims(linear.graph.input[0]) == [4, k] and read_dims(scale.graph.input[0]) == [2, 8]
     assert linear.graph.initializer[0].data_location == onnx.TensorProto.EXTERNAL
     assert a.output("linear_b4.onnx.data") == (a.folder / "models" / "linear.onnx.data").read_bytes()
 
 
-def test_outputs_are_patchspecs_own_bytes_with_no_path_in_them(clones, tmp_path):
+def test_outputs_are_patchspecs_own_bytes_with_no_path_in_them(clones: Clones, tmp_path: Path) -> None:
     a, b, _ = clones
     plain = tmp_path / "plain"
     for spec in ("linear_b4", "scale_b2"):
@@ -156,7 +164,7 @@ def test_outputs_are_patchspecs_own_bytes_with_no_path_in_them(clones, tmp_path)
             assert path.encode() not in data, f"{name} holds {path}"
 
 
-def test_the_build_declares_every_file_patchspec_reads(clones, tmp_path):
+def test_the_build_declares_every_file_patchspec_reads(clones: Clones, tmp_path: Path) -> None:
     """patchspec's depfile names what it reads; Bazel's query, what the rule declares."""
     a, _, _ = clones
     for spec in ("linear_b4", "scale_b2"):
@@ -180,7 +188,7 @@ def test_the_build_declares_every_file_patchspec_reads(clones, tmp_path):
         assert read == declared, f"{spec}: patchspec reads {sorted(read)}, //:{spec} declares {sorted(declared)}"
 
 
-def test_a_second_clone_runs_no_action_and_gets_the_same_bytes(clones):
+def test_a_second_clone_runs_no_action_and_gets_the_same_bytes(clones: Clones) -> None:
     a, b, timings = clones
     counts = processes(timings["b"][1])
     assert sandboxed(counts) == 0 and cache_hits(counts) == 2, timings["b"][1]
@@ -189,7 +197,7 @@ def test_a_second_clone_runs_no_action_and_gets_the_same_bytes(clones):
     print_timings(timings, "the disk cache")
 
 
-def test_a_spec_edit_reruns_its_action_only(clones):
+def test_a_spec_edit_reruns_its_action_only(clones: Clones) -> None:
     _, b, _ = clones
     spec = b.folder / "specs" / "scale_b2.yaml"
     text = spec.read_text()
@@ -203,7 +211,7 @@ def test_a_spec_edit_reruns_its_action_only(clones):
         spec.write_text(text)
 
 
-def test_a_broken_spec_fails_the_build_with_patchspecs_message(clones):
+def test_a_broken_spec_fails_the_build_with_patchspecs_message(clones: Clones) -> None:
     _, b, _ = clones
     spec = b.folder / "specs" / "linear_b4.yaml"
     text = spec.read_text()
@@ -219,7 +227,7 @@ def test_a_broken_spec_fails_the_build_with_patchspecs_message(clones):
         spec.write_text(text)
 
 
-def test_an_undeclared_input_fails_the_build(clones):
+def test_an_undeclared_input_fails_the_build(clones: Clones) -> None:
     """The sandbox holds the declared inputs only; the source tree behind its links is not read."""
     _, b, _ = clones
     build = b.folder / "BUILD.bazel"
@@ -232,7 +240,7 @@ def test_an_undeclared_input_fails_the_build(clones):
         build.write_text(text)
 
 
-def test_an_undeclared_output_data_file_fails_the_build(clones):
+def test_an_undeclared_output_data_file_fails_the_build(clones: Clones) -> None:
     _, b, _ = clones
     build = b.folder / "BUILD.bazel"
     text = build.read_text()
@@ -248,7 +256,7 @@ def test_an_undeclared_output_data_file_fails_the_build(clones):
         build.write_text(text)
 
 
-def test_strict_paths_builds_on_copies_of_the_model_and_its_data(clones):
+def test_strict_paths_builds_on_copies_of_the_model_and_its_data(clones: Clones) -> None:
     """--strict-paths refuses data reached through a link, and the sandbox's inputs are all links."""
     a, _, _ = clones
     build = a.folder / "BUILD.bazel"
@@ -264,7 +272,7 @@ def test_strict_paths_builds_on_copies_of_the_model_and_its_data(clones):
         build.write_text(text)
 
 
-def test_a_failing_verifier_fails_the_build(clones):
+def test_a_failing_verifier_fails_the_build(clones: Clones) -> None:
     """The expected output changes (x * 3 where the model computes x * 2): the action re-runs, fails."""
     _, b, _ = clones
     expected = b.folder / "data" / "y_b2.npz"
@@ -316,11 +324,12 @@ http {{
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+        port: int = probe.getsockname()[1]
+        return port
 
 
 @pytest.fixture(scope="module")
-def remote_cache(tmp_path_factory):
+def remote_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """nginx serving a WebDAV folder on 127.0.0.1 at a free port: its URL; stopped afterwards."""
     if NGINX is None:
         pytest.skip("nginx is not installed (make test-bazel installs it as root: apt-get install nginx-core)")
@@ -351,7 +360,7 @@ def remote_cache(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def remote_clones(remote_cache, tmp_path_factory):
+def remote_clones(remote_cache: tuple[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clones]:
     """Clones c and d, no disk cache, sharing the remote cache; each Bazel server shut down once built."""
     url, _ = remote_cache
     root = tmp_path_factory.mktemp("bazel-remote")
@@ -363,7 +372,9 @@ def remote_clones(remote_cache, tmp_path_factory):
         d.shutdown()
 
 
-def test_a_second_clone_gets_every_action_from_a_remote_cache(remote_clones, remote_cache):
+def test_a_second_clone_gets_every_action_from_a_remote_cache(
+    remote_clones: Clones, remote_cache: tuple[str, Path]
+) -> None:
     c, d, timings = remote_clones
     first, second = processes(timings["a"][1]), processes(timings["b"][1])
     assert sandboxed(first) == 2 and first.get("remote cache hit", 0) == 0, timings["a"][1]
