@@ -39,6 +39,18 @@ FIGURES = {
     ],
     "bench_verify_memory.py": [rf"^\| \d+ \| {S} \| \d+ \| \d+ \|$"],
     "bench_noop.py": [rf"^\| [\d.]+ \| {S} \| {S} \| {S} \| {S} \| {S} \|$"],
+    "bench_startup.py": [
+        r"^\| `python -c pass` \| \d+\.\d{3} \| \d+\.\d{3} \| \d+\.\d{3} \| 1\.00x \| - \| - \|$",
+        *(
+            rf"^\| {command} \| \d+\.\d{{3}} \| \d+\.\d{{3}} \| \d+\.\d{{3}} \| {S}x \| <= {target}x \| (yes|\*\*no\*\*) \|$"
+            for command, target in (
+                ("`patchspec --version`", 3),
+                ("`patchspec validate SPEC`", 8),
+                ("up-to-date `patchspec apply SPEC`", 6),
+                ("`patchspec apply --check SPEC`", 6),
+            )
+        ),
+    ],
     "bench_set_batch.py": [
         rf"^\| 400 \| [\d.]+ \| 20 \| 20 \| {S} \| {S} \| \d+\.\d+ \| \d+ \| {S} \| {S} \| \d+\.\d+ \| 1 / 1 \|$",
         r"^- 400 / 200 nodes \(x2\): `patchspec apply` x[\d.]+ wall",
@@ -48,6 +60,7 @@ FIGURES = {
         r"^\| model \| patchspec \| polygraphy sanitize \|",
         r"^\| generated_reshape \| ok \| [^|]+ \| [^|]+ \| [^|]+ \| [^|]+ \|$",
         r"^details: not written \(--quick without --json\); [\d.]+ s$",
+        r"^head to head, ppocr_det(: skipped: .+| \(PP-OCRv4 detector, static batch 4; medians\):)$",
     ],
 }
 
