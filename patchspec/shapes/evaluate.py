@@ -18,46 +18,62 @@ is never opened, so a model with gigabytes of weights costs what its graph costs
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import gc
+from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from patchspec.model.graph import NodeSite, subgraphs
+from patchspec.model.graph import NodeSite, constant_value, subgraphs
 from patchspec.shapes.annotations import read_dim
 from patchspec.shapes.kernels import SMALL, values_of
 
+#: one dim per axis, each a size or None (unknown)
+Shape = tuple[int | None, ...]
 
 @dataclass(frozen=True, eq=False)
 class Known:
     """What is known of one tensor at one point: element type (0 unknown), shape, small value."""
 
     dtype: int = 0
-    shape: tuple | None = None  # one int (or None: unknown) per axis; None: rank unknown
-    value: np.ndarray | None = None
+    shape: Shape | None = None  # one int (or None: unknown) per axis; None: rank unknown
+    value: np.ndarray[Any, Any] | None = None
 
     @property
     def full(self) -> bool:
         """Every dim is a known size."""
-        return self.shape is not None and all(d is not None for d in self.shape)
+        return self.shape is not None and None not in self.shape
+
+    @cached_property
+    def signature(self) -> Hashable:
+        """What ONNX's inference of a node reading this tensor depends on: type, shape, small value."""
+        if self.value is None:
+            return self.dtype, self.shape
+        value = np.asarray(self.value)
+        return self.dtype, self.shape, value.dtype.str, value.tobytes()
 
 
 UNKNOWN = Known()
 
 #: ``hook(site, inputs)`` gets, per point, the node's input Knowns; it returns replacements or None
-Hook = Callable[[NodeSite, list], list | None]
+Hook = Callable[[NodeSite, list[list[Known]]], list[list[Known]] | None]
+#: the outputs of one node at one point
+Outputs = list[Known]
 
 
-def known_of_array(array: np.ndarray) -> Known:
+def known_of_array(array: np.ndarray[Any, Any] | np.generic | int | float) -> Known:
     array = np.asarray(array)
     dtype = helper.np_dtype_to_tensor_dtype(array.dtype)
     return Known(dtype, tuple(int(d) for d in array.shape), array if array.size <= SMALL else None)
 
 
 def known_of_tensor(tensor: TensorProto) -> Known:
-    """An initializer: its value when small and stored inline (external data is never read)."""
+    """An initializer: its value when small and stored inline (a weight is never read, nor copied)."""
     shape = tuple(int(d) for d in tensor.dims)
     small = int(np.prod(shape, dtype=np.int64)) <= SMALL
     if small and tensor.data_location != TensorProto.EXTERNAL:
@@ -82,19 +98,52 @@ def _type_proto(known: Known) -> onnx.TypeProto:
     return helper.make_tensor_type_proto(known.dtype, None if known.shape is None else list(known.shape))
 
 
-class ShapeEvaluator:
-    """Evaluates a model at several points in lockstep; ``known[name]`` holds one Known per point."""
+def has_body(node: onnx.NodeProto) -> bool:
+    """Whether ``node`` holds a graph (If, Loop, Scan, SequenceMap, a custom op with a body)."""
+    if node.domain in ("", "ai.onnx"):  # the default domain's ops with a body, without reading attributes
+        return node.op_type in _BODY_OPS
+    return any(attr.type in _GRAPH_ATTRIBUTES for attr in node.attribute)
 
-    def __init__(self, model: onnx.ModelProto, points: Sequence[dict[str, Known]], hook: Hook | None = None):
+
+_BODY_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+_GRAPH_ATTRIBUTES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector (reference counting still frees everything)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+class ShapeEvaluator:
+    """Evaluates a model at several points in lockstep; ``known[name]`` holds one Known per point.
+
+    ``hook_ops``, when given, names the op types the hook is called for (it is then not called for
+    the others, which saves a call per node on large graphs)."""
+
+    def __init__(
+        self,
+        model: onnx.ModelProto,
+        points: Sequence[dict[str, Known]],
+        hook: Hook | None = None,
+        hook_ops: Collection[str] | None = None,
+    ) -> None:
         self.model = model
         self.points = list(points)
         self.hook = hook
+        self.hook_ops = None if hook_ops is None else frozenset(hook_ops)
         self.known: dict[str, list[Known]] = {}
         self.producer: dict[str, NodeSite] = {}
         self._opsets = {entry.domain or "": entry.version for entry in model.opset_import}
         self._opsets.setdefault("", self._opsets.get("ai.onnx", 1))
-        self._schemas: dict[tuple, object] = {}
-        self._inferred: dict[tuple, list[Known]] = {}  # see evaluate
+        self._schemas: dict[tuple[str, str], onnx.defs.OpSchema | None] = {}
+        self._inferred: dict[Hashable, Outputs] = {}  # see evaluate
         self._counter = 0
         #: per body graph (by id): whether it runs at each point; a branch an If does not take is dead
         self._runs: dict[int, list[bool]] = {id(model.graph): [True] * len(self.points)}
@@ -133,23 +182,46 @@ class ShapeEvaluator:
         return f" (in {', '.join(path)})" if path else ""
 
     # -- traversal --------------------------------------------------------------------------------
-    def _run_graph(self, graph: onnx.GraphProto, scopes: tuple) -> None:
+    def _run_graph(self, graph: onnx.GraphProto, scopes: tuple[onnx.GraphProto, ...]) -> None:
+        """Every node of ``graph`` in order, at every point: the hot loop on large models. Each node is
+        touched once, and inferred once per distinct (op, attributes, input signatures); the cyclic
+        garbage collector is paused meanwhile (the Knowns made here hold no cycles, and a collection
+        walks every one of them)."""
+        with _collector_paused():
+            self._walk(graph, scopes)
+
+    def _walk(self, graph: onnx.GraphProto, scopes: tuple[onnx.GraphProto, ...]) -> None:
+        count, known, producer, hook, hook_ops = self.count, self.known, self.producer, self.hook, self.hook_ops
+        inferred, evaluate_once = self._inferred, self._evaluate_once
+        unknown_row = [UNKNOWN] * count
+        points = range(count)
         for tensor in graph.initializer if len(scopes) > 1 else ():
-            self.known[tensor.name] = [known_of_tensor(tensor)] * self.count
+            known[tensor.name] = [known_of_tensor(tensor)] * count
         for node in graph.node:
             site = NodeSite(self._counter, node, scopes)
             self._counter += 1
-            inputs = [[self._input(name, p) for name in node.input] for p in range(self.count)]
-            if any(True for _ in subgraphs(node)):
+            rows = [known.get(name, unknown_row) if name else unknown_row for name in node.input]
+            inputs = [[row[p] for row in rows] for p in points]
+            if has_body(node):
                 outputs = self._control_flow(site, inputs)
             else:
-                if self.hook is not None:
-                    inputs = self.hook(site, inputs) or inputs
-                outputs = [self.evaluate(node, inputs[p]) for p in range(self.count)]
+                if hook is not None and (hook_ops is None or node.op_type in hook_ops):
+                    inputs = hook(site, inputs) or inputs
+                static = _node_key(node)
+                if static is None:
+                    outputs = [evaluate_once(node, at_point) for at_point in inputs]
+                else:
+                    outputs = []
+                    for at_point in inputs:
+                        key = (static, tuple([k.signature for k in at_point]))
+                        found = inferred.get(key)
+                        if found is None:
+                            found = inferred[key] = evaluate_once(node, at_point)
+                        outputs.append(found)
             for index, name in enumerate(node.output):
                 if name:
-                    self.known[name] = [outputs[p][index] for p in range(self.count)]
-                    self.producer[name] = site
+                    known[name] = [outputs[p][index] for p in points]
+                    producer[name] = site
 
     def _input(self, name: str, point: int) -> Known:
         if not name:
@@ -158,23 +230,30 @@ class ShapeEvaluator:
         return found[point] if found else UNKNOWN
 
     # -- one node at one point ---------------------------------------------------------------------
-    def evaluate(self, node: onnx.NodeProto, inputs: list[Known]) -> list[Known]:
+    def evaluate(self, node: onnx.NodeProto, inputs: list[Known]) -> Outputs:
         """The outputs of ``node`` given its inputs at one point (UNKNOWN where nothing can be said).
 
         Remembered by what decides them: the op, its attributes and the inputs' types, shapes and
         small values (the blocks of a deep network repeat those exactly, at every point)."""
-        key = _inference_key(node, inputs)
-        if key is not None and key in self._inferred:
-            return self._inferred[key]
-        outputs = self._evaluate_once(node, inputs)
-        if key is not None:
-            self._inferred[key] = outputs
-        return outputs
+        return self._evaluate_keyed(node, None if has_body(node) else _node_key(node), inputs)
 
-    def _evaluate_once(self, node: onnx.NodeProto, inputs: list[Known]) -> list[Known]:
+    def _evaluate_keyed(self, node: onnx.NodeProto, static: Hashable | None, inputs: list[Known]) -> Outputs:
+        if static is None:  # a node with a body, or a Constant: evaluated as it is
+            return self._evaluate_once(node, inputs)
+        key = (static, tuple([known.signature for known in inputs]))
+        found = self._inferred.get(key)
+        if found is None:
+            found = self._inferred[key] = self._evaluate_once(node, inputs)
+        return found
+
+    def _evaluate_once(self, node: onnx.NodeProto, inputs: list[Known]) -> Outputs:
         count = len(node.output)
         if node.domain not in ("", "ai.onnx"):
             return self._infer(node, inputs)
+        if node.op_type == "Constant":
+            known = constant_known(node)
+            if known is not None:
+                return [known] + [UNKNOWN] * (count - 1)
         try:
             values = values_of(node, inputs, self._opsets[""])
         except Exception:  # a value op on odd inputs: fall back to inference, which says why or nothing
@@ -183,7 +262,7 @@ class ShapeEvaluator:
             return [known_of_array(v) for v in values] + [UNKNOWN] * (count - len(values))
         return self._infer(node, inputs)
 
-    def _infer(self, node: onnx.NodeProto, inputs: list[Known]) -> list[Known]:
+    def _infer(self, node: onnx.NodeProto, inputs: list[Known]) -> Outputs:
         unknown = [UNKNOWN] * len(node.output)
         schema = self._schema(node)
         if schema is None:
@@ -204,7 +283,7 @@ class ShapeEvaluator:
             outputs[0] = _broadcast(node.op_type, inputs) or outputs[0]  # ops defined by a function body
         return outputs
 
-    def _schema(self, node: onnx.NodeProto):
+    def _schema(self, node: onnx.NodeProto) -> onnx.defs.OpSchema | None:
         domain = "" if node.domain == "ai.onnx" else node.domain
         key = (node.op_type, domain)
         if key not in self._schemas:
@@ -314,23 +393,24 @@ class ShapeEvaluator:
         return outputs
 
 
-def _inference_key(node: onnx.NodeProto, inputs: list[Known]) -> tuple | None:
-    """What ONNX's inference of ``node`` depends on, names aside; None for a node with a body."""
-    attributes = []
-    for attribute in node.attribute:
-        if attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
-            return None
-        attributes.append(attribute.SerializeToString())
-    described = tuple(
-        (
-            bool(name),
-            known.dtype,
-            known.shape,
-            None if known.value is None else (np.asarray(known.value).dtype.str, np.asarray(known.value).tobytes()),
-        )
-        for name, known in zip(node.input, inputs)
-    )
-    return node.op_type, node.domain, len(node.input), len(node.output), tuple(attributes), described
+def _node_key(node: onnx.NodeProto) -> Hashable | None:
+    """What ONNX's inference of ``node`` depends on besides its inputs, names aside; None for a
+    Constant (read as it is: a weight's bytes are never serialized into a key)."""
+    if node.op_type == "Constant":
+        return None
+    attributes = tuple([attribute.SerializeToString() for attribute in node.attribute])
+    present = tuple([bool(name) for name in node.input])
+    return node.op_type, node.domain, len(node.output), present, attributes
+
+
+def constant_known(node: onnx.NodeProto) -> Known | None:
+    """A Constant node's output from its attribute: dims and type always, the value only when small
+    (a weight held in a Constant is never converted); None for a form read by inference."""
+    for attr in node.attribute:
+        if attr.name == "value" and attr.type == onnx.AttributeProto.TENSOR:
+            return known_of_tensor(attr.t)
+    value = constant_value(node)  # value_int(s), value_float(s): attribute lists, small
+    return None if value is None else known_of_array(value)
 
 
 def _condition(inputs: list[Known]) -> bool | None:
