@@ -18,9 +18,7 @@ is never opened, so a model with gigabytes of weights costs what its graph costs
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -29,8 +27,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from patchspec.model.graph import NodeSite, constant_value, subgraphs
-from patchspec.shapes.annotations import read_dim
+from patchspec.model.graph import NodeSite, constant_value, has_body, subgraphs
+from patchspec.shapes.annotations import collector_paused, read_dim
 from patchspec.shapes.kernels import SMALL, values_of
 
 #: one dim per axis, each a size or None (unknown)
@@ -96,29 +94,6 @@ def known_of_type(type_proto: onnx.TypeProto) -> Known:
 
 def _type_proto(known: Known) -> onnx.TypeProto:
     return helper.make_tensor_type_proto(known.dtype, None if known.shape is None else list(known.shape))
-
-
-def has_body(node: onnx.NodeProto) -> bool:
-    """Whether ``node`` holds a graph (If, Loop, Scan, SequenceMap, a custom op with a body)."""
-    if node.domain in ("", "ai.onnx"):  # the default domain's ops with a body, without reading attributes
-        return node.op_type in _BODY_OPS
-    return any(attr.type in _GRAPH_ATTRIBUTES for attr in node.attribute)
-
-
-_BODY_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
-_GRAPH_ATTRIBUTES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector (reference counting still frees everything)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 class ShapeEvaluator:
@@ -187,7 +162,7 @@ class ShapeEvaluator:
         touched once, and inferred once per distinct (op, attributes, input signatures); the cyclic
         garbage collector is paused meanwhile (the Knowns made here hold no cycles, and a collection
         walks every one of them)."""
-        with _collector_paused():
+        with collector_paused():
             self._walk(graph, scopes)
 
     def _walk(self, graph: onnx.GraphProto, scopes: tuple[onnx.GraphProto, ...]) -> None:
