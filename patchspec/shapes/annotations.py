@@ -14,12 +14,16 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import onnx
 
 from patchspec.errors import PatchError
 from patchspec.model.graph import all_graphs, has_body, subgraphs
 from patchspec.plugin.contract import RunState, StateKey
+
+if TYPE_CHECKING:
+    from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 #: one dim as patchspec reads it: a size, a symbolic name, or None (unknown)
 Dim = int | str | None
@@ -51,7 +55,7 @@ def write_dim(dim: onnx.TensorShapeProto.Dimension, value: Dim) -> None:
 
 
 def has_shape(info: onnx.ValueInfoProto) -> bool:
-    return info.type.HasField("tensor_type") and info.type.tensor_type.HasField("shape")
+    return bool(info.type.HasField("tensor_type") and info.type.tensor_type.HasField("shape"))
 
 
 def typed(info: onnx.ValueInfoProto) -> bool:
@@ -75,7 +79,7 @@ def read_dims(info: onnx.ValueInfoProto) -> list[Dim] | None:
     return [read_dim(d) for d in info.type.tensor_type.shape.dim]
 
 
-def shape_dims(info: onnx.ValueInfoProto):
+def shape_dims(info: onnx.ValueInfoProto) -> RepeatedCompositeFieldContainer[onnx.TensorShapeProto.Dimension]:
     """The mutable dim list of an annotation with a shape."""
     return info.type.tensor_type.shape.dim
 
@@ -101,7 +105,7 @@ def dim_params(model: onnx.ModelProto) -> set[str]:
 
 
 # -- re-derivation ----------------------------------------------------------------------------------
-def rederive_shapes(model: onnx.ModelProto, state) -> None:
+def rederive_shapes(model: onnx.ModelProto, state: RunState) -> None:
     """Drop stale intermediate and output shapes of ``model`` and derive them again, in place.
 
     ``state`` is the run's :class:`RunState` (``context.state``): the dims earlier patches pinned
@@ -151,7 +155,7 @@ def drop_derived_shapes(graph: onnx.GraphProto, pinned_dims: Pins) -> None:
             _forget_dims(info, keep=pinned_dims.get(info.name, {}))
 
 
-def _forget_dims(info: onnx.ValueInfoProto, keep: dict) -> None:
+def _forget_dims(info: onnx.ValueInfoProto, keep: dict[int, int | str]) -> None:
     if not has_shape(info):
         return
     dims = shape_dims(info)

@@ -34,6 +34,7 @@ from patchspec.shapes.kernels import SMALL, values_of
 #: one dim per axis, each a size or None (unknown)
 Shape = tuple[int | None, ...]
 
+
 @dataclass(frozen=True, eq=False)
 class Known:
     """What is known of one tensor at one point: element type (0 unknown), shape, small value."""
@@ -145,7 +146,7 @@ class ShapeEvaluator:
 
     def runs(self, site: NodeSite) -> list[bool]:
         """Per point, whether ``site``'s node runs: False inside an If branch not taken there."""
-        return self._runs.get(id(site.graph), [True] * self.count)
+        return self._runs.get(id(site.scopes[-1])) or [True] * self.count
 
     def where(self, site: NodeSite) -> str:
         """Where a node sits, for messages: '' in the main graph, else " (in If 'x', then_branch)"."""
@@ -176,7 +177,7 @@ class ShapeEvaluator:
             site = NodeSite(self._counter, node, scopes)
             self._counter += 1
             rows = [known.get(name, unknown_row) if name else unknown_row for name in node.input]
-            inputs = [[row[p] for row in rows] for p in points]
+            inputs = [list(column) for column in zip(*rows)] if rows else [[] for _ in points]
             if has_body(node):
                 outputs = self._control_flow(site, inputs)
             else:
@@ -195,7 +196,7 @@ class ShapeEvaluator:
                         outputs.append(found)
             for index, name in enumerate(node.output):
                 if name:
-                    known[name] = [outputs[p][index] for p in points]
+                    known[name] = [at_point[index] for at_point in outputs]
                     producer[name] = site
 
     def _input(self, name: str, point: int) -> Known:
@@ -269,7 +270,7 @@ class ShapeEvaluator:
         return self._schemas[key]
 
     # -- If / Loop / Scan -------------------------------------------------------------------------------
-    def _control_flow(self, site: NodeSite, inputs: list) -> list[list[Known]]:
+    def _control_flow(self, site: NodeSite, inputs: list[list[Known]]) -> list[Outputs]:
         node = site.node
         bodies = {attr.name: attr.g for attr in node.attribute if attr.HasField("g")}
         outer = self.runs(site)
@@ -298,7 +299,9 @@ class ShapeEvaluator:
         """Per point, the Knowns of ``body``'s outputs."""
         return [[self._input(info.name, p) for info in body.output] for p in range(self.count)]
 
-    def _if(self, site: NodeSite, then_body, else_body, inputs: list) -> list[list[Known]]:
+    def _if(
+        self, site: NodeSite, then_body: onnx.GraphProto, else_body: onnx.GraphProto, inputs: list[list[Known]]
+    ) -> list[Outputs]:
         for p in range(self.count):
             taken = _condition(inputs[p])
             if taken is not None:
@@ -316,7 +319,7 @@ class ShapeEvaluator:
                 outputs.append([merge(a, b) for a, b in zip(branches[0][p], branches[1][p])])
         return outputs
 
-    def _loop(self, site: NodeSite, body, inputs: list) -> list[list[Known]]:
+    def _loop(self, site: NodeSite, body: onnx.GraphProto, inputs: list[list[Known]]) -> list[Outputs]:
         carried = len(site.node.input) - 2
         bound = [
             [Known(TensorProto.INT64, (), np.array(0, dtype=np.int64)), Known(TensorProto.BOOL, ())]
@@ -335,7 +338,7 @@ class ShapeEvaluator:
             outputs.append((states + scans)[: len(site.node.output)])
         return outputs
 
-    def _scan(self, site: NodeSite, body, inputs: list) -> list[list[Known]]:
+    def _scan(self, site: NodeSite, body: onnx.GraphProto, inputs: list[list[Known]]) -> list[Outputs]:
         node = site.node
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute if a.name != "body"}
         scanned = int(attrs.get("num_scan_inputs", 0))
@@ -403,10 +406,11 @@ BROADCASTING = COMPARISONS | {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "
 
 def _broadcast(op: str, inputs: list[Known]) -> Known | None:
     shapes = [k.shape for k in inputs if k.dtype]
-    if not shapes or any(s is None or None in s for s in shapes):
-        return None
+    sizes = [tuple(d for d in s if d is not None) for s in shapes if s is not None]
+    if not shapes or [len(s) for s in sizes] != [len(s) if s is not None else -1 for s in shapes]:
+        return None  # a rank or a dim unknown
     try:
-        shape = np.broadcast_shapes(*shapes)
+        shape = np.broadcast_shapes(*sizes)
     except ValueError:
         return None
     dtype = TensorProto.BOOL if op in COMPARISONS else inputs[-1 if op == "Where" else 0].dtype
