@@ -19,82 +19,31 @@ is never opened, so a model with gigabytes of weights costs what its graph costs
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Hashable, Sequence
-from dataclasses import dataclass
-from functools import cached_property
-from typing import Any
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from patchspec.model.graph import NodeSite, constant_value, has_body, subgraphs
-from patchspec.shapes.annotations import collector_paused, read_dim
+from patchspec.model.graph import NodeSite, has_body, subgraphs
+from patchspec.shapes.annotations import collector_paused
 from patchspec.shapes.kernels import SMALL, values_of
-
-#: one dim per axis, each a size or None (unknown)
-Shape = tuple[int | None, ...]
-
-
-@dataclass(frozen=True, eq=False)
-class Known:
-    """What is known of one tensor at one point: element type (0 unknown), shape, small value."""
-
-    dtype: int = 0
-    shape: Shape | None = None  # one int (or None: unknown) per axis; None: rank unknown
-    value: np.ndarray[Any, Any] | None = None
-
-    @property
-    def full(self) -> bool:
-        """Every dim is a known size."""
-        return self.shape is not None and None not in self.shape
-
-    @cached_property
-    def signature(self) -> Hashable:
-        """What ONNX's inference of a node reading this tensor depends on: type, shape, small value."""
-        if self.value is None:
-            return self.dtype, self.shape
-        value = np.asarray(self.value)
-        return self.dtype, self.shape, value.dtype.str, value.tobytes()
-
-
-UNKNOWN = Known()
+from patchspec.shapes.known import (
+    UNKNOWN,
+    Known,
+    constant_known,
+    known_of_array,
+    known_of_tensor,
+    known_of_type,
+    merge,
+    shape_only,
+    stacked,
+    type_proto,
+)
 
 #: ``hook(site, inputs)`` gets, per point, the node's input Knowns; it returns replacements or None
 Hook = Callable[[NodeSite, list[list[Known]]], list[list[Known]] | None]
 #: the outputs of one node at one point
 Outputs = list[Known]
-
-
-def known_of_array(array: np.ndarray[Any, Any] | np.generic | int | float) -> Known:
-    array = np.asarray(array)
-    dtype = helper.np_dtype_to_tensor_dtype(array.dtype)
-    return Known(dtype, tuple(int(d) for d in array.shape), array if array.size <= SMALL else None)
-
-
-def known_of_tensor(tensor: TensorProto) -> Known:
-    """An initializer: its value when small and stored inline (a weight is never read, nor copied)."""
-    shape = tuple(int(d) for d in tensor.dims)
-    small = int(np.prod(shape, dtype=np.int64)) <= SMALL
-    if small and tensor.data_location != TensorProto.EXTERNAL:
-        try:
-            return Known(tensor.data_type, shape, numpy_helper.to_array(tensor))
-        except Exception:  # an exotic type numpy cannot hold: the shape is still known
-            pass
-    return Known(tensor.data_type, shape)
-
-
-def known_of_type(type_proto: onnx.TypeProto) -> Known:
-    if not type_proto.HasField("tensor_type"):
-        return UNKNOWN
-    tensor_type = type_proto.tensor_type
-    if not tensor_type.HasField("shape"):
-        return Known(tensor_type.elem_type)
-    dims = tuple(size if isinstance(size := read_dim(d), int) else None for d in tensor_type.shape.dim)  # -1: unknown
-    return Known(tensor_type.elem_type, dims)
-
-
-def _type_proto(known: Known) -> onnx.TypeProto:
-    return helper.make_tensor_type_proto(known.dtype, None if known.shape is None else list(known.shape))
 
 
 class ShapeEvaluator:
@@ -247,7 +196,7 @@ class ShapeEvaluator:
         for name, known in zip(node.input, inputs):
             if not name or known.dtype == 0:
                 continue
-            types[name] = _type_proto(known)
+            types[name] = type_proto(known)
             if known.value is not None:
                 data[name] = numpy_helper.from_array(np.asarray(known.value), name)
         try:
@@ -323,7 +272,7 @@ class ShapeEvaluator:
         carried = len(site.node.input) - 2
         bound = [
             [Known(TensorProto.INT64, (), np.array(0, dtype=np.int64)), Known(TensorProto.BOOL, ())]
-            + [_shape_only(k) for k in inputs[p][2:]]
+            + [shape_only(k) for k in inputs[p][2:]]
             for p in range(self.count)
         ]
         self._bind(body, bound)
@@ -334,7 +283,7 @@ class ShapeEvaluator:
             trips = inputs[p][0].value if inputs[p] and inputs[p][0].value is not None else None
             trip = int(np.asarray(trips).reshape(-1)[0]) if trips is not None and np.asarray(trips).size == 1 else None
             states = [merge(first, after) for first, after in zip(inputs[p][2:], body_out[p][1 : 1 + carried])]
-            scans = [_stacked(k, trip, 0) for k in body_out[p][1 + carried :]]
+            scans = [stacked(k, trip, 0) for k in body_out[p][1 + carried :]]
             outputs.append((states + scans)[: len(site.node.output)])
         return outputs
 
@@ -355,7 +304,7 @@ class ShapeEvaluator:
                 axis %= max(len(k.shape), 1)
                 length = k.shape[axis] if length is None else length
                 slices.append(Known(k.dtype, k.shape[:axis] + k.shape[axis + 1 :]))
-            bound.append([_shape_only(k) for k in inputs[p][:states]] + slices)
+            bound.append([shape_only(k) for k in inputs[p][:states]] + slices)
             lengths.append(length)
         self._bind(body, bound)
         self._run_graph(body, site.scopes + (body,))
@@ -364,7 +313,7 @@ class ShapeEvaluator:
         for p in range(self.count):
             finals = [merge(first, after) for first, after in zip(inputs[p][:states], body_out[p][:states])]
             scans = [
-                _stacked(k, lengths[p], out_axes[j] if j < len(out_axes) else 0)
+                stacked(k, lengths[p], out_axes[j] if j < len(out_axes) else 0)
                 for j, k in enumerate(body_out[p][states:])
             ]
             outputs.append((finals + scans)[: len(node.output)])
@@ -379,16 +328,6 @@ def _node_key(node: onnx.NodeProto) -> Hashable | None:
     attributes = tuple([attribute.SerializeToString() for attribute in node.attribute])
     present = tuple([bool(name) for name in node.input])
     return node.op_type, node.domain, len(node.output), present, attributes
-
-
-def constant_known(node: onnx.NodeProto) -> Known | None:
-    """A Constant node's output from its attribute: dims and type always, the value only when small
-    (a weight held in a Constant is never converted); None for a form read by inference."""
-    for attr in node.attribute:
-        if attr.name == "value" and attr.type == onnx.AttributeProto.TENSOR:
-            return known_of_tensor(attr.t)
-    value = constant_value(node)  # value_int(s), value_float(s): attribute lists, small
-    return None if value is None else known_of_array(value)
 
 
 def _condition(inputs: list[Known]) -> bool | None:
@@ -415,30 +354,6 @@ def _broadcast(op: str, inputs: list[Known]) -> Known | None:
         return None
     dtype = TensorProto.BOOL if op in COMPARISONS else inputs[-1 if op == "Where" else 0].dtype
     return Known(dtype, tuple(int(d) for d in shape))
-
-
-def merge(a: Known, b: Known) -> Known:
-    """What two possible values of one tensor have in common."""
-    same_value = (a.value is None and b.value is None) or (
-        a.value is not None and b.value is not None and np.array_equal(a.value, b.value)
-    )
-    if a is b or (a.dtype == b.dtype and a.shape == b.shape and same_value):
-        return a
-    dtype = a.dtype if a.dtype == b.dtype else 0
-    if a.shape is None or b.shape is None or len(a.shape) != len(b.shape):
-        return Known(dtype)
-    return Known(dtype, tuple(x if x == y else None for x, y in zip(a.shape, b.shape)))
-
-
-def _shape_only(known: Known) -> Known:
-    return Known(known.dtype, known.shape)
-
-
-def _stacked(known: Known, length: int | None, axis: int) -> Known:
-    if known.shape is None:
-        return Known(known.dtype)
-    axis %= len(known.shape) + 1
-    return Known(known.dtype, known.shape[:axis] + (length,) + known.shape[axis:])
 
 
 __all__ = [
