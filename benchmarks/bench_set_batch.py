@@ -192,6 +192,11 @@ def child(command: list[str], cwd: Path) -> Run:
     return Run(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, text)  # Linux: KiB
 
 
+def patchspec_cpu(arguments: list[str], cwd: Path) -> float:
+    """CPU seconds of one ``patchspec ARGUMENTS`` in a fresh process."""
+    return child([PATCHSPEC, *arguments], cwd).cpu_s
+
+
 def repeated(measure, times: int, budget_s: float) -> list:
     """Up to ``times`` results of ``measure()``; no further run once one more would pass ``budget_s`` seconds."""
     results, start = [], time.perf_counter()
@@ -415,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         llm = []
         for nodes in args.llm_nodes:
-            llm.append(llm_bench.measure(nodes, args.repeat, work, Path(__file__).resolve()))
+            llm.append(llm_bench.measure(nodes, args.repeat, work, Path(__file__).resolve(), patchspec_cpu))
             print(f"  LLM graph, {nodes} nodes: set_batch {llm[-1]['cpu']:.2f} s CPU", file=sys.stderr, flush=True)
         scaling = bench_scaling(work, args.nodes, args.repeat, args.budget_s)
         memory = bench_memory(work, args.sizes_gib, args.repeat, args.budget_s)

@@ -40,7 +40,7 @@ FIGURES = {
     "bench_verify_memory.py": [rf"^\| \d+ \| {S} \| \d+ \| \d+ \|$"],
     "bench_noop.py": [rf"^\| [\d.]+ \| {S} \| {S} \| {S} \| {S} \| {S} \|$"],
     "bench_set_batch.py": [
-        rf"^\| [\d,]+ \| \d+ \| [\d.]+ \| [\d.]+ \| {S} \| {S} \| {S} \| {S}x \| [\d.]+ \| \d+ \| \d+ \| -?\d+ \| 1 \|$",
+        rf"^\| [\d,]+ \| \d+ \| [\d.]+ \| [\d.]+ \| {S} \| {S} \| {S} \| {S}x \| [\d.]+ \| -?\d+ \| -?\d+ \| {S} \| {S} \| 1 \|$",
         r"^- target <= 4x `infer_shapes` at [\d,]+ nodes: [\d.]+x, (met|\*\*not met\*\*)$",
         rf"^\| 400 \| [\d.]+ \| 20 \| 20 \| {S} \| {S} \| \d+\.\d+ \| \d+ \| {S} \| {S} \| \d+\.\d+ \| 1 / 1 \|$",
         r"^- 400 / 200 nodes \(x2\): `patchspec apply` x[\d.]+ wall",

@@ -28,6 +28,8 @@ from patchspec_plugins.set_batch import SetBatchPatch
 
 BATCH = 8
 TARGET_RATIO = 4.0  # issue 26: set_batch within 4x infer_shapes on the 56,000-node graph
+#: runs ``patchspec ARGS`` in a fresh process in a folder: its CPU seconds (bench_set_batch's ``child``)
+CliRun = Callable[[list[str], Path], float]
 
 
 def _timed(run: Callable[[], Any], repeat: int) -> tuple[float, float, Any]:
@@ -57,12 +59,26 @@ def _status_kib(field: str) -> int:
     raise SystemExit(f"no {field} in /proc/self/status: the memory figures need Linux")
 
 
+def without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The same graph with every large initializer an external stub (never read): the memory control."""
+    light = onnx.ModelProto()
+    light.CopyFrom(model)
+    for tensor in light.graph.initializer:
+        if tensor.ByteSize() > 4096:
+            name, dtype, dims = tensor.name, tensor.data_type, list(tensor.dims)
+            tensor.Clear()
+            tensor.name, tensor.data_type, tensor.data_location = name, dtype, onnx.TensorProto.EXTERNAL
+            tensor.dims.extend(dims)
+            tensor.external_data.add(key="location", value="never-read.bin")
+    return light
+
+
 def rss_child(path: str) -> None:
     """In a fresh process: RSS once ``path`` is loaded, and the peak RSS during ``set_batch`` on it.
 
     The peak is reset after the load (``5 > /proc/self/clear_refs``), so onnx.load's own peak (file
     bytes and parsed model at once) does not hide what set_batch adds. JSON on stdout."""
-    model = onnx.load(path)
+    model = onnx.load(path, load_external_data=False)
     gc.collect()
     Path("/proc/self/clear_refs").write_text("5")
     loaded = _status_kib("VmRSS")
@@ -70,10 +86,20 @@ def rss_child(path: str) -> None:
     print(json.dumps({"loaded_kib": loaded, "peak_kib": _status_kib("VmHWM"), "summary": summary}))
 
 
-def measure(nodes: int, repeat: int, folder: Path, script: Path) -> dict[str, Any]:
+def _peak_growth_mib(script: Path, path: Path) -> float:
+    """Peak RSS that ``set_batch`` adds in a fresh process that has loaded ``path`` (``rss_child``)."""
+    child = subprocess.run(
+        [sys.executable, str(script), "--rss-child", str(path)], capture_output=True, text=True, check=True
+    )
+    memory = json.loads(child.stdout.strip().splitlines()[-1])
+    return float(memory["peak_kib"] - memory["loaded_kib"]) / 1024
+
+
+def measure(nodes: int, repeat: int, folder: Path, script: Path, cli: CliRun) -> dict[str, Any]:
     model, layers = llm_model(nodes)
-    path = folder / f"llm{nodes}.onnx"
+    path, stubbed = folder / f"llm{nodes}.onnx", folder / f"llm{nodes}_no_weights.onnx"
     onnx.save(model, path)
+    onnx.save(without_weights(model), stubbed)
     infer_cpu, infer_wall, _ = _timed(lambda: onnx.shape_inference.infer_shapes(model), repeat)
 
     def fresh_apply() -> str:
@@ -89,11 +115,14 @@ def measure(nodes: int, repeat: int, folder: Path, script: Path) -> dict[str, An
     expected = f"{layers} shape constants rewritten"
     if len(summaries) != 1 or expected not in next(iter(summaries)):
         raise AssertionError(f"{nodes} nodes: expected '{expected}' every time, got {sorted(summaries)}")
-    child = subprocess.run(
-        [sys.executable, str(script), "--rss-child", str(path)], capture_output=True, text=True, check=True
-    )
-    memory = json.loads(child.stdout.strip().splitlines()[-1])
+    growth_mib, control_mib = _peak_growth_mib(script, path), _peak_growth_mib(script, stubbed)
+    authoring = {
+        label: cli(command + [path.name], folder)
+        for label, command in (("init", ["init", "--batch", "4", "--output", "spec.yaml", "--force"]),)
+    }
+    authoring["suggest"] = cli(["inspect", path.name, "--suggest"], folder)
     path.unlink()
+    stubbed.unlink()
     return {
         "nodes": len(model.graph.node),
         "layers": layers,
@@ -103,8 +132,10 @@ def measure(nodes: int, repeat: int, folder: Path, script: Path) -> dict[str, An
         "infer_wall": infer_wall,
         "cpu": statistics.median(t[0] for t in timings),
         "wall": statistics.median(t[1] for t in timings),
-        "loaded_mib": memory["loaded_kib"] / 1024,
-        "peak_mib": memory["peak_kib"] / 1024,
+        "growth_mib": growth_mib,
+        "control_mib": control_mib,
+        "init_cpu": authoring["init"],
+        "suggest_cpu": authoring["suggest"],
         "runs": repeat,
     }
 
@@ -112,14 +143,15 @@ def measure(nodes: int, repeat: int, folder: Path, script: Path) -> dict[str, An
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| nodes | layers (constants rewritten) | model MiB | weights MiB | `infer_shapes` CPU s | `set_batch` CPU s "
-        "| wall s | ratio (CPU) | µs / node | RSS after load MiB | peak RSS in set_batch MiB | growth MiB | runs |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| wall s | ratio (CPU) | µs / node | peak RSS added MiB | same, weights removed | `init` CPU s "
+        "| `inspect --suggest` CPU s | runs |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         lines.append(
             f"| {r['nodes']:,} | {r['layers']:,} | {r['model_mib']:.1f} | {r['weights_mib']:.1f} | {r['infer_cpu']:.2f} "
             f"| {r['cpu']:.2f} | {r['wall']:.2f} | {r['cpu'] / r['infer_cpu']:.2f}x | {r['cpu'] / r['nodes'] * 1e6:.1f} "
-            f"| {r['loaded_mib']:.0f} | {r['peak_mib']:.0f} | {r['peak_mib'] - r['loaded_mib']:.0f} | {r['runs']} |"
+            f"| {r['growth_mib']:.0f} | {r['control_mib']:.0f} | {r['init_cpu']:.2f} | {r['suggest_cpu']:.2f} | {r['runs']} |"
         )
     return "\n".join(lines)
 
