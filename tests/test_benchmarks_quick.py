@@ -52,6 +52,8 @@ FIGURES = {
         ),
     ],
     "bench_set_batch.py": [
+        rf"^\| [\d,]+ \| \d+ \| [\d.]+ \| [\d.]+ \| {S} \| {S} \| {S} \| {S}x \| [\d.]+ \| -?\d+ \| -?\d+ \| {S} \| {S} \| 1 \|$",
+        r"^- target <= 4x `infer_shapes` at [\d,]+ nodes: [\d.]+x, (met|\*\*not met\*\*)$",
         rf"^\| 400 \| [\d.]+ \| 20 \| 20 \| {S} \| {S} \| \d+\.\d+ \| \d+ \| {S} \| {S} \| \d+\.\d+ \| 1 / 1 \|$",
         r"^- 400 / 200 nodes \(x2\): `patchspec apply` x[\d.]+ wall",
         rf"^\| [\d.]+ GiB \| {S} \| {S} \| \d+ \| \d+ \| (yes|\*\*no\*\*) \| 1 \| [\d.]+ \| 1 \|$",
