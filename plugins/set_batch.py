@@ -2,11 +2,12 @@
 
 1. Choose the batch axes: ``inputs``, or the documented detection (``patchspec.api.batch_axes``).
 2. Follow the batch (``patchspec.api.trace_batch``): the graph is evaluated, shapes and small
-   values, at the old batch and at a new one (and a third point that moves other symbolic dims).
-   Each Reshape, Expand, Slice and Resize whose data carries the batch is checked to keep every
-   sample's elements together; a constant element proved to be the batch is rewritten (to the new
-   size; for a symbolic batch to ``-1``, ``0`` or "end"), evaluating on with the rewrite. A batch
-   a Reshape folds behind other dims (``[L, B, E] -> [-1, E]``) is left there and followed.
+   values, at the old batch, the new one and a third (and a point that moves other symbolic dims).
+   Each Reshape, Expand, Slice and Resize whose data carries the batch is checked, at two batches
+   both above 1, to keep every sample's elements together; a constant element proved to be the
+   batch is rewritten (to the new size; for a symbolic batch to ``-1``, ``0`` or "end"),
+   evaluating on with the rewrite. A batch already dynamic is left alone when the model runs at
+   the new batch as it is.
 3. Refuse (exit 4, nothing written) what the evaluation proves: a node that cannot run at the new
    batch, a Slice that drops samples, an op that mixes them after a Squeeze, an If or Loop whose
    condition follows the batch. What it cannot settle is reported undecided, with the spec lines
@@ -103,7 +104,7 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         symbolic = isinstance(size, str)
         same = not symbolic and size == batch.old_size  # constants are baked for this size already
         b2 = batch.old_size + 6 if isinstance(size, str) or same else size
-        trace = trace_batch(model, batch.axes, batch.old_size, b2, symbolic=symbolic)
+        trace = follow_batch(model, batch, inputs, b2, symbolic)
         if trace.refusals and not same:
             refuse(trace, size, where, context)
         rewrites, undecided = ([], []) if same else (trace.rewrites, trace.undecided)
@@ -127,6 +128,20 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         notes = tuple(undecided_text(point) for point in undecided)
         details = batch.notes + tuple(changed) + tuple(squeezes) + tuple(corrected) + notes
         return PatchResult(True, f"batch {size} on {where}; {counts}", details)
+
+
+def follow_batch(
+    model: onnx.ModelProto, batch: BatchAxes, inputs: dict[str, onnx.ValueInfoProto], b2: int, symbolic: bool
+) -> BatchTrace:
+    """The trace set_batch acts on. A batch that is already dynamic was exported to run at any
+    batch: when the model runs at the new one as it is, no constant is touched (at batch 1 a
+    channel of 1 looks like the batch; only a model that fails is decided constant by constant)."""
+    dynamic = all(not isinstance((read_dims(inputs[name]) or [0])[axis], int) for name, axis in batch.axes)
+    if dynamic:
+        as_is = trace_batch(model, batch.axes, batch.old_size, b2, symbolic=symbolic, decide=False)
+        if not as_is.refusals:
+            return as_is
+    return trace_batch(model, batch.axes, batch.old_size, b2, symbolic=symbolic)
 
 
 def undecided_text(point: Undecided) -> str:

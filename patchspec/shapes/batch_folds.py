@@ -22,9 +22,11 @@ Fold = tuple[int, int]
 class Folds:
     """The folds found so far, by tensor name, and the tensors known to hold none."""
 
-    def __init__(self, evaluator: ShapeEvaluator, b1: int, b2: int) -> None:
+    def __init__(self, evaluator: ShapeEvaluator, witnesses: tuple[int, int], sizes: tuple[int, int]) -> None:
+        """``witnesses``: the two points compared (their batches ``sizes``, both above 1)."""
         self.evaluator = evaluator
-        self.b1, self.b2 = b1, b2
+        self.witnesses = witnesses
+        self.wa, self.wb = sizes
         self.folded: dict[str, Fold] = {}
         self.not_folded: set[str] = set()
 
@@ -38,7 +40,7 @@ class Folds:
         if len(out1.shape) != len(out2.shape):
             return None
         differing = [j for j, (a, b) in enumerate(zip(out1.shape, out2.shape)) if a != b]
-        if len(differing) != 1 or out1.shape[differing[0]] * self.b2 != out2.shape[differing[0]] * self.b1:
+        if len(differing) != 1 or out1.shape[differing[0]] * self.wb != out2.shape[differing[0]] * self.wa:
             return None
         j = differing[0]
         before, after = product(data_shape[:axis]), factor * product(data_shape[axis + 1 :])
@@ -47,7 +49,7 @@ class Folds:
             after == product(out1.shape[j + 1 :])
             and outer < before
             and before % outer == 0
-            and outer * out1.shape[j] == before * self.b1
+            and outer * out1.shape[j] == before * self.wa
         ):
             return j, before // outer
         return None
@@ -81,7 +83,9 @@ class Folds:
             return (perm.index(axis), before) if perm and axis in perm else None
         if node.op_type in ("Reshape", "Flatten", "Squeeze", "Unsqueeze"):
             return None  # they move axes: only a Reshape of its own can say where the batch went
-        points = zip(self.evaluator.at(source)[:2], self.evaluator.at(target)[:2])
+        a, b = self.witnesses
+        given_at, made_at = self.evaluator.at(source), self.evaluator.at(target)
+        points = ((given_at[a], made_at[a]), (given_at[b], made_at[b]))
         for given, made in points:
             if given.shape is None or made.shape is None or len(given.shape) != len(made.shape):
                 return None

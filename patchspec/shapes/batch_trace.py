@@ -3,8 +3,9 @@
 The model is evaluated (``evaluate.ShapeEvaluator``) at two points that differ only in the batch:
 ``b1``, the batch the export was traced with, and ``b2``, the new one (any other number for a
 symbolic batch); a third point moves every other symbolic input dim, so dims that depend on them
-are told apart. Every dim is then a number at each point, and a dim *carries the batch* when it
-differs between the two batch points as ``k * b1`` -> ``k * b2``. ``batch_tracker`` does the
+are told apart, and a last point at a third batch ``b3`` (above 1, apart from both) is the
+tracker's second witness. Every dim is then a number at each point, and a dim *carries the batch*
+when it differs between the two batch points as ``k * b1`` -> ``k * b2``. ``batch_tracker`` does the
 following; this module holds what it returns (``BatchTrace``) and the small helpers it shares with
 ``batch_findings``.
 """
@@ -78,6 +79,8 @@ class BatchTrace:
     symbols: dict[str, tuple[int, int]] = field(default_factory=dict)  # dim_param -> its size at points 1 and 3
     #: Squeezes without axes that drop a batch of 1, with the axes they remove at the new batch
     squeezes: list[tuple[NodeSite, list[int]]] = field(default_factory=list)
+    #: the batch at each point: b1, b2, (b1 again where other dims move), then the second witness
+    sizes: tuple[int, ...] = ()
 
     def at(self, name: str) -> list[Known]:
         assert self.evaluator is not None, "trace_batch sets the evaluator"
@@ -85,7 +88,7 @@ class BatchTrace:
 
     def batch_dim(self, name: str, axis: int) -> BatchDim:
         """What the evaluation says of one dim: a size, ("batch", k), an input's dim_param, or None."""
-        knowns = self.at(name)
+        knowns = self.at(name)[: 3 if self.moves_symbols else 2]  # the witness point aside
         squeezed = self.squeezed_axis(name)
         if squeezed is not None:  # the per-sample axes of the other points sit one to the left after it
             if axis == squeezed:
@@ -135,9 +138,10 @@ _Slot = tuple[str] | tuple[str, int] | int
 
 
 def make_points(
-    model: onnx.ModelProto, batch_axes: Iterable[tuple[str, int]], b1: int, b2: int
+    model: onnx.ModelProto, batch_axes: Iterable[tuple[str, int]], batches: tuple[int, int, int]
 ) -> tuple[list[dict[str, Known]], dict[str, tuple[int, int]]]:
-    """Input sizes at (b1), (b2) and, when other dims are symbolic, (b1 with those dims moved).
+    """Input sizes at (b1), (b2), when other dims are symbolic (b1 with those dims moved), and (b3),
+    for ``batches`` (b1, b2, b3).
 
     Also returns each named symbolic dim with its size at the first and third points.
     """
@@ -175,7 +179,8 @@ def make_points(
             if info.name in base
         }
 
-    points = [point(b1, 0), point(b2, 0)] + ([point(b1, SYMBOL_SHIFT)] if symbols else [])
+    b1, b2, b3 = batches
+    points = [point(b1, 0), point(b2, 0)] + ([point(b1, SYMBOL_SHIFT)] if symbols else []) + [point(b3, 0)]
     named = {
         key: (SYMBOL_SIZES[i % len(SYMBOL_SIZES)], SYMBOL_SIZES[i % len(SYMBOL_SIZES)] + SYMBOL_SHIFT)
         for key, i in symbols.items()

@@ -4,15 +4,18 @@
 evaluated at the points ``batch_trace.make_points`` gives; a hook sees every Reshape, Expand, Slice
 and Resize before it is evaluated.
 
-A shape-carrying node whose data carries the batch is *consistent* when, at ``b2``, its output is
-its ``b1`` output with exactly one axis scaled by ``b2 / b1``, at the same memory position as in
-the data (the product of the dims before it is the same): then every sample's elements stay
-together, as a per-sample run of the original would give them. A node that is not consistent
-bakes in the old batch. Each element of its shape operand that comes from a constant (directly,
-or through Concat/Unsqueeze/Cast chains) is tried at ``b2`` in turn; one that makes the node
-consistent, and only one, is proved to be the batch and is rewritten. The decision is applied at
-``b2`` before the next node is evaluated, so one pass in graph order settles every node (no
-fixpoint loop). Everything else is reported as *undecided*, with the patch that fixes it by hand.
+Decisions are made at two *witnesses*: points whose batches are both above 1 and differ (the new
+batch, or the old one when the new is 1, and a third size). At batch 1 a channel of 1 and the
+batch look alike, so batch 1 never proves anything. A shape-carrying node whose data carries the
+batch is *consistent* when its output at the second witness is its output at the first with
+exactly one axis scaled by the batches' ratio, at the same memory position as in the data (the
+product of the dims before it is the same): then every sample's elements stay together, as a
+per-sample run of the original would give them. A node that is not consistent bakes in the old
+batch. Each element of its shape operand that comes from a constant (directly, or through
+Concat/Unsqueeze/Cast chains) is tried scaled with the batch at every point; one that makes the
+node consistent, and only one, is proved to be the batch and is rewritten. The decision is applied
+before the next node is evaluated, so one pass in graph order settles every node (no fixpoint
+loop). Everything else is reported as *undecided*, with the patch that fixes it by hand.
 """
 
 from __future__ import annotations
@@ -48,12 +51,24 @@ Source = tuple[NodeSite, int, int]
 
 
 def trace_batch(
-    model: onnx.ModelProto, batch_axes: Iterable[tuple[str, int]], b1: int, b2: int, *, symbolic: bool = False
+    model: onnx.ModelProto,
+    batch_axes: Iterable[tuple[str, int]],
+    b1: int,
+    b2: int,
+    *,
+    symbolic: bool = False,
+    decide: bool = True,
 ) -> BatchTrace:
-    """Evaluate ``model`` at the batch points, deciding each shape constant on the way."""
-    points, symbols = make_points(model, batch_axes, b1, b2)
-    trace = BatchTrace(b1, b2, symbolic=symbolic, moves_symbols=len(points) > 2, symbols=symbols)
+    """Evaluate ``model`` at the batch points, deciding each shape constant on the way.
+
+    ``decide=False`` evaluates the model as it is: no constant is decided, and ``refusals`` says
+    whether it runs at ``b2`` unchanged (set_batch asks first when the batch is already dynamic)."""
+    witness = max(b1, b2) + 3  # above 1 and apart from both: a size-1 channel never looks like the batch
+    points, symbols = make_points(model, batch_axes, (b1, b2, witness))
+    sizes = (b1, b2) + ((b1,) if len(points) > 3 else ()) + (witness,)
+    trace = BatchTrace(b1, b2, symbolic=symbolic, moves_symbols=len(points) > 3, symbols=symbols, sizes=sizes)
     tracker = _Tracker(model, trace, points)
+    tracker.deciding = decide
     tracker.evaluator.run()
     findings = BatchFindings(trace, tracker.evaluator, tracker.decided)
     trace.refusals.extend(findings.conflicts())
@@ -62,21 +77,29 @@ def trace_batch(
 
 
 class _Tracker:
+    """Decides each shape-carrying node at two witnesses: points whose batches are both above 1 and
+    differ (the new batch, or the old one when the new is 1, and a third size), so that a dim of 1
+    is never taken for the batch. The old batch's point gives the constants' baked-in values."""
+
     def __init__(self, model: onnx.ModelProto, trace: BatchTrace, points: list[dict[str, Known]]) -> None:
         self.model = model
         self.trace = trace
         self.b1, self.b2 = trace.b1, trace.b2
+        self.sizes = trace.sizes
+        self.a, self.b = (1 if self.b2 > 1 else 0), len(points) - 1
+        self.wa, self.wb = self.sizes[self.a], self.sizes[self.b]
         self.index = ScopeIndex()
         self.evaluator = ShapeEvaluator(model, points, hook=self.hook)
         trace.evaluator = self.evaluator
-        self.folds = Folds(self.evaluator, self.b1, self.b2)
+        self.folds = Folds(self.evaluator, (self.a, self.b), (self.wa, self.wb))
         self.uses = use_counts(model)
         self.decided: set[int] = set()  # ids of nodes with a rewrite or an undecided report
+        self.deciding = True  # False: the hook leaves every node as it is
 
     # -- the hook ------------------------------------------------------------------------------------
     def hook(self, site: NodeSite, inputs: PointInputs) -> PointInputs | None:
         node = site.node
-        if node.domain not in ("", "ai.onnx") or not all(self.evaluator.runs(site)[:2]):
+        if not self.deciding or node.domain not in ("", "ai.onnx") or not all(self.evaluator.runs(site)):
             return None  # in a branch not taken at one of the batches: there is nothing to compare
         handlers: dict[str, Callable[[NodeSite, PointInputs], PointInputs | None]] = {
             "Reshape": self._reshape,
@@ -87,79 +110,91 @@ class _Tracker:
         handler = handlers.get(node.op_type)
         return handler(site, inputs) if handler else None
 
-    def carrier(self, first: Known, second: Known) -> tuple[int, int] | None:
-        """(axis, factor) of the one axis that carries the batch; None if none or unclear."""
+    def carrier(self, inputs: PointInputs) -> tuple[int, int] | None:
+        """(axis, size per sample) of the one axis of the data (input 0) that carries the batch at the
+        witnesses; None if none or unclear."""
+        first, second = inputs[self.a][0], inputs[self.b][0]
         if first.shape is None or second.shape is None or not (first.full and second.full):
             return None
-        if len(first.shape) != len(second.shape):
-            return None
-        axes = [(axis, a // self.b1) for axis, (a, b) in enumerate(zip(first.shape, second.shape)) if a != b]
+        old = inputs[0][0].shape
+        if len(first.shape) != len(second.shape) or old is None or len(old) != len(first.shape):
+            return None  # a Squeeze dropped the batch at the old batch of 1: batch_findings judges it
+        axes = [axis for axis, (x, y) in enumerate(zip(first.shape, second.shape)) if x != y]
         if len(axes) != 1:
             return None
-        axis, factor = axes[0]
-        if first.shape[axis] % self.b1 or factor * self.b2 != second.shape[axis]:
+        axis = axes[0]
+        factor, rest = divmod(first.shape[axis], self.wa)
+        if rest or factor * self.wb != second.shape[axis]:
             return None
         return axis, factor
 
-    def consistent(self, out1: Known, out2: Known, batch_axis: int | None) -> bool:
-        """``out2`` is ``out1`` with exactly ``batch_axis`` scaled by b2/b1."""
-        if batch_axis is None or out1.shape is None or out2.shape is None or not (out1.full and out2.full):
+    def consistent(self, first: Known, second: Known, batch_axis: int | None) -> bool:
+        """The output at the second witness is the first's with exactly ``batch_axis`` scaled."""
+        if batch_axis is None or first.shape is None or second.shape is None or not (first.full and second.full):
             return False
-        if len(out1.shape) != len(out2.shape):
+        if len(first.shape) != len(second.shape):
             return False
-        differing = [i for i, (a, b) in enumerate(zip(out1.shape, out2.shape)) if a != b]
-        return differing == [batch_axis] and out1.shape[batch_axis] * self.b2 == out2.shape[batch_axis] * self.b1
+        differing = [i for i, (x, y) in enumerate(zip(first.shape, second.shape)) if x != y]
+        return differing == [batch_axis] and first.shape[batch_axis] * self.wb == second.shape[batch_axis] * self.wa
 
-    def _carried(self, site: NodeSite, inputs: PointInputs) -> tuple[int, int, list[int]] | None:
-        """(the data's batch axis, its size per sample, the shape operand's values) when the data carries
-        the batch."""
-        if len(site.node.input) < 2 or inputs[0][1].value is None:
-            return None
-        found = self.carrier(inputs[0][0], inputs[1][0])
-        if found is None:
-            return None
-        return found[0], found[1], _ints(inputs[0][1].value)
+    def _outputs(self, site: NodeSite, inputs: PointInputs) -> tuple[Known, Known]:
+        """The node's first output at the two witnesses."""
+        return self._eval(site, inputs[self.a]), self._eval(site, inputs[self.b])
+
+    def _trial(
+        self, site: NodeSite, inputs: PointInputs, operand: int, i: int, new: Callable[[int], int]
+    ) -> PointInputs:
+        """``inputs`` with element ``i`` of input ``operand`` set to ``new(point)`` at every point."""
+        replaced = [list(point) for point in inputs]
+        for p, point in enumerate(replaced):
+            given = point[operand]
+            if given.value is not None:
+                point[operand] = int64_known(with_element(_ints(given.value), i, new(p)), like=given)
+        return replaced
+
+    def _scaled(self, values: list[int], i: int) -> Callable[[int], int]:
+        """Element ``i`` (baked for the old batch) at each point's batch."""
+        return lambda p: values[i] // self.b1 * self.sizes[p]
 
     # -- Reshape ---------------------------------------------------------------------------------------
     def _reshape(self, site: NodeSite, inputs: PointInputs) -> PointInputs | None:
-        carried = self._carried(site, inputs)
+        if len(site.node.input) < 2 or inputs[0][1].value is None:
+            return None
+        carried = self.carrier(inputs)
         if carried is None:
             return None
-        axis, factor, values = carried
-        (data1, shape1), (data2, shape2) = inputs[0][:2], inputs[1][:2]
-        assert data1.shape is not None  # the carrier has a full shape
-        out1 = self._eval(site, [data1, shape1])
-        prefix = list(data1.shape[:axis])
+        axis, factor = carried
+        values = _ints(inputs[0][1].value)
+        data = inputs[self.a][0]
+        assert data.shape is not None  # the carrier has a full shape
+        prefix = list(data.shape[:axis])
         fold = self.folds.fold_of(site.node.input[0])
         if fold is not None and fold[0] == axis:
             prefix = [product(prefix) * fold[1]]  # the batch sits behind part of its axis
-        i = batch_position(prefix, out1.shape) if out1.shape is not None and out1.full else None
-        out2 = self._eval(site, [data2, shape2])
-        if self.consistent(out1, out2, i):
+        first, second = self._outputs(site, inputs)
+        if (
+            first.shape is not None
+            and first.full
+            and self.consistent(first, second, batch_position(prefix, first.shape))
+        ):
             return None
-        behind = self.folds.folded_behind(data1.shape, axis, factor, out1, out2) if fold is None else None
+        behind = self.folds.folded_behind(data.shape, axis, factor, first, second) if fold is None else None
         if behind is not None:
             self.folds.folded[site.node.output[0]] = behind
             return None
-        if (
-            i is None
-            or i >= len(values)
-            or values[i] in (0, -1)
-            or values[i] % self.b1
-            or not self.consistent(
-                out1, self._eval(site, [data2, int64_known(with_element(values, i, values[i] // self.b1 * self.b2))]), i
+        proved = [i for i in range(len(values)) if self._proves(site, inputs, values, i, prefix)]
+        if len(proved) > 1:  # the same memory either way (dims of 1): keep the batch where the data has it
+            proved = [i for i in proved if values[:i] == prefix] or proved
+        if len(proved) != 1:
+            why = (
+                f"its data carries the batch on axis {axis}, and no element of its shape can be proved to be the batch"
+                if not proved
+                else f"its data carries the batch on axis {axis}, and elements {proved} of its shape each fit it"
             )
-        ):
-            works = self._suggestion_works(site, values, axis, data1, data2)
-            return self._unsettled(
-                site,
-                [data2, shape2],
-                values,
-                f"its data carries the batch on axis {axis}, and no element of its shape can be proved to be the batch",
-                self._suggest(site, values, axis) if works else None,
-            )
-        new_static = values[i] // self.b1 * self.b2
-        written = self._written_value(site, values, i, data1, out1, axis)
+            works = self._suggestion_works(site, inputs, values, axis)
+            return self._unsettled(site, inputs, values, why, self._suggest(site, values, axis) if works else None)
+        i = proved[0]
+        written = self._written_value(site, inputs, values, i, axis)
         if written is None:
             return self._undecided(
                 site,
@@ -167,98 +202,99 @@ class _Tracker:
                 f"element {i} is the batch, but a symbolic batch there needs a computed shape",
                 self._suggest(site, values, axis, i),
             )
-        return self._rewrite_element(site, 1, values, i, new_static, written, inputs, axis)
+        return self._rewrite_element(site, 1, values, i, self._scaled(values, i), written, inputs, axis)
 
-    def _written_value(
-        self, site: NodeSite, values: list[int], i: int, data1: Known, out1: Known, axis: int
-    ) -> int | None:
+    def _proves(self, site: NodeSite, inputs: PointInputs, values: list[int], i: int, prefix: list[int]) -> bool:
+        """Element ``i``, scaled with the batch at both witnesses, keeps every sample together there."""
+        if values[i] in (0, -1) or values[i] % self.b1:
+            return False
+        first, second = self._outputs(site, self._trial(site, inputs, 1, i, self._scaled(values, i)))
+        if first.shape is None or not first.full:
+            return False
+        return batch_position(prefix, first.shape) == i and self.consistent(first, second, i)
+
+    def _written_value(self, site: NodeSite, inputs: PointInputs, values: list[int], i: int, axis: int) -> int | None:
         """For a symbolic batch: -1 (infer) or 0 (copy the data's dim); None when neither expresses it."""
         if not self.trace.symbolic:
             return values[i] // self.b1 * self.b2
         if -1 not in values:
             return -1
         allowzero = any(a.name == "allowzero" and a.i for a in site.node.attribute)
-        assert out1.shape is not None and data1.shape is not None
-        if i == axis and not allowzero and out1.shape[i] == data1.shape[axis]:
+        data = inputs[self.a][0]
+        assert data.shape is not None
+        if i == axis and not allowzero and values[i] // self.b1 * self.wa == data.shape[axis]:
             return 0
         return None
 
     # -- Expand, Slice, Resize -------------------------------------------------------------------------
     def _expand(self, site: NodeSite, inputs: PointInputs) -> PointInputs | None:
-        carried = self._carried(site, inputs)
+        if len(site.node.input) < 2 or inputs[0][1].value is None:
+            return None
+        carried = self.carrier(inputs)
         if carried is None:
             return None
-        axis, _, values = carried
-        (data1, shape1), (data2, shape2) = inputs[0][:2], inputs[1][:2]
-        assert data1.shape is not None
-        out1 = self._eval(site, [data1, shape1])
-        aligned = axis + max(len(values), len(data1.shape)) - len(data1.shape)
-        if self.consistent(out1, self._eval(site, [data2, shape2]), aligned):
+        axis = carried[0]
+        values = _ints(inputs[0][1].value)
+        data = inputs[self.a][0]
+        assert data.shape is not None
+        aligned = axis + max(len(values), len(data.shape)) - len(data.shape)
+        if self.consistent(*self._outputs(site, inputs), aligned):
             return None
-        slot = axis + len(values) - len(data1.shape)
+        slot = axis + len(values) - len(data.shape)
+        why = "its data carries the batch, which its shape does not let through"
         if not 0 <= slot < len(values) or values[slot] % self.b1:
-            return self._unsettled(
-                site, [data2, shape2], values, "its data carries the batch, which its shape does not let through"
-            )
-        new_static = values[slot] // self.b1 * self.b2
-        if not self.consistent(
-            out1, self._eval(site, [data2, int64_known(with_element(values, slot, new_static))]), aligned
-        ):
-            return self._unsettled(
-                site, [data2, shape2], values, "its data carries the batch, which its shape does not let through"
-            )
-        written = 1 if self.trace.symbolic else new_static
-        return self._rewrite_element(site, 1, values, slot, new_static, written, inputs)
+            return self._unsettled(site, inputs, values, why)
+        trial = self._trial(site, inputs, 1, slot, self._scaled(values, slot))
+        if not self.consistent(*self._outputs(site, trial), aligned):
+            return self._unsettled(site, inputs, values, why)
+        written = 1 if self.trace.symbolic else values[slot] // self.b1 * self.b2
+        return self._rewrite_element(site, 1, values, slot, self._scaled(values, slot), written, inputs)
 
     def _slice(self, site: NodeSite, inputs: PointInputs) -> PointInputs | None:
         node = site.node
         if len(node.input) < 3 or any(k.value is None for k in inputs[0][1 : len(node.input)] if k.dtype):
             return None
-        data1, data2 = inputs[0][0], inputs[1][0]
-        found = self.carrier(data1, data2)
-        if found is None or data1.shape is None:
+        found = self.carrier(inputs)
+        data = inputs[0][0]
+        if found is None or data.shape is None:
             return None
         axis, _ = found
-        out1 = self._eval(site, inputs[0])
-        if self.consistent(out1, self._eval(site, inputs[1]), axis):
+        if self.consistent(*self._outputs(site, inputs), axis):
             return None
         starts, ends = _ints(inputs[0][1].value), _ints(inputs[0][2].value)
         given = len(node.input) > 3 and node.input[3]
         axes = _ints(inputs[0][3].value) if given else list(range(len(starts)))
         stepped = len(node.input) > 4 and node.input[4]
         steps = _ints(inputs[0][4].value) if stepped else [1] * len(starts)
-        rank = len(data1.shape)
-        entry = next((j for j, a in enumerate(axes) if a % rank == axis), None)
+        entry = next((j for j, a in enumerate(axes) if a % len(data.shape) == axis), None)
         if entry is None:
             return None  # the batch axis is not sliced: whatever changed, it is not this constant
-        if starts[entry] != 0 or steps[entry] != 1 or out1.shape is None or out1.shape[axis] != data1.shape[axis]:
+        at_old = self._eval(site, inputs[0])  # at the export's batch, where the bounds were traced
+        if starts[entry] != 0 or steps[entry] != 1 or at_old.shape is None or at_old.shape[axis] != data.shape[axis]:
             return self._refuse(
                 site,
                 f"drops samples at batch {self.b2}: it slices axis {axis}, which carries the "
                 f"batch, with constant bounds (starts {starts}, ends {ends}), so it keeps only part of "
                 "the batch and every later sample is lost or read as the first one's",
             )
-        trial = [list(point) for point in inputs]
-        trial[1][2] = int64_known(with_element(ends, entry, INT64_MAX))
-        if not self.consistent(out1, self._eval(site, trial[1]), axis):
+        trial = self._trial(site, inputs, 2, entry, lambda p: INT64_MAX)
+        if not self.consistent(*self._outputs(site, trial), axis):
             return None
-        return self._rewrite_element(site, 2, ends, entry, INT64_MAX, INT64_MAX, inputs)
+        return self._rewrite_element(site, 2, ends, entry, lambda p: INT64_MAX, INT64_MAX, inputs)
 
     def _resize(self, site: NodeSite, inputs: PointInputs) -> PointInputs | None:
         node = site.node
         if len(node.input) < 4 or not node.input[3] or inputs[0][3].value is None:
             return None
-        found = self.carrier(inputs[0][0], inputs[1][0])
+        found = self.carrier(inputs)
         if found is None:
             return None
         axis, _ = found
         values = _ints(inputs[0][3].value)
         if axis >= len(values) or values[axis] % self.b1:
             return None
-        out1 = self._eval(site, inputs[0])
-        if self.consistent(out1, self._eval(site, inputs[1]), axis):
+        if self.consistent(*self._outputs(site, inputs), axis):
             return None
-        new_static = values[axis] // self.b1 * self.b2
         if self.trace.symbolic:
             return self._undecided(
                 site,
@@ -266,7 +302,8 @@ class _Tracker:
                 f"its sizes hold the batch at axis {axis}, and a symbolic batch there needs a computed shape",
                 self._suggest(site, values, axis, axis, operand=3),
             )
-        return self._rewrite_element(site, 3, values, axis, new_static, new_static, inputs)
+        written = values[axis] // self.b1 * self.b2
+        return self._rewrite_element(site, 3, values, axis, self._scaled(values, axis), written, inputs)
 
     def _rewrite_element(
         self,
@@ -274,12 +311,12 @@ class _Tracker:
         operand: int,
         values: list[int],
         i: int,
-        new_static: int,
+        new: Callable[[int], int],
         written: int,
         inputs: PointInputs,
         axis: int | None = None,
     ) -> PointInputs | None:
-        """Record that element ``i`` of input ``operand`` becomes ``written``; evaluate on with ``new_static``."""
+        """Record that element ``i`` of input ``operand`` becomes ``written``; evaluate on with ``new(point)``."""
         node = site.node
         sources = self.sources(site, operand)
         source = sources[i] if sources and i < len(sources) else None
@@ -298,9 +335,7 @@ class _Tracker:
         reason = f"{label}: element {i} is the batch ({values[i]} -> {shown})"
         self.trace.rewrites.append(Rewrite(reader, reader_operand, ((element, written),), reason))
         self.decided.add(id(node))
-        replaced = [list(point) for point in inputs]
-        replaced[1][operand] = int64_known(with_element(values, i, new_static), like=inputs[1][operand])
-        return replaced
+        return self._trial(site, inputs, operand, i, new)
 
     # -- helpers -----------------------------------------------------------------------------------------
     def _eval(self, site: NodeSite, inputs: list[Known]) -> Known:
@@ -329,10 +364,10 @@ class _Tracker:
         return None
 
     def _unsettled(
-        self, site: NodeSite, inputs2: list[Known], values: list[int], why: str, fix: SpecFix | None = None
+        self, site: NodeSite, inputs: PointInputs, values: list[int], why: str, fix: SpecFix | None = None
     ) -> PointInputs | None:
         """Undecided, or refused when the node as exported cannot run at the new batch at all."""
-        if self._eval(site, inputs2).shape is None:
+        if self._eval(site, inputs[1]).shape is None:
             how = f"; to fix it, add before set_batch:\n{spec_lines(fix)}" if fix else ""
             return self._refuse(site, f"cannot run at batch {self.b2} with its constant shape {values}: {why}{how}")
         return self._undecided(site, values, why, fix)
@@ -354,15 +389,17 @@ class _Tracker:
         self.decided.add(id(site.node))
         return None
 
-    def _suggestion_works(self, site: NodeSite, values: list[int], axis: int, data1: Known, data2: Known) -> bool:
+    def _suggestion_works(self, site: NodeSite, inputs: PointInputs, values: list[int], axis: int) -> bool:
         """Whether the suggested shape (the data's batch dim where the old batch was) keeps the samples
-        apart at the new batch: a hint that cannot work is not printed."""
+        together at both witnesses: a hint that cannot work is not printed."""
         i = next((j for j, v in enumerate(values) if v == self.b1), axis)
-        if not 0 <= i < len(values) or data2.shape is None or data1.shape is None or not data2.full:
+        if not 0 <= i < len(values):
             return False
-        trial = self._eval(site, [data2, int64_known(with_element(values, i, data2.shape[axis]))])
-        at_old = self._eval(site, [data1, int64_known(with_element(values, i, data1.shape[axis]))])
-        return at_old.full and self.consistent(at_old, trial, i)
+        dims = [point[0].shape[axis] if point[0].shape is not None else None for point in inputs]
+        if None in dims:
+            return False
+        trial = self._trial(site, inputs, 1, i, lambda p: int(dims[p] or 0))
+        return self.consistent(*self._outputs(site, trial), i)
 
     def _suggest(self, site: NodeSite, values: list[int], axis: int, i: int | None = None, operand: int = 1) -> SpecFix:
         """replace_initializer with the data's batch dim at element ``i`` of input ``operand``."""
