@@ -11,6 +11,7 @@ from __future__ import annotations
 import onnx
 
 from patchspec.model.graph import NodeSite
+from patchspec.shapes.batch_pinned import pinned_batch
 from patchspec.shapes.batch_trace import AXIS_FREE, BatchTrace, Undecided, product, shape_text
 from patchspec.shapes.evaluate import BROADCASTING, ShapeEvaluator
 
@@ -23,6 +24,17 @@ class BatchFindings:
         self.evaluator = evaluator
         self.decided = decided
         self.b1, self.b2 = trace.b1, trace.b2
+
+    def pinned(self) -> list[str]:
+        """Nodes whose constants pin the batch to the exported samples (``batch_pinned``)."""
+        sites = [
+            site for name, site in self.evaluator.producer.items() if name == next(o for o in site.node.output if o)
+        ]
+        found = []
+        for site, why in pinned_batch(self.trace, sites):
+            found.append(f"{self.label(site)} {why}")
+            self.decided.add(id(site.node))
+        return found
 
     def conflicts(self) -> list[str]:
         """Nodes that run at the old batch and not at the new one, each with the likely reason."""
@@ -158,10 +170,12 @@ class BatchFindings:
             f"there; shift them by one past the batch, or count them from the end"
         )
 
-    def conflict(self, site: NodeSite, why: str, problem: str = "cannot run") -> str:
+    def label(self, site: NodeSite) -> str:
         node = site.node
-        label = f"{node.op_type} '{node.name or node.output[0]}'{self.evaluator.where(site)}"
-        return f"{label} {problem} at batch {self.b2}: {why}"
+        return f"{node.op_type} '{node.name or node.output[0]}'{self.evaluator.where(site)}"
+
+    def conflict(self, site: NodeSite, why: str, problem: str = "cannot run") -> str:
+        return f"{self.label(site)} {problem} at batch {self.b2}: {why}"
 
 
 __all__ = ["BatchFindings"]

@@ -71,6 +71,7 @@ def trace_batch(
     tracker.deciding = decide
     tracker.evaluator.run()
     findings = BatchFindings(trace, tracker.evaluator, tracker.decided)
+    trace.refusals.extend(findings.pinned())
     trace.refusals.extend(findings.conflicts())
     trace.squeezes.extend(findings.batch_squeezes())
     return trace
