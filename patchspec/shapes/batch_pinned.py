@@ -93,7 +93,8 @@ def _constant_state(trace: BatchTrace, index: ScopeIndex, site: NodeSite) -> str
         name = node.input[operand]
         if index.constant_source(name, site.scopes) is None:
             continue
-        shape = list(np.shape(index.constant(name, site.scopes)))
+        value = index.constant(name, site.scopes)
+        shape = list(np.shape(value)) if value is not None else "?"
         return (
             f"starts from the constant state '{name}' ({_STATE_NAMES[operand]}, {shape}) that holds "
             f"{trace.b1} sample{'s' * (trace.b1 != 1)}: it cannot start a batch of {trace.b2}, so the model is "
