@@ -87,11 +87,11 @@ from patchspec.shapes.annotations import (
 )
 from patchspec.shapes.batch_axes import BatchAxes, BatchAxesError, batch_axes, fed_inputs
 from patchspec.shapes.batch_rewrite import declare_from_trace, explicit_squeezes, rewrite_batch_constants
-from patchspec.shapes.batch_trace import BatchTrace, Rewrite, Undecided
+from patchspec.shapes.batch_trace import UNDECIDED, BatchTrace, Rewrite, Undecided
 from patchspec.shapes.batch_tracker import trace_batch
 from patchspec.shapes.compiler import ShapeCompileError, ShapeCompiler, TensorIndex
 from patchspec.shapes.evaluate import BROADCASTING, Known, ShapeEvaluator
-from patchspec.shapes.spec_lines import SpecFix, spec_lines
+from patchspec.shapes.spec_lines import FlowValue, SpecFix, spec_lines
 from patchspec.shapes.values import input_values
 
 __all__ = [
@@ -138,11 +138,13 @@ __all__ = [
     "BatchTrace",
     "Rewrite",
     "Undecided",
+    "UNDECIDED",
     "trace_batch",
     "rewrite_batch_constants",
     "explicit_squeezes",
     "declare_from_trace",
     # patches to suggest, as data and as the lines to paste into a spec
+    "FlowValue",
     "SpecFix",
     "spec_lines",
     # what values an integer input needs, where the graph says

@@ -26,9 +26,13 @@ import onnx
 from patchspec import ParamProblem, PatchContext, PatchResult, PatchType, hookimpl
 from patchspec.api import (
     PINNED_DIMS,
+    UNDECIDED,
     BatchAxes,
     BatchAxesError,
     BatchTrace,
+    FlowValue,
+    Rewrite,
+    SpecFix,
     Undecided,
     apply_pins,
     batch_axes,
@@ -105,9 +109,11 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         same = not symbolic and size == batch.old_size  # constants are baked for this size already
         b2 = batch.old_size + 6 if isinstance(size, str) or same else size
         trace = follow_batch(model, batch, inputs, b2, symbolic)
+        others = [] if "inputs" in params else other_batch_names(model, batch, inputs, size, b2)
         if trace.refusals and not same:
-            refuse(trace, size, where, context)
-        rewrites, undecided = ([], []) if same else (trace.rewrites, trace.undecided)
+            refuse(trace, size, where, context, others)
+        rewrites: list[Rewrite] = [] if same else trace.rewrites
+        undecided: list[Undecided] = [] if same else trace.undecided
         changed = rewrite_batch_constants(model, rewrites, f"batch_{size}")
         squeezes = [] if same else explicit_squeezes(model, trace.squeezes)
         declared = {info.name: read_dims(info) for info in model.graph.output}
@@ -123,10 +129,13 @@ class SetBatchPatch(PatchType[SetBatchParams]):
             counts += f", {len(squeezes)} Squeeze{'s' * (len(squeezes) != 1)} given axes"
         if undecided:
             counts += f", {len(undecided)} undecided (-v lists them, with the spec lines that fix them)"
+        if others:
+            counts += f", {len(others) - 1} other input{'s' * (len(others) > 2)} left with a batch of its own (-v)"
         if corrected:
             counts += f", {len(corrected)} output declaration{'s' * (len(corrected) != 1)} corrected"
         notes = tuple(undecided_text(point) for point in undecided)
-        details = batch.notes + tuple(changed) + tuple(squeezes) + tuple(corrected) + notes
+        context.state.get(UNDECIDED).extend(point.message for point in undecided)
+        details = batch.notes + tuple(others[-1:]) + tuple(changed) + tuple(squeezes) + tuple(corrected) + notes
         return PatchResult(True, f"batch {size} on {where}; {counts}", details)
 
 
@@ -144,6 +153,38 @@ def follow_batch(
     return trace_batch(model, batch.axes, batch.old_size, b2, symbolic=symbolic)
 
 
+def other_batch_names(
+    model: onnx.ModelProto, batch: BatchAxes, inputs: dict[str, onnx.ValueInfoProto], size: int | str, b2: int
+) -> list[str]:
+    """Inputs whose axis 0 has a name of its own (tf2onnx's ``unk__6135`` beside ``unk__6134``) that the
+    model runs with as the batch: their axes, then the hint that sets them all (last).
+
+    Each exporter may name the batch once per input. The detected batch is the first input's name
+    only; the others are proved to be the batch too when the model, evaluated with them all moving
+    together, runs at the new batch."""
+    names = {(read_dims(inputs[name]) or [None])[axis] for name, axis in batch.axes}
+    chosen = {name for name, _ in batch.axes}
+    left = [
+        (name, 0)
+        for name, info in inputs.items()
+        if name not in chosen and (dims := read_dims(info)) and isinstance(dims[0], str) and dims[0] not in names
+    ]
+    if not left:
+        return []
+    every = [*batch.axes, *left]
+    if trace_batch(model, every, batch.old_size, b2, symbolic=isinstance(size, str)).refusals:
+        return []
+    listed: FlowValue = (
+        [name for name, _ in every] if all(axis == 0 for _, axis in every) else {name: axis for name, axis in every}
+    )
+    fix = SpecFix("set_batch", (("size", size), ("inputs", listed)))
+    found = [f"{name}[0] ('{(read_dims(inputs[name]) or [''])[0]}')" for name, _ in left]
+    return found + [
+        f"{', '.join(found)} name{'s' * (len(found) == 1)} the batch under another name: the model runs with "
+        f"{'it' if len(found) == 1 else 'them'} at the new batch too; to set them all, use instead:\n{spec_lines(fix)}"
+    ]
+
+
 def undecided_text(point: Undecided) -> str:
     """An undecided point for the details, with the patch that settles it as lines to paste."""
     if point.fix is None:
@@ -151,13 +192,15 @@ def undecided_text(point: Undecided) -> str:
     return f"{point.message}; to fix it by hand, add:\n{spec_lines(point.fix)}"
 
 
-def refuse(trace: BatchTrace, size: int | str, where: str, context: PatchContext) -> None:
+def refuse(trace: BatchTrace, size: int | str, where: str, context: PatchContext, others: list[str]) -> None:
     """Stop: the evaluation proves the model cannot run at the new batch, or drops or mixes samples there."""
     first, *others = trace.refusals
     more = "".join(f"\n  also: {line}" for line in others[:9])
     if len(others) > 9:
         more += f"\n  and {len(others) - 9} more"
     at = f"batch {size}" if isinstance(size, int) else f"a batch other than {trace.b1}"
+    if others:  # the batch has other names: with them all, the model runs
+        context.fail(f"{first}{more}\nnothing is written", hint=others[-1])
     context.fail(
         f"{first}{more}\nthe model cannot run correctly at {at} on {where} as it was exported, so nothing is written",
         hint="fix the named nodes with patches listed before set_batch (replace_initializer "
