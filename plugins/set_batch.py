@@ -128,7 +128,8 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         if squeezes:
             counts += f", {len(squeezes)} Squeeze{'s' * (len(squeezes) != 1)} given axes"
         if undecided:
-            counts += f", {len(undecided)} undecided (-v lists them, with the spec lines that fix them)"
+            fixes = ", with the spec lines that fix them" if any(point.fix for point in undecided) else ""
+            counts += f", {len(undecided)} undecided (-v lists them{fixes})"
         if others:
             counts += f", {len(others) - 1} other input{'s' * (len(others) > 2)} left with a batch of its own (-v)"
         if corrected:

@@ -8,7 +8,7 @@ from typing import TypedDict
 import onnx
 
 from patchspec import Verifier, VerifyContext, VerifyResult, hookimpl
-from patchspec.api import Known, ShapeEvaluator, fed_inputs, read_dims
+from patchspec.api import FlowValue, Known, ShapeEvaluator, SpecFix, fed_inputs, read_dims, spec_lines
 
 
 class StaticParams(TypedDict, total=False):
@@ -67,9 +67,9 @@ def _hint(model: onnx.ModelProto) -> tuple[str, ...]:
     if loose:
         lines = ", ".join(f"{name}[{axis}]" for name, axis in loose)
         return (
-            f"hint: give the input dims sizes ({lines}): set_batch for a batch on axis 0, and for any other "
-            "'- rename_dims: {tensor: NAME, axes: {AXIS: SIZE}}' listed before set_batch, so that set_batch "
-            "derives the outputs from the fixed inputs",
+            f"hint: give the input dims sizes ({lines}): set_batch for a batch on axis 0, and rename_dims with "
+            "the tensor and a size per axis for any other, listed before set_batch, so that set_batch derives "
+            "the outputs from the fixed inputs",
         )
     point = {
         name: Known(info.type.tensor_type.elem_type, tuple(read_dims(info) or ())) for name, info in inputs.items()
@@ -86,8 +86,8 @@ def _hint(model: onnx.ModelProto) -> tuple[str, ...]:
             or (dims is not None and all(isinstance(d, int) for d in dims))
         ):
             continue
-        axes = ", ".join(f"{axis}: {size}" for axis, size in enumerate(found.shape))
-        fixes.append(f"  - rename_dims: {{tensor: {info.name}, axes: {{{axes}}}}}")
+        axes: dict[str | int, FlowValue] = {axis: int(size) for axis, size in enumerate(found.shape)}
+        fixes.append(spec_lines(SpecFix("rename_dims", (("tensor", info.name), ("axes", axes)))))
     if not fixes:
         return (
             "hint: the inputs are fixed, but the outputs' sizes cannot be derived from the graph alone "

@@ -42,6 +42,14 @@ def rewrite_batch_constants(model: onnx.ModelProto, rewrites: list[Rewrite], lab
     for group in grouped.values():
         site, operand = group[0].site, group[0].operand
         name = site.node.input[operand]
+        if group[0].whole:  # a computed shape: the node reads a new constant instead
+            values = np.array([value for _, value in group[0].elements], dtype=np.int64)
+            new_name = fresh_name(f"{site.node.name or site.node.output[0]}_shape_{label}", taken)
+            taken.add(new_name)
+            site.graph.initializer.append(numpy_helper.from_array(values, new_name))
+            site.node.input[operand] = new_name
+            details.append(f"rewrote {group[0].reason}: new initializer '{new_name}' {_shown(values)}")
+            continue
         source = index.constant_source(name, site.scopes)
         old = np.asarray(constant_value(source))
         new = old.reshape(-1).copy()

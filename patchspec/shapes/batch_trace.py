@@ -57,6 +57,9 @@ class Rewrite:
     operand: int
     elements: tuple[tuple[int, int], ...]  # ((element index, new value), ...)
     reason: str
+    #: the operand is computed (a Concat of pieces that change with nothing): ``elements`` are all of its
+    #: values, given to the node as a new constant
+    whole: bool = False
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,10 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import onnx
 
-from patchspec.model.graph import NodeSite, ScopeIndex, use_counts
-from patchspec.shapes import expressions
+from patchspec.model.graph import NodeSite
 from patchspec.shapes.batch_findings import BatchFindings
-from patchspec.shapes.batch_folds import Folds
+from patchspec.shapes.batch_folds import Fold, Folds
+from patchspec.shapes.batch_operands import Operands, replace_fix, steady_except
 from patchspec.shapes.batch_trace import (
     INT64_MAX,
     BatchTrace,
@@ -42,12 +42,7 @@ from patchspec.shapes.batch_trace import (
     with_element,
 )
 from patchspec.shapes.evaluate import Known, ShapeEvaluator
-from patchspec.shapes.spec_lines import FlowValue, SpecFix, spec_lines
-
-#: ops whose output copies the elements of their first input in order (for tracing a shape back)
-_COPY_OPS = {"Unsqueeze", "Squeeze", "Cast", "Identity", "Reshape", "Flatten"}
-#: per element of a shape operand: (reader site, operand, element) of the constant it copies
-Source = tuple[NodeSite, int, int]
+from patchspec.shapes.spec_lines import SpecFix, spec_lines
 
 
 def trace_batch(
@@ -77,6 +72,10 @@ def trace_batch(
     return trace
 
 
+#: an element's value at one point, from the point's index and the element's value there
+NewValue = Callable[[int, int], int]
+
+
 class _Tracker:
     """Decides each shape-carrying node at two witnesses: points whose batches are both above 1 and
     differ (the new batch, or the old one when the new is 1, and a third size), so that a dim of 1
@@ -89,11 +88,10 @@ class _Tracker:
         self.sizes = trace.sizes
         self.a, self.b = (1 if self.b2 > 1 else 0), len(points) - 1
         self.wa, self.wb = self.sizes[self.a], self.sizes[self.b]
-        self.index = ScopeIndex()
         self.evaluator = ShapeEvaluator(model, points, hook=self.hook)
         trace.evaluator = self.evaluator
         self.folds = Folds(self.evaluator, (self.a, self.b), (self.wa, self.wb))
-        self.uses = use_counts(model)
+        self.operands = Operands(model, self.evaluator)
         self.decided: set[int] = set()  # ids of nodes with a rewrite or an undecided report
         self.deciding = True  # False: the hook leaves every node as it is
 
@@ -142,20 +140,19 @@ class _Tracker:
         """The node's first output at the two witnesses."""
         return self._eval(site, inputs[self.a]), self._eval(site, inputs[self.b])
 
-    def _trial(
-        self, site: NodeSite, inputs: PointInputs, operand: int, i: int, new: Callable[[int], int]
-    ) -> PointInputs:
-        """``inputs`` with element ``i`` of input ``operand`` set to ``new(point)`` at every point."""
+    def _trial(self, site: NodeSite, inputs: PointInputs, operand: int, i: int, new: NewValue) -> PointInputs:
+        """``inputs`` with element ``i`` of input ``operand`` set to ``new(point, its value there)``."""
         replaced = [list(point) for point in inputs]
         for p, point in enumerate(replaced):
             given = point[operand]
             if given.value is not None:
-                point[operand] = int64_known(with_element(_ints(given.value), i, new(p)), like=given)
+                values = _ints(given.value)
+                point[operand] = int64_known(with_element(values, i, new(p, values[i])), like=given)
         return replaced
 
-    def _scaled(self, values: list[int], i: int) -> Callable[[int], int]:
+    def _scaled(self, p: int, value: int) -> int:
         """Element ``i`` (baked for the old batch) at each point's batch."""
-        return lambda p: values[i] // self.b1 * self.sizes[p]
+        return value // self.b1 * self.sizes[p]
 
     # -- Reshape ---------------------------------------------------------------------------------------
     def _reshape(self, site: NodeSite, inputs: PointInputs) -> PointInputs | None:
@@ -186,6 +183,14 @@ class _Tracker:
         proved = [i for i in range(len(values)) if self._proves(site, inputs, values, i, prefix)]
         if len(proved) > 1:  # the same memory either way (dims of 1): keep the batch where the data has it
             proved = [i for i in proved if values[:i] == prefix] or proved
+        folds = {} if fold is not None else self._folds(site, inputs, values, data.shape, axis, factor)
+        per_sample = factor * product(data.shape[axis + 1 :])
+        if len(folds) == 1 and all(values[i] // self.b1 == per_sample for i in proved):
+            # [L, B*h, d] -> [L, 192]: the batch joins the rows (torch's view(L * B, E)), not one sample's features
+            (j, behind), written = next(iter(folds.items())), -1 if -1 not in values else None
+            if written is not None:
+                self.folds.folded[site.node.output[0]] = behind
+                return self._rewrite_element(site, 1, values, j, self._scaled, written, inputs, axis)
         if len(proved) != 1:
             why = (
                 f"its data carries the batch on axis {axis}, and no element of its shape can be proved to be the batch"
@@ -203,16 +208,30 @@ class _Tracker:
                 f"element {i} is the batch, but a symbolic batch there needs a computed shape",
                 self._suggest(site, values, axis, i),
             )
-        return self._rewrite_element(site, 1, values, i, self._scaled(values, i), written, inputs, axis)
+        return self._rewrite_element(site, 1, values, i, self._scaled, written, inputs, axis)
 
     def _proves(self, site: NodeSite, inputs: PointInputs, values: list[int], i: int, prefix: list[int]) -> bool:
         """Element ``i``, scaled with the batch at both witnesses, keeps every sample together there."""
         if values[i] in (0, -1) or values[i] % self.b1:
             return False
-        first, second = self._outputs(site, self._trial(site, inputs, 1, i, self._scaled(values, i)))
+        first, second = self._outputs(site, self._trial(site, inputs, 1, i, self._scaled))
         if first.shape is None or not first.full:
             return False
         return batch_position(prefix, first.shape) == i and self.consistent(first, second, i)
+
+    def _folds(
+        self, site: NodeSite, inputs: PointInputs, values: list[int], data: tuple[int, ...], axis: int, factor: int
+    ) -> dict[int, Fold]:
+        """Elements that, scaled with the batch, fold it behind the data dims before it (``[L*B, E]``)."""
+        found = {}
+        for j, value in enumerate(values):
+            if value in (0, -1) or value % self.b1:
+                continue
+            first, second = self._outputs(site, self._trial(site, inputs, 1, j, self._scaled))
+            behind = self.folds.folded_behind(data, axis, factor, first, second)
+            if behind is not None and behind[0] == j:
+                found[j] = behind
+        return found
 
     def _written_value(self, site: NodeSite, inputs: PointInputs, values: list[int], i: int, axis: int) -> int | None:
         """For a symbolic batch: -1 (infer) or 0 (copy the data's dim); None when neither expresses it."""
@@ -245,11 +264,11 @@ class _Tracker:
         why = "its data carries the batch, which its shape does not let through"
         if not 0 <= slot < len(values) or values[slot] % self.b1:
             return self._unsettled(site, inputs, values, why)
-        trial = self._trial(site, inputs, 1, slot, self._scaled(values, slot))
+        trial = self._trial(site, inputs, 1, slot, self._scaled)
         if not self.consistent(*self._outputs(site, trial), aligned):
             return self._unsettled(site, inputs, values, why)
         written = 1 if self.trace.symbolic else values[slot] // self.b1 * self.b2
-        return self._rewrite_element(site, 1, values, slot, self._scaled(values, slot), written, inputs)
+        return self._rewrite_element(site, 1, values, slot, self._scaled, written, inputs)
 
     def _slice(self, site: NodeSite, inputs: PointInputs) -> PointInputs | None:
         node = site.node
@@ -278,10 +297,10 @@ class _Tracker:
                 f"batch, with constant bounds (starts {starts}, ends {ends}), so it keeps only part of "
                 "the batch and every later sample is lost or read as the first one's",
             )
-        trial = self._trial(site, inputs, 2, entry, lambda p: INT64_MAX)
+        trial = self._trial(site, inputs, 2, entry, lambda p, v: INT64_MAX)
         if not self.consistent(*self._outputs(site, trial), axis):
             return None
-        return self._rewrite_element(site, 2, ends, entry, lambda p: INT64_MAX, INT64_MAX, inputs)
+        return self._rewrite_element(site, 2, ends, entry, lambda p, v: INT64_MAX, INT64_MAX, inputs)
 
     def _resize(self, site: NodeSite, inputs: PointInputs) -> PointInputs | None:
         node = site.node
@@ -304,7 +323,7 @@ class _Tracker:
                 self._suggest(site, values, axis, axis, operand=3),
             )
         written = values[axis] // self.b1 * self.b2
-        return self._rewrite_element(site, 3, values, axis, self._scaled(values, axis), written, inputs)
+        return self._rewrite_element(site, 3, values, axis, self._scaled, written, inputs)
 
     def _rewrite_element(
         self,
@@ -312,29 +331,37 @@ class _Tracker:
         operand: int,
         values: list[int],
         i: int,
-        new: Callable[[int], int],
+        new: NewValue,
         written: int,
         inputs: PointInputs,
         axis: int | None = None,
     ) -> PointInputs | None:
         """Record that element ``i`` of input ``operand`` becomes ``written``; evaluate on with ``new(point)``."""
         node = site.node
-        sources = self.sources(site, operand)
+        sources = self.operands.sources(site, operand)
         source = sources[i] if sources and i < len(sources) else None
-        if source is None:
-            suggestion = self._suggest(site, values, axis, i, operand) if axis is not None else None
-            return self._undecided(
-                site,
-                values,
-                f"element {i} of input {operand} is the batch, but it is computed "
-                "at run time, or its constant is shared along the way",
-                suggestion,
-            )
-        reader, reader_operand, element = source
         label = f"{node.op_type} '{node.name or node.output[0]}'"
         shown = "end" if written == INT64_MAX else written
         reason = f"{label}: element {i} is the batch ({values[i]} -> {shown})"
-        self.trace.rewrites.append(Rewrite(reader, reader_operand, ((element, written),), reason))
+        if source is None:
+            steady = steady_except(inputs, operand, i)
+            if steady is None or (written == -1 and -1 in steady[:i] + steady[i + 1 :]):
+                suggestion = self._suggest(site, values, axis, i, operand) if axis is not None else None
+                return self._undecided(
+                    site,
+                    values,
+                    f"element {i} of input {operand} is the batch, but it is computed at run time from "
+                    "sizes that change with other input dims",
+                    suggestion,
+                    operand,
+                )
+            whole = tuple(enumerate(with_element(steady, i, written)))
+            computed = self.operands.producer_label(site, operand)
+            reason += f"; the shape {computed} computed becomes a constant"
+            self.trace.rewrites.append(Rewrite(site, operand, whole, reason, whole=True))
+        else:
+            reader, reader_operand, element = source
+            self.trace.rewrites.append(Rewrite(reader, reader_operand, ((element, written),), reason))
         self.decided.add(id(node))
         return self._trial(site, inputs, operand, i, new)
 
@@ -342,35 +369,14 @@ class _Tracker:
     def _eval(self, site: NodeSite, inputs: list[Known]) -> Known:
         return self.evaluator.evaluate(site.node, list(inputs))[0]
 
-    def sources(self, site: NodeSite, operand: int) -> list[Source | None] | None:
-        """Per element of ``site.node``'s input: (reader site, operand, element) of the constant it copies."""
-        name = site.node.input[operand]
-        if self.index.constant_source(name, site.scopes) is not None:
-            value = self.index.constant(name, site.scopes)
-            size = 0 if value is None else int(np.asarray(value).size)
-            return [(site, operand, j) for j in range(size)]
-        producer = self.evaluator.producer.get(name)
-        if producer is None or self.uses.get(name, 0) > 1 or producer.node.domain not in ("", "ai.onnx"):
-            return None
-        op = producer.node.op_type
-        if op in _COPY_OPS:
-            return self.sources(producer, 0)
-        if op == "Concat":
-            found: list[Source | None] = []
-            for j, part in enumerate(producer.node.input):
-                value = self.evaluator.at(part)[0].value
-                length = 0 if value is None else int(np.asarray(value).size)
-                found.extend(self.sources(producer, j) or [None] * length)
-            return found
-        return None
-
     def _unsettled(
         self, site: NodeSite, inputs: PointInputs, values: list[int], why: str, fix: SpecFix | None = None
     ) -> PointInputs | None:
         """Undecided, or refused when the node as exported cannot run at the new batch at all."""
         if self._eval(site, inputs[1]).shape is None:
             how = f"; to fix it, add before set_batch:\n{spec_lines(fix)}" if fix else ""
-            return self._refuse(site, f"cannot run at batch {self.b2} with its constant shape {values}: {why}{how}")
+            shape = self._shape_words(site, 1, values)
+            return self._refuse(site, f"cannot run at batch {self.b2} with its {shape}: {why}{how}")
         return self._undecided(site, values, why, fix)
 
     def _label(self, site: NodeSite) -> str:
@@ -383,9 +389,17 @@ class _Tracker:
         self.decided.add(id(site.node))
         return None
 
-    def _undecided(self, site: NodeSite, values: list[int], why: str, fix: SpecFix | None = None) -> PointInputs | None:
+    def _shape_words(self, site: NodeSite, operand: int, values: list[int]) -> str:
+        """``constant shape [1, 64]``, or for a computed one what computes it (its values are the sizes tried)."""
+        if self.operands.is_constant(site, operand):
+            return f"constant shape {values}"
+        return f"shape {values} (computed by {self.operands.producer_label(site, operand)}, at the sizes tried)"
+
+    def _undecided(
+        self, site: NodeSite, values: list[int], why: str, fix: SpecFix | None = None, operand: int = 1
+    ) -> PointInputs | None:
         """Record an undecided point; returns no replacement inputs, as the hook's handlers do."""
-        text = f"undecided: {self._label(site)} has constant shape {values}; {why}"
+        text = f"undecided: {self._label(site)} has {self._shape_words(site, operand, values)}; {why}"
         self.trace.undecided.append(Undecided(text, fix))
         self.decided.add(id(site.node))
         return None
@@ -399,19 +413,17 @@ class _Tracker:
         dims = [point[0].shape[axis] if point[0].shape is not None else None for point in inputs]
         if None in dims:
             return False
-        trial = self._trial(site, inputs, 1, i, lambda p: int(dims[p] or 0))
+        trial = self._trial(site, inputs, 1, i, lambda p, v: int(dims[p] or 0))
         return self.consistent(*self._outputs(site, trial), i)
 
-    def _suggest(self, site: NodeSite, values: list[int], axis: int, i: int | None = None, operand: int = 1) -> SpecFix:
-        """replace_initializer with the data's batch dim at element ``i`` of input ``operand``."""
-        node = site.node
-        if i is None:
-            i = next((j for j, v in enumerate(values) if v == self.b1), axis)
-        items: list[FlowValue] = list(values)
-        if 0 <= i < len(items):
-            items[i] = f"dim({expressions.quote_tensor(node.input[0])}, {axis})"
-        selector: dict[str | int, FlowValue] = {"name": node.name} if node.name else {"produces": node.output[0]}
-        return SpecFix("replace_initializer", (("select", selector), ("input", operand), ("shape", items)))
+    def _suggest(
+        self, site: NodeSite, values: list[int], axis: int, i: int | None = None, operand: int = 1
+    ) -> SpecFix | None:
+        """The replace_initializer fix for a constant operand (a computed one has none: it is refused)."""
+        if not self.operands.is_constant(site, operand):
+            return None
+        at = next((j for j, v in enumerate(values) if v == self.b1), axis) if i is None else i
+        return replace_fix(site, values, axis, at, operand)
 
 
 def _ints(value: np.ndarray | None) -> list[int]:
