@@ -193,19 +193,21 @@ def undecided_text(point: Undecided) -> str:
     return f"{point.message}; to fix it by hand, add:\n{spec_lines(point.fix)}"
 
 
-def refuse(trace: BatchTrace, size: int | str, where: str, context: PatchContext, others: list[str]) -> None:
+def refuse(trace: BatchTrace, size: int | str, where: str, context: PatchContext, names: list[str]) -> None:
     """Stop: the evaluation proves the model cannot run at the new batch, or drops or mixes samples there."""
-    first, *others = trace.refusals
-    more = "".join(f"\n  also: {line}" for line in others[:9])
-    if len(others) > 9:
-        more += f"\n  and {len(others) - 9} more"
+    first, *rest = trace.refusals
+    more = "".join(f"\n  also: {line}" for line in rest[:9])
+    if len(rest) > 9:
+        more += f"\n  and {len(rest) - 9} more"
     at = f"batch {size}" if isinstance(size, int) else f"a batch other than {trace.b1}"
-    if others:  # the batch has other names: with them all, the model runs
-        context.fail(f"{first}{more}\nnothing is written", hint=others[-1])
+    if names:  # the batch has other names (other_batch_names): with them all, the model runs
+        context.fail(f"{first}{more}\nnothing is written", hint=names[-1])
+    constant = any("constant shape" in line for line in trace.refusals)
+    how = " (replace_initializer for a constant that holds the batch)" if constant else ""
     context.fail(
         f"{first}{more}\nthe model cannot run correctly at {at} on {where} as it was exported, so nothing is written",
-        hint="fix the named nodes with patches listed before set_batch (replace_initializer "
-        "for a constant that holds the batch), or keep the exported batch and run one sample at a time",
+        hint=f"fix the named nodes with patches listed before set_batch{how}, or keep the exported batch and "
+        "run one sample at a time",
     )
 
 

@@ -367,7 +367,14 @@ class _Tracker:
 
     # -- helpers -----------------------------------------------------------------------------------------
     def _eval(self, site: NodeSite, inputs: list[Known]) -> Known:
-        return self.evaluator.evaluate(site.node, list(inputs))[0]
+        """The node's first output; unknown for a Reshape whose shape does not hold its data's elements
+        (ONNX's inference gives the shape asked for, onnxruntime refuses to run it)."""
+        out = self.evaluator.evaluate(site.node, list(inputs))[0]
+        data = inputs[0] if inputs else None
+        if site.node.op_type == "Reshape" and data is not None and data.shape is not None and data.full:
+            if out.shape is not None and out.full and product(out.shape) != product(data.shape):
+                return Known()
+        return out
 
     def _unsettled(
         self, site: NodeSite, inputs: PointInputs, values: list[int], why: str, fix: SpecFix | None = None
@@ -414,7 +421,11 @@ class _Tracker:
         if None in dims:
             return False
         trial = self._trial(site, inputs, 1, i, lambda p, v: int(dims[p] or 0))
-        return self.consistent(*self._outputs(site, trial), i)
+        first, second = self._outputs(site, trial)
+        data = inputs[self.a][0]
+        if data.shape is None or first.shape is None or not first.full:
+            return False
+        return batch_position(list(data.shape[:axis]), first.shape) == i and self.consistent(first, second, i)
 
     def _suggest(
         self, site: NodeSite, values: list[int], axis: int, i: int | None = None, operand: int = 1

@@ -16,6 +16,7 @@ from dynamo_attention import dynamo_attention_model
 from onnx import helper, numpy_helper
 
 from helpers import graph_model, tensor_info, write_spec
+from patchspec.errors import PatchError
 from patchspec.testing import patch_context
 from patchspec_plugins.set_batch import SetBatchPatch
 
@@ -62,7 +63,10 @@ def test_a_computed_shape_is_never_called_constant_nor_given_a_replace_initializ
         helper.make_node("Reshape", ["x", "shape"], ["y"], name="regroup"),
     ]
     model = graph_model(nodes, [tensor_info("x", ["L", 2, 6])], [tensor_info("y", ["L", 3, 4])], pieces)
-    result = set_batch(model, size=4, inputs={"x": 1})
-    [text] = [line for line in result.details if "regroup" in line]
-    assert "undecided: Reshape 'regroup' has shape [128, 3, 4] (computed by Concat 'build_shape'" in text
-    assert "constant shape" not in text and "replace_initializer" not in text
+    with pytest.raises(PatchError) as caught:
+        set_batch(model, size=4, inputs={"x": 1})
+    text = str(caught.value)
+    assert (
+        "Reshape 'regroup' cannot run at batch 4 with its shape [128, 3, 4] (computed by Concat 'build_shape'" in text
+    )
+    assert "constant shape" not in text and "- replace_initializer:" not in text
