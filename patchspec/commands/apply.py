@@ -30,6 +30,11 @@ if TYPE_CHECKING:
     help="Write nothing: exit 0 when every output is up to date, 6 when one is missing or stale.",
 )
 @click.option("--no-verify", is_flag=True, help="Skip the spec's verifiers.")
+@click.option(
+    "--allow-undecided",
+    is_flag=True,
+    help="With --no-verify: write a model a patch left with undecided points (otherwise exit 4).",
+)
 @click.option("--depfile", type=click.Path(path_type=Path), help="Write a Make-format dependency file.")
 @click.option("--report", "report_path", type=click.Path(path_type=Path), help="Write a JSON report of the run.")
 @click.option("--strict-paths", is_flag=True, help="Refuse symlinked or hard-linked external data files.")
@@ -43,6 +48,7 @@ def apply(
     force: bool,
     check_only: bool,
     no_verify: bool,
+    allow_undecided: bool,
     depfile: Path | None,
     report_path: Path | None,
     strict_paths: bool,
@@ -77,7 +83,15 @@ def apply(
             report = RunReport(str(spec.path), str(model or spec.model), str(output or spec.output))
             reports.append(report)
             state.echo(f"patchspec {spec.path}")
-            engine.apply(spec, model=model, output=output, force=force, no_verify=no_verify, report=report)
+            engine.apply(
+                spec,
+                model=model,
+                output=output,
+                force=force,
+                no_verify=no_verify,
+                report=report,
+                allow_undecided=allow_undecided,
+            )
             if report.status in ("written", "unchanged"):
                 state.echo(
                     f"wrote {report.output}"

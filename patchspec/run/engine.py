@@ -19,6 +19,7 @@ import onnx
 from patchspec import __version__
 from patchspec.errors import (
     ModelFileError,
+    PatchError,
     SpecError,
     UsageError,
     VerificationFailed,
@@ -44,6 +45,7 @@ from patchspec.run.stamp import OutputStamp, data_record, digest_of, shown_path,
 from patchspec.run.statcache import StatCache, file_sha256
 from patchspec.shapes.annotations import format_dims, read_dims
 from patchspec.shapes.batch_axes import fed_inputs
+from patchspec.shapes.batch_trace import UNDECIDED
 from patchspec.spec.steps import Spec, Step
 
 
@@ -99,12 +101,13 @@ class Engine:
         return LoadedInput(spec, model_path, output_path, proto, paths, stamps)
 
     def patch(
-        self, loaded: LoadedInput, report: RunReport, *, check_verifiers: bool = True
+        self, loaded: LoadedInput, report: RunReport, *, check_verifiers: bool = True, refuse_undecided: bool = False
     ) -> tuple[onnx.ModelProto, Layout | None]:
         """Apply every patch in spec order to a copy of the input; returns the model and output layout.
 
         Then (``check_verifiers``) each verifier checks its params against the patched model, so a
-        run case that names an input the model lacks is a spec error now, not a failed run later."""
+        run case that names an input the model lacks is a spec error now, not a failed run later.
+        ``refuse_undecided`` (``--no-verify``): points a patch left undecided stop the run (exit 4)."""
         model = onnx.ModelProto()
         model.CopyFrom(loaded.model)
         state = RunState()  # one per run: the patches of this spec share it, nothing else does
@@ -116,6 +119,15 @@ class Engine:
             self._print_step(step, outcome)
         if check_verifiers:
             self.check_verifiers(loaded.spec, model)
+        undecided = state.get(UNDECIDED)
+        if refuse_undecided and undecided:
+            more = f" (and {len(undecided) - 1} more)" if len(undecided) > 1 else ""
+            raise PatchError(
+                f"{loaded.spec.path}: the patches left {len(undecided)} point{'s' * (len(undecided) != 1)} undecided "
+                f"and --no-verify skips the verifiers that would judge them, so nothing is written: {undecided[0]}{more}",
+                "run with verification, settle them with the patches -v lists, or pass --allow-undecided "
+                "to write the model anyway",
+            )
         return model, state.get(OUTPUT_LAYOUT)
 
     def plan(self, spec: Spec, model: Path | None = None) -> RunReport:
@@ -212,6 +224,7 @@ class Engine:
         force: bool = False,
         no_verify: bool = False,
         report: RunReport | None = None,
+        allow_undecided: bool = False,
     ) -> RunReport:
         loaded = self.load_input(spec, model, output)
         report = report or RunReport(str(spec.path), str(loaded.model_path), str(loaded.output_path))
@@ -240,7 +253,9 @@ class Engine:
                     cache.save()
                 report.files = list(cache.built.get("files", {}))  # the output and its data files
                 return report
-            patched, layout = self.patch(loaded, report, check_verifiers=not no_verify)
+            patched, layout = self.patch(
+                loaded, report, check_verifiers=not no_verify, refuse_undecided=no_verify and not allow_undecided
+            )
             layout = layout or default_layout(patched, loaded.output_path, original=loaded.model)
             if layout.location and DIGEST_FIELD in layout.location:  # content-addressed: named by this build
                 layout = replace(layout, location=layout.location.replace(DIGEST_FIELD, digest_of(parts.result())[:16]))
