@@ -19,7 +19,8 @@ Grouped by what they work on:
 - shape evaluation at concrete sizes (``ShapeEvaluator``), which never reads weights;
 - external data: ``iter_tensors``, ``is_external``, ``read_tensor``, and ``OUTPUT_LAYOUT``, the
   state key that tells the writer where tensor bytes go;
-- ONNX Runtime: sessions, feeds and output comparison for verifiers that run models, and the shape
+- ONNX Runtime: sessions (bounded in time), feeds (bounded in size) and output comparison for
+  verifiers that run models, the run verifier's whole work (``run_verification``), and the shape
   lint (``lint_model``).
 """
 
@@ -45,27 +46,40 @@ from patchspec.model.graph import (
     walk_nodes,
 )
 from patchspec.model.selectors import SELECTOR_SCHEMA, check_selector, select_nodes
-from patchspec.ort.inspection import lint_model
-from patchspec.ort.sessions import (
+from patchspec.ort.comparison import (
+    DEFAULT_ATOL,
+    DEFAULT_RTOL,
+    DTYPE_TOLERANCES,
+    PRECISION,
+    OutputComparison,
+    compare_output,
+    nonfinite_problems,
+)
+from patchspec.ort.feeds import (
     CASE_INPUT_SCHEMA,
-    DEFAULT_PROVIDERS,
+    DEFAULT_MAX_ELEMENTS,
     DTYPES,
     FILLS,
+    case_fit_problems,
+    case_input_problems,
+    feed_shape_problems,
+    format_shape,
+    make_feeds,
+    shape_problems,
+    unlisted_input_problems,
+)
+from patchspec.ort.inspection import lint_model
+from patchspec.ort.run_cases import run_verification
+from patchspec.ort.sessions import (
+    DEFAULT_PROVIDERS,
+    DEFAULT_TIMEOUT,
     OPTIMIZATION_LEVELS,
     BatchSplit,
-    OutputComparison,
     ProviderUnusable,
     RunFailure,
     Session,
     TensorDecl,
-    case_input_problems,
-    compare_output,
-    feed_shape_problems,
-    format_shape,
-    make_feeds,
-    nonfinite_problems,
     provider_skip_reasons,
-    shape_problems,
 )
 from patchspec.shapes import expressions
 from patchspec.shapes.annotations import (
@@ -156,16 +170,23 @@ __all__ = [
     "refuse_inline_overflow",
     # ONNX Runtime
     "CASE_INPUT_SCHEMA",
+    "DEFAULT_ATOL",
+    "DEFAULT_MAX_ELEMENTS",
     "DEFAULT_PROVIDERS",
+    "DEFAULT_RTOL",
+    "DEFAULT_TIMEOUT",
+    "DTYPE_TOLERANCES",
     "DTYPES",
     "FILLS",
     "OPTIMIZATION_LEVELS",
+    "PRECISION",
     "BatchSplit",
     "OutputComparison",
     "ProviderUnusable",
     "RunFailure",
     "Session",
     "TensorDecl",
+    "case_fit_problems",
     "case_input_problems",
     "compare_output",
     "feed_shape_problems",
@@ -174,5 +195,7 @@ __all__ = [
     "make_feeds",
     "nonfinite_problems",
     "provider_skip_reasons",
+    "run_verification",
     "shape_problems",
+    "unlisted_input_problems",
 ]

@@ -11,7 +11,6 @@ written, and the input is never modified or loaded whole.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ from onnx import helper
 from patchspec.errors import UsageError, did_you_mean
 from patchspec.model.external_data import is_external, iter_tensors
 from patchspec.model.graph import bodies, subgraphs
+from patchspec.ort.sessions import DEFAULT_TIMEOUT, RunFailure, build_session, run_bounded
 from patchspec.shapes.values import input_values
 
 #: symbolic or unknown size on axis 0 of an input (batch-like) when no shape is given
@@ -32,6 +32,19 @@ DEFAULT_BATCH = 1
 DEFAULT_SIZES = (64, 96, 128, 160, 192, 224, 256, 288)
 SHAPE_OPTION = re.compile(r"^(?P<name>[^=]+)=(?P<dims>([0-9]+(,[0-9]+)*)?)$")
 VALUE_OPTION = re.compile(r"^(?P<name>[^=]+)=(?P<values>[^=]+)$")
+
+
+class InputOptionError(UsageError):
+    """A ``--shape`` or ``--value`` that does not fit the model's input (exit 2).
+
+    ``key`` is (option, input name) and ``detail`` the problem alone, so the ``lint`` verifier, whose
+    shapes come from a spec, names the input instead of the option: ``input x: the input has 4 axes``.
+    """
+
+    def __init__(self, option: str, name: str, detail: str) -> None:
+        super().__init__(detail, key=(option, name))
+        self.message = f"{option} {name}: {detail}"
+        self.args = (self.message,)
 
 
 @dataclass
@@ -179,9 +192,10 @@ def feed_values(model: onnx.ModelProto, given: dict | None) -> dict[str, dict]:
     chosen = {}
     for name, value in (given or {}).items():
         if name not in known:
-            raise UsageError(
-                f"--value {name}: the model has no input {name!r}{did_you_mean(name, known)}; "
-                f"its inputs: {', '.join(known)}"
+            raise InputOptionError(
+                "--value",
+                name,
+                f"the model has no input {name!r}{did_you_mean(name, known)}; its inputs: {', '.join(known)}",
             )
         chosen[name] = {"value": value, "origin": "given", "why": "--value"}
     for name, value in known.items():
@@ -220,13 +234,14 @@ def probe_shapes(model: onnx.ModelProto, given: dict[str, list] | None, split: b
     known = {v.name: v for v in inputs}
     for name, dims in given.items():
         if name not in known:
-            raise UsageError(
-                f"--shape {name}: the model has no input {name!r}{did_you_mean(name, known)}; "
-                f"its inputs: {', '.join(known)}"
+            raise InputOptionError(
+                "--shape",
+                name,
+                f"the model has no input {name!r}{did_you_mean(name, known)}; its inputs: {', '.join(known)}",
             )
         rank = len(_dims(known[name]))
         if len(dims) != rank:
-            raise UsageError(f"--shape {name}: the input has {rank} axes, got {len(dims)} sizes")
+            raise InputOptionError("--shape", name, f"the input has {rank} axes, got {len(dims)} sizes")
     chosen: dict[str, tuple[int, str]] = {}  # dim_param -> (size, input that set it)
     for name, dims in given.items():
         for dim, size in zip(_dims(known[name]), dims):
@@ -306,53 +321,18 @@ def run_probe(
 
     ``values`` (:func:`feed_values`) fills the inputs it names; the others get random floats or zeros.
     """
-    from patchspec.ort.sessions import quiet_onnxruntime
-
-    ort = quiet_onnxruntime()
-
     probe, _ = probe_model(model)
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 4  # fatal only: errors are reported by patchspec, without ANSI
     external = any(is_external(t) for t in iter_tensors(model.graph))
-    session = _session_from_bytes(probe.SerializeToString(), options, model_dir if external else None)
+    session = build_session(
+        probe.SerializeToString(), "CPUExecutionProvider", "disabled", (), model_dir if external else None
+    )
     values = values or {}
     feeds = {v.name: _feed(v, shapes[v.name], values.get(v.name, {}).get("value")) for v in model_inputs(model)}
     names = [o.name for o in session.get_outputs()]
-    results = session.run(names, feeds)
+    results = run_bounded(session, feeds, DEFAULT_TIMEOUT, names)
     found = {name: list(np.shape(value)) for name, value in zip(names, results)}
     found.update({name: list(value.shape) for name, value in feeds.items()})
     return found
-
-
-#: the first onnxruntime that takes the folder of external data for a model given as bytes
-EXTERNAL_FOLDER_OPTION_SINCE = (1, 21)
-
-
-def _session_from_bytes(probe: bytes, options, data_dir: Path | None):
-    """A CPU session for a model held in memory whose external weights stay in ``data_dir``.
-
-    Nothing is written: onnxruntime >= 1.21 is told the folder; older releases resolve the data of a
-    model given as bytes against the working directory, so that is ``data_dir`` while the session is
-    built (the weights are read then, not later).
-    """
-    import onnxruntime as ort
-
-    if data_dir is None:
-        return ort.InferenceSession(probe, options, providers=["CPUExecutionProvider"])
-    if _version(ort.__version__) >= EXTERNAL_FOLDER_OPTION_SINCE:
-        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(data_dir))
-        return ort.InferenceSession(probe, options, providers=["CPUExecutionProvider"])
-    previous = os.getcwd()
-    os.chdir(data_dir)
-    try:
-        return ort.InferenceSession(probe, options, providers=["CPUExecutionProvider"])
-    finally:
-        os.chdir(previous)
-
-
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", text)[:2])
 
 
 def _feed(value: onnx.ValueInfoProto, shape: list[int], fill=None) -> np.ndarray:
@@ -362,8 +342,8 @@ def _feed(value: onnx.ValueInfoProto, shape: list[int], fill=None) -> np.ndarray
         if data.ndim == 0:
             return np.full(shape, data, dtype=dtype)
         if data.size != int(np.prod(shape, dtype=np.int64)):
-            msg = f"--value {value.name}: {data.size} values for shape {shape}; give one value or {np.prod(shape)}"
-            raise UsageError(msg)
+            msg = f"{data.size} values for shape {shape}; give one value or {np.prod(shape)}"
+            raise InputOptionError("--value", value.name, msg)
         return data.reshape(shape)
     if np.issubdtype(dtype, np.floating):
         return np.random.default_rng(0).random(shape).astype(dtype)
@@ -391,8 +371,7 @@ def lint_model(
             actual = run_probe(model, model_dir, shapes, chosen)
             break
         except Exception as exc:  # ORT raises its own Fail/RuntimeException types, each with a message
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            result.error = f"onnxruntime could not run the model at {_shapes_text(shapes)}: {first}"
+            result.error = f"onnxruntime could not run the model at {_shapes_text(shapes)}: {_first_line(exc)}"
     if result.error:
         return result
     _, annotated = probe_model(model)
@@ -402,6 +381,16 @@ def lint_model(
     inputs = {v.name for v in model.graph.input}
     result.conflicts = [Conflict(p, sizes) for p, sizes in bindings.items() if _aliased(sizes, inputs)]
     return result
+
+
+def _first_line(exc: Exception) -> str:
+    """What onnxruntime said, on one line: the builder's own words for a session it could not build."""
+    if isinstance(exc, RunFailure):
+        return exc.detail
+    if isinstance(exc, TimeoutError):
+        return f"the probe did not finish within {DEFAULT_TIMEOUT:g} s and was stopped"
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _aliased(sizes: dict[int, list[Binding]], inputs: set[str]) -> bool:
@@ -445,6 +434,7 @@ __all__ = [
     "DEFAULT_BATCH",
     "DEFAULT_SIZES",
     "Conflict",
+    "InputOptionError",
     "LintResult",
     "graph_bodies",
     "lint_model",
