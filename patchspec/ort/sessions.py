@@ -76,6 +76,11 @@ class RunFailure(Exception):
         return self.message + (f" (hint: {self.hint})" if self.hint else "")
 
 
+class OnnxRuntimeError(Exception):
+    """onnxruntime raised while running a session (its own Fail/InvalidArgument/RuntimeException
+    classes); ``str()`` is its message on one line."""
+
+
 class ProviderUnusable(RunFailure):
     """The provider is listed as available but a session could not actually use it."""
 
@@ -185,32 +190,46 @@ def run_bounded(session: Any, feeds: Feeds, timeout: float | None, names: list[s
 
     A signal handler that raises (SIGINT's KeyboardInterrupt, the CLI's SIGTERM handler) runs in the
     main thread during the wait: the run is told to stop, and the exception goes on once it has.
-    Raises :class:`TimeoutError` past the bound; onnxruntime's own errors are re-raised as they are.
+    Raises :class:`TimeoutError` past the bound and :class:`OnnxRuntimeError` (with onnxruntime's
+    exception as its cause) when the run failed; what the waiting thread raised goes on as it is.
     """
     onnxruntime = quiet_onnxruntime()
     options = onnxruntime.RunOptions()
     options.log_severity_level = 4
     outcome: dict[str, Any] = {}
+    done = threading.Event()  # not Thread.join: a join cut short by a signal leaves is_alive() False
 
     def work() -> None:
         try:
             outcome["values"] = session.run(names, feeds, options)
         except BaseException as exc:  # handed to the waiting thread, which raises it there
             outcome["error"] = exc
+        finally:
+            done.set()
 
     worker = threading.Thread(target=work, name="patchspec-onnxruntime-run", daemon=True)
     worker.start()
     try:
-        worker.join(timeout)
+        done.wait(timeout)
     finally:
-        if worker.is_alive():  # past the bound, or interrupted: onnxruntime checks the flag between nodes
+        if not done.is_set():  # past the bound, or interrupted: onnxruntime checks the flag between nodes
             options.terminate = True
-            worker.join()
+            _wait_out(done)
     if "values" in outcome:
         return list(outcome["values"])
     if timeout is not None and options.terminate:
         raise TimeoutError(timeout)
-    raise outcome["error"]
+    raise OnnxRuntimeError(ort_message(outcome["error"])) from outcome["error"]
+
+
+def _wait_out(done: threading.Event) -> None:
+    """Wait until the stopped run has returned, through any further signal (the first one goes on):
+    a process must not exit while onnxruntime still runs in another thread."""
+    while not done.is_set():
+        try:
+            done.wait()
+        except BaseException:  # a second Ctrl-C while the first one is being honoured
+            continue
 
 
 @dataclass(frozen=True)
@@ -272,8 +291,8 @@ class Session:
         except TimeoutError:
             msg = f"{self.provider}: {self.path} did not finish within {self.timeout:g} s and was stopped"
             raise RunFailure(msg, "raise 'timeout' in the run verifier's params, or give smaller cases") from None
-        except Exception as exc:  # ORT raises its own Fail/InvalidArgument/RuntimeException classes
-            message = ort_message(exc)
+        except OnnxRuntimeError as exc:  # not an interruption: that goes on as it is
+            message = str(exc)
             node = node_of(message)
             msg = f"{self.provider}: onnxruntime failed to run {self.path}{_at(node)}: {message}"
             found = diagnose(message)
