@@ -18,6 +18,7 @@ is never opened, so a model with gigabytes of weights costs what its graph costs
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -59,7 +60,7 @@ def known_of_array(array: np.ndarray) -> Known:
 def known_of_tensor(tensor: TensorProto) -> Known:
     """An initializer: its value when small and stored inline (external data is never read)."""
     shape = tuple(int(d) for d in tensor.dims)
-    small = int(np.prod(shape, dtype=np.int64)) <= SMALL
+    small = math.prod(shape) <= SMALL  # exact: int64 wraps [2**32, 2**32] round to 0
     if small and tensor.data_location != TensorProto.EXTERNAL:
         try:
             return Known(tensor.data_type, shape, numpy_helper.to_array(tensor))
