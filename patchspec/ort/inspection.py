@@ -12,8 +12,10 @@ written, and the input is never modified or loaded whole.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -32,6 +34,8 @@ DEFAULT_BATCH = 1
 DEFAULT_SIZES = (64, 96, 128, 160, 192, 224, 256, 288)
 SHAPE_OPTION = re.compile(r"^(?P<name>[^=]+)=(?P<dims>([0-9]+(,[0-9]+)*)?)$")
 VALUE_OPTION = re.compile(r"^(?P<name>[^=]+)=(?P<values>[^=]+)$")
+#: what ``--value NAME=...`` gives: one number, or a list of them
+OptionValue = float | int | list[float | int]
 
 
 class InputOptionError(UsageError):
@@ -87,7 +91,7 @@ class LintResult:
     probed: int = 0  # annotated tensors whose sizes were read
     not_probed: int = 0  # annotations inside subgraphs (cannot be exposed as outputs)
     #: inputs fed chosen values instead of random ones: {name: {"value", "origin": given|graph, "why"}}
-    values: dict[str, dict] = field(default_factory=dict)
+    values: dict[str, dict[str, Any]] = field(default_factory=dict)
     error: str | None = None  # ONNX Runtime could not run the probe
 
     @property
@@ -99,7 +103,7 @@ class LintResult:
             return []
         lines = ["- rename_dims: {unique: true}    # every symbolic dim gets its own name"]
         for conflict in self.conflicts:
-            groups: dict[tuple, dict[int, int]] = {}  # tensors -> {axis: size}
+            groups: dict[tuple[str, ...], dict[int, int]] = {}  # tensors -> {axis: size}
             for size, bindings in conflict.sizes.items():
                 for axis in sorted({b.axis for b in bindings}):
                     names = tuple(sorted({b.tensor for b in bindings if b.axis == axis}))
@@ -112,7 +116,7 @@ class LintResult:
                 lines.append(f"- rename_dims: {{tensor: [{', '.join(map(_yaml_str, names))}], axes: {{{renames}}}}}")
         return lines
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["conflicts"] = [
             {
@@ -148,7 +152,7 @@ def _yaml_str(text: str) -> str:
 
 
 # -- shapes for the probe ------------------------------------------------------------------------------
-def parse_shape_options(values) -> dict[str, list[int]]:
+def parse_shape_options(values: Iterable[str]) -> dict[str, list[int]]:
     """``["x=1,3,640,640"]`` -> ``{"x": [1, 3, 640, 640]}``; bad syntax is a usage error (exit 2)."""
     shapes: dict[str, list[int]] = {}
     for value in values:
@@ -161,13 +165,14 @@ def parse_shape_options(values) -> dict[str, list[int]]:
     return shapes
 
 
-def parse_value_options(values) -> dict[str, float | int | list]:
+def parse_value_options(values: Iterable[str]) -> dict[str, OptionValue]:
     """``["sr=16000", "ids=1,2,3"]`` -> ``{"sr": 16000, "ids": [1, 2, 3]}``; bad syntax is exit 2."""
-    parsed: dict[str, float | int | list] = {}
+    parsed: dict[str, OptionValue] = {}
     for value in values:
         found = VALUE_OPTION.match(value.strip())
-        numbers = [_number(part) for part in found.group("values").split(",")] if found else [None]
-        if None in numbers:
+        parts = [_number(part) for part in found.group("values").split(",")] if found else [None]
+        numbers = [number for number in parts if number is not None]
+        if found is None or len(numbers) < len(parts):
             msg = f"--value {value!r}: expected NAME=V or NAME=V0,V1,... with numbers, e.g. --value sr=16000"
             raise UsageError(msg)
         parsed[found.group("name")] = numbers[0] if len(numbers) == 1 else numbers
@@ -185,7 +190,7 @@ def _number(text: str) -> float | int | None:
         return None
 
 
-def feed_values(model: onnx.ModelProto, given: dict | None) -> dict[str, dict]:
+def feed_values(model: onnx.ModelProto, given: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     """The value each input is fed with, where not random: ``given`` (``--value``), else what the graph
     says an integer input needs (a sample rate compared with 16000 to choose a branch)."""
     known = {v.name: v for v in model_inputs(model)}
@@ -206,7 +211,7 @@ def feed_values(model: onnx.ModelProto, given: dict | None) -> dict[str, dict]:
     return chosen
 
 
-def _value_shapes(model: onnx.ModelProto, values: dict[str, dict]) -> dict[str, list[int]]:
+def _value_shapes(model: onnx.ModelProto, values: dict[str, dict[str, Any]]) -> dict[str, list[int]]:
     """A list given to a rank-1 input is its shape too (``--value ids=1,2,3``: [3])."""
     dims = {v.name: _dims(v) for v in model_inputs(model)}
     return {
@@ -222,7 +227,9 @@ def model_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     return [v for v in model.graph.input if v.name not in initializers]
 
 
-def probe_shapes(model: onnx.ModelProto, given: dict[str, list] | None, split: bool = True) -> dict[str, list[int]]:
+def probe_shapes(
+    model: onnx.ModelProto, given: dict[str, list[int]] | None, split: bool = True
+) -> dict[str, list[int]]:
     """Shapes to run: ``given`` ones, the rest from the declared dims with the documented defaults.
 
     A dim_param shared by several inputs gets one size. With ``split``, one repeated on several
@@ -258,7 +265,9 @@ def probe_shapes(model: onnx.ModelProto, given: dict[str, list] | None, split: b
     return shapes
 
 
-def _default_size(dim, axis: int, chosen: dict[str, tuple[int, str]], pool, owner: str) -> int:
+def _default_size(
+    dim: int | str | None, axis: int, chosen: dict[str, tuple[int, str]], pool: Iterator[int], owner: str
+) -> int:
     if isinstance(dim, int):
         return dim
     if isinstance(dim, str) and dim in chosen and not (owner and chosen[dim][1] == owner):
@@ -269,7 +278,7 @@ def _default_size(dim, axis: int, chosen: dict[str, tuple[int, str]], pool, owne
     return size
 
 
-def _dims(value: onnx.ValueInfoProto) -> list:
+def _dims(value: onnx.ValueInfoProto) -> list[int | str | None]:
     """Declared dims: int for a fixed size, str for a dim_param, None when unknown."""
     if not value.type.HasField("tensor_type") or not value.type.tensor_type.HasField("shape"):
         return []
@@ -315,7 +324,10 @@ def _strip_annotations(graph: onnx.GraphProto) -> None:
 
 
 def run_probe(
-    model: onnx.ModelProto, model_dir: Path, shapes: dict[str, list[int]], values: dict[str, dict] | None = None
+    model: onnx.ModelProto,
+    model_dir: Path,
+    shapes: dict[str, list[int]],
+    values: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, list[int]]:
     """Actual sizes of every output of the probe (and of the inputs fed), by tensor name.
 
@@ -335,7 +347,7 @@ def run_probe(
     return found
 
 
-def _feed(value: onnx.ValueInfoProto, shape: list[int], fill=None) -> np.ndarray:
+def _feed(value: onnx.ValueInfoProto, shape: list[int], fill: Any = None) -> np.ndarray:
     dtype = helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
     if fill is not None:
         data = np.asarray(fill, dtype=dtype)
@@ -351,7 +363,10 @@ def _feed(value: onnx.ValueInfoProto, shape: list[int], fill=None) -> np.ndarray
 
 
 def lint_model(
-    model: onnx.ModelProto, model_dir: Path, given: dict[str, list] | None = None, values: dict | None = None
+    model: onnx.ModelProto,
+    model_dir: Path,
+    given: dict[str, list[int]] | None = None,
+    values: dict[str, Any] | None = None,
 ) -> LintResult:
     """Run the probe and compare every annotation with the sizes the tensors actually had.
 
@@ -402,7 +417,12 @@ def _aliased(sizes: dict[int, list[Binding]], inputs: set[str]) -> bool:
     return bool(computed) and len(sizes) > 1
 
 
-def _compare(value, sizes: list[int] | None, bindings: dict, result: LintResult) -> None:
+def _compare(
+    value: onnx.ValueInfoProto,
+    sizes: list[int] | None,
+    bindings: dict[str, dict[int, list[Binding]]],
+    result: LintResult,
+) -> None:
     declared = _dims(value)
     if sizes is None or not declared:
         return
@@ -423,7 +443,7 @@ def _shapes_text(shapes: dict[str, list[int]]) -> str:
 
 
 # -- the graphs inside ------------------------------------------------------------------------------
-def graph_bodies(graph: onnx.GraphProto, path: str = "main"):
+def graph_bodies(graph: onnx.GraphProto, path: str = "main") -> Iterator[tuple[str, onnx.GraphProto]]:
     """(path, body) of every If/Loop/Scan body below ``graph``, depth first: ``main/If_0.then_branch``."""
     for position, node in enumerate(graph.node):
         for attr_name, sub in bodies(node):
