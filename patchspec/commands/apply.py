@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from patchspec import __version__
-from patchspec.commands.context import State, atomic_write_text, exit_code_of, verbosity_options
+from patchspec.commands.context import State, atomic_write_text, exit_code_of, native_code_option, verbosity_options
 from patchspec.errors import EXIT_STALE, PatchspecError, UsageError
 
 if TYPE_CHECKING:
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 )
 @click.option("--depfile", type=click.Path(path_type=Path), help="Write a Make-format dependency file.")
 @click.option("--report", "report_path", type=click.Path(path_type=Path), help="Write a JSON report of the run.")
+@native_code_option
 @click.option("--strict-paths", is_flag=True, help="Refuse symlinked or hard-linked external data files.")
 @verbosity_options
 @click.pass_obj

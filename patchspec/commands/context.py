@@ -58,6 +58,26 @@ def verbosity_options(command: F) -> F:
     return click.option("-v", "--verbose", "verbose", count=True, help="More detail (every step's details).")(command)
 
 
+def native_code_option(command: F) -> F:
+    """``--allow-native-code``: load the custom-op libraries a spec names (the caller's choice, never
+    the spec's; see docs/security.md). Set on every invocation, so one run's choice never leaks into
+    the next in the same process."""
+
+    def remember(ctx: click.Context, param: click.Parameter, allowed: bool) -> bool:
+        from patchspec.ort.native_code import allow_native_code
+
+        allow_native_code(allowed)
+        return allowed
+
+    return click.option(
+        "--allow-native-code",
+        is_flag=True,
+        expose_value=False,
+        callback=remember,
+        help="Load the custom-op libraries the spec's run verifier names (native code runs when loaded).",
+    )(command)
+
+
 def exit_code_of(exc: BaseException) -> int:
     """The exit code ``patchspec.cli.main`` turns ``exc`` into (the contract's table)."""
     if isinstance(exc, click.exceptions.Exit):

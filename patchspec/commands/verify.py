@@ -6,12 +6,13 @@ from pathlib import Path
 
 import click
 
-from patchspec.commands.context import State, verbosity_options
+from patchspec.commands.context import State, native_code_option, verbosity_options
 
 
 @click.command()
 @click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
 @click.option("--output", type=click.Path(path_type=Path), help="Model to verify instead of the spec's output.")
+@native_code_option
 @verbosity_options
 @click.pass_obj
 def verify(state: State, spec_path: Path, output: Path | None, verbose: int, quiet: bool) -> None:

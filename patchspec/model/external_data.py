@@ -11,6 +11,7 @@ the user named it (symlinks in that path are followed), never against the curren
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import stat
 from collections.abc import Iterator
@@ -68,7 +69,7 @@ def expected_nbytes(tensor: TensorProto) -> int | None:
     """Bytes a tensor's data takes in raw form, or None for types without a fixed size (strings)."""
     if tensor.data_type in (TensorProto.STRING, TensorProto.UNDEFINED):
         return None
-    count = int(np.prod(tensor.dims, dtype=np.int64)) if len(tensor.dims) else 1
+    count = math.prod(int(d) for d in tensor.dims)  # exact: int64 wraps [2**32, 2**32] round to 0
     four_bit = {TensorProto.INT4, TensorProto.UINT4, getattr(TensorProto, "FLOAT4E2M1", -1)}
     if tensor.data_type in four_bit:
         return (count + 1) // 2

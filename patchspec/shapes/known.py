@@ -8,6 +8,8 @@ two possible values of a tensor have in common (an If's branches, a loop's first
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Hashable
 from dataclasses import dataclass
 from functools import cached_property
@@ -59,7 +61,7 @@ def known_of_array(array: np.ndarray[Any, Any] | np.generic | int | float) -> Kn
 def known_of_tensor(tensor: TensorProto) -> Known:
     """An initializer: its value when small and stored inline (a weight is never read, nor copied)."""
     shape = tuple(int(d) for d in tensor.dims)
-    small = int(np.prod(shape, dtype=np.int64)) <= SMALL
+    small = math.prod(shape) <= SMALL  # exact: an int64 product wraps [2**32, 2**32] round to 0
     if small and tensor.data_location != TensorProto.EXTERNAL:
         try:
             return Known(tensor.data_type, shape, numpy_helper.to_array(tensor))

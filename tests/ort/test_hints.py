@@ -159,6 +159,7 @@ def test_the_run_verifier_takes_custom_op_libraries_relative_to_the_spec(tmp_pat
     assert missing.exit_code == 2 and "libs/libacme.so does not exist" in missing.output
     (tmp_path / "libs").mkdir()
     (tmp_path / "libs" / "libacme.so").write_bytes(b"not a library")
+    (tmp_path / "pyproject.toml").write_text("[tool.patchspec]\nallow-native-code = true\n")  # the project allows it
     result = run_cli("apply", spec)
     assert result.exit_code == 1, result.output
     assert "cannot load the custom-op library" in result.output and "libacme.so" in result.output
