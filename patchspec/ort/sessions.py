@@ -17,7 +17,7 @@ import numpy as np
 
 from patchspec.errors import did_you_mean
 from patchspec.ort.hints import diagnose, node_of
-from patchspec.ort.staging import staged_copy
+from patchspec.ort.data_links import staged_copy
 
 DEFAULT_PROVIDERS = ("CPUExecutionProvider",)
 FILLS = ("random", "zeros", "ones", "arange")

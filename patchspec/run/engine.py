@@ -39,7 +39,7 @@ from patchspec.plugin.contract import PatchContext, RunState, VerifyContext
 from patchspec.plugin.registry import PluginRegistry
 from patchspec.run.report import RunReport, StepOutcome
 from patchspec.run.reporter import Reporter
-from patchspec.run.staging import Staging
+from patchspec.run.commit import Staging
 from patchspec.run.stamp import OutputStamp, data_record, digest_of, shown_path, stamp_model
 from patchspec.run.statcache import StatCache, file_sha256
 from patchspec.shapes.annotations import format_dims, read_dims
