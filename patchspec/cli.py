@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 import traceback
@@ -24,6 +23,8 @@ from patchspec.errors import (
     did_you_mean,
 )
 from patchspec.plugin.registry import DISABLE_ENV, PluginRegistry
+from patchspec.run.commit import write_text_atomically
+from patchspec.run.depfile import make_escape
 from patchspec.run.engine import Engine, RunReport
 from patchspec.run.reporter import Reporter, summary_line
 from patchspec.spec.load import combined_schema, load_spec
@@ -550,7 +551,7 @@ def _cwd_relative(path: Path) -> Path:
 
 
 def _make_escape(path: Path) -> str:
-    return str(path).replace("\\", "\\\\").replace(" ", "\\ ").replace("#", "\\#").replace("$", "$$")
+    return make_escape(path)
 
 
 def _check(state: _State, specs, model, output, no_verify: bool, strict_paths: bool) -> None:
@@ -601,9 +602,7 @@ def _write_report(
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomically(path, text)
 
 
 def _raise_interrupt(signum, frame):

@@ -53,7 +53,7 @@ cd "$stage"
 "$execroot/$tool" -q apply "$spec" --model "$model" --output "$execroot/${outs[0]}" --depfile "$stage/.d" \
   ${flags[@]+"${flags[@]}"}
 # the depfile's targets are the files patchspec wrote: each must be declared, or Bazel drops it
-esc() { local p=${1//\\/\\\\}; p=${p// /\\ }; p=${p//#/\\#}; printf '%s' "${p//\$/\$\$}"; }
+esc() { local p=${1//\\/\\\\}; p=${p// /\\ }; p=${p//#/\\#}; p=${p//:/\\:}; printf '%s' "${p//\$/\$\$}"; }
 expected=
 for out in "${outs[@]}"; do expected+="${expected:+ }$(esc "$execroot/$out")"; done
 IFS= read -r line < "$stage/.d"

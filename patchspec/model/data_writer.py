@@ -27,6 +27,7 @@ from patchspec.model.external_data import (
     with_raw_data,
 )
 from patchspec.plugin.contract import StateKey
+from patchspec.spec.confine import control_character, reserved_name, write_problem
 
 KERNEL_CHUNK = 64 * 1024 * 1024
 PROTOBUF_LIMIT = 2**31 - 1
@@ -77,18 +78,25 @@ def default_layout(model: onnx.ModelProto, output: Path, original: onnx.ModelPro
     return Layout(location=f"{output.name}.data", keep_inline=inline_names, keep_external=True)
 
 
-def refuse_input_overwrite(layout: Layout, output: Path, inputs: list[Path]) -> None:
-    """Refuse a data file name that would replace the input model or one of its data files."""
+def refuse_input_overwrite(layout: Layout, output: Path, protected: list[tuple[str, Path]]) -> None:
+    """Refuse a data file name that would replace a file the run reads (``protected``: what it is,
+    its path), patchspec's own bookkeeping, or anything but a regular file."""
     name = layout.data_name(output)
     if name is None:
         return
     target = output.parent / name
-    for path in inputs:
+    reserved = reserved_name(name) or (f"{name!r} holds a control character" if control_character(name) else None)
+    if reserved:
+        raise UsageError(f"{target}: the output's data file: {reserved}", "choose another 'location'")
+    for what, path in protected:
         if os.path.abspath(target) == os.path.abspath(path) or (target.exists() and _same_file(target, path)):
-            msg = f"{target}: the output's data file would replace the input's '{path.name}'; patchspec never modifies its input"
+            msg = f"{target}: the output's data file would replace {what} '{path.name}'; patchspec never modifies its input"
             raise UsageError(msg, "choose another 'location' in the external_data patch, or another output folder")
     if name == output.name:
         raise UsageError(f"{target}: the output's data file has the model's own name", "choose another 'location'")
+    refused = write_problem(None, target, [])
+    if refused:
+        raise UsageError(f"{target}: the output's data file {refused}", "remove it, or choose another 'location'")
 
 
 def _same_file(a: Path, b: Path) -> bool:

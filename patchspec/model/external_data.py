@@ -102,12 +102,19 @@ def check_location(location: str, tensor_name: str, model_path: Path) -> None:
 
 
 def validate_external_data(
-    model: onnx.ModelProto, model_path: Path, *, strict_paths: bool = False, verify_checksums: bool = True
+    model: onnx.ModelProto,
+    model_path: Path,
+    *,
+    strict_paths: bool = False,
+    verify_checksums: bool = True,
+    roots: tuple[Path, ...] = (),
 ) -> list[ExternalRef]:
     """Check every external reference of ``model`` (loaded from ``model_path``) against the policy.
 
     The model's folder is taken as named (not resolved), so a symlinked model keeps its data next
     to the link. ``strict_paths`` refuses symlinks anywhere below that folder and hard-linked files.
+    ``roots``: folders a data file's real path (links followed) must lie in (the project root);
+    one that leads elsewhere is refused before a byte is read (exit 3, docs/security.md).
     """
     model_path = Path(os.path.abspath(model_path))
     _refuse_missing_files(model, model_path)
@@ -116,9 +123,36 @@ def validate_external_data(
     for tensor in iter_tensors(model.graph):
         if is_external(tensor):
             refs.append(check_tensor(tensor, model_path.parent, str(model_path), strict_paths, stats))
+    if roots:
+        for ref in refs:
+            _refuse_escape(ref, roots, model_path)
     if verify_checksums:
         _verify_checksums(refs, model_path)
     return refs
+
+
+def leads_inside(path: Path, roots: tuple[Path, ...]) -> bool:
+    """Whether ``path``, every link followed, lies in one of ``roots`` (themselves resolved)."""
+    real = os.path.realpath(path)
+    for root in roots:
+        base = os.path.realpath(root).rstrip(os.sep) + os.sep
+        if real.startswith(base):
+            return True
+    return False
+
+
+def _refuse_escape(ref: ExternalRef, roots: tuple[Path, ...], model_path: Path) -> None:
+    if leads_inside(ref.path, roots):
+        return
+    msg = (
+        f"{model_path}: tensor '{ref.tensor}': external data '{ref.location}' is a link to "
+        f"{os.path.realpath(ref.path)}, outside the project root {os.path.realpath(roots[0])}; refusing to read it"
+    )
+    hint = (
+        "copy the data file into the project, or run with --root DIR naming a folder that holds its target "
+        "(a command-line choice; neither the spec nor the model can widen it)"
+    )
+    raise ModelFileError(msg, hint)
 
 
 def check_tensor(tensor: TensorProto, model_dir: Path, label: str, strict_paths: bool, stats: dict) -> ExternalRef:

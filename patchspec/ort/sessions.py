@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from patchspec.errors import did_you_mean
-from patchspec.ort.hints import diagnose, node_of
 from patchspec.ort.data_links import staged_copy
+from patchspec.ort.hints import diagnose, node_of
 
 DEFAULT_PROVIDERS = ("CPUExecutionProvider",)
 FILLS = ("random", "zeros", "ones", "arange")

@@ -37,13 +37,14 @@ from patchspec.model.io import FileStamp, load_model
 from patchspec.plugin.boundary import Guard
 from patchspec.plugin.contract import PatchContext, RunState, VerifyContext
 from patchspec.plugin.registry import PluginRegistry
+from patchspec.run.commit import Staging
 from patchspec.run.report import RunReport, StepOutcome
 from patchspec.run.reporter import Reporter
-from patchspec.run.commit import Staging
 from patchspec.run.stamp import OutputStamp, data_record, digest_of, shown_path, stamp_model
 from patchspec.run.statcache import StatCache, file_sha256
 from patchspec.shapes.annotations import format_dims, read_dims
 from patchspec.shapes.batch_axes import fed_inputs
+from patchspec.spec.confine import Root, check_model_path, check_output_path
 from patchspec.spec.steps import Spec, Step
 
 
@@ -77,8 +78,10 @@ class Engine:
         *,
         verbose: bool = False,
         strict_paths: bool = False,
+        root: Path | None = None,
     ):
         self.registry = registry
+        self.root = root  # --root: the project root for every spec (default: each spec's own)
         self.reporter = echo if isinstance(echo, Reporter) else Reporter.to(echo, 1 if verbose else 0)
         self.echo = self.reporter.line
         self.verbose = verbose or self.reporter.verbose
@@ -88,15 +91,31 @@ class Engine:
     def load_input(self, spec: Spec, model: Path | None = None, output: Path | None = None) -> LoadedInput:
         model_path = (model or spec.model).absolute()
         output_path = (output or spec.output).absolute()
+        root = Root.of(spec.path, self.root)
         _refuse_same_file(model_path, output_path)
-        if model is None and not model_path.exists():
-            raise _missing_model(spec, model_path)
+        if model is None:
+            check_model_path(spec, root)
+            if not model_path.exists():
+                raise _missing_model(spec, model_path)
+        # a --model's data may also stay beside it (onnxruntime's own rule); the spec's model has the root only
+        roots = (root.folder,) if model is None else (root.folder, model_path.parent, model_path.resolve().parent)
         with self.reporter.task(f"reading {model_path.name}"):
             proto = load_model(model_path)
-            refs = validate_external_data(proto, model_path, strict_paths=self.strict_paths)
+            refs = validate_external_data(proto, model_path, strict_paths=self.strict_paths, roots=roots)
         paths = data_files(refs)
+        protected = self.protected(spec, model_path, paths)
+        check_output_path(spec, output_path, None if output is not None else root, protected)
         stamps = [FileStamp.of(p) for p in [model_path, *paths]]
         return LoadedInput(spec, model_path, output_path, proto, paths, stamps)
+
+    def protected(self, spec: Spec, model: Path, data: list[Path]) -> list[tuple[str, Path]]:
+        """Every file a run reads, by what it is: no output or data file may ever replace one."""
+        return [
+            ("the spec", spec.path),
+            ("the input model", model),
+            *(("the input's", path) for path in data),
+            *(("a file a step reads", path) for path in self.step_dependencies(spec)),
+        ]
 
     def patch(
         self, loaded: LoadedInput, report: RunReport, *, check_verifiers: bool = True
@@ -244,14 +263,17 @@ class Engine:
             layout = layout or default_layout(patched, loaded.output_path, original=loaded.model)
             if layout.location and DIGEST_FIELD in layout.location:  # content-addressed: named by this build
                 layout = replace(layout, location=layout.location.replace(DIGEST_FIELD, digest_of(parts.result())[:16]))
-            refuse_input_overwrite(layout, loaded.output_path, [loaded.model_path, *loaded.data_paths])
+            protected = self.protected(spec, loaded.model_path, loaded.data_paths)
+            refuse_input_overwrite(layout, loaded.output_path, protected)
             written = self._write_and_commit(loaded, patched, layout, parts.result, no_verify, report)
-            # a content-addressed name changes every build: the previous build's data files go
-            previous = stamp.data_files if stamp is not None else [Path(f) for f in cache.built.get("files", {})]
-            _remove_superseded(loaded.output_path, previous, report.files)
+            # a content-addressed name changes every build: the previous build's data files go, but only
+            # those the stat cache proves this patchspec wrote (never what a model's metadata names)
+            _remove_superseded(loaded.output_path, cache, report.files)
         cache.record_output([Path(name) for name in report.files], digest_of(parts.result()))
         for name, entry in written.items():  # hashed at build time: the next check need not read them
             cache.remember(loaded.output_path.parent / name, entry["sha256"])
+            cache.record_written(loaded.output_path.parent / name, entry["sha256"])
+        cache.record_written(loaded.output_path, file_sha256(loaded.output_path))
         cache.save()
         return report
 
@@ -453,9 +475,15 @@ def _refuse_same_file(model: Path, output: Path) -> None:
         )
 
 
-def _remove_superseded(output: Path, old: list[Path], new: list[str]) -> None:
-    """Data files the previous build wrote beside ``output`` and this one no longer names."""
+def _remove_superseded(output: Path, cache: StatCache, new: list[str]) -> None:
+    """Files a previous build wrote beside ``output`` that this one no longer names, each deleted only
+    while it is still, by inode and sha256, the file that build wrote (:meth:`StatCache.wrote`)."""
     kept = {Path(name).name for name in new} | {output.name}
-    for path in map(Path, old):
-        if path.parent.resolve() == output.parent.resolve() and path.name not in kept and path.is_file():
+    folder = os.path.realpath(output.parent)
+    for name in list(cache.written):
+        path = Path(name)
+        if os.path.realpath(path.parent) != folder or path.name in kept:
+            continue
+        if cache.wrote(path):
             path.unlink(missing_ok=True)
+        del cache.written[name]

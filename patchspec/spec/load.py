@@ -19,6 +19,7 @@ from jsonschema.exceptions import best_match
 
 from patchspec.errors import SpecError, SpecProblem, did_you_mean
 from patchspec.plugin.registry import DISABLE_ENV, PluginRegistry
+from patchspec.spec.confine import ROOT_HINT, Root, control_characters, read_problem
 from patchspec.spec.reader import YamlDocument, load_yaml
 from patchspec.spec.steps import Spec, Step, locate
 
@@ -50,16 +51,21 @@ ENVELOPE_SCHEMA = {
 }
 
 
-def load_spec(path: Path | str, registry: PluginRegistry, *, text: str | None = None) -> Spec:
-    """Read, parse and validate a spec file; raise :class:`SpecError` listing every problem."""
+def load_spec(path: Path | str, registry: PluginRegistry, *, text: str | None = None, root: Path | None = None) -> Spec:
+    """Read, parse and validate a spec file; raise :class:`SpecError` listing every problem.
+
+    ``root``: the project root the files its steps read must lie in (``--root``); default: the
+    nearest folder above the spec holding ``.git``, else the spec's folder (docs/security.md)."""
     path = Path(path)
     document = load_yaml(path, text)
     problems: list[SpecProblem] = _check_envelope(document)  # listed together with the steps' problems
+    problems += _control_characters(document)
     data = document.data
     patches = tuple(_steps(document, "patches", registry, problems))
     verify = tuple(_steps(document, "verify", registry, problems))
     if text is None and not problems:  # a spec on disk: the files its steps read must be there (a draft's not yet)
-        problems += _missing_files(document, Path(os.path.abspath(path)).parent, registry, patches + verify)
+        folder = Path(os.path.abspath(path)).parent
+        problems += _missing_files(document, folder, registry, patches + verify, Root.of(path, root))
     if problems:
         raise SpecError(problems)
     if "verify" not in data:
@@ -92,22 +98,43 @@ def apply_defaults(schema: dict, value):
     return value
 
 
-def _missing_files(document: YamlDocument, folder: Path, registry: PluginRegistry, steps) -> list[SpecProblem]:
-    """Files a step reads (``file:`` inputs, reference models, .npz outputs) that do not exist."""
+def _control_characters(document: YamlDocument) -> list[SpecProblem]:
+    """A control character in any key or string: refused in every path and name (a newline in a
+    ``file:`` path would otherwise become a Make rule in the depfile)."""
+    problems = []
+    for doc_path, char, in_key in control_characters(document.data):
+        where = ".".join(map(str, doc_path))
+        message = f"contains the control character {char}; no path or name in a spec may hold one"
+        problems.append(document.problem(doc_path, where, message, of_key=in_key))
+    return problems
+
+
+def _missing_files(
+    document: YamlDocument, folder: Path, registry: PluginRegistry, steps, root: Root
+) -> list[SpecProblem]:
+    """Files a step reads (``file:`` inputs, reference models, .npz outputs) that do not exist, lie
+    outside the project root (links followed) or are not regular files."""
     problems = []
     for step in steps:
         kind = "patch type" if step.section == "patches" else "verifier"
         for relative in registry.guard(kind, step.type_name, locate(document, step)).dependencies(step.params):
-            if relative in ("original", "none") or (folder / relative).exists():
+            if relative in ("original", "none"):
                 continue
             key = _key_of(step.params, relative) or ()
             doc_path = step.path if step.shorthand_used else step.path + key
             where = step.label + (" > " + ".".join(map(str, key)) if key else "")
-            message = (
-                f"{relative} does not exist (resolved to {(folder / relative).resolve()}); paths in a spec are "
-                f"relative to the spec's folder"
-            )
-            problems.append(document.problem(doc_path, where, message))
+            hint = None
+            if not os.path.lexists(folder / relative) or not (folder / relative).exists():
+                message = (
+                    f"{relative} does not exist (resolved to {(folder / relative).resolve()}); paths in a spec are "
+                    f"relative to the spec's folder"
+                )
+            else:
+                refused = read_problem(root, folder / relative)
+                if refused is None:
+                    continue
+                message, hint = f"{relative} {refused}", ROOT_HINT if not root.holds(folder / relative) else None
+            problems.append(document.problem(doc_path, where, message, hint))
     return problems
 
 
