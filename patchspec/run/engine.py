@@ -7,12 +7,14 @@ and version; nothing is committed unless every patch and verifier passed.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, TypeVar
 
 import onnx
 
@@ -44,7 +46,7 @@ from patchspec.run.stamp import OutputStamp, data_record, digest_of, shown_path,
 from patchspec.run.statcache import StatCache, file_sha256
 from patchspec.shapes.annotations import format_dims, read_dims
 from patchspec.shapes.batch_axes import fed_inputs
-from patchspec.spec.confine import Root, check_model_path, check_output_path
+from patchspec.spec.confine import Root, check_model_path, check_output_path, within
 from patchspec.spec.steps import Spec, Step
 
 
@@ -64,6 +66,19 @@ class LoadedInput:
 
 
 Echo = Callable[[str], None]
+T = TypeVar("T")
+
+
+def _within_root(method: Callable[..., T]) -> Callable[..., T]:
+    """Run an Engine command with the spec's project root as the run's (sessions built by verifiers
+    stage only data inside it)."""
+
+    @functools.wraps(method)
+    def run(self: Engine, spec: Spec, *args: Any, **kwargs: Any) -> T:
+        with within(Root.of(spec.path, self.root)):
+            return method(self, spec, *args, **kwargs)
+
+    return run
 
 
 class Engine:
@@ -137,6 +152,7 @@ class Engine:
             self.check_verifiers(loaded.spec, model)
         return model, state.get(OUTPUT_LAYOUT)
 
+    @_within_root
     def plan(self, spec: Spec, model: Path | None = None) -> RunReport:
         """What ``apply`` would do, writing nothing: each patch's line (its details with -v), then every
         graph input and output with its shape before -> after."""
@@ -163,6 +179,7 @@ class Engine:
         status = "modified" if result.modified else "unchanged"
         return StepOutcome(step.label, status, result.summary, list(result.details), time.perf_counter() - started)
 
+    @_within_root
     def verify(
         self,
         spec: Spec,
@@ -222,6 +239,7 @@ class Engine:
         return VerificationFailed(message)
 
     # -- commands ---------------------------------------------------------------------------------
+    @_within_root
     def apply(
         self,
         spec: Spec,
@@ -335,6 +353,7 @@ class Engine:
             parts[f"plugin {step.type_name}"] = f"{owner.distribution} {owner.version}" if owner else "?"
         return parts
 
+    @_within_root
     def check(
         self, spec: Spec, *, model: Path | None = None, output: Path | None = None, no_verify: bool = False
     ) -> tuple[str, list[str]]:

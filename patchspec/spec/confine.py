@@ -9,6 +9,8 @@ only ever regular files; no string in a spec holds a control character.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import re
 import stat
@@ -52,11 +54,12 @@ class Root:
     @classmethod
     def of(cls, spec_path: Path, given: Path | None = None) -> Root:
         """``--root`` when given, else ``$PATCHSPEC_ROOT`` (the caller's environment, trusted as the
-        command line is), else :func:`project_root`."""
+        command line is), else the root of the run in progress (:func:`within`), else
+        :func:`project_root`."""
         given = given if given is not None else (Path(os.environ[ROOT_ENV]) if os.environ.get(ROOT_ENV) else None)
         if given is not None:
             return cls(Path(os.path.realpath(given)), True)
-        return cls(project_root(spec_path))
+        return _ACTIVE.get() or cls(project_root(spec_path))
 
     def holds(self, path: Path) -> bool:
         """Whether ``path``, links followed (as far as it exists), is the root or inside it."""
@@ -65,6 +68,20 @@ class Root:
 
     def describe(self) -> str:
         return f"{self.folder} (from --root or ${ROOT_ENV})" if self.given else f"{self.folder}"
+
+
+#: the root of the run in progress: what onnxruntime sessions built during it may read (ort.data_links)
+_ACTIVE: contextvars.ContextVar[Root | None] = contextvars.ContextVar("patchspec_root", default=None)
+
+
+@contextlib.contextmanager
+def within(root: Root) -> Iterator[Root]:
+    """Make ``root`` the root of everything this run does (sessions a verifier builds included)."""
+    token = _ACTIVE.set(root)
+    try:
+        yield root
+    finally:
+        _ACTIVE.reset(token)
 
 
 def control_character(text: str) -> str | None:
@@ -181,6 +198,7 @@ __all__ = [
     "same_file",
     "spec_path_error",
     "under_git",
+    "within",
     "write_problem",
 ]
 
