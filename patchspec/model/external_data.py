@@ -122,10 +122,7 @@ def validate_external_data(
     refs = []
     for tensor in iter_tensors(model.graph):
         if is_external(tensor):
-            refs.append(check_tensor(tensor, model_path.parent, str(model_path), strict_paths, stats))
-    if roots:
-        for ref in refs:
-            _refuse_escape(ref, roots, model_path)
+            refs.append(check_tensor(tensor, model_path.parent, str(model_path), strict_paths, stats, roots))
     if verify_checksums:
         _verify_checksums(refs, model_path)
     return refs
@@ -141,12 +138,10 @@ def leads_inside(path: Path, roots: tuple[Path, ...]) -> bool:
     return False
 
 
-def _refuse_escape(ref: ExternalRef, roots: tuple[Path, ...], model_path: Path) -> None:
-    if leads_inside(ref.path, roots):
-        return
+def _refuse_escape(where: str, location: str, path: Path, roots: tuple[Path, ...]) -> None:
     msg = (
-        f"{model_path}: tensor '{ref.tensor}': external data '{ref.location}' is a link to "
-        f"{os.path.realpath(ref.path)}, outside the project root {os.path.realpath(roots[0])}; refusing to read it"
+        f"{where}: external data '{location}' leads to {os.path.realpath(path)}, outside the project "
+        f"root {os.path.realpath(roots[0])}; refusing to read it"
     )
     hint = (
         "copy the data file into the project, or run with --root DIR naming a folder that holds its target "
@@ -155,13 +150,23 @@ def _refuse_escape(ref: ExternalRef, roots: tuple[Path, ...], model_path: Path) 
     raise ModelFileError(msg, hint)
 
 
-def check_tensor(tensor: TensorProto, model_dir: Path, label: str, strict_paths: bool, stats: dict) -> ExternalRef:
-    """One reference: keys, location, file, offset and length (``label`` names the model in messages)."""
+def check_tensor(
+    tensor: TensorProto,
+    model_dir: Path,
+    label: str,
+    strict_paths: bool,
+    stats: dict[Path, os.stat_result],
+    roots: tuple[Path, ...] = (),
+) -> ExternalRef:
+    """One reference: keys, location, where its links lead (``roots``), file, offset and length
+    (``label`` names the model in messages)."""
     where = f"{label}: tensor '{tensor.name}'"
     info = _entries(tensor, where)
     location = info.get("location", "")
     check_location(location, tensor.name, Path(label))
     path = model_dir / location
+    if roots and not leads_inside(path, roots):  # before the file is even stat'ed: its size is not told
+        _refuse_escape(where, location, path, roots)
     if path not in stats:
         stats[path] = _check_file(path, location, where, model_dir, strict_paths)
     size = stats[path].st_size
