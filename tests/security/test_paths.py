@@ -218,7 +218,7 @@ def test_depfile_refuses_control_characters(char):
 
 
 def test_control_characters_in_names_are_refused(repo, run_cli):
-    spec = spec_with(repo, 'output: o.onnx\npatches:\n  - rename_dims: {"x\\u001b[2J": {0: B}}\n')
+    spec = spec_with(repo, 'output: o.onnx\npatches:\n  - rename_dims: {tensor: ["x\\u001b[2J"], axes: {0: B}}\n')
     assert_refused(run_cli("validate", spec), 2, "control character")
 
 
