@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import onnx
 from onnx import TensorProto
@@ -113,7 +114,7 @@ def inline_size(model: onnx.ModelProto) -> int:
         if is_external(tensor):
             nbytes = expected_nbytes(tensor) or 0
             extra += nbytes + 16
-    return model.ByteSize() + extra
+    return int(model.ByteSize()) + extra
 
 
 def refuse_inline_overflow(model: onnx.ModelProto, where: str) -> None:
@@ -153,6 +154,7 @@ def write_model(
     written = [out_path]
     moving = [tensor for tensor, external in plan if external]
     if moving:
+        assert data_name is not None  # _goes_external is False for every tensor without a data file
         data_path = out_path.parent / data_name
         _write_data_file(moving, data_path, data_name, source_dir, layout, progress)
         written.append(data_path)
@@ -218,7 +220,7 @@ class _Sink:
         if count:
             self._advance(len(data))
 
-    def copy_from(self, source_fd: int, offset: int, length: int, digest) -> None:
+    def copy_from(self, source_fd: int, offset: int, length: int, digest: Any) -> None:
         """Copy a byte range; in the kernel when no checksum is wanted and the platform allows."""
         end = offset + length
         while offset < end:
@@ -289,7 +291,9 @@ def _write_data_file(
         sink.close()
 
 
-def _place_one(tensor: TensorProto, sink: _Sink, source_dir: Path, layout: Layout, sources: dict) -> str | None:
+def _place_one(
+    tensor: TensorProto, sink: _Sink, source_dir: Path, layout: Layout, sources: dict[Path, int]
+) -> str | None:
     """Write one tensor's bytes at the sink's position; returns the checksum to record, if any."""
     digest = hashlib.sha1(usedforsecurity=False) if layout.checksum else None
     if is_external(tensor):

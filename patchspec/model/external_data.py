@@ -220,12 +220,12 @@ def _entries(tensor: TensorProto, where: str) -> dict[str, str]:
 
 def _type_name(tensor: TensorProto) -> str:
     try:
-        return TensorProto.DataType.Name(tensor.data_type).lower()
+        return str(TensorProto.DataType.Name(tensor.data_type)).lower()
     except ValueError:
         return f"data type {tensor.data_type}"
 
 
-def _int_field(info: dict, key: str, default: int, where: str) -> int:
+def _int_field(info: dict[str, str], key: str, default: int, where: str) -> int:
     if key not in info:
         return default
     text = info[key].strip()

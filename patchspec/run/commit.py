@@ -23,12 +23,13 @@ from pathlib import Path
 from filelock import FileLock
 
 from patchspec.errors import ModelFileError
+from patchspec.run.statcache import StatCache
 from patchspec.spec.confine import LOCK_NAME, STAGING_PREFIX
 
 PREFIX = STAGING_PREFIX
 #: LOCK_NAME: the lock file that serialises commits into one folder (filelock: flock on POSIX, LockFileEx
 #: on Windows); both names are refused as a data file's ``location``
-__all__ = ["LOCK_NAME", "PREFIX", "Staging", "remove_dead_folders", "write_text_atomically"]
+__all__ = ["LOCK_NAME", "PREFIX", "Staging", "remove_dead_folders", "remove_superseded", "write_text_atomically"]
 
 
 class Staging:
@@ -148,6 +149,20 @@ def _alive(pid: int) -> bool:
     except OSError:
         return True  # another user's process: alive
     return True
+
+
+def remove_superseded(output: Path, cache: StatCache, new: list[str]) -> None:
+    """Files a previous build wrote beside ``output`` that this one no longer names, each deleted only
+    while it is still, by inode and sha256, the file that build wrote (:meth:`StatCache.wrote`)."""
+    kept = {Path(name).name for name in new} | {output.name}
+    folder = os.path.realpath(output.parent)
+    for name in list(cache.written):
+        path = Path(name)
+        if os.path.realpath(path.parent) != folder or path.name in kept:
+            continue
+        if cache.wrote(path):
+            path.unlink(missing_ok=True)
+        del cache.written[name]
 
 
 def write_text_atomically(path: Path, text: str) -> None:

@@ -22,7 +22,6 @@ from patchspec import __version__
 from patchspec.errors import (
     ModelFileError,
     SpecError,
-    UsageError,
     VerificationFailed,
 )
 from patchspec.model.data_writer import (
@@ -39,13 +38,13 @@ from patchspec.model.io import FileStamp, load_model
 from patchspec.plugin.boundary import Guard
 from patchspec.plugin.contract import PatchContext, RunState, VerifyContext
 from patchspec.plugin.registry import PluginRegistry
-from patchspec.run.commit import Staging
+from patchspec.run.commit import Staging, remove_superseded
+from patchspec.run.io_changes import io_changes
+from patchspec.run.model_paths import missing_model, refuse_same_file
 from patchspec.run.report import RunReport, StepOutcome
 from patchspec.run.reporter import Reporter
 from patchspec.run.stamp import OutputStamp, data_record, digest_of, shown_path, stamp_model
 from patchspec.run.statcache import StatCache, file_sha256
-from patchspec.shapes.annotations import format_dims, read_dims
-from patchspec.shapes.batch_axes import fed_inputs
 from patchspec.spec.confine import Root, check_model_path, check_output_path, within
 from patchspec.spec.steps import Spec, Step
 
@@ -107,11 +106,11 @@ class Engine:
         model_path = (model or spec.model).absolute()
         output_path = (output or spec.output).absolute()
         root = Root.of(spec.path, self.root)
-        _refuse_same_file(model_path, output_path)
+        refuse_same_file(model_path, output_path)
         if model is None:
             check_model_path(spec, root)
             if not model_path.exists():
-                raise _missing_model(spec, model_path)
+                raise missing_model(spec, model_path)
         # a --model's data may also stay beside it (onnxruntime's own rule); the spec's model has the root only
         roots = (root.folder,) if model is None else (root.folder, model_path.parent, model_path.resolve().parent)
         with self.reporter.task(f"reading {model_path.name}"):
@@ -202,7 +201,7 @@ class Engine:
             model = load_model(output)
         if check_params:
             self.check_verifiers(spec, model)
-        failed: list[tuple[Step, StepOutcome, tuple]] = []  # with the key a context.fail pointed at
+        failed: list[tuple[Step, StepOutcome, tuple[Any, ...]]] = []  # with the key a context.fail pointed at
         for step in spec.verify:
             started = time.perf_counter()
             with self.reporter.task(step.type_name) as task:
@@ -225,7 +224,9 @@ class Engine:
         if failed:
             raise self._verification_failed(spec, failed, staged)
 
-    def _verification_failed(self, spec: Spec, failed: list, staged: bool) -> VerificationFailed:
+    def _verification_failed(
+        self, spec: Spec, failed: list[tuple[Step, StepOutcome, tuple[Any, ...]]], staged: bool
+    ) -> VerificationFailed:
         step, outcome, key = failed[0]
         message = f"{spec.locate(step, key)}: verification failed: {outcome.summary}"
         if len(failed) > 1:
@@ -286,7 +287,7 @@ class Engine:
             written = self._write_and_commit(loaded, patched, layout, parts.result, no_verify, report)
             # a content-addressed name changes every build: the previous build's data files go, but only
             # those the stat cache proves this patchspec wrote (never what a model's metadata names)
-            _remove_superseded(loaded.output_path, cache, report.files)
+            remove_superseded(loaded.output_path, cache, report.files)
         cache.record_output([Path(name) for name in report.files], digest_of(parts.result()))
         for name, entry in written.items():  # hashed at build time: the next check need not read them
             cache.remember(loaded.output_path.parent / name, entry["sha256"])
@@ -298,15 +299,15 @@ class Engine:
     def _write_and_commit(
         self,
         loaded: LoadedInput,
-        patched,
+        patched: onnx.ModelProto,
         layout: Layout,
         parts: Callable[[], dict[str, str]],
         no_verify: bool,
         report: RunReport,
-    ) -> dict[str, dict]:
+    ) -> dict[str, dict[str, Any]]:
         """Stage, verify and commit the output; returns its data files' record (name -> size, sha256)."""
         spec = loaded.spec
-        written: dict[str, dict] = {}
+        written: dict[str, dict[str, Any]] = {}
         with Staging(loaded.output_path) as staging:
             staged_model = staging.path(loaded.output_path)
 
@@ -371,7 +372,9 @@ class Engine:
         changed += stamped.data_changes(cache.sha256)
         return ("stale", changed) if changed else ("up to date", [])
 
-    def _input_changes(self, loaded: LoadedInput, built_from: dict | None, parts: dict[str, str]) -> list[str]:
+    def _input_changes(
+        self, loaded: LoadedInput, built_from: dict[str, str] | None, parts: dict[str, str]
+    ) -> list[str]:
         """What differs between the parts the output was built from and today's, files by path."""
         if built_from is None:
             return ["built by a patchspec that did not record its inputs"]
@@ -429,80 +432,3 @@ class Engine:
                 return sha256(path) if progress is None else sha256(path, progress)
 
         return hashed
-
-
-def io_changes(before: onnx.ModelProto, after: onnx.ModelProto) -> list[tuple[str, str, str, str]]:
-    """(``inputs`` or ``outputs``, name, before, after) for every graph input that must be fed and
-    every output: the shape (``[N, 3, ?, ?]``), with the element type where a patch changed it;
-    ``-`` where the tensor is not there on that side."""
-    rows = []
-    for section, read in (
-        ("inputs", lambda m: fed_inputs(m.graph)),
-        ("outputs", lambda m: {info.name: info for info in m.graph.output}),
-    ):
-        old, new = read(before), read(after)
-        for name in [*old, *(n for n in new if n not in old)]:
-            types = {_elem_type(info) for info in (old.get(name), new.get(name)) if info is not None}
-            shown = [_describe(side.get(name), len(types) > 1) for side in (old, new)]
-            rows.append((section, name, *shown))
-    return rows
-
-
-def _describe(info: onnx.ValueInfoProto | None, with_type: bool) -> str:
-    if info is None:
-        return "-"
-    shape = format_dims(read_dims(info))
-    return f"{_elem_type(info)} {shape}" if with_type else shape
-
-
-def _elem_type(info: onnx.ValueInfoProto) -> str:
-    elem = info.type.tensor_type.elem_type
-    return onnx.TensorProto.DataType.Name(elem).lower() if elem else "?"
-
-
-def _missing_model(spec: Spec, model_path: Path) -> ModelFileError:
-    """The spec's model does not exist: where the spec names it, as written, as resolved, and the rule."""
-    pos = spec.document.position(("model",))
-    written = spec.document.data.get("model")
-    nearby = sorted(p.name for p in model_path.parent.glob("*.onnx"))[:5] if model_path.parent.is_dir() else []
-    found = (
-        f"; .onnx files there: {', '.join(nearby)}"
-        if nearby
-        else (
-            "" if model_path.parent.is_dir() else f"; the folder {shown_path(model_path.parent)} does not exist either"
-        )
-    )
-    msg = f"{spec.path}:{pos.line}:{pos.column}: model: {written} does not exist (resolved to {model_path}){found}"
-    return ModelFileError(
-        msg,
-        f"paths in a spec are relative to the spec's folder ({spec.path.resolve().parent}), "
-        "not to the current directory",
-    )
-
-
-def _refuse_same_file(model: Path, output: Path) -> None:
-    same = model.resolve() == output.resolve()
-    if not same and output.exists():
-        try:
-            same = model.samefile(output)
-        except OSError:
-            same = False
-    if same:
-        raise UsageError(
-            f"{output}: the output is the input model; patchspec never modifies its input",
-            "choose another 'output' (e.g. under build/)",
-        )
-
-
-def _remove_superseded(output: Path, cache: StatCache, new: list[str]) -> None:
-    """Files a previous build wrote beside ``output`` that this one no longer names, each deleted only
-    while it is still, by inode and sha256, the file that build wrote (:meth:`StatCache.wrote`)."""
-    kept = {Path(name).name for name in new} | {output.name}
-    folder = os.path.realpath(output.parent)
-    for name in list(cache.written):
-        path = Path(name)
-        if os.path.realpath(path.parent) != folder or path.name in kept:
-            continue
-        if cache.wrote(path):
-            path.unlink(missing_ok=True)
-        del cache.written[name]

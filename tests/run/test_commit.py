@@ -220,7 +220,7 @@ sys.exit(patchspec.cli.main(sys.argv[2:]))
 
 def wait_for(path: Path, process: subprocess.Popen, seconds: float = 30.0) -> None:
     deadline = time.monotonic() + seconds
-    while not path.exists():
+    while not (path.exists() and path.read_text()):  # created, then written: wait for its text
         if process.poll() is not None:
             pytest.fail(f"the child ended before staging: {process.communicate()}")
         if time.monotonic() > deadline:
