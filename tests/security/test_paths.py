@@ -276,3 +276,10 @@ def test_staging_folders_of_dead_processes_are_removed(repo, run_cli):
     assert run_cli("apply", spec_with(repo, "output: o.onnx\npatches: []\n"), "--no-verify").exit_code == 0
     assert not gone.exists() and alive.is_dir()
     assert (repo / f".patchspec-{int(dead.stdout)}-link").is_symlink() and outside_of(repo).is_dir()
+
+
+def test_verify_reads_no_output_or_model_outside_the_root(repo, run_cli):
+    save_external(add_model(), outside_of(repo) / "o.onnx")
+    spec = spec_with(repo, "output: ../outside/o.onnx\npatches: []\n")
+    assert_refused(run_cli("verify", spec), 2, "output", "outside the project root")
+    assert run_cli("verify", spec, "--root", repo.parent).exit_code == 0
