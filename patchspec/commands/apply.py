@@ -10,7 +10,14 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from patchspec import __version__
-from patchspec.commands.context import State, atomic_write_text, exit_code_of, native_code_option, verbosity_options
+from patchspec.commands.context import (
+    State,
+    atomic_write_text,
+    exit_code_of,
+    native_code_option,
+    root_option,
+    verbosity_options,
+)
 from patchspec.errors import EXIT_STALE, PatchspecError, UsageError
 
 if TYPE_CHECKING:
@@ -39,6 +46,7 @@ if TYPE_CHECKING:
 @click.option("--report", "report_path", type=click.Path(path_type=Path), help="Write a JSON report of the run.")
 @native_code_option
 @click.option("--strict-paths", is_flag=True, help="Refuse symlinked or hard-linked external data files.")
+@root_option
 @verbosity_options
 @click.pass_obj
 def apply(
@@ -53,6 +61,7 @@ def apply(
     depfile: Path | None,
     report_path: Path | None,
     strict_paths: bool,
+    root: Path | None,
     verbose: int,
     quiet: bool,
 ) -> None:
@@ -73,13 +82,13 @@ def apply(
         raise UsageError("--check writes nothing: it does not take --force, --depfile or --report")
     state.more(verbose, quiet)
     if check_only:
-        check(state, specs, model, output, no_verify, strict_paths)
+        check(state, specs, model, output, no_verify, strict_paths, root)
         return
     reports: list[RunReport] = []
     try:
         registry = state.registry()
-        engine = Engine(registry, state.reporter, strict_paths=strict_paths)
-        loaded_specs = [load_spec(path, registry) for path in specs]  # every spec valid before any work
+        engine = Engine(registry, state.reporter, strict_paths=strict_paths, root=root)
+        loaded_specs = [load_spec(path, registry, root=root) for path in specs]  # every spec valid before any work
         for spec in loaded_specs:
             report = RunReport(str(spec.path), str(model or spec.model), str(output or spec.output))
             reports.append(report)
@@ -121,15 +130,16 @@ def check(
     output: Path | None,
     no_verify: bool,
     strict_paths: bool,
+    root: Path | None = None,
 ) -> None:
     """apply --check: one line per output; exit 6 when any would be rebuilt."""
     from patchspec.run.engine import Engine
     from patchspec.spec.load import load_spec
 
     registry = state.registry()
-    engine = Engine(registry, state.reporter, strict_paths=strict_paths)
+    engine = Engine(registry, state.reporter, strict_paths=strict_paths, root=root)
     stale = []
-    for spec in [load_spec(path, registry) for path in specs]:
+    for spec in [load_spec(path, registry, root=root) for path in specs]:
         verdict, reasons = engine.check(spec, model=model, output=output, no_verify=no_verify)
         target = output or cwd_relative(spec.output)
         if verdict == "up to date":
@@ -165,8 +175,10 @@ def cwd_relative(path: Path) -> Path:
 
 
 def make_escape(path: Path) -> str:
-    """``path`` as Make reads a file name: backslashes, spaces, ``#`` and ``$`` escaped."""
-    return str(path).replace("\\", "\\\\").replace(" ", "\\ ").replace("#", "\\#").replace("$", "$$")
+    """``path`` as Make and Ninja read a file name (:func:`patchspec.run.depfile.make_escape`)."""
+    from patchspec.run.depfile import make_escape as escape
+
+    return escape(path)
 
 
 def write_report(

@@ -53,6 +53,7 @@ class Clone:
         shutil.copytree(
             EXAMPLE, self.folder, ignore=shutil.ignore_patterns("bazel-*", "models", "data", "build", "patchspec-bazel")
         )
+        (self.folder / ".git").mkdir()  # a checkout: its top is the project root (docs/security.md)
         weights = os.environ.get("PATCHSPEC_BAZEL_WEIGHTS_MIB")
         run([sys.executable, "make_models.py", *(["--weights-mib", weights] if weights else [])], self.folder)
         (self.folder / "patchspec-bazel").symlink_to(run([str(BIN / "patchspec"), "bazel-path"], self.folder).strip())
