@@ -25,6 +25,10 @@ Grouped by what they work on:
 
 from __future__ import annotations
 
+import importlib
+import warnings
+from typing import Any
+
 from patchspec.errors import UsageError, close_matches, did_you_mean
 from patchspec.model.data_writer import DIGEST_FIELD, OUTPUT_LAYOUT, Layout, refuse_inline_overflow
 from patchspec.model.external_data import ORT_MEMORY_MARKER, is_external, iter_tensors, read_tensor
@@ -41,8 +45,6 @@ from patchspec.model.graph import (
     fresh_name,
     subgraphs,
     use_counts,
-    uses_of,
-    walk_nodes,
 )
 from patchspec.model.selectors import SELECTOR_SCHEMA, check_selector, select_nodes
 from patchspec.ort.inspection import lint_model
@@ -50,7 +52,6 @@ from patchspec.ort.sessions import (
     CASE_INPUT_SCHEMA,
     DEFAULT_PROVIDERS,
     DTYPES,
-    FILLS,
     OPTIMIZATION_LEVELS,
     BatchSplit,
     OutputComparison,
@@ -70,8 +71,6 @@ from patchspec.ort.sessions import (
 from patchspec.shapes import expressions
 from patchspec.shapes.annotations import (
     PINNED_DIMS,
-    Dim,
-    Pins,
     all_annotations,
     apply_pins,
     dim_params,
@@ -87,7 +86,7 @@ from patchspec.shapes.annotations import (
 from patchspec.shapes.batch_axes import BatchAxes, BatchAxesError, batch_axes, fed_inputs
 from patchspec.shapes.compiler import ShapeCompileError, ShapeCompiler, TensorIndex
 from patchspec.shapes.evaluate import BROADCASTING, Known, ShapeEvaluator
-from patchspec.shapes.values import InputValues, input_values
+from patchspec.shapes.values import input_values
 
 __all__ = [
     # messages
@@ -107,16 +106,12 @@ __all__ = [
     "fresh_name",
     "subgraphs",
     "use_counts",
-    "uses_of",
-    "walk_nodes",
     # node selection
     "SELECTOR_SCHEMA",
     "check_selector",
     "select_nodes",
     # shape annotations
     "PINNED_DIMS",
-    "Dim",
-    "Pins",
     "all_annotations",
     "apply_pins",
     "dim_params",
@@ -134,7 +129,6 @@ __all__ = [
     "batch_axes",
     "fed_inputs",
     # what values an integer input needs, where the graph says
-    "InputValues",
     "input_values",
     # shape expressions and their compiler
     "expressions",
@@ -158,7 +152,6 @@ __all__ = [
     "CASE_INPUT_SCHEMA",
     "DEFAULT_PROVIDERS",
     "DTYPES",
-    "FILLS",
     "OPTIMIZATION_LEVELS",
     "BatchSplit",
     "OutputComparison",
@@ -176,3 +169,27 @@ __all__ = [
     "provider_skip_reasons",
     "shape_problems",
 ]
+
+#: names 1.2 removes from the API (no plugin used them), with what to use instead; they still import,
+#: with a DeprecationWarning, until 2.0 (docs/api.md, "Deprecated in 1.2")
+DEPRECATED = {
+    "uses_of": ("patchspec.model.graph", "use_counts(model)[name], counted once for every tensor"),
+    "walk_nodes": ("patchspec.model.graph", "select_nodes(model, selector), or all_graphs(graph) and each .node"),
+    "Dim": ("patchspec.shapes.annotations", "int | str | None in your annotations"),
+    "Pins": ("patchspec.shapes.annotations", "dict[str, dict[int, int | str]] in your annotations"),
+    "InputValues": ("patchspec.shapes.values", "the attributes of what input_values returns (item, why, flag)"),
+    "FILLS": ("patchspec.ort.sessions", "case_input_problems(item), which checks a case's fill"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """A deprecated name still imports, once more, with a warning that says what replaces it."""
+    if name not in DEPRECATED:
+        raise AttributeError(f"module 'patchspec.api' has no attribute {name!r}")
+    module, instead = DEPRECATED[name]
+    warnings.warn(
+        f"patchspec.api.{name} is deprecated since plugin API 1.2 and goes in 2.0; use {instead}",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return getattr(importlib.import_module(module), name)

@@ -84,7 +84,8 @@ def test_contributing_map_names_every_package():
 def test_tests_mirror_the_tree_and_never_import_conftest():
     tests = REPO / "tests"
     packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
-    extra = {"cli", "plugins", "architecture", "fixtures"}  # patchspec/cli.py, the built-in plugins, these checks, data
+    # patchspec/cli.py and patchspec/commands/ (tests/cli runs the commands), the built-in plugins, these checks, data
+    extra = {"cli", "plugins", "architecture", "fixtures"}
     folders = {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
     assert folders <= packages | extra, f"test folders with no package to mirror: {sorted(folders - packages - extra)}"
     importing = [
@@ -143,3 +144,34 @@ def test_every_module_the_map_names_exists():
         existing = {p.stem for p in (PACKAGE / package).glob("*.py")}
         missing += [f"patchspec/{package}/{m}.py" for m in sorted(named - existing)]
     assert not missing, f"CONTRIBUTING.md's map names modules that do not exist: {missing}"
+
+
+def test_every_command_lives_in_commands_and_only_cli_gathers_them():
+    """cli.py is the group and the error shell: it defines no command; a command module imports no
+    other command (only what they share, ``commands.context``); only cli imports the commands."""
+    import click
+
+    from patchspec.cli import cli
+
+    tree = ast.parse((PACKAGE / "cli.py").read_text(encoding="utf-8"))
+    decorated = [
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef)
+        and any("command" in ast.unparse(d) and "group" not in ast.unparse(d) for d in node.decorator_list)
+    ]
+    assert not decorated, f"commands defined in patchspec/cli.py, not patchspec/commands/: {decorated}"
+    for name, command in cli.commands.items():
+        assert isinstance(command, click.Command)
+        assert command.callback is not None and command.callback.__module__.startswith("patchspec.commands."), name
+    table = modules()
+    known = set(table)
+    shared = {"patchspec.commands", "patchspec.commands.context"}
+    wrong = []
+    for name, path in sorted(table.items()):
+        targets = {t for t in imports_of(path, known) if t.startswith("patchspec.commands")}
+        if name.startswith("patchspec.commands."):
+            wrong += [f"{name} -> {t}" for t in sorted(targets - shared)]
+        elif name != "patchspec.cli":
+            wrong += [f"{name} -> {t}" for t in sorted(targets)]
+    assert not wrong, "command modules are gathered by patchspec/cli.py alone: " + ", ".join(wrong)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -63,3 +65,28 @@ def test_the_test_kit_docs_name_everything_the_kit_exports():
     text = (REPO / "docs" / "plugins.md").read_text(encoding="utf-8")
     undocumented = [name for name in patchspec.testing.__all__ if f"`{name}" not in text]
     assert not undocumented, f"docs/plugins.md (section 5) does not mention: {undocumented}"
+
+
+#: exported though no built-in plugin or example uses it, and why
+UNUSED_ON_PURPOSE = {"read_tensor": "the one way to read external data through the path policy"}
+
+
+def test_every_api_name_is_used_by_a_plugin_or_stated():
+    sources = "\n".join(
+        path.read_text(encoding="utf-8")
+        for folder in (REPO / "plugins", REPO / "examples" / "plugin-acme")
+        for path in folder.rglob("*.py")
+    )
+    unused = [name for name in patchspec.api.__all__ if not re.search(rf"\b{name}\b", sources)]
+    assert sorted(unused) == sorted(UNUSED_ON_PURPOSE), f"unused by every plugin: {unused}; deprecate them"
+
+
+@pytest.mark.parametrize("name", sorted(patchspec.api.DEPRECATED))
+def test_a_deprecated_name_still_imports_and_says_what_replaces_it(name):
+    assert name not in patchspec.api.__all__
+    with pytest.warns(DeprecationWarning, match=rf"patchspec.api.{name} is deprecated .* use "):
+        value = getattr(patchspec.api, name)
+    module, _ = patchspec.api.DEPRECATED[name]
+    assert value is getattr(importlib.import_module(module), name)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        patchspec.api.nope  # noqa: B018

@@ -1,0 +1,176 @@
+"""``patchspec apply``: patch, verify and write each spec's output; ``--check`` says whether each is
+up to date without writing; ``--depfile`` and ``--report`` write what build tools and CI read."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from patchspec import __version__
+from patchspec.commands.context import State, atomic_write_text, exit_code_of, verbosity_options
+from patchspec.errors import EXIT_STALE, PatchspecError, UsageError
+
+if TYPE_CHECKING:
+    from patchspec.run.report import RunReport
+    from patchspec.spec.steps import Spec
+
+
+@click.command()
+@click.argument("specs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--model", type=click.Path(path_type=Path), help="Input model instead of the spec's (one spec only).")
+@click.option("--output", type=click.Path(path_type=Path), help="Output path instead of the spec's (one spec only).")
+@click.option("--force", is_flag=True, help="Rebuild even when the output is up to date.")
+@click.option(
+    "--check",
+    "check_only",
+    is_flag=True,
+    help="Write nothing: exit 0 when every output is up to date, 6 when one is missing or stale.",
+)
+@click.option("--no-verify", is_flag=True, help="Skip the spec's verifiers.")
+@click.option("--depfile", type=click.Path(path_type=Path), help="Write a Make-format dependency file.")
+@click.option("--report", "report_path", type=click.Path(path_type=Path), help="Write a JSON report of the run.")
+@click.option("--strict-paths", is_flag=True, help="Refuse symlinked or hard-linked external data files.")
+@verbosity_options
+@click.pass_obj
+def apply(
+    state: State,
+    specs: tuple[Path, ...],
+    model: Path | None,
+    output: Path | None,
+    force: bool,
+    check_only: bool,
+    no_verify: bool,
+    depfile: Path | None,
+    report_path: Path | None,
+    strict_paths: bool,
+    verbose: int,
+    quiet: bool,
+) -> None:
+    """Apply SPEC(s): patch, verify, and write the output atomically.
+
+    The output is written to a temporary folder beside it and moved into place only when every
+    patch and verifier passed. If the output already carries the digest of this spec, input and
+    plugin versions, nothing is done ("up to date").
+    """
+    from patchspec.run.engine import Engine
+    from patchspec.run.report import RunReport
+    from patchspec.run.reporter import summary_line
+    from patchspec.spec.load import load_spec
+
+    if (model or output) and len(specs) != 1:
+        raise UsageError("--model and --output need exactly one spec")
+    if check_only and (force or depfile or report_path):
+        raise UsageError("--check writes nothing: it does not take --force, --depfile or --report")
+    state.more(verbose, quiet)
+    if check_only:
+        check(state, specs, model, output, no_verify, strict_paths)
+        return
+    reports: list[RunReport] = []
+    try:
+        registry = state.registry()
+        engine = Engine(registry, state.reporter, strict_paths=strict_paths)
+        loaded_specs = [load_spec(path, registry) for path in specs]  # every spec valid before any work
+        for spec in loaded_specs:
+            report = RunReport(str(spec.path), str(model or spec.model), str(output or spec.output))
+            reports.append(report)
+            state.echo(f"patchspec {spec.path}")
+            engine.apply(spec, model=model, output=output, force=force, no_verify=no_verify, report=report)
+            if report.status in ("written", "unchanged"):
+                state.echo(
+                    f"wrote {report.output}"
+                    if report.status == "written"
+                    else f"{report.output}: unchanged (identical bytes)"
+                )
+            if depfile:
+                write_depfile(depfile, report, spec, model, output)
+    except BaseException as exc:  # the report says how the run ended, whatever ended it
+        if reports and reports[-1].status not in ("written", "unchanged", "up to date"):
+            reports[-1].status, reports[-1].error = "failed", str(exc) or type(exc).__name__
+            reports[-1].problem = exc.to_json() if isinstance(exc, PatchspecError) else None
+        write_report(state, report_path, reports, exit_code_of(exc), None if reports else exc)
+        if len(specs) > 1 and reports:  # closes the output, after the error
+            state.closing = summary_line([r.status for r in reports], len(specs))
+        raise
+    write_report(state, report_path, reports, 0)
+    if len(specs) > 1:
+        state.echo(summary_line([r.status for r in reports], len(specs)))
+
+
+def check(
+    state: State,
+    specs: tuple[Path, ...],
+    model: Path | None,
+    output: Path | None,
+    no_verify: bool,
+    strict_paths: bool,
+) -> None:
+    """apply --check: one line per output; exit 6 when any would be rebuilt."""
+    from patchspec.run.engine import Engine
+    from patchspec.spec.load import load_spec
+
+    registry = state.registry()
+    engine = Engine(registry, state.reporter, strict_paths=strict_paths)
+    stale = []
+    for spec in [load_spec(path, registry) for path in specs]:
+        verdict, reasons = engine.check(spec, model=model, output=output, no_verify=no_verify)
+        target = output or cwd_relative(spec.output)
+        if verdict == "up to date":
+            state.echo(f"{target}: up to date")
+            continue
+        stale.append(f"{target}: {verdict}" + (f": {'; '.join(reasons)}" if reasons else ""))
+    for line in stale:
+        state.reporter.output(line)
+    if stale:
+        raise click.exceptions.Exit(EXIT_STALE)
+
+
+def write_depfile(depfile: Path, report: RunReport, spec: Spec, model: Path | None, output: Path | None) -> None:
+    """The Make-format dependency file of one run: the output and its data files, from the spec, the
+    model and the files the patches read."""
+    # paths as the build tool names them: Make and Ninja match targets by their spelling
+    model_path, *others = map(Path, report.inputs)
+    deps = [spec.path, model or cwd_relative(model_path), *map(cwd_relative, others)]
+    target = output or cwd_relative(Path(report.output))
+    # the output's data files are outputs too (grouped targets): deleting one makes the rule run
+    data = [cwd_relative(Path(f)) for f in report.files if Path(f).absolute() != Path(report.output).absolute()]
+    targets = " ".join(make_escape(p) for p in [target, *data])
+    text = f"{targets}: " + " ".join(make_escape(p) for p in deps) + "\n"
+    atomic_write_text(depfile, text)
+
+
+def cwd_relative(path: Path) -> Path:
+    """``path`` relative to the current directory when inside it, else absolute."""
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
+def make_escape(path: Path) -> str:
+    """``path`` as Make reads a file name: backslashes, spaces, ``#`` and ``$`` escaped."""
+    return str(path).replace("\\", "\\\\").replace(" ", "\\ ").replace("#", "\\#").replace("$", "$$")
+
+
+def write_report(
+    state: State,
+    report_path: Path | None,
+    reports: list[RunReport],
+    exit_code: int,
+    error: BaseException | None = None,
+) -> None:
+    """The JSON report: the process's exit code and patchspec's version, then one run per spec (its
+    fields at the top level when there is one spec); written on every exit, interrupts included."""
+    if report_path is None:
+        return
+    payload: dict[str, Any] = {"exit_code": exit_code, "version": __version__}
+    payload.update(reports[0].to_json() if len(reports) == 1 else {"runs": [r.to_json() for r in reports]})
+    if error is not None:  # the run ended before any spec started: the error, as text and as data
+        payload["error"] = str(error) or type(error).__name__
+        payload["problem"] = error.to_json() if isinstance(error, PatchspecError) else None
+    try:
+        atomic_write_text(report_path, json.dumps(payload, indent=2) + "\n")
+    except OSError as exc:  # the report must not hide the run's own outcome
+        state.reporter.error(f"{report_path}: cannot write the report: {exc.strerror or exc}")

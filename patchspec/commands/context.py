@@ -1,0 +1,80 @@
+"""What every command shares: the process's :class:`State` (its one reporter and the way to load the
+plugin registry), the ``-q``/``-v`` options a command repeats, and the exit code of an exception."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+import click
+
+from patchspec.errors import EXIT_INTERNAL, Interrupted, PatchspecError
+from patchspec.run.reporter import Reporter
+
+if TYPE_CHECKING:
+    from patchspec.plugin.registry import PluginRegistry
+
+F = TypeVar("F", bound=Callable[..., object])
+
+
+def load_registry() -> PluginRegistry:
+    """A fresh registry of the installed plugins (the default of :attr:`State.registry`)."""
+    from patchspec.plugin.registry import PluginRegistry
+
+    return PluginRegistry.load()
+
+
+class State:
+    """What every command prints through: the one :class:`Reporter` of this process, and
+    :attr:`registry`, which loads the plugins (``patchspec.cli`` points it at its own hook)."""
+
+    def __init__(self, reporter: Reporter | None = None) -> None:
+        self.reporter = reporter if reporter is not None else Reporter()
+        #: a line that closes the run, printed after the error if there is one (apply's summary)
+        self.closing: str | None = None
+        self.registry: Callable[[], PluginRegistry] = load_registry
+
+    @property
+    def verbosity(self) -> int:
+        return self.reporter.verbosity
+
+    @verbosity.setter
+    def verbosity(self, value: int) -> None:
+        self.reporter.verbosity = value
+
+    def echo(self, text: str) -> None:
+        self.reporter.line(text)
+
+    def more(self, verbose: int, quiet: bool) -> None:
+        """``-q``/``-v`` given after the command, as the contract writes them, add to those before it."""
+        self.verbosity = -1 if quiet or self.verbosity < 0 else self.verbosity + verbose
+
+
+def verbosity_options(command: F) -> F:
+    """``-q`` and ``-v`` on a command, adding to the group's own."""
+    command = click.option("-q", "--quiet", "quiet", is_flag=True, help="Only errors.")(command)
+    return click.option("-v", "--verbose", "verbose", count=True, help="More detail (every step's details).")(command)
+
+
+def exit_code_of(exc: BaseException) -> int:
+    """The exit code ``patchspec.cli.main`` turns ``exc`` into (the contract's table)."""
+    if isinstance(exc, click.exceptions.Exit):
+        return int(exc.exit_code)
+    if isinstance(exc, click.ClickException):
+        return 2
+    if isinstance(exc, (click.exceptions.Abort, KeyboardInterrupt)):
+        return 130
+    if isinstance(exc, Interrupted):
+        return int(exc.exit_code)
+    if isinstance(exc, PatchspecError):
+        return int(exc.exit_code)
+    return EXIT_INTERNAL
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all: a temporary file beside it, renamed over it."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)

@@ -1,0 +1,71 @@
+"""``patchspec derive``: the spec that makes one export work at any input size, from two exports at
+two sizes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from patchspec.commands.context import State
+from patchspec.errors import UsageError
+
+
+@click.command("derive")
+@click.argument("a_path", metavar="A", type=click.Path(path_type=Path))
+@click.argument("b_path", metavar="B", type=click.Path(path_type=Path))
+@click.option(
+    "--output",
+    "spec_path",
+    type=click.Path(path_type=Path),
+    help="Where to write the spec (default: A's name with .patchspec.yaml, in the current folder).",
+)
+@click.option("--force", is_flag=True, help="Overwrite an existing spec (and its .npy files).")
+@click.pass_obj
+def derive_command(state: State, a_path: Path, b_path: Path, spec_path: Path | None, force: bool) -> None:
+    """Write the spec that makes model A work at any input size, from A and B: one network exported
+    (traced) at two input sizes.
+
+    \b
+    Tracers bake sizes into constants (a Reshape to [1, 11, 2, 15, 2, -1] for an 11x15 grid). derive
+    pairs the two graphs node for node, fits each integer constant that differs as an expression of
+    the input dims (dim(x, 2) // 8, dim(x, 2) * dim(x, 3) // 64, or -1 in a Reshape), adds an int64
+    input for sizes no input dim holds (a merger's grid: value(sizes, 0)), and frees the input dims
+    that differ. The spec has replace_initializer and rename_dims patches, and a verify block:
+    check, and run at A's sizes against A and at B's sizes against B. Weights are never read.
+
+    \b
+    Example:
+      patchspec derive det_640x640.onnx det_480x736.onnx --output specs/det_any.yaml
+      patchspec apply specs/det_any.yaml             # next: build and verify
+
+    Exit codes: 0 written, 2 bad command line or the spec exists (use --force), 3 a model cannot be
+    read, 4 the graphs differ in structure or an entry fits no expression (the nodes are named).
+    """
+    from patchspec.author.derive import derive, write
+
+    if a_path.resolve() == b_path.resolve():
+        raise UsageError(f"A and B are the same file ({a_path}): give two exports of the model at two input sizes")
+    spec_path = spec_path or Path(f"{a_path.stem}.patchspec.yaml")
+    if spec_path.is_dir():
+        raise UsageError(f"--output {spec_path} is a folder: give the spec's file name")
+    if spec_path.exists() and not force:
+        raise UsageError(
+            f"{spec_path} exists; nothing was written", "give another --output, or --force to overwrite it"
+        )
+    result = derive(a_path, b_path, spec_path, state.registry())
+    existing = [str(path) for path in result.arrays if path.exists()]
+    if existing and not force:
+        raise UsageError(f"{', '.join(existing)} exists; nothing was written", "give another --output, or --force")
+    write(result)
+    if result.rows:
+        width = max(len("constant"), *(len(row.constant) for row in result.rows))
+        state.echo(f"{'constant'.ljust(width)}  {'A -> B':<14}  expression")
+        for row in result.rows:
+            state.echo(f"{row.constant.ljust(width)}  {f'{row.a} -> {row.b}':<14}  {row.expression}")
+    for line in result.freed:
+        state.echo(f"freed input dim {line}")
+    for note in result.notes:
+        state.echo(f"note: {note}")
+    files = "".join(f", {path.name}" for path in result.arrays)
+    state.echo(f"wrote {spec_path}{files}; next: patchspec apply {spec_path}")

@@ -1,0 +1,43 @@
+"""``patchspec plugins``: the installed plugins, what each provides, and the broken or disabled ones."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from patchspec.commands.context import State
+from patchspec.errors import did_you_mean
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def plugins(state: State, as_json: bool) -> None:
+    """List installed plugins: name, version, what each provides, where it was loaded from."""
+    from patchspec.plugin.registry import DISABLE_ENV
+
+    registry = state.registry()
+    if as_json:
+        state.reporter.output(json.dumps([vars(p) for p in [*registry.plugins, *registry.disabled]], indent=2))
+        return
+    for info in registry.plugins:
+        kind = "built-in" if info.builtin else info.distribution
+        state.reporter.output(f"{info.name} ({kind} {info.version})")
+        if info.patch_types:
+            state.reporter.output(f"  patch types: {', '.join(info.patch_types)}")
+        if info.verifiers:
+            state.reporter.output(f"  verifiers:   {', '.join(info.verifiers)}")
+        state.reporter.output(f"  from: {info.location or info.module}")
+        if info.error:
+            state.reporter.output(f"  BROKEN: {info.error}")
+            if info.traceback and state.verbosity > 0:
+                state.reporter.output("    " + info.traceback.rstrip("\n").replace("\n", "\n    "))
+    if registry.disabled:
+        names = ", ".join(f"{info.name}" for info in registry.disabled)
+        state.reporter.output(f"disabled by {DISABLE_ENV} (installed, not loaded): {names}")
+    for name in registry.disabled_unknown:
+        installed = [info.name for info in [*registry.plugins, *registry.disabled]]
+        state.reporter.error(
+            f"warning: {DISABLE_ENV} names '{name}', which is not an installed plugin" + did_you_mean(name, installed)
+        )
