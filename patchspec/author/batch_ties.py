@@ -38,6 +38,7 @@ class BatchEvidence:
     ran with, and whether it runs at a batch above 1 at all (None: it could not be run here)."""
 
     ties: list[Tie] = field(default_factory=list)
+    untied: dict[str, str] = field(default_factory=dict)  # candidate input -> why it is not the batch
     shapes: dict[str, list[int]] = field(default_factory=dict)
     batched: bool | None = None
     sizes: tuple[int, int] = (2, 3)
@@ -69,27 +70,38 @@ def tie_batch(
 ) -> BatchEvidence:
     """The candidates the original ties to the batch of ``chosen``, with the first layout it runs with."""
     if runs.session is None:
-        return BatchEvidence()
+        why = (
+            f"not tied to the batch: the original was not run ({runs.why_not}); if it is, add it to set_batch's inputs"
+        )
+        return BatchEvidence(untied={name: why for name, _ in candidates})
     for layout in layouts:
         b1, b2 = _sizes(layout, [*chosen, *candidates])
         for base in (list(candidates), []):
             axes = [*chosen, *base]
             if _ok(runs.run(layout.items(b1, axes))) and _ok(runs.run(layout.items(b2, axes))):
-                ties = [tie for c in candidates if (tie := _tie(runs, layout, chosen, base, c, (b1, b2)))]
-                return BatchEvidence(ties, layout.shapes, True, (b1, b2))
-    return BatchEvidence(shapes=layouts[0].shapes, batched=False)
+                evidence = BatchEvidence(shapes=layout.shapes, batched=True, sizes=(b1, b2))
+                for c in candidates:
+                    found = _tie(runs, layout, chosen, base, c, (b1, b2))
+                    if isinstance(found, Tie):
+                        evidence.ties.append(found)
+                    else:
+                        evidence.untied[c[0]] = found
+                return evidence
+    why = "not tied to the batch: the original runs at no batch above 1 here, so no run can tell"
+    return BatchEvidence(untied={name: why for name, _ in candidates}, shapes=layouts[0].shapes, batched=False)
 
 
 def _tie(
     runs: OriginalRuns, layout: CaseLayout, chosen: Sequence[Pair], base: list[Pair], c: Pair, sizes: tuple[int, int]
-) -> Tie | None:
+) -> Tie | str:
+    """The tie of ``c`` to the batch, or why it is not the batch."""
     b1, b2 = sizes
     axes = [*chosen, *base, *([] if c in base else [c])]
     if not (_ok(runs.run(layout.items(b1, axes))) and _ok(runs.run(layout.items(b2, axes)))):
-        return None
+        return f"not the batch: the original fails with its axis 0 at the batch ({b1} and {b2})"
     off = runs.run(layout.items(b2, axes, off=c, off_size=b1))
     if off is None or off.ok:
-        return None
+        return f"not tied to the batch: the original runs with its axis 0 at {b1} while the batch is {b2}"
     others = ", ".join(f"{name}[{axis}]" for name, axis in chosen)
     return Tie(
         c[0],

@@ -67,13 +67,13 @@ def draft_spec(model_path: Path, spec_path: Path, size: int | str, registry: Any
     model = prober.model
     renames = prober.renames = _renames(model)
     rules = input_rules(model)
-    runner = _Runner(model, OriginalRuns(model_path), probe_values(rules))
+    runner = _Runner(model, OriginalRuns(model_path, model), probe_values(rules))
     axes, how = _batch_axes(model, prober, size, runner)
     probe = prober.patched(axes)
     old_size = batch_axes(model, {name: axis for name, axis in axes}).old_size
     batch = old_size if old_size > 1 else size if isinstance(size, int) else CASE_BATCH
     shapes = runner.evidence.shapes or case_shapes(model)
-    rows, case = case_inputs(model, axes, how, rules, shapes, batch)
+    rows, case = case_inputs(model, axes, how, rules, shapes, batch, runner.evidence.untied)
     split = _per_sample(model, axes, old_size, runner, batch)
     draft = SpecDraft(
         model_ref,
@@ -155,10 +155,15 @@ def _batch_axes(
             chosen.append(pair)
             how[pair] = f"the initial state of {node}, whose batch axis is {pair[1]}"
     ties = runner.tie(chosen).ties
-    if ties and prober.refusal([*chosen, *((t.name, t.axis) for t in ties)]) is None:
-        for tie in ties:
+    refused = prober.refusal([*chosen, *((t.name, t.axis) for t in ties)]) if ties else None
+    for tie in ties:
+        if refused is None:
             chosen.append((tie.name, tie.axis))
             how[(tie.name, tie.axis)] = f"another name for the batch: {tie.evidence}"
+        else:
+            runner.evidence.untied[tie.name] = (
+                f"the original ties it to the batch, but set_batch refuses it: {refused.detail.splitlines()[0]}"
+            )
     refusal = prober.refusal(chosen)
     if refusal is None:
         paired = _state_pairs(model, prober.patched(chosen), chosen, detected.old_size)

@@ -101,8 +101,10 @@ def case_inputs(
     rules: dict[str, InputValues | None],
     shapes: dict[str, list[int]],
     batch: int,
+    untied: dict[str, str],
 ) -> tuple[list[InputRow], dict[str, Any]]:
-    """The rows of the terminal table and the run case's inputs, every batch axis at ``batch``."""
+    """The rows of the terminal table and the run case's inputs, every batch axis at ``batch``;
+    ``untied``: why an input whose axis 0 could have been the batch is not."""
     rows, case = [], {}
     for name, info in fed_inputs(model.graph).items():
         dims = read_dims(info) or []
@@ -112,7 +114,7 @@ def case_inputs(
             shape[batched[0]] = batch
             row = InputRow(name, batched[0], how[(name, batched[0])])
         else:
-            row = InputRow(name, None, why_not_batched(dims))
+            row = InputRow(name, None, untied.get(name) or why_not_batched(dims))
         values = rules.get(name)
         item: dict[str, Any] = {"shape": shape}
         if values is not None:

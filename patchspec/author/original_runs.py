@@ -2,7 +2,9 @@
 
 ``init`` asks the original itself what the graph alone cannot say: which inputs must share the batch
 (a run fails when they differ), and whether it runs at the batch at all (else the run case compares
-per sample). Each case is run once; a model onnxruntime cannot load gives no evidence (None).
+per sample); ``derive`` asks A and B the sizes they were traced at. Each case is run once. A model
+onnxruntime cannot load, or whose weights are over ``RUN_LIMIT_BYTES`` (reading them would cost more
+than the rest of the command), gives no evidence (None), and the caller says so.
 """
 
 from __future__ import annotations
@@ -12,7 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import onnx
+from onnx import helper
+
+from patchspec.model.graph import all_graphs
 from patchspec.ort.sessions import RunFailure, Session, make_feeds
+
+#: the original is run only when its weights are at most this large (1 GiB)
+RUN_LIMIT_BYTES = 1 << 30
 
 #: case items as a run case writes them: a shape list, or {shape, low, high, value, fill}
 Items = dict[str, Any]
@@ -33,10 +43,17 @@ class Ran:
 class OriginalRuns:
     """The original model in one CPU session; ``session`` is None when onnxruntime cannot load it."""
 
-    def __init__(self, model_path: Path) -> None:
+    def __init__(self, model_path: Path, graph: onnx.ModelProto | None = None) -> None:
+        """``graph``: the model as read (weights not loaded), to measure them before a session loads them."""
         self.path = model_path
         self.done: dict[str, Ran] = {}
-        self.session: Session | None
+        self.session: Session | None = None
+        size = weight_bytes(graph) if graph is not None else 0
+        if size > RUN_LIMIT_BYTES:
+            self.why_not = (
+                f"its weights ({size / 2**30:.1f} GiB) are over the {RUN_LIMIT_BYTES >> 30} GiB patchspec runs here"
+            )
+            return
         try:
             self.session = Session(model_path, "CPUExecutionProvider", optimization="basic")
         except RunFailure as exc:
@@ -64,6 +81,19 @@ class OriginalRuns:
         return Ran({name: tuple(value.shape) for name, value in outputs.items()})
 
 
+def weight_bytes(model: onnx.ModelProto) -> int:
+    """The bytes of every initializer, stored in the file or outside it, from dims and types alone."""
+    total = 0
+    for graph in all_graphs(model.graph):
+        for tensor in graph.initializer:
+            try:
+                item = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+            except (KeyError, TypeError, ValueError):  # strings, undefined: no fixed size
+                continue
+            total += int(np.prod(tensor.dims, dtype=np.int64)) * item
+    return total
+
+
 def short(message: str, path: str, limit: int = 160) -> str:
     """onnxruntime's reason without the provider and the model's path, on one line of ``limit``."""
     text = message.replace(f"onnxruntime failed to run {path}", "").removeprefix("CPUExecutionProvider: ")
@@ -71,4 +101,4 @@ def short(message: str, path: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-__all__ = ["Items", "OriginalRuns", "Ran", "short"]
+__all__ = ["RUN_LIMIT_BYTES", "Items", "OriginalRuns", "Ran", "short", "weight_bytes"]

@@ -170,7 +170,7 @@ def _search(
         raise PatchError(
             f"derive cannot tell the sizes A and B were traced at for {labels}: too many to search", SHAPE_HINT
         )
-    runs = (OriginalRuns(paths[0]), OriginalRuns(paths[1]))
+    runs = (OriginalRuns(paths[0], model_a), OriginalRuns(paths[1], model_a))  # one network: one size
     if runs[0].session is None or runs[1].session is None:  # no evidence: the run cases say so when they fail
         why = runs[0].why_not or runs[1].why_not
         for group in unknown:

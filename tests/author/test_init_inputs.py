@@ -66,6 +66,31 @@ def test_every_input_that_names_the_batch_apart_is_tied_by_running_the_original(
     assert applied.exit_code == 0, text + applied.output
 
 
+def test_an_input_that_runs_at_another_size_is_not_tied(tmp_path, run_cli):
+    """k's axis 0 is summed away: the original runs with it at any size, so it is not the batch."""
+    nodes = [
+        helper.make_node("ReduceSum", ["k", "zero_axis"], ["ks"], keepdims=1),
+        helper.make_node("Add", ["x", "ks"], ["y"]),
+    ]
+    axis = numpy_helper.from_array(np.array([0], np.int64), "zero_axis")
+    inputs = [tensor_info("x", ["N", 4]), tensor_info("k", ["M", 4])]
+    spec, made = _init(run_cli, graph_model(nodes, inputs, [tensor_info("y", ["N", 4])], [axis]), tmp_path)
+    assert made.exit_code == 0, made.output
+    assert yaml.safe_load(spec.read_text())["patches"][0]["set_batch"]["inputs"] == {"x": 0}
+    assert (
+        "k      -           not tied to the batch: the original runs with its axis 0 at 2 while the batch is 3"
+        in made.stdout
+    )
+
+
+def test_without_runs_the_other_batch_names_are_said_to_be_unproved(tmp_path, run_cli, monkeypatch):
+    monkeypatch.setattr("patchspec.author.original_runs.RUN_LIMIT_BYTES", 0)  # the table's 160 bytes are over it
+    spec, made = _init(run_cli, _several_batch_names(), tmp_path, "--batch", "4")
+    assert made.exit_code == 0, made.output
+    assert yaml.safe_load(spec.read_text())["patches"][0]["set_batch"]["inputs"] == {"feats": 0}
+    assert "not tied to the batch: the original was not run (its weights" in made.stdout
+
+
 def test_a_boolean_mask_is_a_mask_and_is_filled(tmp_path, run_cli):
     nodes = [helper.make_node("Where", ["m", "x", "zero"], ["y"])]
     zero = numpy_helper.from_array(np.zeros((), np.float32), "zero")
