@@ -18,8 +18,23 @@ import onnx
 
 from patchspec.model.graph import NodeSite, ScopeIndex, all_graphs, walk_nodes
 
-#: ops that pass a value through unchanged (for following an input to where it is used)
-_PASS_THROUGH = {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Identity", "Flatten", "Expand"}
+#: ops that pass a value through unchanged, or pick some of its elements (operand 0: the last token of
+#: a prefix, Gather(prefix, -1, axis=1)), for following an input to where it is used
+_PASS_THROUGH = {
+    "Cast",
+    "Unsqueeze",
+    "Squeeze",
+    "Reshape",
+    "Identity",
+    "Flatten",
+    "Expand",
+    "Gather",
+    "GatherElements",
+    "Slice",
+    "Split",
+    "Transpose",
+    "Tile",
+}
 #: ops that carry a boolean on towards a condition
 _LOGIC = {"Not", "And", "Or", "Xor", "Cast", "Squeeze", "Unsqueeze", "Reshape", "Identity"}
 _COMPARISONS = {"Equal": 0, "Greater": 1, "GreaterOrEqual": 0, "Less": -1, "LessOrEqual": 0}

@@ -181,3 +181,17 @@ def test_a_crafted_input_name_stays_a_name(tmp_path, run_cli):
     assert loaded["patches"][0]["set_batch"]["inputs"] == {evil: 0}
     assert list(loaded["verify"][1]["run"]["cases"][0]["inputs"]) == [evil]
     assert all(line.lstrip().startswith(("#", "-")) or ":" in line for line in spec.read_text().splitlines())
+
+
+def test_ids_picked_before_the_table_still_index_it(tmp_path, run_cli):
+    """A decoder reads the last token of its prefix (Gather on axis 1), then the embedding."""
+    table = numpy_helper.from_array(np.ones((ROWS, 4), np.float32), "emb")
+    last = numpy_helper.from_array(np.array(-1, np.int64), "last")
+    nodes = [
+        helper.make_node("Gather", ["prefix", "last"], ["token"], axis=1),
+        helper.make_node("Gather", ["emb", "token"], ["y"]),
+    ]
+    inputs = [tensor_info("prefix", ["N", 6], TensorProto.INT64)]
+    spec, made = _init(run_cli, graph_model(nodes, inputs, [tensor_info("y", ["N", 4])], [table, last]), tmp_path)
+    assert made.exit_code == 0, made.output
+    assert _case(spec)["cases"][0]["inputs"]["prefix"] == {"shape": [3, 6], "low": 0, "high": ROWS}
