@@ -71,10 +71,11 @@ def draft_spec(model_path: Path, spec_path: Path, size: int | str, registry: Any
     axes, how = _batch_axes(model, prober, size, runner)
     probe = prober.patched(axes)
     old_size = batch_axes(model, {name: axis for name, axis in axes}).old_size
-    batch = old_size if old_size > 1 else size if isinstance(size, int) else CASE_BATCH
+    batch = size if isinstance(size, int) else old_size if old_size > 1 else CASE_BATCH
     shapes = runner.evidence.shapes or case_shapes(model)
     rows, case = case_inputs(model, axes, how, rules, shapes, batch, runner.evidence.untied)
     split = _per_sample(model, axes, old_size, runner, batch)
+    alone = _run_alone(runner, shapes, axes, old_size, batch) if split is None else None
     draft = SpecDraft(
         model_ref,
         output_ref,
@@ -95,7 +96,7 @@ def draft_spec(model_path: Path, spec_path: Path, size: int | str, registry: Any
         )
     )
     draft.verify.append(DraftStep("check", {}, ["onnx's checker and strict shape inference on the output"]))
-    draft.verify.append(run_step(probe, rows, case, split))
+    draft.verify.append(run_step(probe, rows, case, split, alone))
     text = checked(draft, spec_path, registry)
     notes = [f"{row.name}: {row.values}" for row in rows if row.flagged]
     return InitResult(text, rows, notes)
@@ -137,6 +138,22 @@ def _per_sample(model: onnx.ModelProto, axes: list[Pair], old_size: int, runner:
         return "the original has a fixed batch: compare per sample (split_batch)"
     shapes = runner.evidence.shapes or case_shapes(model)
     return per_sample_reason(runner.runs, CaseLayout(shapes, runner.values), axes, batch)
+
+
+def _run_alone(
+    runner: _Runner, shapes: dict[str, list[int]], axes: list[Pair], old_size: int, batch: int
+) -> str | None:
+    """Why the output is run without a comparison: the original was exported at a fixed batch above 1
+    and runs neither at the case's batch nor at 1 (None when it can be compared)."""
+    if old_size <= 1 or batch == old_size:
+        return None
+    ran = runner.runs.run(CaseLayout(shapes, runner.values).items(batch, axes))
+    if ran is not None and ran.ok:
+        return None
+    return (
+        f"the original runs only at its exported batch {old_size}, not at {batch} or 1: the output is run at "
+        f"{batch} without a comparison (against: none); compare it with your own outputs (against: FILE.npz)"
+    )
 
 
 # -- the batch ---------------------------------------------------------------------------------------

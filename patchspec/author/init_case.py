@@ -140,10 +140,20 @@ def why_not_batched(dims: list[Any]) -> str:
     return f"its axes do not carry the batch's dim ({first!r} on axis 0 is another one)"
 
 
-def run_step(probe: onnx.ModelProto | None, rows: list[InputRow], case: dict[str, Any], split: str | None) -> DraftStep:
-    """The ``run`` verifier: the case against the original, per sample when ``split`` says why."""
+def run_step(
+    probe: onnx.ModelProto | None,
+    rows: list[InputRow],
+    case: dict[str, Any],
+    split: str | None,
+    alone: str | None = None,
+) -> DraftStep:
+    """The ``run`` verifier: the case against the original, per sample when ``split`` says why, or
+    run alone when ``alone`` says why."""
     comments = ["run the output and compare it with the original on the same inputs"]
     compare: dict[str, Any] = {"against": "original"}
+    if alone:
+        comments = [alone]
+        compare = {"against": "none"}
     if split:
         comments.append(split)
         inputs = {

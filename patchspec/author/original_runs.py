@@ -78,7 +78,15 @@ class OriginalRuns:
             return Ran(None, short(exc.message, str(self.path)))
         except MemoryError:
             return Ran(None, "out of memory")
-        return Ran({name: tuple(value.shape) for name, value in outputs.items()})
+        return Ran({name: _shape(value) for name, value in outputs.items()})
+
+
+def _shape(value: Any) -> tuple[int, ...]:
+    """A tensor's shape; a sequence or map output (a ZipMap's list of dicts) by its length."""
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        return tuple(int(d) for d in shape)
+    return (len(value),) if isinstance(value, (list, tuple, dict)) else ()
 
 
 def weight_bytes(model: onnx.ModelProto) -> int:

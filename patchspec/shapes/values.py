@@ -59,7 +59,7 @@ def input_values(model: onnx.ModelProto, name: str, elem_type: int) -> InputValu
         return InputValues({}, "unread: no node reads it, so any values do")
     if elem_type in _FLOATS:
         return None
-    found = uses.branch_value(name) or uses.table_rows(name) or uses.mask(name)
+    found = uses.branch_value(name) or uses.table_rows(name) or uses.mask(name) or uses.zeroed(name)
     if found is not None:
         return found
     if elem_type == onnx.TensorProto.BOOL:
@@ -196,6 +196,19 @@ class _Uses:
                 return None
             table = producer.input[0]
         return None
+
+    def zeroed(self, name: str) -> InputValues | None:
+        """Every use multiplies it by a constant 0 (an export's way of keeping an input it ignores)."""
+        uses = list(self.reached(name, _PASS_THROUGH))
+        for site, operand in uses:
+            other = self.constant(site, 1 - operand) if site.node.op_type == "Mul" and operand < 2 else None
+            if other is None or other.size == 0 or np.any(other != 0):
+                return None
+        if not uses:
+            return None
+        return InputValues(
+            {}, f"only multiplied by 0 ({_label(uses[0][0].node)}): its value never matters, any values do"
+        )
 
     def mask(self, name: str) -> InputValues | None:
         """Cast to bool, or to a float used in arithmetic (1 - mask, mask * x): a 0/1 mask."""

@@ -195,3 +195,30 @@ def test_ids_picked_before_the_table_still_index_it(tmp_path, run_cli):
     spec, made = _init(run_cli, graph_model(nodes, inputs, [tensor_info("y", ["N", 4])], [table, last]), tmp_path)
     assert made.exit_code == 0, made.output
     assert _case(spec)["cases"][0]["inputs"]["prefix"] == {"shape": [3, 6], "low": 0, "high": ROWS}
+
+
+def test_an_input_only_multiplied_by_zero_takes_any_values(tmp_path, run_cli):
+    """silero's op15 export keeps `sr` as sr * 0: the graph reads it, but its value never matters."""
+    zero = numpy_helper.from_array(np.array(0, np.int64), "zero")
+    nodes = [
+        helper.make_node("Mul", ["sr", "zero"], ["gone"]),
+        helper.make_node("Cast", ["gone"], ["gonef"], to=TensorProto.FLOAT),
+        helper.make_node("Add", ["x", "gonef"], ["y"]),
+    ]
+    inputs = [tensor_info("x", ["N", 4]), tensor_info("sr", [], TensorProto.INT64)]
+    spec, made = _init(run_cli, graph_model(nodes, inputs, [tensor_info("y", ["N", 4])], [zero]), tmp_path)
+    assert made.exit_code == 0, made.output
+    assert "only multiplied by 0 (Mul" in made.stdout and "flagged" not in made.stdout
+    assert run_cli("apply", spec).exit_code == 0
+
+
+def test_a_fixed_batch_above_1_is_run_at_the_batch_asked_for(tmp_path, run_cli):
+    """Exported at batch 3 and asked for 4: the case runs at 4 (the output only takes 4)."""
+    nodes = [helper.make_node("Relu", ["x"], ["y"])]
+    model = graph_model(nodes, [tensor_info("x", [3, 2])], [tensor_info("y", [3, 2])])
+    spec, made = _init(run_cli, model, tmp_path, "--batch", "4")
+    assert made.exit_code == 0, made.output
+    run = _case(spec)
+    assert run["cases"][0]["inputs"]["x"] == [4, 2]
+    assert run["compare"] == {"against": "none"} and "runs only at its exported batch 3" in spec.read_text()
+    assert run_cli("apply", spec).exit_code == 0
