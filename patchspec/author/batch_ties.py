@@ -106,8 +106,8 @@ def _tie(
     return Tie(
         c[0],
         c[1],
-        f"the original runs with it at the batch ({b1} and {b2}) but fails with it at {b1} while {others} "
-        f"are at {b2}: {off.failure}",
+        f"the original runs with it at the batch ({b1} and {b2}) but fails with it at {b1} while the batch ({others}) "
+        f"is {b2}: {off.failure}",
     )
 
 

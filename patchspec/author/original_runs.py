@@ -10,6 +10,7 @@ than the rest of the command), gives no evidence (None), and the caller says so.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,10 +103,17 @@ def weight_bytes(model: onnx.ModelProto) -> int:
     return total
 
 
-def short(message: str, path: str, limit: int = 160) -> str:
-    """onnxruntime's reason without the provider and the model's path, on one line of ``limit``."""
+#: onnxruntime's framing around the reason: its error code, the node (said once already), the source line
+_BOILERPLATE = re.compile(
+    r"\[ONNXRuntimeError\] : \d+ : \w+ : |Non-zero status code returned while running \w+ node\. "
+    r"Name:'[^']*' Status Message: |/\S+\.(?:cc|h):\d+ (?:[\w:<>,* ]+\([^)]*\) )?"
+)
+
+
+def short(message: str, path: str, limit: int = 200) -> str:
+    """onnxruntime's reason without the provider, the model's path and its own framing, on one line."""
     text = message.replace(f"onnxruntime failed to run {path}", "").removeprefix("CPUExecutionProvider: ")
-    text = " ".join(text.split()).lstrip(": ")
+    text = " ".join(_BOILERPLATE.sub("", text).split()).lstrip(": ")
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

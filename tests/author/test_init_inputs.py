@@ -57,7 +57,7 @@ def test_every_input_that_names_the_batch_apart_is_tied_by_running_the_original(
     assert yaml.safe_load(text)["patches"][0]["set_batch"]["inputs"] == {"feats": 0, "ids": 0, "length": 0}
     assert "'ids'[0]: another name for the batch" in text and "'length'[0]: another name" in text
     assert "fails with it at 2 while 'feats'[0]" not in text  # the names in the evidence are plain
-    assert "fails with it at 2 while feats[0] are at 3" in text  # the evidence: the mismatched run
+    assert "fails with it at 2 while the batch (feats[0]) is 3" in text  # the evidence: the mismatched run
     inputs = _case(spec)["cases"][0]["inputs"]
     assert inputs["feats"] == [4, 8] and inputs["ids"]["shape"] == [4, 8] and inputs["ids"]["high"] == ROWS
     assert inputs["length"] == {"file": "length.npy"}  # a length: the graph does not say its values
