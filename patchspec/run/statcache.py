@@ -4,7 +4,8 @@ As ninja's log and git's index do, a build keeps, for every file it hashed, its 
 inode and ctime_ns next to the hash. The next run takes a file whose four values are unchanged to
 have the same content and skips reading it; any change, a ``touch`` included, costs one re-hash
 (and a touch without a content change is still up to date). The output's own identity and digest
-are kept too, so an up-to-date check does not even parse the output.
+are kept too, so an up-to-date check does not even parse the output, and so is how the build was
+asked for (``build``, see :mod:`patchspec.run.noop`), so that a no-op need not parse the model either.
 
 The output's data files are outputs: a build records each one's size and sha256 in the output's
 metadata (``patchspec.files``) and remembers its identity here. While the identities of the output
@@ -26,6 +27,7 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 #: the cache file's format; another version is ignored (and rewritten)
 FORMAT = 1
@@ -62,10 +64,13 @@ def file_sha256(path: Path, progress: Callable[[int, int], None] | None = None) 
 class StatCache:
     """File hashes by identity, and the output's identity and digest, for one output."""
 
-    def __init__(self, output: Path, data: dict | None = None) -> None:
+    def __init__(self, output: Path, data: dict[str, Any] | None = None) -> None:
         self.output = output
-        self.files: dict[str, dict] = dict((data or {}).get("files", {}))
-        self.built: dict = dict((data or {}).get("output", {}))
+        self.files: dict[str, dict[str, Any]] = dict((data or {}).get("files", {}))
+        self.built: dict[str, Any] = dict((data or {}).get("output", {}))
+        #: how the last build was asked for and from which files (``run/noop``): what lets an
+        #: up-to-date ``apply`` or ``--check`` answer without parsing the spec's steps or the model
+        self.build: dict[str, Any] = dict((data or {}).get("build", {}))
         self.hashed: list[str] = []  # files this run had to read (for messages and tests)
         self._lock = threading.Lock()  # the inputs are hashed on a worker thread, the output's data here
 
@@ -115,7 +120,7 @@ class StatCache:
     def save(self) -> None:
         """Write the cache beside the output; a failure only costs hashing next time."""
         target = cache_path(self.output)
-        payload = {"format": FORMAT, "output": self.built, "files": self.files}
+        payload = {"format": FORMAT, "output": self.built, "files": self.files, "build": self.build}
         temporary = target.with_name(target.name + f".{os.getpid()}.tmp")
         try:
             temporary.write_text(json.dumps(payload, sort_keys=True), encoding="utf-8")
