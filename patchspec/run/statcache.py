@@ -4,7 +4,8 @@ As ninja's log and git's index do, a build keeps, for every file it hashed, its 
 inode and ctime_ns next to the hash. The next run takes a file whose four values are unchanged to
 have the same content and skips reading it; any change, a ``touch`` included, costs one re-hash
 (and a touch without a content change is still up to date). The output's own identity and digest
-are kept too, so an up-to-date check does not even parse the output.
+are kept too, so an up-to-date check does not even parse the output, and so is how the build was
+asked for (``build``, see :mod:`patchspec.run.noop`), so that a no-op need not parse the model either.
 
 The output's data files are outputs: a build records each one's size and sha256 in the output's
 metadata (``patchspec.files``) and remembers its identity here. While the identities of the output
@@ -71,6 +72,9 @@ class StatCache:
         self.built: dict[str, Any] = dict((data or {}).get("output", {}))
         #: files a build wrote, by absolute path: inode and sha256, re-checked before one is deleted
         self.written: dict[str, dict[str, Any]] = dict((data or {}).get("written", {}))
+        #: how the last build was asked for and from which files (``run/noop``): what lets an
+        #: up-to-date ``apply`` or ``--check`` answer without parsing the spec's steps or the model
+        self.build: dict[str, Any] = dict((data or {}).get("build", {}))
         self.hashed: list[str] = []  # files this run had to read (for messages and tests)
         self._lock = threading.Lock()  # the inputs are hashed on a worker thread, the output's data here
 
@@ -145,6 +149,8 @@ class StatCache:
             fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         except OSError:
             return
+        payload = {"format": FORMAT, "output": self.built, "files": self.files, "build": self.build}
+        temporary = target.with_name(target.name + f".{os.getpid()}.tmp")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 handle.write(json.dumps(payload, sort_keys=True))
