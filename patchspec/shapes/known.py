@@ -9,7 +9,6 @@ two possible values of a tensor have in common (an If's branches, a loop's first
 from __future__ import annotations
 
 import math
-
 from collections.abc import Hashable
 from dataclasses import dataclass
 from functools import cached_property
