@@ -144,13 +144,17 @@ class StatCache:
     def save(self) -> None:
         """Write the cache beside the output; a failure only costs hashing next time."""
         target = cache_path(self.output)
-        payload = {"format": FORMAT, "output": self.built, "files": self.files, "written": self.written}
+        payload = {
+            "format": FORMAT,
+            "output": self.built,
+            "files": self.files,
+            "written": self.written,
+            "build": self.build,
+        }
         try:  # an unpredictable name, created new (O_EXCL), never through a link planted beside the output
             fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         except OSError:
             return
-        payload = {"format": FORMAT, "output": self.built, "files": self.files, "build": self.build}
-        temporary = target.with_name(target.name + f".{os.getpid()}.tmp")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 handle.write(json.dumps(payload, sort_keys=True))
