@@ -20,7 +20,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from patchspec.errors import UsageError
+from patchspec.errors import UsageError, Where
 
 #: the command-line option and the key under ``[tool.patchspec]`` in the project's pyproject.toml
 OPTION = "--allow-native-code"
@@ -73,10 +73,10 @@ def _setting(text: str) -> Any:
     return settings.get(SETTING) if isinstance(settings, dict) else None
 
 
-def check_native_code(libraries: Sequence[str], spec_folder: Path, key: tuple[Any, ...] = ()) -> None:
+def check_native_code(libraries: Sequence[str], spec_folder: Path, where: Where | None = None) -> None:
     """Raise :class:`NativeCodeRefused` when ``libraries`` (paths as the spec gives them) is not empty
     and neither the caller nor the project allowed native code. Every path counts the same:
-    relative, ``../`` or absolute."""
+    relative, ``../`` or absolute. ``where``: the place in the spec that names them."""
     if not libraries or _allowed_by_caller.get():
         return
     root = project_root(spec_folder)
@@ -90,7 +90,7 @@ def check_native_code(libraries: Sequence[str], spec_folder: Path, key: tuple[An
         f"if you trust this spec, pass {OPTION}, or set '{SETTING} = true' under [tool.patchspec] in "
         f"{root / 'pyproject.toml'} (the spec itself cannot allow it)"
     )
-    raise NativeCodeRefused(msg, hint, key=key)
+    raise NativeCodeRefused(msg, hint, where=where)
 
 
 __all__ = ["OPTION", "SETTING", "NativeCodeRefused", "allow_native_code", "check_native_code", "project_root"]

@@ -41,7 +41,7 @@ def run_verification(params: dict[str, Any], context: VerifyContext) -> VerifyRe
     the params name custom-op libraries that the caller has not allowed.
     """
     libraries = list(params.get("custom_op_libraries", []))
-    check_native_code(libraries, context.spec.folder, ("custom_op_libraries",))
+    check_native_code(libraries, context.spec.folder, context.location(("custom_op_libraries",)))
     return _Run(params, context).result()
 
 
