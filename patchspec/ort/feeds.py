@@ -101,6 +101,10 @@ def case_input_problems(item: Any, key: tuple[Any, ...], max_elements: int = DEF
         yield key, "give the values once: 'file' or 'value', not both"
     if "value" in item and isinstance(item["value"], list) and "shape" in item:
         yield key, "a list 'value' has its own shape: drop 'shape', or give one number to fill it"
+    if "value" in item and value_shape(item["value"]) is None:
+        yield key + ("value",), "a list 'value' must be rectangular: every row as long as the others, numbers only"
+    elif "value" in item and "shape" not in item:
+        yield from size_problems(value_shape(item["value"]) or (), key + ("value",), max_elements)
     yield from _shape_problems(item.get("shape") or [], key + ("shape",), max_elements)
     if "fill" in item and item["fill"] not in FILLS:
         yield (
@@ -137,6 +141,15 @@ def _shape_problems(shape: list[Any], key: tuple[Any, ...], max_elements: int) -
         yield from size_problems(shape, key, max_elements)
 
 
+def value_shape(value: Any) -> tuple[int, ...] | None:
+    """The shape of a ``value`` (a number, or nested lists of them), or None when it is ragged."""
+    if not isinstance(value, list):
+        return () if isinstance(value, (int, float, bool)) else None
+    shapes = {value_shape(item) for item in value}
+    inner = shapes.pop() if len(shapes) == 1 else () if not shapes else None
+    return None if inner is None else (len(value), *inner)
+
+
 def size_problems(shape: Sequence[int], key: tuple[Any, ...], max_elements: int) -> Iterator[Problem]:
     """One problem when ``shape`` holds more than ``max_elements`` elements (counted exactly)."""
     count = math.prod(int(d) for d in shape)
@@ -154,7 +167,10 @@ def case_fit_problems(info: onnx.ValueInfoProto, item: Any, key: tuple[Any, ...]
     dims = read_dims(info)
     shape = item if isinstance(item, list) else item.get("shape")
     if shape is None and isinstance(item, dict) and "value" in item:
-        shape = list(np.shape(item["value"]))
+        found = value_shape(item["value"])
+        if found is None:
+            return  # a ragged value: check_params says so
+        shape = list(found)
     if dims is not None and shape is not None:
         if len(shape) != len(dims):
             yield (
@@ -176,6 +192,34 @@ def case_fit_problems(info: onnx.ValueInfoProto, item: Any, key: tuple[Any, ...]
     declared = numpy_name(info.type.tensor_type.elem_type)
     if dtype and declared and dtype != declared:
         yield key + ("dtype",), f"the patched model's input is {declared}, the case gives {dtype}"
+    elif isinstance(item, dict) and (dtype or declared) and item.get("fill", "random") == "random":
+        problem = random_range_problem(str(dtype or declared), item.get("low"), item.get("high"))
+        if problem is not None and not {"file", "value"} & set(item):
+            yield key, problem
+
+
+def random_range_problem(dtype: str, low: float | None, high: float | None) -> str | None:
+    """Why ``fill: random`` cannot draw ``dtype`` values in [low, high), or None when it can."""
+    if dtype not in DTYPES or dtype == "bool":
+        return None
+    given = [v for v in (low, high) if v is not None]
+    if any(not math.isfinite(v) for v in given):
+        return f"low and high must be finite numbers; got low {low}, high {high}"
+    np_dtype = np.dtype(dtype)
+    if np_dtype.kind not in "iu":
+        bound = float(np.finfo(np_dtype).max)
+        if any(abs(v) > bound for v in given):
+            return f"low and high must lie within {dtype}'s range (±{bound:g}); got low {low}, high {high}"
+        return None
+    info = np.iinfo(np_dtype)
+    lo = INTEGER_RANGE[0] if low is None else int(low)
+    hi = INTEGER_RANGE[1] if high is None else int(high)
+    if lo < info.min or hi > info.max + 1:
+        shown = f"low {lo if low is None else low} and high {hi if high is None else high}"
+        return f"{dtype} values lie in [{info.min}, {info.max}]; {shown} (exclusive) must too"
+    if lo >= hi:
+        return f"no {dtype} value lies in [{lo}, {hi}) (low and high as integers): give a high above low"
+    return None
 
 
 def unlisted_input_problems(
@@ -338,6 +382,9 @@ def generate(
 ) -> np.ndarray:
     """A deterministic array: ``numpy.random.default_rng(seed)`` for ``random``."""
     np_dtype = np.dtype(dtype)
+    problem = random_range_problem(dtype, low, high) if fill == "random" else None
+    if problem is not None:
+        raise RunFailure(problem, "set low and high in the case to values the input's type holds")
     if fill == "zeros":
         return np.zeros(shape, np_dtype)
     if fill == "ones":
@@ -415,6 +462,7 @@ __all__ = [
     "format_shape",
     "generate",
     "make_feeds",
+    "random_range_problem",
     "shape_problems",
     "size_problems",
     "unlisted_input_problems",

@@ -130,3 +130,45 @@ def test_external_data_whose_declared_size_wraps_int64_is_refused(tmp_path, run_
     assert result.exit_code == 3, result.output
     assert "w" in result.output and not (tmp_path / "out").exists()
     assert np.iinfo(np.int64).max < (2**32) ** 2 * 4  # the premise: the true size does not fit int64
+
+
+def int8_identity() -> onnx.ModelProto:
+    return graph_model(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        [tensor_info("x", ["N", 4], TensorProto.INT8)],
+        [tensor_info("y", ["N", 4], TensorProto.INT8)],
+    )
+
+
+@pytest.mark.parametrize(
+    "item, message",
+    [
+        ("{value: [[1, 2, 3, 4], [5]]}", "cases.0.inputs.x.value: a list 'value' must be rectangular"),
+        ("{value: [[1, 2, 3, 4], [5, 6, 7, [8]]]}", "must be rectangular"),
+        ("{shape: [2, 4], low: -1.0e+300, high: 1.0e+300}", "int8 values lie in [-128, 127]"),
+        ("{shape: [2, 4], low: 0, high: 1000}", "int8 values lie in [-128, 127]"),
+        ("{shape: [2, 4], low: 0.5, high: 0.7}", "no int8 value lies in [0, 0)"),
+        ("{shape: [2, 4], low: -.inf}", "low and high must be finite"),
+    ],
+    ids=["ragged", "ragged deeper", "huge range", "past int8", "empty range", "infinite"],
+)
+def test_hostile_case_values_are_exit_2_not_a_crash(tmp_path, run_cli, item, message):
+    onnx.save(int8_identity(), tmp_path / "m.onnx")
+    spec = write_spec(
+        tmp_path,
+        "patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches: []\nverify:\n"
+        f"  - run: {{compare: {{against: none}}, cases: [{{inputs: {{x: {item}}}}}]}}\n",
+    )
+    result = run_cli("apply", spec)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+
+
+def test_a_random_range_the_type_holds_still_runs(tmp_path, run_cli):
+    onnx.save(int8_identity(), tmp_path / "m.onnx")
+    spec = write_spec(
+        tmp_path,
+        "patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches: []\nverify:\n"
+        "  - run: {compare: {against: none}, cases: [{inputs: {x: {shape: [2, 4], low: -128, high: 128}}}]}\n",
+    )
+    assert run_cli("apply", spec).exit_code == 0
