@@ -11,6 +11,7 @@ written, and the input is never modified or loaded whole.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -24,6 +25,7 @@ from onnx import helper
 from patchspec.errors import Interrupted, UsageError, did_you_mean
 from patchspec.model.external_data import is_external, iter_tensors
 from patchspec.model.graph import bodies, subgraphs
+from patchspec.ort.feeds import DEFAULT_MAX_ELEMENTS
 from patchspec.ort.sessions import DEFAULT_TIMEOUT, RunFailure, build_session, run_bounded
 from patchspec.shapes.values import input_values
 
@@ -382,6 +384,10 @@ def lint_model(
         for value in model_inputs(model):
             if value.name in chosen:  # a --value that does not fit its shape is exit 2, not a failed run
                 _feed(value, shapes[value.name], chosen[value.name]["value"])
+        oversized = _oversized(shapes)
+        if oversized:  # the model's own fixed sizes, or given ones: never allocated past the limit
+            result.error = oversized
+            return result
         try:
             actual = run_probe(model, model_dir, shapes, chosen)
             break
@@ -398,6 +404,18 @@ def lint_model(
     inputs = {v.name for v in model.graph.input}
     result.conflicts = [Conflict(p, sizes) for p, sizes in bindings.items() if _aliased(sizes, inputs)]
     return result
+
+
+def _oversized(shapes: dict[str, list[int]]) -> str | None:
+    """Why the probe will not run at these shapes: an input over the run cases' element limit."""
+    for name, dims in shapes.items():
+        count = math.prod(dims)
+        if count > DEFAULT_MAX_ELEMENTS:
+            return (
+                f"input {name} at {dims} is {count:,} elements, over the limit of {DEFAULT_MAX_ELEMENTS:,} "
+                "per input: give smaller sizes (--shape, or lint's inputs)"
+            )
+    return None
 
 
 def _first_line(exc: Exception) -> str:

@@ -172,3 +172,11 @@ def test_a_random_range_the_type_holds_still_runs(tmp_path, run_cli):
         "  - run: {compare: {against: none}, cases: [{inputs: {x: {shape: [2, 4], low: -128, high: 128}}}]}\n",
     )
     assert run_cli("apply", spec).exit_code == 0
+
+
+def test_the_shape_lint_never_allocates_past_the_limit(tmp_path):
+    """inspect and lint run a probe at the model's own fixed sizes: [100000, 100000] is 40 GB."""
+    from patchspec.ort.inspection import lint_model
+
+    result = lint_model(relu([100000, 100000]), tmp_path)
+    assert result.error is not None and "10,000,000,000 elements, over the limit" in result.error
