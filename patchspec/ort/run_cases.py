@@ -10,15 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from patchspec.ort.case_fit import declared_shape_problems, value_notes
 from patchspec.ort.comparison import Tolerances, nonfinite_problems
 from patchspec.ort.diagnosis import original_fails_too, unstable_reference_notes
 from patchspec.ort.feeds import (
     DEFAULT_MAX_ELEMENTS,
-    declared_shape_problems,
     default_case,
     feed_shape_problems,
     make_feeds,
-    value_notes,
 )
 from patchspec.ort.native_code import check_native_code
 from patchspec.ort.references import CaseRun, References, ReferenceSettings
