@@ -133,3 +133,16 @@ def test_the_spec_cannot_allow_it_itself(tmp_path, library, run_cli):
     assert result.exit_code == 2, result.output
     assert "allow_native_code" in result.output
     assert not ran(tmp_path)
+
+
+def test_verify_takes_the_opt_in_too(tmp_path, library, run_cli):
+    spec = repo(tmp_path, "libs/libplanted.so")
+    (spec.parent / "libs").mkdir()
+    shutil.copy(library, spec.parent / "libs" / "libplanted.so")
+    assert run_cli("apply", spec, "--allow-native-code").exit_code == 0
+    (tmp_path / "marker").unlink()
+    refused = run_cli("verify", spec)
+    assert refused.exit_code == 2, refused.output
+    assert "--allow-native-code" in refused.output and not ran(tmp_path)
+    assert run_cli("verify", spec, "--allow-native-code").exit_code == 0
+    assert ran(tmp_path)
