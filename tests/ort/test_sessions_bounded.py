@@ -31,7 +31,7 @@ def counting_loop(trips: int) -> onnx.ModelProto:
         ],
         [helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])],
     )
-    return graph_model(
+    model: onnx.ModelProto = graph_model(
         [helper.make_node("Loop", ["trips", "cond", "x"], ["y"], body=body)],
         [tensor_info("x", [1])],
         [tensor_info("y", [1])],
@@ -40,21 +40,22 @@ def counting_loop(trips: int) -> onnx.ModelProto:
             helper.make_tensor("cond", TensorProto.BOOL, [], [True]),
         ],
     )
+    return model
 
 
-def test_a_run_within_its_bound_returns_its_values(tmp_path):
+def test_a_run_within_its_bound_returns_its_values(tmp_path: Path) -> None:
     session = build_session(counting_loop(5).SerializeToString(), "CPUExecutionProvider", "disabled")
     (y,) = run_bounded(session, {"x": np.zeros(1, np.float32)}, timeout=30)
     assert y.tolist() == [5.0]
 
 
-def test_onnxruntime_errors_come_back_as_its_message(tmp_path):
+def test_onnxruntime_errors_come_back_as_its_message(tmp_path: Path) -> None:
     session = build_session(counting_loop(5).SerializeToString(), "CPUExecutionProvider")
     with pytest.raises(OnnxRuntimeError, match="x"):
         run_bounded(session, {"x": np.zeros((2, 2), np.float32)}, timeout=30)  # the wrong rank
 
 
-def test_a_failed_run_names_the_node_and_keeps_onnxruntime_words_as_detail(tmp_path):
+def test_a_failed_run_names_the_node_and_keeps_onnxruntime_words_as_detail(tmp_path: Path) -> None:
     path = tmp_path / "m.onnx"
     onnx.save(
         graph_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [2])], [tensor_info("y", [2])]), path
@@ -65,7 +66,7 @@ def test_a_failed_run_names_the_node_and_keeps_onnxruntime_words_as_detail(tmp_p
     assert str(path) not in failure.value.detail
 
 
-def test_a_signal_while_waiting_stops_the_run_before_it_goes_on(tmp_path):
+def test_a_signal_while_waiting_stops_the_run_before_it_goes_on(tmp_path: Path) -> None:
     """The handler's exception reaches the caller only once onnxruntime has returned: a process
     that exits then never aborts with onnxruntime still running in another thread."""
     onnx.save(counting_loop(10**12), tmp_path / "loop.onnx")
