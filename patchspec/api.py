@@ -16,6 +16,8 @@ Grouped by what they work on:
 - shape annotations: ``read_dims``, ``write_dim``, ``rederive_shapes`` and the ``PINNED_DIMS``
   state key that keeps dims named by an earlier patch;
 - shape expressions and their compiler (computed shapes, as ``replace_initializer`` writes them);
+- following the batch: ``trace_batch`` (set_batch's core) and the functions that apply its
+  ``BatchTrace`` to a model; ``SpecFix``/``spec_lines`` for patches a plugin suggests;
 - shape evaluation at concrete sizes (``ShapeEvaluator``), which never reads weights;
 - external data: ``iter_tensors``, ``is_external``, ``read_tensor``, and ``OUTPUT_LAYOUT``, the
   state key that tells the writer where tensor bytes go;
@@ -97,8 +99,12 @@ from patchspec.shapes.annotations import (
     write_dim,
 )
 from patchspec.shapes.batch_axes import BatchAxes, BatchAxesError, batch_axes, fed_inputs
+from patchspec.shapes.batch_rewrite import declare_from_trace, explicit_squeezes, rewrite_batch_constants
+from patchspec.shapes.batch_trace import UNDECIDED, BatchTrace, Rewrite, Undecided
+from patchspec.shapes.batch_tracker import trace_batch
 from patchspec.shapes.compiler import ShapeCompileError, ShapeCompiler, TensorIndex
 from patchspec.shapes.evaluate import BROADCASTING, Known, ShapeEvaluator
+from patchspec.shapes.spec_lines import FlowValue, SpecFix, spec_lines
 from patchspec.shapes.values import input_values
 
 __all__ = [
@@ -141,6 +147,19 @@ __all__ = [
     "BatchAxesError",
     "batch_axes",
     "fed_inputs",
+    # following the batch (set_batch's core) and applying what it finds
+    "BatchTrace",
+    "Rewrite",
+    "Undecided",
+    "UNDECIDED",
+    "trace_batch",
+    "rewrite_batch_constants",
+    "explicit_squeezes",
+    "declare_from_trace",
+    # patches to suggest, as data and as the lines to paste into a spec
+    "FlowValue",
+    "SpecFix",
+    "spec_lines",
     # what values an integer input needs, where the graph says
     "input_values",
     # shape expressions and their compiler

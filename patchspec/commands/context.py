@@ -94,7 +94,26 @@ def exit_code_of(exc: BaseException) -> int:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``path`` whole or not at all: a temporary file beside it, renamed over it."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    """Write ``path`` whole or not at all: a temporary file beside it, renamed over it (an
+    unpredictable name made with ``O_EXCL``, never written through a link planted there)."""
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def root_option(command: F) -> F:
+    """``--root DIR``: the project root the spec's paths must stay in (docs/security.md)."""
+    return click.option(
+        "--root",
+        type=click.Path(path_type=Path, file_okay=False),
+        envvar="PATCHSPEC_ROOT",
+        help="Project root the spec's files must lie in (default: the nearest folder above the spec "
+        "holding .git, else the spec's folder). Also $PATCHSPEC_ROOT.",
+    )(command)

@@ -31,6 +31,7 @@ from patchspec.ort.sessions import (
     provider_skip_reasons,
 )
 from patchspec.plugin.contract import VerifyContext, VerifyResult
+from patchspec.spec.confine import Root
 
 
 def run_verification(params: dict[str, Any], context: VerifyContext) -> VerifyResult:
@@ -40,7 +41,8 @@ def run_verification(params: dict[str, Any], context: VerifyContext) -> VerifyRe
     the params name custom-op libraries that the caller has not allowed.
     """
     libraries = list(params.get("custom_op_libraries", []))
-    check_native_code(libraries, context.spec.folder, context.location(("custom_op_libraries",)))
+    root = Root.of(context.spec.path).folder  # the run's root: --root, $PATCHSPEC_ROOT or the nearest .git
+    check_native_code(libraries, root, context.location(("custom_op_libraries",)))
     return _Run(params, context).result()
 
 

@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from patchspec.ort.data_links import staged_copy
 from patchspec.ort.hints import diagnose, node_of
-from patchspec.ort.staging import staged_copy
 
 DEFAULT_PROVIDERS = ("CPUExecutionProvider",)
 #: graph optimization levels a session can run at, by the name a spec gives them

@@ -88,6 +88,13 @@ UNUSED_ON_PURPOSE = {
         ],
         _RUN_PARTS,
     ),
+    # set_batch's tracker used these while it lived in plugins/; it is patchspec.shapes.batch_tracker now
+    # and they stay the public way to walk a graph and evaluate shapes as it does
+    "NodeSite": "what a ShapeEvaluator hook receives: a node and its scopes",
+    "ScopeIndex": "constants by name across a graph and its bodies",
+    "use_counts": "how many nodes read each tensor, before a constant is changed in place",
+    "typed": "whether an annotation has an element type (a shape written on one without is refused)",
+    "BROADCASTING": "the ops a ShapeEvaluator broadcasts, for a hook that follows a dim",
 }
 
 

@@ -124,6 +124,7 @@ def test_data_linked_from_outside_runs_as_a_reference(layout: Any, tmp_path: Pat
     """onnxruntime >= 1.24 refuses a data file whose real path is outside the model's folder; the run
     verifier's reference session is built from a private staged copy (hard links), and the user's files
     stay as they were."""
+    (tmp_path / ".git").mkdir()  # a repository: the cache's links stay inside its root
     path = layout(tmp_path / "cache", adder())
     files = sorted(p for p in (tmp_path / "cache").rglob("*") if p.is_file() and not p.is_symlink())
     before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in files}
@@ -143,6 +144,7 @@ def test_data_linked_from_outside_runs_as_a_reference(layout: Any, tmp_path: Pat
 
 def test_the_staged_copy_goes_with_its_session(tmp_path: Path) -> None:
     path = shared_weights(tmp_path / "cache", adder())
+    (tmp_path / "cache" / ".git").mkdir()  # a repository: the shared weights are inside its root
     session = Session(path, "CPUExecutionProvider")
     staged = list(Path(tempfile.gettempdir()).glob("patchspec-stage-*"))
     if tuple(int(p) for p in ort.__version__.split(".")[:2]) < (1, 24):
