@@ -156,3 +156,15 @@ def test_verify_takes_the_opt_in_too(tmp_path: Path, library: Path, run_cli: Run
     assert "--allow-native-code" in refused.output and not ran(tmp_path)
     assert run_cli("verify", spec, "--allow-native-code").exit_code == 0
     assert ran(tmp_path)
+
+
+def test_the_settings_of_the_root_the_caller_names_count(tmp_path: Path, library: Path, run_cli: RunCli) -> None:
+    """--root names the project root: its pyproject.toml is the project's settings."""
+    spec = repo(tmp_path, "libs/libplanted.so")
+    (spec.parent / "libs").mkdir()
+    shutil.copy(library, spec.parent / "libs" / "libplanted.so")
+    (tmp_path / "pyproject.toml").write_text("[tool.patchspec]\nallow-native-code = true\n")
+    assert run_cli("apply", spec).exit_code == 2  # the repository's own root has no such setting
+    result = run_cli("apply", spec, "--root", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert ran(tmp_path)
