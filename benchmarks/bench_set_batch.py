@@ -51,16 +51,15 @@ import pstats
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import onnx
 from lib import llm_bench
+from lib.processes import child, repeated
 from onnx import TensorProto, helper, numpy_helper
 
 from patchspec.testing import patch_context
@@ -73,7 +72,6 @@ SIDE = 4096  # memory model: [SIDE, SIDE] float32 weights, 64 MiB each
 TENSOR_BYTES = SIDE * SIDE * 4
 RSS_TARGET_MB = 300
 PATCHSPEC = str(Path(sys.executable).with_name("patchspec"))
-TIME = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None
 REWRITTEN = re.compile(r"(\d+) shape constants? rewritten")
 # --quick: both parts, same code, toy sizes (two node counts, so that the ratios are computed too)
 QUICK = {"nodes": [200, 400], "sizes_gib": [TENSOR_BYTES / 2**30], "repeat": 1, "llm_nodes": [800, 1600]}
@@ -82,14 +80,6 @@ QUICK = {"nodes": [200, 400], "sizes_gib": [TENSOR_BYTES / 2**30], "repeat": 1, 
 def context():
     """A real PatchContext with a fresh RunState per call, as a spec run would give ``set_batch``."""
     return patch_context("set_batch", {"size": BATCH})
-
-
-@dataclass
-class Run:
-    wall_s: float
-    cpu_s: float
-    rss_mib: float
-    stdout: str
 
 
 # -- models -----------------------------------------------------------------------------------------------
@@ -171,41 +161,9 @@ def write_spec(folder: Path, model: Path, output: str) -> Path:
 
 
 # -- measuring ---------------------------------------------------------------------------------------------
-def child(command: list[str], cwd: Path) -> Run:
-    """One fresh process: wall time from this clock, CPU and peak RSS from /usr/bin/time or os.wait4."""
-    report, out, err = cwd / "time.txt", cwd / "stdout.txt", cwd / "stderr.txt"
-    wrapped = [TIME, "-f", "%U %S %M", "-o", str(report), *command] if TIME else command
-    with open(out, "wb") as stdout, open(err, "wb") as stderr:
-        start = time.perf_counter()
-        process = subprocess.Popen(wrapped, cwd=cwd, stdout=stdout, stderr=stderr)
-        _, status, usage = os.wait4(process.pid, 0)
-        wall = time.perf_counter() - start
-    process.returncode = os.waitstatus_to_exitcode(status)
-    text = out.read_text(errors="replace")
-    if process.returncode != 0:
-        raise SystemExit(
-            f"{' '.join(command)} exited {process.returncode}:\n{text[-2000:]}{err.read_text(errors='replace')[-2000:]}"
-        )
-    if TIME:
-        user, system, rss_kib = report.read_text().split()[-3:]
-        return Run(wall, float(user) + float(system), int(rss_kib) / 1024, text)
-    return Run(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, text)  # Linux: KiB
-
-
 def patchspec_cpu(arguments: list[str], cwd: Path) -> float:
     """CPU seconds of one ``patchspec ARGUMENTS`` in a fresh process."""
     return child([PATCHSPEC, *arguments], cwd).cpu_s
-
-
-def repeated(measure, times: int, budget_s: float) -> list:
-    """Up to ``times`` results of ``measure()``; no further run once one more would pass ``budget_s`` seconds."""
-    results, start = [], time.perf_counter()
-    while len(results) < times:
-        results.append(measure())
-        spent = time.perf_counter() - start
-        if spent + spent / len(results) > budget_s:
-            break
-    return results
 
 
 def apply_cli(spec: Path, times: int, budget_s: float) -> tuple[float, float, float, int, int]:

@@ -20,7 +20,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_set_batch import SIDE, TENSOR_BYTES, big_model, child  # a sibling script, not a package
+from bench_set_batch import SIDE, TENSOR_BYTES, big_model  # a sibling script, not a package
+from lib.processes import child
 
 PATCHSPEC = str(Path(sys.executable).with_name("patchspec"))
 SPEC = (
