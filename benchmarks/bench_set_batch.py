@@ -59,7 +59,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 from lib import llm_bench
-from lib.processes import child, repeated
+from lib.processes import TIME, child, repeated
 from onnx import TensorProto, helper, numpy_helper
 
 from patchspec.testing import patch_context
