@@ -114,7 +114,7 @@ def noop_requests(
 ) -> list[Request]:
     """How each spec is asked for, as the stat cache's record of a no-op keeps it (``run/noop``); none
     while the plugins are not only the installed ones (a test's)."""
-    from patchspec.plugin.registry import installed_plugins
+    from patchspec.host.installed import installed_plugins
 
     plugins = installed_plugins()
     if plugins is None or state.registry is not load_registry:

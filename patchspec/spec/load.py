@@ -18,7 +18,7 @@ import jsonschema
 from jsonschema.exceptions import best_match
 
 from patchspec.errors import SpecError, SpecProblem, did_you_mean
-from patchspec.plugin.registry import DISABLE_ENV, PluginRegistry
+from patchspec.spec.catalog import DISABLE_ENV, Catalog, StepKind
 from patchspec.spec.reader import YamlDocument, load_yaml
 from patchspec.spec.steps import Spec, Step, locate
 
@@ -50,7 +50,7 @@ ENVELOPE_SCHEMA = {
 }
 
 
-def load_spec(path: Path | str, registry: PluginRegistry, *, text: str | None = None) -> Spec:
+def load_spec(path: Path | str, registry: Catalog, *, text: str | None = None) -> Spec:
     """Read, parse and validate a spec file; raise :class:`SpecError` listing every problem."""
     path = Path(path)
     document = load_yaml(path, text)
@@ -92,13 +92,13 @@ def apply_defaults(schema: dict, value):
     return value
 
 
-def _missing_files(document: YamlDocument, folder: Path, registry: PluginRegistry, steps) -> list[SpecProblem]:
+def _missing_files(document: YamlDocument, folder: Path, registry: Catalog, steps) -> list[SpecProblem]:
     """Files a step reads (``file:`` inputs, reference models, .npz outputs) that do not exist."""
     problems = []
     for step in steps:
-        kind = "patch type" if step.section == "patches" else "verifier"
+        kind = StepKind.of_section(step.section)
         for relative in registry.guard(kind, step.type_name, locate(document, step)).dependencies(step.params):
-            if relative in ("original", "none") or (folder / relative).exists():
+            if (folder / relative).exists():
                 continue
             key = _key_of(step.params, relative) or ()
             doc_path = step.path if step.shorthand_used else step.path + key
@@ -177,8 +177,8 @@ def _bare_step(document: YamlDocument, error: jsonschema.ValidationError) -> Spe
     return document.problem(path, f"{section}[{index}]", message)
 
 
-def _steps(document: YamlDocument, section: str, registry: PluginRegistry, problems: list):
-    kind = "patch type" if section == "patches" else "verifier"
+def _steps(document: YamlDocument, section: str, registry: Catalog, problems: list):
+    kind = StepKind.of_section(section)
     table = registry.patch_types if section == "patches" else registry.verifiers
     for index, item in enumerate(document.data.get(section) or []):
         ((type_name, raw),) = item.items()
@@ -330,7 +330,7 @@ def _short_message(error) -> str:
     return error.message
 
 
-def combined_schema(registry: PluginRegistry) -> dict:
+def combined_schema(registry: Catalog) -> dict:
     """One JSON Schema for specs: the envelope plus every installed plugin's fragment (for editors)."""
 
     def items(table: dict, section: str) -> dict:

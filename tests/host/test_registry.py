@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from patchspec.errors import PluginError
-from patchspec.plugin import registry as plugins_module
-from patchspec.plugin.registry import PluginRegistry
+from patchspec.host import registry as plugins_module
+from patchspec.host.registry import PluginRegistry
 from patchspec.testing import make_model, registered, run_cli, run_spec
 
 PATCH_PLUGIN = """
