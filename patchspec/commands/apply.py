@@ -127,8 +127,8 @@ def all_up_to_date(state: State, requests: list[Request]) -> bool:
     every output is up to date; False when one may not be, and the full run must tell."""
     from patchspec.run.reporter import summary_line
 
-    outputs = [up_to_date(request) for request in requests]
-    if not outputs or None in outputs:
+    outputs = [path for path in map(up_to_date, requests) if path is not None]
+    if not requests or len(outputs) != len(requests):
         return False
     for request, path in zip(requests, outputs):
         state.echo(f"patchspec {request.spec}")
@@ -148,10 +148,9 @@ def check(
     requests: list[Request],
 ) -> None:
     """apply --check: one line per output; exit 6 when any would be rebuilt."""
-    outputs = [up_to_date(request) for request in requests]
-    if outputs and None not in outputs:  # every output up to date, by the stat cache: nothing to parse
+    outputs = [path for path in map(up_to_date, requests) if path is not None]
+    if requests and len(outputs) == len(requests):  # every output up to date, by the stat cache alone
         for path in outputs:
-            assert path is not None
             state.echo(f"{output or cwd_relative(path)}: up to date")
         return
     from patchspec.run.engine import Engine
