@@ -116,7 +116,7 @@ def timed(command: list[str], workdir: Path) -> tuple[float, float]:
 
 
 def has_set_batch() -> bool:
-    from patchspec.plugin.registry import PluginRegistry
+    from patchspec.host.registry import PluginRegistry
 
     return "set_batch" in PluginRegistry.load().patch_types
 

@@ -29,7 +29,7 @@ from patchspec.errors import EXIT_INTERNAL, Interrupted, PatchspecError
 from patchspec.run.reporter import Reporter
 
 if TYPE_CHECKING:
-    from patchspec.plugin.registry import PluginRegistry
+    from patchspec.host.registry import PluginRegistry
 
 __all__ = ["cli", "exit_code_of", "main"]
 

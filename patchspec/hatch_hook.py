@@ -34,7 +34,7 @@ class PatchspecBuildHook(_BuildHook):
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         from patchspec.errors import PatchspecError
-        from patchspec.plugin.registry import PluginRegistry
+        from patchspec.host.registry import PluginRegistry
         from patchspec.run.engine import Engine
         from patchspec.spec.load import load_spec
 

@@ -278,12 +278,13 @@ class RunVerifier(Verifier[RunParams]):
                 )
 
     def dependencies(self, params: RunParams) -> Iterator[str]:
-        """Reference models, .npz outputs, .npy inputs and custom-op libraries: part of the digest and the depfile."""
+        """Reference models, .npz outputs, .npy inputs and custom-op libraries: part of the digest and the depfile.
+        Files only: ``against: original`` (the input model) and ``against: none`` name no file."""
         yield from params.get("custom_op_libraries", [])
         compare_against: str = params.get("compare", {}).get("against", "original")
-        yield compare_against
+        references = [compare_against, *(case.get("against", compare_against) for case in params.get("cases") or [])]
+        yield from (reference for reference in references if reference not in ("original", "none"))
         for case in params.get("cases") or []:
-            yield case.get("against", compare_against)
             for item in case["inputs"].values():
                 if isinstance(item, dict) and "file" in item:
                     yield item["file"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from patchspec.plugin.registry import BUILTIN_DISTRIBUTION, DISABLE_ENV, PluginRegistry
+from patchspec.host.registry import BUILTIN_DISTRIBUTION, DISABLE_ENV, PluginRegistry
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "docs" / "reference"

@@ -43,7 +43,7 @@ COMMON_DTYPES = ("bool", "float16", "float32", "float64", "int8", "int32", "int6
 @contextmanager
 def _third_party_disabled() -> Iterator[None]:
     """Keep third-party plugins out of the registry (they are not imported at all)."""
-    from patchspec.plugin.registry import BUILTIN_DISTRIBUTION, DISABLE_ENV
+    from patchspec.host.registry import BUILTIN_DISTRIBUTION, DISABLE_ENV
 
     third_party = {
         ep.name
@@ -64,7 +64,7 @@ def _third_party_disabled() -> Iterator[None]:
 
 def builtin_types() -> list[tuple[str, str, type, object]]:
     """(kind, name, class, owner PluginInfo) of every built-in patch type and verifier, sorted."""
-    from patchspec.plugin.registry import PluginRegistry
+    from patchspec.host.registry import PluginRegistry
 
     with _third_party_disabled():
         registry = PluginRegistry.load()

@@ -28,7 +28,7 @@ from patchspec.author.spec_text import DraftStep, SpecDraft, checked
 from patchspec.author.traced_sizes import Traced, traced_sizes
 from patchspec.errors import ModelFileError, PatchError
 from patchspec.model.graph import all_names, fresh_name
-from patchspec.plugin.registry import PluginRegistry
+from patchspec.host.registry import PluginRegistry
 from patchspec.shapes.annotations import dim_params, format_dims, read_dims
 from patchspec.shapes.expressions import quote_tensor
 

@@ -20,10 +20,9 @@ from patchspec.commands.context import (
     verbosity_options,
 )
 from patchspec.errors import EXIT_STALE, PatchspecError, UsageError
-from patchspec.run.noop import Request, remember, up_to_date
-from patchspec.run.statcache import identity
 
 if TYPE_CHECKING:
+    from patchspec.run.noop import Request
     from patchspec.run.report import RunReport
     from patchspec.spec.steps import Spec
 
@@ -88,7 +87,9 @@ def apply(
     if not (force or depfile or report_path) and all_up_to_date(state, requests):
         return
     from patchspec.run.engine import Engine
+    from patchspec.run.noop import remember
     from patchspec.run.report import RunReport
+    from patchspec.run.statcache import identity
     from patchspec.spec.load import load_spec
 
     reports: list[RunReport] = []
@@ -139,7 +140,8 @@ def noop_requests(
 ) -> list[Request]:
     """How each spec is asked for, as the stat cache's record of a no-op keeps it (``run/noop``); none
     while the plugins are not only the installed ones (a test's)."""
-    from patchspec.plugin.registry import installed_plugins
+    from patchspec.host.installed import installed_plugins
+    from patchspec.run.noop import Request
 
     plugins = installed_plugins()
     if plugins is None or state.registry is not load_registry:
@@ -150,10 +152,11 @@ def noop_requests(
 def all_up_to_date(state: State, requests: list[Request]) -> bool:
     """The no-op of ``apply``, from the stat cache alone: True (and each spec's lines printed) when
     every output is up to date; False when one may not be, and the full run must tell."""
+    from patchspec.run.noop import up_to_date
     from patchspec.run.reporter import summary_line
 
-    outputs = [up_to_date(request) for request in requests]
-    if not outputs or None in outputs:
+    outputs = [path for path in map(up_to_date, requests) if path is not None]
+    if not requests or len(outputs) != len(requests):
         return False
     for request, path in zip(requests, outputs):
         state.echo(f"patchspec {request.spec}")
@@ -174,10 +177,11 @@ def check(
     root: Path | None = None,
 ) -> None:
     """apply --check: one line per output; exit 6 when any would be rebuilt."""
-    outputs = [up_to_date(request) for request in requests]
-    if outputs and None not in outputs:  # every output up to date, by the stat cache: nothing to parse
+    from patchspec.run.noop import up_to_date
+
+    outputs = [path for path in map(up_to_date, requests) if path is not None]
+    if requests and len(outputs) == len(requests):  # every output up to date, by the stat cache alone
         for path in outputs:
-            assert path is not None
             state.echo(f"{output or cwd_relative(path)}: up to date")
         return
     from patchspec.run.engine import Engine

@@ -14,14 +14,14 @@ from patchspec.errors import EXIT_INTERNAL, Interrupted, PatchspecError
 from patchspec.run.reporter import Reporter
 
 if TYPE_CHECKING:
-    from patchspec.plugin.registry import PluginRegistry
+    from patchspec.host.registry import PluginRegistry
 
 F = TypeVar("F", bound=Callable[..., object])
 
 
 def load_registry() -> PluginRegistry:
     """A fresh registry of the installed plugins (the default of :attr:`State.registry`)."""
-    from patchspec.plugin.registry import PluginRegistry
+    from patchspec.host.registry import PluginRegistry
 
     return PluginRegistry.load()
 

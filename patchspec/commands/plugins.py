@@ -15,7 +15,7 @@ from patchspec.errors import did_you_mean
 @click.pass_obj
 def plugins(state: State, as_json: bool) -> None:
     """List installed plugins: name, version, what each provides, where it was loaded from."""
-    from patchspec.plugin.registry import DISABLE_ENV
+    from patchspec.spec.catalog import DISABLE_ENV
 
     registry = state.registry()
     if as_json:

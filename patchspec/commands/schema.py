@@ -30,7 +30,7 @@ def schema(state: State, output: Path | None) -> None:
     A plugin that fails to load is left out with a warning on stderr, and the exit status is 5:
     the schema is incomplete (disable the plugin with PATCHSPEC_DISABLE_PLUGINS to leave it out on purpose).
     """
-    from patchspec.plugin.registry import DISABLE_ENV
+    from patchspec.spec.catalog import DISABLE_ENV
     from patchspec.spec.load import combined_schema
 
     registry = state.registry()

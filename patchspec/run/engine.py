@@ -1,7 +1,7 @@
 """Run a spec: validated spec -> loaded model -> patched model -> staged output -> verdicts -> commit.
 
 Data flows one way; no stage reaches back. Patches run in the order the spec lists them. Plugins
-are called through ``patchspec.plugin.boundary``, which reports their faults with the plugin's name
+are called through ``patchspec.host.boundary``, which reports their faults with the plugin's name
 and version; nothing is committed unless every patch and verifier passed.
 """
 
@@ -25,6 +25,8 @@ from patchspec.errors import (
     SpecError,
     VerificationFailed,
 )
+from patchspec.host.boundary import Guard
+from patchspec.host.registry import PluginRegistry
 from patchspec.model.data_writer import (
     DIGEST_FIELD,
     OUTPUT_LAYOUT,
@@ -36,9 +38,7 @@ from patchspec.model.data_writer import (
 from patchspec.model.external_data import data_files, validate_external_data
 from patchspec.model.graph import sync_initializer_inputs
 from patchspec.model.io import FileStamp, load_model
-from patchspec.plugin.boundary import Guard
 from patchspec.plugin.contract import PatchContext, RunState, VerifyContext
-from patchspec.plugin.registry import PluginRegistry
 from patchspec.run.commit import Staging, remove_superseded
 from patchspec.run.io_changes import io_changes
 from patchspec.run.model_paths import missing_model, refuse_same_file
@@ -48,6 +48,7 @@ from patchspec.run.stamp import OutputStamp, data_record, digest_of, shown_path,
 from patchspec.run.statcache import StatCache, file_sha256
 from patchspec.shapes.batch_trace import UNDECIDED
 from patchspec.spec.confine import Root, check_model_path, check_output_path, within
+from patchspec.spec.catalog import StepKind
 from patchspec.spec.steps import Spec, Step
 
 
@@ -364,7 +365,7 @@ class Engine:
         for written, path in self.written_dependencies(loaded.spec):
             parts[f"file {written}"] = sha256(path)
         for step in (*loaded.spec.patches, *loaded.spec.verify):
-            kind = "patch type" if step.section == "patches" else "verifier"
+            kind = StepKind.of_section(step.section)
             owner = self.registry.owner(kind, step.type_name)
             parts[f"plugin {step.type_name}"] = f"{owner.distribution} {owner.version}" if owner else "?"
         return parts
@@ -418,14 +419,13 @@ class Engine:
         found: dict[Path, str] = {}
         for step in (*spec.patches, *spec.verify):
             for relative in self._guard(spec, step).dependencies(step.params):
-                if relative not in ("original", "none"):
-                    found.setdefault(Path(os.path.normpath(spec.folder / relative)), Path(relative).as_posix())
+                found.setdefault(Path(os.path.normpath(spec.folder / relative)), Path(relative).as_posix())
         return [(written, path) for path, written in found.items()]
 
     # -- plugin calls ---------------------------------------------------------------------------------
     def _guard(self, spec: Spec, step: Step) -> Guard:
         """The step's patch type or verifier, called only through the boundary (a fault is the plugin's)."""
-        kind = "patch type" if step.section == "patches" else "verifier"
+        kind = StepKind.of_section(step.section)
         return self.registry.guard(kind, step.type_name, spec.locate(step))
 
     # -- what the user reads ------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import jsonschema
 from jsonschema.exceptions import ValidationError, best_match
 
 from patchspec.errors import SpecError, SpecProblem, did_you_mean
-from patchspec.plugin.registry import DISABLE_ENV, PluginRegistry
+from patchspec.spec.catalog import DISABLE_ENV, Catalog, StepKind
 from patchspec.spec.confine import ROOT_HINT, Root, control_characters, read_problem
 from patchspec.spec.reader import YamlDocument, load_yaml
 from patchspec.spec.steps import Spec, Step, locate
@@ -53,7 +53,7 @@ ENVELOPE_SCHEMA = {
 }
 
 
-def load_spec(path: Path | str, registry: PluginRegistry, *, text: str | None = None, root: Path | None = None) -> Spec:
+def load_spec(path: Path | str, registry: Catalog, *, text: str | None = None, root: Path | None = None) -> Spec:
     """Read, parse and validate a spec file; raise :class:`SpecError` listing every problem.
 
     ``root``: the project root the files its steps read must lie in (``--root``); default: the
@@ -126,16 +126,14 @@ def _control_characters(document: YamlDocument) -> list[SpecProblem]:
 
 
 def _missing_files(
-    document: YamlDocument, folder: Path, registry: PluginRegistry, steps: tuple[Step, ...], root: Root
+    document: YamlDocument, folder: Path, registry: Catalog, steps: tuple[Step, ...], root: Root
 ) -> list[SpecProblem]:
     """Files a step reads (``file:`` inputs, reference models, .npz outputs) that do not exist, lie
     outside the project root (links followed) or are not regular files."""
     problems = []
     for step in steps:
-        kind = "patch type" if step.section == "patches" else "verifier"
+        kind = StepKind.of_section(step.section)
         for relative in registry.guard(kind, step.type_name, locate(document, step)).dependencies(step.params):
-            if relative in ("original", "none"):
-                continue
             key = _key_of(step.params, relative) or ()
             doc_path = step.path if step.shorthand_used else step.path + key
             where = step.label + (" > " + ".".join(map(str, key)) if key else "")
@@ -221,9 +219,9 @@ def _bare_step(document: YamlDocument, error: jsonschema.ValidationError) -> Spe
 
 
 def _steps(
-    document: YamlDocument, section: str, registry: PluginRegistry, problems: list[SpecProblem]
+    document: YamlDocument, section: str, registry: Catalog, problems: list[SpecProblem]
 ) -> Iterator[Step]:
-    kind = "patch type" if section == "patches" else "verifier"
+    kind = StepKind.of_section(section)
     table = registry.patch_types if section == "patches" else registry.verifiers
     data = document.data if isinstance(document.data, dict) else {}
     for index, item in enumerate(data.get(section) or []):
@@ -259,7 +257,7 @@ def _normalize(cls_: Any, raw: Any) -> tuple[dict[str, Any], bool]:
 
 def _unknown_type(
     document: YamlDocument,
-    registry: PluginRegistry,
+    registry: Catalog,
     section: str,
     index: int,
     kind: str,
@@ -389,7 +387,7 @@ def _short_message(error: ValidationError) -> str:
     return text
 
 
-def combined_schema(registry: PluginRegistry) -> dict[str, Any]:
+def combined_schema(registry: Catalog) -> dict[str, Any]:
     """One JSON Schema for specs: the envelope plus every installed plugin's fragment (for editors)."""
 
     def items(table: dict[str, Any], section: str) -> dict[str, Any]:

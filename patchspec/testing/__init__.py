@@ -35,7 +35,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from patchspec.plugin.contract import PatchType, Verifier
-from patchspec.plugin.registry import in_process_plugin
+from patchspec.host.registry import in_process_plugin
 
 IR_VERSION = 8  #: helper.make_model writes a newer IR than onnxruntime accepts; test models use 8
 MODEL_FILE = "model.onnx"

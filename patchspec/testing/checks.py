@@ -11,7 +11,7 @@ Each check raises ``AssertionError`` naming the promise that broke: a closed, de
 ``params_schema``; params the schema accepts; ``modified`` that tells the truth; the same bytes
 from the same input; a no-op that changes no byte; a refusal that goes through ``context.fail``
 (exit 4) and leaves the model as it was; a verifier that changes neither the model nor any file.
-The plugin is called through ``patchspec.plugin.boundary``, as in a run: an exception in its code,
+The plugin is called through ``patchspec.host.boundary``, as in a run: an exception in its code,
 or a result the engine would refuse, fails the check with the message a run prints (the plugin's
 file and line), its exception chained.
 """
@@ -30,14 +30,14 @@ from typing import Any, TypeVar
 import onnx
 
 from patchspec.errors import PatchError, PluginError
-from patchspec.plugin.boundary import Guard, schema_fault
+from patchspec.host.boundary import Guard, schema_fault
 from patchspec.plugin.contract import (
     PatchResult,
     PatchType,
     Verifier,
     VerifyResult,
 )
-from patchspec.plugin.registry import origin_of
+from patchspec.host.registry import origin_of
 from patchspec.spec.load import apply_defaults
 from patchspec.testing.contexts import patch_context, verify_context
 

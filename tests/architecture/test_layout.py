@@ -103,15 +103,6 @@ def _imported_modules(path: Path):
             yield from ((node.lineno, alias.name) for alias in node.names)
 
 
-#: imports against the map's order that the map itself states: the plugin contract's contexts hold a
-#: Spec and a Step, plain data in spec/steps.py (which imports only the reader and errors); the plugin
-#: boundary checks that a patch left no tensor type without an element type, as shapes/annotations reads it
-STATED_EXCEPTIONS = {
-    ("patchspec.plugin.contract", "patchspec.spec.steps"),
-    ("patchspec.plugin.boundary", "patchspec.shapes.annotations"),
-}
-
-
 def map_order() -> list[str]:
     text = (REPO / "CONTRIBUTING.md").read_text(encoding="utf-8")
     return re.findall(r"^### `patchspec/([a-z_]+)/`", text, flags=re.M)
@@ -129,8 +120,7 @@ def test_a_package_imports_only_from_packages_to_its_left():
         for target in imports_of(path, known):
             parts = target.split(".")
             if len(parts) >= 2 and parts[1] in order and order.index(parts[1]) > order.index(package):
-                if (name, target) not in STATED_EXCEPTIONS:
-                    wrong.append(f"{name} -> {target}")
+                wrong.append(f"{name} -> {target}")
     assert not wrong, "imports from a package to the right in CONTRIBUTING.md's map: " + ", ".join(wrong)
 
 

@@ -233,3 +233,21 @@ def patchspec(venv: Path, *args: str, cwd: Path) -> str:
     done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, f"patchspec {' '.join(args)} -> {done.returncode}\n{done.stdout}{done.stderr}"
     return done.stdout
+
+
+def test_each_builtin_type_is_declared_as_metadata_for_the_plugin_that_registers_it():
+    """The registry imports a built-in only for the types pyproject.toml says it provides: every type
+    a built-in registers is declared, under its kind's group, with the module that registers it."""
+    from patchspec.host.registry import TYPE_GROUPS, PluginRegistry
+
+    groups = pyproject()["project"]["entry-points"]
+    declared = {(kind, name): module for kind, group in TYPE_GROUPS.items() for name, module in groups[group].items()}
+    registered = {}
+    for plugin in PluginRegistry.load().plugins:
+        if plugin.builtin:
+            registered.update({("patch type", name): plugin.module for name in plugin.patch_types})
+            registered.update({("verifier", name): plugin.module for name in plugin.verifiers})
+    assert declared == registered, (
+        f'[project.entry-points."patchspec.patch_types"] and ."patchspec.verifiers" must name each built-in type '
+        f"with the module that registers it: declared {declared}, registered {registered}"
+    )

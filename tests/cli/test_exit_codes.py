@@ -17,7 +17,7 @@ import patchspec.cli
 import patchspec.run.engine
 from helpers import graph_model, tensor_info, write_spec
 from patchspec import PatchType, Verifier, hookimpl
-from patchspec.plugin.registry import PluginRegistry
+from patchspec.host.registry import PluginRegistry
 
 
 def add_model() -> onnx.ModelProto:

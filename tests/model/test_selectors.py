@@ -13,7 +13,7 @@ from helpers import graph_model, tensor_info, write_spec
 from patchspec import PatchResult, PatchType, hookimpl
 from patchspec.errors import PatchError
 from patchspec.model.selectors import SELECTOR_SCHEMA, check_selector, parse_expect, select_nodes
-from patchspec.plugin.registry import in_process_plugin
+from patchspec.host.registry import in_process_plugin
 from scrfd_like import chain_model, fpn_model, if_model
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from helpers import PluginSite
-from patchspec.plugin.registry import DISABLE_ENV
+from patchspec.host.registry import DISABLE_ENV
 from patchspec.testing import make_model, registered, run_cli, run_spec
 
 DIST, VERSION = "fric-tools", "1.2.3"
@@ -217,7 +217,7 @@ def test_import_failure_with_v_shows_the_plugins_traceback(site, tmp_path):
     assert f'File "{plugin_file}", line 8, in <module>' in stderr
     assert f'File "{plugin_file}", line {RAISE_LINE}, in connect' in stderr
     assert "ConnectionError: cannot reach the fric licence server" in stderr
-    for ours in ("patchspec/cli.py", "patchspec/spec/load.py", "patchspec/plugin/registry.py", "<frozen importlib"):
+    for ours in ("patchspec/cli.py", "patchspec/spec/load.py", "patchspec/host/registry.py", "<frozen importlib"):
         assert ours not in stderr, stderr
     code, listing, _ = run_cli(["-v", "plugins"])
     assert code == 0 and f'File "{plugin_file}", line {RAISE_LINE}, in connect' in listing

@@ -8,7 +8,7 @@ import os
 import onnx
 import pytest
 
-from patchspec.plugin.registry import DISABLE_ENV, installed_plugins
+from patchspec.host.registry import DISABLE_ENV, installed_plugins
 from patchspec.run.noop import Request, up_to_date
 from patchspec.run.statcache import cache_path
 from patchspec.testing import make_model, registered, run_cli, run_spec

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from patchspec.errors import PatchspecError
-from patchspec.plugin.registry import PluginRegistry
+from patchspec.host.registry import PluginRegistry
 from patchspec.shapes import expressions
 from patchspec.spec.load import load_spec
 from patchspec.spec.reader import load_yaml

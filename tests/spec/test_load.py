@@ -10,7 +10,7 @@ from onnx import helper
 import patchspec.cli
 from helpers import graph_model, tensor_info, write_spec
 from patchspec import PatchResult, PatchType, hookimpl
-from patchspec.plugin.registry import PluginRegistry
+from patchspec.host.registry import PluginRegistry
 
 HEADER = "patchspec: 1\nmodel: m.onnx\noutput: out/m.onnx\n"
 
@@ -289,7 +289,7 @@ def test_a_linked_spec_reads_its_files_where_the_link_is(tmp_path):
     import os
 
     from patchspec.errors import SpecError
-    from patchspec.plugin.registry import PluginRegistry
+    from patchspec.host.registry import PluginRegistry
     from patchspec.spec.load import load_spec
 
     (tmp_path / "source").mkdir()

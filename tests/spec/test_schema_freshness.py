@@ -10,7 +10,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from patchspec.plugin.registry import BUILTIN_DISTRIBUTION, DISABLE_ENV, PluginRegistry
+from patchspec.host.registry import BUILTIN_DISTRIBUTION, DISABLE_ENV, PluginRegistry
 from patchspec.testing import run_cli, schema_problems
 
 REPO = Path(__file__).resolve().parents[2]

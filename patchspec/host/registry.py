@@ -16,9 +16,7 @@ type) loads every plugin, as does a type no metadata places.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, TypeVar
@@ -26,35 +24,21 @@ from typing import Any, TypeVar
 import pluggy
 
 from patchspec.errors import PluginError
+from patchspec.host.boundary import Guard, Origin, plugin_failure, schema_fault
+from patchspec.host.installed import (
+    _IN_PROCESS,
+    BUILTIN_DISTRIBUTION,
+    IN_PROCESS_DISTRIBUTION,
+    disabled_names,
+    distribution_of,
+    in_process_plugin,
+    installed_plugins,
+)
 from patchspec.plugin import hookspecs
-from patchspec.plugin.boundary import Guard, Origin, plugin_failure, schema_fault
 from patchspec.plugin.contract import PatchType, Verifier
+from patchspec.spec.catalog import DISABLE_ENV, StepKind
 
 T = TypeVar("T")
-
-DISABLE_ENV = "PATCHSPEC_DISABLE_PLUGINS"  # comma-separated entry-point names not to load
-BUILTIN_DISTRIBUTION = "patchspec"
-#: the distribution a plugin handed in by a test (``patchspec.testing.registered``) is listed with
-IN_PROCESS_DISTRIBUTION = "(registered in process)"
-
-#: (name, plugin) pairs that every PluginRegistry.load() adds, while ``in_process_plugin`` is active.
-#: Empty unless a test (``patchspec.testing.registered``) put something there.
-_IN_PROCESS: list[tuple[str, object]] = []
-
-
-@contextmanager
-def in_process_plugin(name: str, plugin: object) -> Iterator[None]:
-    """Make ``plugin`` (a module or object with hookimpls) part of every registry loaded meanwhile.
-
-    It replaces an installed entry point of the same ``name``, so a plugin's own tests can run
-    whether or not the plugin is installed.
-    """
-    pair = (name, plugin)
-    _IN_PROCESS.append(pair)
-    try:
-        yield
-    finally:
-        _IN_PROCESS.remove(pair)
 
 
 @dataclass
@@ -86,7 +70,7 @@ class PluginInfo:
 
     @property
     def origin(self) -> Origin:
-        """Who answers for this plugin's code when it faults (see :mod:`patchspec.plugin.boundary`)."""
+        """Who answers for this plugin's code when it faults (see :mod:`patchspec.host.boundary`)."""
         if self.builtin:
             return Origin(f"patchspec {self.version}", "patchspec's maintainers", (self.module,))
         if self.distribution in ("?", IN_PROCESS_DISTRIBUTION):
@@ -95,7 +79,7 @@ class PluginInfo:
 
 
 #: the entry-point groups where a plugin may declare each of its types (name = ``module:Class``)
-TYPE_GROUPS = {"patch type": f"{hookspecs.NAME}.patch_types", "verifier": f"{hookspecs.NAME}.verifiers"}
+TYPE_GROUPS = {StepKind.PATCH_TYPE: f"{hookspecs.NAME}.patch_types", StepKind.VERIFIER: f"{hookspecs.NAME}.verifiers"}
 
 
 class TypeTable(Mapping[str, type[T]]):
@@ -131,8 +115,8 @@ class PluginRegistry:
 
     def __init__(self) -> None:
         self._plugins: list[PluginInfo] = []
-        self.patch_types: TypeTable[PatchType[Any]] = TypeTable("patch type", self._need, self._load_all)
-        self.verifiers: TypeTable[Verifier[Any]] = TypeTable("verifier", self._need, self._load_all)
+        self.patch_types: TypeTable[PatchType[Any]] = TypeTable(StepKind.PATCH_TYPE, self._need, self._load_all)
+        self.verifiers: TypeTable[Verifier[Any]] = TypeTable(StepKind.VERIFIER, self._need, self._load_all)
         self.owners: dict[tuple[str, str], PluginInfo] = {}  # (kind, name) -> plugin, of the plugins loaded
         #: installed plugins that PATCHSPEC_DISABLE_PLUGINS kept from loading
         self.disabled: list[PluginInfo] = []
@@ -225,17 +209,20 @@ class PluginRegistry:
             if manager.is_registered(module):
                 manager.unregister(module)
             return
-        for hook_name, kind in (("register_patch_types", "patch type"), ("register_verifiers", "verifier")):
+        for hook_name, kind in (
+            ("register_patch_types", StepKind.PATCH_TYPE),
+            ("register_verifiers", StepKind.VERIFIER),
+        ):
             for impl in getattr(manager.hook, hook_name).get_hookimpls():
                 if impl.plugin is module:
                     self._call_register_hook(info, impl.function, kind)
 
     def _table(self, kind: str) -> dict[str, Any]:
-        return self.patch_types.loaded if kind == "patch type" else self.verifiers.loaded
+        return self.patch_types.loaded if kind == StepKind.PATCH_TYPE else self.verifiers.loaded
 
     def _call_register_hook(self, info: PluginInfo, function: Callable[..., object], kind: str) -> None:
-        base: type = PatchType if kind == "patch type" else Verifier
-        listed = info.patch_types if kind == "patch type" else info.verifiers
+        base: type = PatchType if kind == StepKind.PATCH_TYPE else Verifier
+        listed = info.patch_types if kind == StepKind.PATCH_TYPE else info.verifiers
 
         def register(cls_: type[PatchType[Any]] | type[Verifier[Any]]) -> None:
             self._add(info, cls_, kind, base)
@@ -292,7 +279,7 @@ class PluginRegistry:
     def guard(self, kind: str, name: str, where: str = "") -> Guard:
         """The registered ``kind`` ("patch type" or "verifier") ``name``, to be called through the boundary
         for the step at ``where``."""
-        cls_ = (self.patch_types if kind == "patch type" else self.verifiers)[name]
+        cls_ = (self.patch_types if kind == StepKind.PATCH_TYPE else self.verifiers)[name]
         owner = self.owner(kind, name)
         return Guard(cls_, owner.origin if owner is not None else origin_of(cls_), where)
 
@@ -319,30 +306,9 @@ class PluginRegistry:
         return {f"{p.distribution}:{p.name}": p.version for p in self.plugins if not p.error}
 
 
-def installed_plugins() -> dict[str, str] | None:
-    """Each installed plugin's entry point -> its distribution and version, and the plugins disabled:
-    what a build used, as a no-op's record keeps it (``run/noop``). Read from metadata, nothing
-    imported. None while a test registers plugins in process: no record can describe those."""
-    if _IN_PROCESS:
-        return None
-    found = {f"{e.name} = {e.value}": f"{_info(e).distribution} {_info(e).version}" for e in _patchspec_entry_points()}
-    found[DISABLE_ENV] = ",".join(sorted(disabled_names()))
-    return found
-
-
-def disabled_names() -> set[str]:
-    """The entry-point names listed in PATCHSPEC_DISABLE_PLUGINS."""
-    return {n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()}
-
-
 def _info(entry_point: metadata.EntryPoint) -> PluginInfo:
-    dist = getattr(entry_point, "dist", None)
-    return PluginInfo(
-        name=entry_point.name,
-        distribution=dist.name if dist else "?",
-        version=dist.version if dist else "?",
-        module=entry_point.value,
-    )
+    distribution, version = distribution_of(entry_point)
+    return PluginInfo(name=entry_point.name, distribution=distribution, version=version, module=entry_point.value)
 
 
 def _exception_line(exc: BaseException) -> str:
@@ -385,3 +351,18 @@ def _declared_types(plugins: list[metadata.EntryPoint]) -> dict[tuple[str, str],
                 if same_dist and (module == home or module.startswith(home + ".")):
                     declared.setdefault((kind, entry.name), set()).add(plugin.name)
     return declared
+
+
+__all__ = [
+    "BUILTIN_DISTRIBUTION",
+    "DISABLE_ENV",
+    "IN_PROCESS_DISTRIBUTION",
+    "TYPE_GROUPS",
+    "PluginInfo",
+    "PluginRegistry",
+    "TypeTable",
+    "disabled_names",
+    "in_process_plugin",
+    "installed_plugins",
+    "origin_of",
+]

@@ -1,7 +1,7 @@
 """One guarded boundary (issue 19): a fault in a third-party plugin's code is reported as that plugin's.
 
 Every call into plugin code (the schema, ``check_params``, ``dependencies``, ``apply``, ...) goes through
-``patchspec.plugin.boundary``, whether the spec loader, the engine or the test kit makes it. A fault
+``patchspec.host.boundary``, whether the spec loader, the engine or the test kit makes it. A fault
 names the plugin, its distribution and version and the line of its own code, never "a bug in
 patchspec", and stops only the steps that use that plugin. The plugins are installed for real.
 """

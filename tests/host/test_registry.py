@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from patchspec.errors import PluginError
-from patchspec.plugin import registry as plugins_module
-from patchspec.plugin.registry import PluginRegistry
+from patchspec.host import registry as plugins_module
+from patchspec.host.registry import PluginRegistry
 from patchspec.testing import make_model, registered, run_cli, run_spec
 
 PATCH_PLUGIN = """
@@ -276,3 +276,24 @@ def fake_verifier_plugin(name: str, calls: list[str]) -> tuple[str, object]:
             register(RecordVerifier)
 
     return name, Plugin()
+
+
+def test_a_plugin_is_imported_only_when_a_step_uses_one_of_its_types(site):
+    site.install("acme-one", "1.0", {"one": "one_plugin"}, {"one_plugin": patch_plugin("one.append")})
+    site.install("acme-two", "1.0", {"two": "two_plugin"}, {"two_plugin": patch_plugin("two.append")})
+    registry = PluginRegistry.load()
+    assert registry.owner("patch type", "one.append").distribution == "acme-one"  # found by its prefix
+    assert "one_plugin" in sys.modules and "two_plugin" not in sys.modules
+    assert "two.append" in set(registry.patch_types)  # listing the types loads every plugin
+    assert "two_plugin" in sys.modules
+
+
+def test_a_builtin_type_is_found_by_its_metadata_without_importing_the_other_builtins():
+    import subprocess
+
+    probe = (
+        "import sys; from patchspec.host.registry import PluginRegistry; registry = PluginRegistry.load(); "
+        "registry.verifiers['check']; print(sorted(m for m in sys.modules if m.startswith('patchspec_plugins.')))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "['patchspec_plugins.verify_check']", done.stdout + done.stderr

@@ -29,6 +29,7 @@ from patchspec.plugin.contract import (
     VerifyContext,
     VerifyResult,
 )
+from patchspec.spec.catalog import StepKind
 
 if TYPE_CHECKING:  # onnx and jsonschema are imported where a plugin is called, not to list plugins
     import jsonschema
@@ -66,7 +67,7 @@ class Guard:
 
     def __init__(self, cls: type[PatchType[Any]] | type[Verifier[Any]], origin: Origin, where: str = "") -> None:
         self.cls = cls
-        self.kind = "patch type" if issubclass(cls, PatchType) else "verifier"
+        self.kind = StepKind.PATCH_TYPE if issubclass(cls, PatchType) else StepKind.VERIFIER
         self.origin = origin
         self.where = where
         self._instance: Any = None
