@@ -27,8 +27,8 @@ from patchspec.author.pairing import Export, Rewrite, pair, rewrites
 from patchspec.author.spec_text import DraftStep, SpecDraft, checked
 from patchspec.author.traced_sizes import Traced, traced_sizes
 from patchspec.errors import ModelFileError, PatchError
-from patchspec.model.graph import all_names, fresh_name
 from patchspec.host.registry import PluginRegistry
+from patchspec.model.graph import all_names, fresh_name
 from patchspec.shapes.annotations import dim_params, format_dims, read_dims
 from patchspec.shapes.expressions import quote_tensor
 

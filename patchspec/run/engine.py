@@ -47,8 +47,8 @@ from patchspec.run.reporter import Reporter
 from patchspec.run.stamp import OutputStamp, data_record, digest_of, shown_path, stamp_model
 from patchspec.run.statcache import StatCache, file_sha256
 from patchspec.shapes.batch_trace import UNDECIDED
-from patchspec.spec.confine import Root, check_model_path, check_output_path, within
 from patchspec.spec.catalog import StepKind
+from patchspec.spec.confine import Root, check_model_path, check_output_path, within
 from patchspec.spec.steps import Spec, Step
 
 

@@ -218,9 +218,7 @@ def _bare_step(document: YamlDocument, error: jsonschema.ValidationError) -> Spe
     return _located(document, path, f"{section}[{index}]", message)
 
 
-def _steps(
-    document: YamlDocument, section: str, registry: Catalog, problems: list[SpecProblem]
-) -> Iterator[Step]:
+def _steps(document: YamlDocument, section: str, registry: Catalog, problems: list[SpecProblem]) -> Iterator[Step]:
     kind = StepKind.of_section(section)
     table = registry.patch_types if section == "patches" else registry.verifiers
     data = document.data if isinstance(document.data, dict) else {}

@@ -34,8 +34,8 @@ from typing import Any
 import onnx
 from onnx import TensorProto, helper
 
-from patchspec.plugin.contract import PatchType, Verifier
 from patchspec.host.registry import in_process_plugin
+from patchspec.plugin.contract import PatchType, Verifier
 
 IR_VERSION = 8  #: helper.make_model writes a newer IR than onnxruntime accepts; test models use 8
 MODEL_FILE = "model.onnx"

@@ -31,13 +31,13 @@ import onnx
 
 from patchspec.errors import PatchError, PluginError
 from patchspec.host.boundary import Guard, schema_fault
+from patchspec.host.registry import origin_of
 from patchspec.plugin.contract import (
     PatchResult,
     PatchType,
     Verifier,
     VerifyResult,
 )
-from patchspec.host.registry import origin_of
 from patchspec.spec.load import apply_defaults
 from patchspec.testing.contexts import patch_context, verify_context
 

@@ -12,8 +12,8 @@ from onnx import helper
 from helpers import graph_model, tensor_info, write_spec
 from patchspec import PatchResult, PatchType, hookimpl
 from patchspec.errors import PatchError
-from patchspec.model.selectors import SELECTOR_SCHEMA, check_selector, parse_expect, select_nodes
 from patchspec.host.registry import in_process_plugin
+from patchspec.model.selectors import SELECTOR_SCHEMA, check_selector, parse_expect, select_nodes
 from scrfd_like import chain_model, fpn_model, if_model
 
 

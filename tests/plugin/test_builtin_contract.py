@@ -21,9 +21,9 @@ import pytest
 from onnx import helper, numpy_helper
 
 from patchspec.errors import PatchError
+from patchspec.host.registry import PluginRegistry
 from patchspec.model.io import load_model
 from patchspec.plugin.contract import PatchContext, PatchResult, VerifyContext, VerifyResult
-from patchspec.host.registry import PluginRegistry
 from patchspec.spec.load import combined_schema, load_spec
 from patchspec.spec.reader import load_yaml
 from patchspec.testing import make_model
