@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported
         VerifierFailed,
     )
     from patchspec.plugin.contract import (
+        UNDECIDED,
         ParamProblem,
         PatchContext,
         PatchResult,
@@ -51,6 +52,7 @@ _HOME = {
             "RunState",
             "StateKey",
             "StepContext",
+            "UNDECIDED",
             "Verifier",
             "VerifyContext",
             "VerifyResult",
@@ -83,6 +85,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "UNDECIDED",
     "ModelFileError",
     "Param",
     "ParamProblem",

@@ -100,7 +100,7 @@ from patchspec.shapes.annotations import (
 )
 from patchspec.shapes.batch_axes import BatchAxes, BatchAxesError, batch_axes, fed_inputs
 from patchspec.shapes.batch_rewrite import declare_from_trace, explicit_squeezes, rewrite_batch_constants
-from patchspec.shapes.batch_trace import UNDECIDED, BatchTrace, Rewrite, Undecided
+from patchspec.shapes.batch_trace import BatchTrace, Rewrite, Undecided
 from patchspec.shapes.batch_tracker import trace_batch
 from patchspec.shapes.compiler import ShapeCompileError, ShapeCompiler, TensorIndex
 from patchspec.shapes.evaluate import BROADCASTING, Known, ShapeEvaluator
@@ -151,7 +151,6 @@ __all__ = [
     "BatchTrace",
     "Rewrite",
     "Undecided",
-    "UNDECIDED",
     "trace_batch",
     "rewrite_batch_constants",
     "explicit_squeezes",

@@ -23,10 +23,9 @@ from typing import TypedDict
 
 import onnx
 
-from patchspec import ParamProblem, PatchContext, PatchResult, PatchType, hookimpl
+from patchspec import UNDECIDED, ParamProblem, PatchContext, PatchResult, PatchType, hookimpl
 from patchspec.api import (
     PINNED_DIMS,
-    UNDECIDED,
     BatchAxes,
     BatchAxesError,
     BatchTrace,

@@ -59,6 +59,12 @@ class StateKey(Generic[T]):
     initial: Callable[[], T]
 
 
+#: points a patch of this run could not decide (one line each, e.g. set_batch's constants it could not
+#: prove batch-independent): only a verifier can judge them, so ``apply --no-verify`` refuses to write
+#: the model unless ``--allow-undecided`` is given. Any patch type may add to it.
+UNDECIDED: StateKey[list[str]] = StateKey("patchspec.undecided", list)
+
+
 class RunState:
     """State shared by the patches of one run (one spec applied to one model), by typed key.
 

@@ -38,7 +38,7 @@ from patchspec.model.data_writer import (
 from patchspec.model.external_data import data_files, validate_external_data
 from patchspec.model.graph import sync_initializer_inputs
 from patchspec.model.io import FileStamp, load_model
-from patchspec.plugin.contract import PatchContext, RunState, VerifyContext
+from patchspec.plugin.contract import UNDECIDED, PatchContext, RunState, VerifyContext
 from patchspec.run.commit import Staging, remove_superseded
 from patchspec.run.io_changes import io_changes
 from patchspec.run.model_paths import missing_model, refuse_same_file
@@ -46,7 +46,6 @@ from patchspec.run.report import RunReport, StepOutcome
 from patchspec.run.reporter import Reporter
 from patchspec.run.stamp import OutputStamp, data_record, digest_of, shown_path, stamp_model
 from patchspec.run.statcache import StatCache, file_sha256
-from patchspec.shapes.batch_trace import UNDECIDED
 from patchspec.spec.catalog import StepKind
 from patchspec.spec.confine import Root, check_model_path, check_output_path, within
 from patchspec.spec.steps import Spec, Step

@@ -20,7 +20,6 @@ import onnx
 from onnx import TensorProto
 
 from patchspec.model.graph import NodeSite
-from patchspec.plugin.contract import StateKey
 from patchspec.shapes.annotations import read_dims
 from patchspec.shapes.evaluate import BROADCASTING, Known, ShapeEvaluator
 from patchspec.shapes.spec_lines import SpecFix
@@ -40,9 +39,6 @@ AXIS_FREE = BROADCASTING | {
     "Sin", "Cos", "ThresholdedRelu", "Squeeze",
 }  # fmt: skip
 
-#: points a patch of this run left undecided (set_batch's, one line each): only a verifier can judge
-#: them, so ``apply --no-verify`` refuses to write the model unless ``--allow-undecided`` is given
-UNDECIDED: StateKey[list[str]] = StateKey("patchspec.undecided", list)
 #: what a dim is across the points: a size, ("batch", k), an input's dim_param, or None (unclear)
 BatchDim = int | tuple[str, int] | str | None
 #: per point, one Known per node input (what the evaluator hands its hook)
@@ -234,7 +230,6 @@ __all__ = [
     "INT64_MAX",
     "SYMBOL_SHIFT",
     "SYMBOL_SIZES",
-    "UNDECIDED",
     "BatchTrace",
     "Rewrite",
     "Undecided",
