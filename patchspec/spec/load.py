@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -260,7 +260,7 @@ def _unknown_type(
     index: int,
     kind: str,
     type_name: str,
-    table: dict[str, Any],
+    table: Mapping[str, Any],
 ) -> SpecProblem:
     doc_path, where = (section, index, type_name), f"{section}[{index}]"
     missing = registry.why_missing(type_name)  # its plugin is installed, but disabled or broken
@@ -388,7 +388,7 @@ def _short_message(error: ValidationError) -> str:
 def combined_schema(registry: Catalog) -> dict[str, Any]:
     """One JSON Schema for specs: the envelope plus every installed plugin's fragment (for editors)."""
 
-    def items(table: dict[str, Any], section: str) -> dict[str, Any]:
+    def items(table: Mapping[str, Any], section: str) -> dict[str, Any]:
         branches = []
         for name in sorted(table):
             cls_ = table[name]
