@@ -71,7 +71,11 @@ class Root:
         return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
 
     def describe(self) -> str:
-        return f"{self.folder} (from --root or ${ROOT_ENV})" if self.given else f"{self.folder}"
+        return (
+            f"{self.folder} (named by the caller: --root, ${ROOT_ENV} or the build hook)"
+            if self.given
+            else f"{self.folder}"
+        )
 
 
 #: the root of the run in progress: what onnxruntime sessions built during it may read (ort.data_links)
