@@ -159,7 +159,8 @@ def bench_ppocr(work: Path, times: int, kinds: list[str] | None = None) -> list[
             repeat(
                 case,
                 "patchspec apply --no-verify --force (set_batch: 4)",
-                [*PATCHSPEC, "-q", "apply", "--no-verify", "--force", str(spec)],
+                # the model lies in site-packages, outside the spec's folder: the caller names the root
+                [*PATCHSPEC, "-q", "apply", "--no-verify", "--force", "--root", "/", str(spec)],
                 work,
                 times,
             )

@@ -112,7 +112,7 @@ def run_patchspec(model: RealModel, folder: Path, refdir: Path) -> Json:
         f"patchspec: 1\nmodel: {json.dumps(str(model.file))}\noutput: {json.dumps(str(out))}\n"
         f"patches:\n  - set_batch: {json.dumps(params)}\n"
     )
-    command = [patchspec_binary(), "apply", str(spec), "--no-verify"]
+    command = [patchspec_binary(), "apply", str(spec), "--no-verify", "--root", "/"]  # the corpus lies elsewhere
     call = tool_call(command, out)
     call["spec"] = spec.read_text()
     if not call.pop("ok", False):

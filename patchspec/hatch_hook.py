@@ -36,17 +36,21 @@ class PatchspecBuildHook(_BuildHook):
         from patchspec.errors import PatchspecError
         from patchspec.host.registry import PluginRegistry
         from patchspec.run.engine import Engine
+        from patchspec.spec.confine import project_root
         from patchspec.spec.load import load_spec
 
         specs = self.config.get("specs", [])
         if not isinstance(specs, list) or not all(isinstance(s, str) for s in specs):
             raise ValueError("[tool.hatch.build.hooks.patchspec] specs must be a list of spec paths")
         root = Path(self.root)
+        # the specs' project root: the repository holding this project, else the project's own folder
+        # (an sdist has no .git), whichever folder the spec sits in
+        confined = project_root(root / "pyproject.toml")
         registry = PluginRegistry.load()
-        engine = Engine(registry, lambda text: self.app.display_info(text))
+        engine = Engine(registry, lambda text: self.app.display_info(text), root=confined)
         for relative in specs:
             try:
-                spec = load_spec(root / relative, registry)
+                spec = load_spec(root / relative, registry, root=confined)
                 report = engine.apply(spec)
             except PatchspecError as exc:
                 raise RuntimeError(f"patchspec: {exc}") from None

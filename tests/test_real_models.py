@@ -25,6 +25,13 @@ def _session(path):
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
+@pytest.fixture(autouse=True)
+def _corpus_outside_the_project(monkeypatch):
+    """The corpus models lie outside each test's folder: the runs name the root ($PATCHSPEC_ROOT, as
+    --root), as a user with such a layout would."""
+    monkeypatch.setenv("PATCHSPEC_ROOT", "/")
+
+
 def _spec(tmp_path, model, size, verify=""):
     inputs = f", inputs: {json.dumps(model.batch_inputs)}" if model.batch_inputs else ""
     return write_spec(

@@ -28,6 +28,10 @@ ROOT_ENV = "PATCHSPEC_ROOT"
 GIT = ".git"
 #: C0 controls, DEL and C1 controls: never in a path or name (a newline would inject a Make rule)
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+#: names patchspec keeps for itself beside an output: never a data file's ``location``
+LOCK_NAME = ".patchspec.lock"
+STAGING_PREFIX = ".patchspec-"
+CACHE_SUFFIX = ".patchspec-cache.json"
 ROOT_HINT = (
     "move the file inside the project root, or run with --root DIR naming a folder that holds it "
     "(a command-line choice; a spec cannot widen its own root)"
@@ -67,7 +71,11 @@ class Root:
         return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
 
     def describe(self) -> str:
-        return f"{self.folder} (from --root or ${ROOT_ENV})" if self.given else f"{self.folder}"
+        return (
+            f"{self.folder} (named by the caller: --root, ${ROOT_ENV} or the build hook)"
+            if self.given
+            else f"{self.folder}"
+        )
 
 
 #: the root of the run in progress: what onnxruntime sessions built during it may read (ort.data_links)
@@ -177,38 +185,6 @@ def write_problem(root: Root | None, path: Path, protected: list[tuple[str, Path
     return None
 
 
-__all__ = [
-    "CACHE_SUFFIX",
-    "CONTROL",
-    "GIT",
-    "LOCK_NAME",
-    "ROOT_ENV",
-    "ROOT_HINT",
-    "STAGING_PREFIX",
-    "Root",
-    "check_model_path",
-    "check_output_path",
-    "control_character",
-    "control_characters",
-    "file_kind",
-    "not_regular",
-    "project_root",
-    "read_problem",
-    "reserved_name",
-    "same_file",
-    "spec_path_error",
-    "under_git",
-    "within",
-    "write_problem",
-]
-
-
-#: names patchspec keeps for itself beside an output: never a data file's ``location``
-LOCK_NAME = ".patchspec.lock"
-STAGING_PREFIX = ".patchspec-"
-CACHE_SUFFIX = ".patchspec-cache.json"
-
-
 def reserved_name(name: str) -> str | None:
     """Why ``name`` cannot be a data file beside the output (patchspec's own bookkeeping), or None."""
     if name in ("", ".", ".."):
@@ -246,3 +222,29 @@ def check_output_path(spec: Spec, output: Path, root: Root | None, protected: li
     if root is None:
         raise SpecError(f"--output {output}: {refused}", hint)
     raise spec_path_error(spec, "output", refused, hint)
+
+
+__all__ = [
+    "CACHE_SUFFIX",
+    "CONTROL",
+    "GIT",
+    "LOCK_NAME",
+    "ROOT_ENV",
+    "ROOT_HINT",
+    "STAGING_PREFIX",
+    "Root",
+    "check_model_path",
+    "check_output_path",
+    "control_character",
+    "control_characters",
+    "file_kind",
+    "not_regular",
+    "project_root",
+    "read_problem",
+    "reserved_name",
+    "same_file",
+    "spec_path_error",
+    "under_git",
+    "within",
+    "write_problem",
+]

@@ -159,6 +159,7 @@ def attention_reference(x: np.ndarray) -> np.ndarray:
 # -- the round trip ---------------------------------------------------------------------------------------
 def derive_and_apply(tmp_path: Path, model_a: onnx.ModelProto, model_b: onnx.ModelProto) -> tuple[dict, str, Path]:
     """Save A and B under models/, derive specs/spec.yaml, apply it; (spec, derive's stdout, output)."""
+    (tmp_path / ".git").mkdir()  # a repository: specs/ and models/ are inside its root
     (tmp_path / "models").mkdir()
     onnx.save(model_a, str(tmp_path / "models" / "a.onnx"))
     onnx.save(model_b, str(tmp_path / "models" / "b.onnx"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -32,7 +33,9 @@ def init_then_apply(run_cli, model_path, folder, *options):
     spec = folder / "spec.yaml"
     made = run_cli("init", model_path, "--output", spec, *options)
     assert made.exit_code == 0, made.output
-    applied = run_cli("apply", spec)
+    # the model lies outside the spec's folder (a corpus, site-packages): the caller names the root
+    root = os.path.commonpath([os.path.realpath(model_path), os.path.realpath(folder)])
+    applied = run_cli("apply", spec, "--root", root)
     assert applied.exit_code == 0, spec.read_text() + applied.output
     return spec, made, applied
 

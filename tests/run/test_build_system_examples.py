@@ -33,6 +33,7 @@ def example(tmp_path):
     shutil.copytree(
         EXAMPLE, folder, ignore=shutil.ignore_patterns("build", "models", "cmake-build", "bazel", "bazel-*")
     )
+    (folder / ".git").mkdir()  # a checkout: its top is the project root (docs/security.md)
     run([sys.executable, "make_model.py"], folder)
     return folder
 

@@ -92,6 +92,14 @@ def test_pth_file_into_site_packages_through_dotdot_is_refused(repo, run_cli):
     assert files_under(outside_of(repo)) == before
 
 
+def test_an_output_folder_linked_outside_the_root_is_refused(repo, run_cli):
+    os.symlink(outside_of(repo) / "lib" / "site-packages", repo / "out")
+    before = files_under(outside_of(repo))
+    result = run_cli("apply", spec_with(repo, "output: out/zz.onnx\npatches: []\n"), "--no-verify")
+    assert_refused(result, 2, "output", "outside the project root")
+    assert files_under(outside_of(repo)) == before
+
+
 def test_git_config_as_a_data_file_is_refused(repo, run_cli):
     before = files_under(repo / ".git")
     spec = spec_with(repo, "output: .git/m.onnx\npatches:\n  - external_data: {location: config}\n")
