@@ -8,7 +8,7 @@ and remembers the fold here, for the Reshape that splits the batch out again.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import onnx
 
@@ -53,6 +53,26 @@ class Folds:
         ):
             return j, before // outer
         return None
+
+    def candidates(
+        self,
+        values: list[int],
+        b1: int,
+        data_shape: Sequence[int],
+        axis: int,
+        factor: int,
+        outputs: Callable[[int], tuple[Known, Known]],
+    ) -> dict[int, Fold]:
+        """Elements of a Reshape's shape that, scaled with the batch (``outputs(j)``: the node's output at
+        the two witnesses then), fold it behind the data dims before it (``[L*B, E]``)."""
+        found = {}
+        for j, value in enumerate(values):
+            if value in (0, -1) or value % b1:
+                continue
+            behind = self.folded_behind(data_shape, axis, factor, *outputs(j))
+            if behind is not None and behind[0] == j:
+                found[j] = behind
+        return found
 
     def fold_of(self, name: str) -> Fold | None:
         """Where a folded batch sits in ``name``: carried from the Reshape that folded it through ops

@@ -27,7 +27,7 @@ import onnx
 
 from patchspec.model.graph import NodeSite
 from patchspec.shapes.batch_findings import BatchFindings
-from patchspec.shapes.batch_folds import Fold, Folds
+from patchspec.shapes.batch_folds import Folds
 from patchspec.shapes.batch_operands import Operands, replace_fix, steady_except
 from patchspec.shapes.batch_trace import (
     INT64_MAX,
@@ -183,7 +183,11 @@ class _Tracker:
         proved = [i for i in range(len(values)) if self._proves(site, inputs, values, i, prefix)]
         if len(proved) > 1:  # the same memory either way (dims of 1): keep the batch where the data has it
             proved = [i for i in proved if values[:i] == prefix] or proved
-        folds = {} if fold is not None else self._folds(site, inputs, values, data.shape, axis, factor)
+
+        def trials(j: int) -> tuple[Known, Known]:  # the outputs with element j scaled with the batch
+            return self._outputs(site, self._trial(site, inputs, 1, j, self._scaled))
+
+        folds = {} if fold is not None else self.folds.candidates(values, self.b1, data.shape, axis, factor, trials)
         per_sample = factor * product(data.shape[axis + 1 :])
         if len(folds) == 1 and all(values[i] // self.b1 == per_sample for i in proved):
             # [L, B*h, d] -> [L, 192]: the batch joins the rows (torch's view(L * B, E)), not one sample's features
@@ -191,6 +195,12 @@ class _Tracker:
             if written is not None:
                 self.folds.folded[site.node.output[0]] = behind
                 return self._rewrite_element(site, 1, values, j, self._scaled, written, inputs, axis)
+        return self._settle(site, inputs, values, axis, proved)
+
+    def _settle(
+        self, site: NodeSite, inputs: PointInputs, values: list[int], axis: int, proved: list[int]
+    ) -> PointInputs | None:
+        """Rewrite the one element proved to be the batch; else report the Reshape, with a fix that works."""
         if len(proved) != 1:
             why = (
                 f"its data carries the batch on axis {axis}, and no element of its shape can be proved to be the batch"
@@ -218,20 +228,6 @@ class _Tracker:
         if first.shape is None or not first.full:
             return False
         return batch_position(prefix, first.shape) == i and self.consistent(first, second, i)
-
-    def _folds(
-        self, site: NodeSite, inputs: PointInputs, values: list[int], data: tuple[int, ...], axis: int, factor: int
-    ) -> dict[int, Fold]:
-        """Elements that, scaled with the batch, fold it behind the data dims before it (``[L*B, E]``)."""
-        found = {}
-        for j, value in enumerate(values):
-            if value in (0, -1) or value % self.b1:
-                continue
-            first, second = self._outputs(site, self._trial(site, inputs, 1, j, self._scaled))
-            behind = self.folds.folded_behind(data, axis, factor, first, second)
-            if behind is not None and behind[0] == j:
-                found[j] = behind
-        return found
 
     def _written_value(self, site: NodeSite, inputs: PointInputs, values: list[int], i: int, axis: int) -> int | None:
         """For a symbolic batch: -1 (infer) or 0 (copy the data's dim); None when neither expresses it."""
