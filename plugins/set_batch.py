@@ -109,7 +109,7 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         same = not symbolic and size == batch.old_size  # constants are baked for this size already
         b2 = batch.old_size + 6 if isinstance(size, str) or same else size
         trace = follow_batch(model, batch, inputs, b2, symbolic)
-        others = None if "inputs" in params else other_batch_names(model, batch, inputs, size, b2)
+        others = None if "inputs" in params else other_batch_names(model, batch, inputs, size, b2, trace)
         if trace.refusals and not same:
             refuse(trace, size, where, context, others[1] if others else None)
         rewrites: list[Rewrite] = [] if same else trace.rewrites
@@ -158,14 +158,20 @@ def follow_batch(
 
 
 def other_batch_names(
-    model: onnx.ModelProto, batch: BatchAxes, inputs: dict[str, onnx.ValueInfoProto], size: int | str, b2: int
+    model: onnx.ModelProto,
+    batch: BatchAxes,
+    inputs: dict[str, onnx.ValueInfoProto],
+    size: int | str,
+    b2: int,
+    trace: BatchTrace,
 ) -> tuple[list[str], str] | None:
     """Inputs whose axis 0 has a name of its own (tf2onnx's ``unk__6135`` beside ``unk__6134``) that the
     model runs with as the batch: their axes (``mask[0] ('unk__6135')``) and the hint that sets them all.
 
     Each exporter may name the batch once per input. The detected batch is the first input's name
-    only; the others are proved to be the batch too when the model, evaluated with them all moving
-    together, runs at the new batch."""
+    only. The others are proved to be the batch too when the model, evaluated with them moving with
+    the batch, runs at the new batch where with sizes of their own (``trace``) it did not; else the
+    hint only says that they keep a name of their own. The entry it prints runs in both cases."""
     names = {(read_dims(inputs[name]) or [None])[axis] for name, axis in batch.axes}
     chosen = {name for name, _ in batch.axes}
     left = [
@@ -176,17 +182,24 @@ def other_batch_names(
     if not left:
         return None
     every = [*batch.axes, *left]
-    if trace_batch(model, every, batch.old_size, b2, symbolic=isinstance(size, str)).refusals:
+    together = trace_batch(model, every, batch.old_size, b2, symbolic=isinstance(size, str))
+    if together.refusals:
         return None
+    proved = bool(trace.refusals) or len(together.undecided) < len(trace.undecided)
     listed: FlowValue = (
         [name for name, _ in every] if all(axis == 0 for _, axis in every) else {name: axis for name, axis in every}
     )
     fix = SpecFix("set_batch", (("size", size), ("inputs", listed)))
     found = [f"{name}[0] ('{(read_dims(inputs[name]) or [''])[0]}')" for name, _ in left]
-    return found, (
-        f"{', '.join(found)} name{'s' * (len(found) == 1)} the batch under another name: the model runs with "
-        f"{'it' if len(found) == 1 else 'them'} at the new batch too; to set them all, use instead:\n{spec_lines(fix)}"
+    one = len(found) == 1
+    why = (
+        f"name{'s' * one} the batch under another name: the model runs at the new batch with "
+        f"{'it' if one else 'them'} at the batch's size, not with {'its' if one else 'their'} own; to set them all"
+        if proved
+        else f"keep{'s' * one} a batch name of {'its' if one else 'their'} own; if {'it carries' if one else 'they carry'} "
+        "the batch too"
     )
+    return found, f"{', '.join(found)} {why}, use instead:\n{spec_lines(fix)}"
 
 
 def undecided_text(point: Undecided) -> str:
