@@ -6,6 +6,10 @@ reads them, :mod:`.pairing`). Each entry of an integer constant that differs is 
 expression of the input dims that differ (:mod:`.fit`), or becomes ``-1`` in a Reshape's shape;
 sizes the inputs do not carry (a merger's grid, flattened into its patches) become an added int64
 input read with ``value()``. The spec frees the input dims that differ and verifies at both sizes.
+
+Inputs already symbolic in both (a torch export with ``dynamic_axes`` whose code used Python ints:
+``feats [1, 'T', 40]``) hide the sizes the trace baked in: :mod:`.traced_sizes` recovers them (given,
+or proved by running A and B), and the fits use them as ``dim(feats, 1)``.
 """
 
 from __future__ import annotations
@@ -14,12 +18,14 @@ import io
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from patchspec.author.fit import Atom, Fit, fit, folded_into, same_values
 from patchspec.author.pairing import Export, Rewrite, pair, rewrites
 from patchspec.author.spec_text import DraftStep, SpecDraft, checked
+from patchspec.author.traced_sizes import Traced, traced_sizes
 from patchspec.errors import ModelFileError, PatchError
 from patchspec.model.graph import all_names, fresh_name
 from patchspec.plugin.registry import PluginRegistry
@@ -51,13 +57,22 @@ class Derivation:
     notes: list[str] = field(default_factory=list)
 
 
-def derive(a_path: Path, b_path: Path, spec_path: Path, registry: PluginRegistry) -> Derivation:
+def derive(
+    a_path: Path,
+    b_path: Path,
+    spec_path: Path,
+    registry: PluginRegistry,
+    shapes: tuple[dict[str, list[int]], dict[str, list[int]]] = ({}, {}),
+) -> Derivation:
     """The spec (checked by the spec loader) that makes ``a_path`` work at any size, to be written at
-    ``spec_path``; raises ModelFileError (3) for a model that cannot be read, PatchError (4) for two
-    graphs that do not pair or an entry no expression fits."""
+    ``spec_path``; ``shapes`` are the sizes A and B were traced at, by input name, where the user gives
+    them. Raises ModelFileError (3) for a model that cannot be read, PatchError (4) for two graphs that
+    do not pair, sizes that cannot be told, or an entry no expression fits."""
     a, b = Export(a_path, "A"), Export(b_path, "B")
     changed = rewrites(a, b, pair(a, b))
-    atoms = _varying_dims(a, b)
+    differing = [(rewrite.a[i], rewrite.b[i]) for rewrite in changed for i in rewrite.entries]
+    traced = traced_sizes((a.inputs, b.inputs), (a_path, b_path), a.model, differing, shapes)
+    atoms = _varying_dims(a, b) + traced.atoms
     if not changed and not atoms:
         msg = f"{a_path} and {b_path} have the same input sizes and the same constants: there is nothing to derive"
         raise PatchError(msg, "export B at another input size than A")
@@ -78,11 +93,11 @@ def derive(a_path: Path, b_path: Path, spec_path: Path, registry: PluginRegistry
     draft.patches += renames
     draft.verify += [
         DraftStep("check", {}, ["onnx's checker and strict shape inference on the output"]),
-        _run_step(a, b, b_path, folder, sizes, spec_path),
+        _run_step(a, b_path, folder, sizes, spec_path, traced),
     ]
     text = checked(draft, spec_path, registry)
     rows = [Row(f"{r.name}[{i}]", r.a[i], r.b[i], r.fits[i].text) for r in changed for i in sorted(r.fits)]
-    return Derivation(text, spec_path, rows, freed, arrays, _notes(a, atoms, changed))
+    return Derivation(text, spec_path, rows, freed, arrays, _notes(atoms, changed, traced))
 
 
 # -- fitting --------------------------------------------------------------------------------------------
@@ -149,9 +164,12 @@ def _fit_entries(changed: list[Rewrite], atoms: list[Atom], sizes: _Sizes) -> No
     if min(min(pair_) for pair_ in sizes.pairs) < 1 or folded_into(sizes.pairs, atoms) is None:
         raise _no_fit(left, atoms)
     for rewrite, i in left:
-        rewrite.fits[i] = fit(rewrite.a[i], rewrite.b[i], atoms + sizes.atoms())
+        found = fit(rewrite.a[i], rewrite.b[i], atoms + sizes.atoms())
+        if found is None:  # each pair fits once sizes holds it, or was put in sizes above
+            raise _no_fit(left, atoms)
+        rewrite.fits[i] = found
         for slot, atom in enumerate(sizes.atoms()):
-            if atom.text in rewrite.fits[i].text:
+            if atom.text in found.text:
                 sizes.uses.setdefault(slot, []).append(f"{rewrite.name}[{i}]")
 
 
@@ -206,23 +224,22 @@ def _renames(a: Export, b: Export) -> tuple[list[DraftStep], list[str]]:
     return steps, freed
 
 
-def _run_step(a: Export, b: Export, b_path: Path, folder: Path, sizes: _Sizes, spec_path: Path) -> DraftStep:
-    cases: list[dict] = []
-    for side, export in enumerate((a, b)):
-        inputs: dict = {
-            info_a.name: [d if isinstance(d, int) else 1 for d in read_dims(info) or []]
-            for info_a, info in zip(a.inputs, export.inputs)
-        }  # by A's names: the spec patches A
+def _run_step(a: Export, b_path: Path, folder: Path, sizes: _Sizes, spec_path: Path, traced: Traced) -> DraftStep:
+    cases: list[dict[str, Any]] = []
+    for side in (0, 1):
+        # by A's names (the spec patches A), at the sizes each export was traced at
+        inputs: dict[str, Any] = {info.name: shape for info, shape in zip(a.inputs, traced.shapes[side])}
         if sizes.pairs:
             inputs[sizes.name] = {"file": sizes.file(spec_path, side)}
         cases.append({"inputs": inputs})
     cases[1]["against"] = _relative(b_path, folder)  # case 1 keeps the default: the original
     comments = ["case 1 at A's sizes, compared with A (the original); case 2 at B's sizes, compared with B"]
+    comments += [f"traced at {note}" for note in traced.notes]
     return DraftStep("run", {"cases": cases}, comments)
 
 
-def _notes(a: Export, atoms: list[Atom], changed: list[Rewrite]) -> list[str]:
-    notes = []
+def _notes(atoms: list[Atom], changed: list[Rewrite], traced: Traced) -> list[str]:
+    notes = [f"traced at {note}" for note in traced.notes]
     used = " ".join(f.text for rewrite in changed for f in rewrite.fits.values())
     for x, y in same_values(atoms):
         if x.text in used or y.text in used:
@@ -230,10 +247,6 @@ def _notes(a: Export, atoms: list[Atom], changed: list[Rewrite]) -> list[str]:
                 f"{x.text} and {y.text} are both {x.a} in A and {x.b} in B: the fits cannot tell them apart; "
                 "check the expressions, or export B with different sizes on these axes"
             )
-    for info in a.inputs:
-        unknown = [axis for axis, d in enumerate(read_dims(info) or []) if not isinstance(d, int)]
-        if unknown:
-            notes.append(f"input '{info.name}' has no fixed size on axes {unknown} in A: the run cases use 1 there")
     return notes
 
 

@@ -3,12 +3,16 @@
 1. Which input axes carry the batch: the contract's detection first; when set_batch refuses that
    (a state tensor keeps the batch on axis 1), each other axis of size 1 or unknown is tried
    alongside. A probe run of set_batch (graph only) settles it and says where the outputs keep it.
+   Inputs whose own batch name differs (tf2onnx's ``unk__6134``, ``unk__6135``, a ``length``) are
+   tied to the batch by running the original (:mod:`.batch_ties`); the evidence goes in a comment.
 2. Dim names an input repeats on several axes (SCRFD's ``[?, 3, ?, ?]``) are told apart.
 3. A verify block: ``check``, and ``run`` against the original, per sample (``split_batch``) where
-   the original's batch is fixed. Integer inputs get values where the graph says what they are
-   (:mod:`patchspec.shapes.values`); others are flagged, in the spec and on the terminal.
+   the original's batch is fixed, or where it fails at the batch when run here (:mod:`.init_case`).
+   Integer inputs get values where the graph says what they are (:mod:`patchspec.shapes.values`);
+   others are flagged, in the spec and on the terminal.
 
-Everything reads the graph only; the spec is checked by the loader before it is written.
+The graph is read once; the original is run a few times on onnxruntime's CPU provider, when it loads
+there. The spec is checked by the loader before it is written.
 """
 
 from __future__ import annotations
@@ -16,34 +20,34 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import onnx
 
-from patchspec.author.spec_text import DraftStep, SpecDraft, checked
+from patchspec.author.batch_ties import BatchEvidence, CaseLayout, Pair, tie_batch
+from patchspec.author.init_case import (
+    PROBE,
+    InputRow,
+    case_inputs,
+    case_shapes,
+    input_rules,
+    per_sample_reason,
+    probe_values,
+    run_step,
+    unified_shapes,
+)
+from patchspec.author.original_runs import OriginalRuns
+from patchspec.author.spec_text import DraftStep, SpecDraft, checked, quoted
 from patchspec.errors import PatchError
 from patchspec.model.graph import walk_nodes
-from patchspec.ort.inspection import probe_shapes
-from patchspec.run.engine import Engine, RunReport
+from patchspec.run.engine import Engine
+from patchspec.run.report import RunReport
 from patchspec.shapes.annotations import read_dims
 from patchspec.shapes.batch_axes import BatchAxesError, batch_axes, fed_inputs
-from patchspec.shapes.values import input_values
 from patchspec.spec.load import load_spec
 
-#: the symbolic batch of the probe run: a name no export uses, so the outputs' batch axes show
-PROBE = "patchspec_init_batch"
 #: the batch of the run case when the spec keeps a symbolic batch
 CASE_BATCH = 3
-
-
-@dataclass
-class InputRow:
-    """One line of the terminal table: an input, its batch axis and how that was decided."""
-
-    name: str
-    axis: int | None
-    how: str
-    values: str = ""
-    flagged: bool = False
 
 
 @dataclass
@@ -53,7 +57,7 @@ class InitResult:
     notes: list[str] = field(default_factory=list)
 
 
-def draft_spec(model_path: Path, spec_path: Path, size: int | str, registry) -> InitResult:
+def draft_spec(model_path: Path, spec_path: Path, size: int | str, registry: Any) -> InitResult:
     """The text of a starter spec for ``model_path``, to be written at ``spec_path``."""
     folder = Path(os.path.abspath(spec_path)).parent  # as named, as the spec loader takes it
     model_ref = _relative(model_path, folder)
@@ -62,10 +66,16 @@ def draft_spec(model_path: Path, spec_path: Path, size: int | str, registry) -> 
     prober = _Prober(model_path, spec_path, model_ref, registry)
     model = prober.model
     renames = prober.renames = _renames(model)
-    axes, how = _batch_axes(model, prober)
+    rules = input_rules(model)
+    runner = _Runner(model, OriginalRuns(model_path, model), probe_values(rules))
+    axes, how = _batch_axes(model, prober, size, runner)
     probe = prober.patched(axes)
     old_size = batch_axes(model, {name: axis for name, axis in axes}).old_size
-    rows, case, split = _inputs(model, axes, how, size, old_size)
+    batch = size if isinstance(size, int) else old_size if old_size > 1 else CASE_BATCH
+    shapes = runner.evidence.shapes or case_shapes(model)
+    rows, case = case_inputs(model, axes, how, rules, shapes, batch, runner.evidence.untied)
+    split = _per_sample(model, axes, old_size, runner, batch)
+    alone = _run_alone(runner, shapes, axes, old_size, batch) if split is None else None
     draft = SpecDraft(
         model_ref,
         output_ref,
@@ -80,12 +90,13 @@ def draft_spec(model_path: Path, spec_path: Path, size: int | str, registry) -> 
         DraftStep(
             "set_batch",
             {"size": size, "inputs": given},
-            [f"batch on {', '.join(f'{n}[{a}]' for n, a in axes)}: {'; '.join(sorted(set(how.values())))}"]
-            + [f"{row.name}: not batched ({row.how})" for row in rows if row.axis is None],
+            [f"batch on {', '.join(f'{quoted(n)}[{a}]' for n, a in axes)}:"]
+            + [f"  {quoted(n)}[{a}]: {how[(n, a)]}" for n, a in axes]
+            + [f"{quoted(row.name)}: not batched ({row.how})" for row in rows if row.axis is None],
         )
     )
     draft.verify.append(DraftStep("check", {}, ["onnx's checker and strict shape inference on the output"]))
-    draft.verify.append(_run_step(model, probe, rows, case, split))
+    draft.verify.append(run_step(probe, rows, case, split, alone))
     text = checked(draft, spec_path, registry)
     notes = [f"{row.name}: {row.values}" for row in rows if row.flagged]
     return InitResult(text, rows, notes)
@@ -95,8 +106,60 @@ def _relative(path: Path, folder: Path) -> str:
     return Path(os.path.relpath(os.path.abspath(path), folder)).as_posix()  # as named, links kept
 
 
+class _Runner:
+    """The original's runs for this model: the batch ties found, and the layouts tried."""
+
+    def __init__(self, model: onnx.ModelProto, runs: OriginalRuns, values: dict[str, dict[str, Any]]) -> None:
+        self.model, self.runs, self.values = model, runs, values
+        self.evidence = BatchEvidence()
+
+    def layouts(self, batch: list[Pair]) -> list[CaseLayout]:
+        shapes = case_shapes(self.model)
+        unified = unified_shapes(self.model, shapes, batch)
+        return [CaseLayout(shapes, self.values)] + ([CaseLayout(unified, self.values)] if unified != shapes else [])
+
+    def tie(self, chosen: list[Pair]) -> BatchEvidence:
+        """Axis 0 of every other input whose axis 0 is not fixed, tried against ``chosen``."""
+        names = {name for name, _ in chosen}
+        candidates = [
+            (name, 0)
+            for name, info in fed_inputs(self.model.graph).items()
+            if name not in names and (dims := read_dims(info)) and not isinstance(dims[0], int)
+        ]
+        self.evidence = tie_batch(self.runs, self.layouts([*chosen, *candidates]), chosen, candidates)
+        return self.evidence
+
+
+def _per_sample(model: onnx.ModelProto, axes: list[Pair], old_size: int, runner: _Runner, batch: int) -> str | None:
+    """Why the run case compares per sample, or None: the inputs' batch is fixed at 1, or the original
+    fails at the case's batch and runs at 1."""
+    inputs = fed_inputs(model.graph)
+    if old_size == 1 and any(isinstance((read_dims(inputs[name]) or [])[axis], int) for name, axis in axes):
+        return "the original has a fixed batch: compare per sample (split_batch)"
+    shapes = runner.evidence.shapes or case_shapes(model)
+    return per_sample_reason(runner.runs, CaseLayout(shapes, runner.values), axes, batch)
+
+
+def _run_alone(
+    runner: _Runner, shapes: dict[str, list[int]], axes: list[Pair], old_size: int, batch: int
+) -> str | None:
+    """Why the output is run without a comparison: the original was exported at a fixed batch above 1
+    and runs neither at the case's batch nor at 1 (None when it can be compared)."""
+    if old_size <= 1 or batch == old_size:
+        return None
+    ran = runner.runs.run(CaseLayout(shapes, runner.values).items(batch, axes))
+    if ran is not None and ran.ok:
+        return None
+    return (
+        f"the original runs only at its exported batch {old_size}, not at {batch} or 1: the output is run at "
+        f"{batch} without a comparison (against: none); compare it with your own outputs (against: FILE.npz)"
+    )
+
+
 # -- the batch ---------------------------------------------------------------------------------------
-def _batch_axes(model: onnx.ModelProto, prober: _Prober) -> tuple[list, dict]:
+def _batch_axes(
+    model: onnx.ModelProto, prober: _Prober, size: int | str, runner: _Runner
+) -> tuple[list[Pair], dict[Pair, str]]:
     """The batch axes set_batch accepts, and how each was decided."""
     try:
         detected = batch_axes(model)
@@ -108,14 +171,24 @@ def _batch_axes(model: onnx.ModelProto, prober: _Prober) -> tuple[list, dict]:
         if pair not in chosen and pair[0] not in {name for name, _ in chosen}:
             chosen.append(pair)
             how[pair] = f"the initial state of {node}, whose batch axis is {pair[1]}"
+    ties = runner.tie(chosen).ties
+    refused = prober.refusal([*chosen, *((t.name, t.axis) for t in ties)]) if ties else None
+    for tie in ties:
+        if refused is None:
+            chosen.append((tie.name, tie.axis))
+            how[(tie.name, tie.axis)] = f"another name for the batch: {tie.evidence}"
+        else:
+            runner.evidence.untied[tie.name] = (
+                f"the original ties it to the batch, but set_batch refuses it: {refused.detail.splitlines()[0]}"
+            )
     refusal = prober.refusal(chosen)
     if refusal is None:
         paired = _state_pairs(model, prober.patched(chosen), chosen, detected.old_size)
         if paired and prober.refusal(chosen + list(paired)) is None:
             how.update(
                 {
-                    pair: f"pairs with output '{out}', which carries the batch on axis {pair[1]} (a state passed "
-                    "in and out)"
+                    pair: f"pairs with output {quoted(out)}, which carries the batch on axis {pair[1]} (a state "
+                    "passed in and out)"
                     for pair, out in paired.items()
                 }
             )
@@ -129,13 +202,15 @@ def _batch_axes(model: onnx.ModelProto, prober: _Prober) -> tuple[list, dict]:
     ]
     for extra in [[c] for c in candidates] + ([candidates] if len(candidates) > 1 else []):
         if prober.refusal(chosen + extra) is None:
-            how.update(
-                {pair: f"tried: set_batch refuses the model without it ({refusal.splitlines()[0]})" for pair in extra}
-            )
+            first = refusal.detail.splitlines()[0]
+            how.update({pair: f"tried: set_batch refuses the model without it ({first})" for pair in extra})
             return chosen + extra, how
+    if isinstance(size, int):  # the probe's batch is symbolic: say it at the batch the user asked for
+        refusal = prober.refusal(chosen, size) or refusal
     raise PatchError(
-        f"set_batch cannot batch this model: {refusal}",
+        f"set_batch cannot batch this model: {refusal.detail}",
         "list the inputs that carry the batch yourself: patchspec init does not guess further",
+        node=refusal.node,
     )
 
 
@@ -145,11 +220,11 @@ _STATES = {"LSTM": (5, 6), "GRU": (5,), "RNN": (5,)}
 _STATE_PATH = {"Identity", "Cast", "Slice", "Split"}
 
 
-def _recurrent_states(model: onnx.ModelProto) -> dict:
+def _recurrent_states(model: onnx.ModelProto) -> dict[Pair, str]:
     """Graph inputs that an LSTM/GRU/RNN takes as its initial state: {(input, batch axis): "GRU 'name'"}."""
     inputs = fed_inputs(model.graph)
     producers = {o: node for node in model.graph.node for o in node.output if o}
-    found = {}
+    found: dict[Pair, str] = {}
     for graph_node in (site.node for site in walk_nodes(model.graph)):
         for operand in _STATES.get(graph_node.op_type, ()):
             if operand >= len(graph_node.input) or not graph_node.input[operand]:
@@ -165,12 +240,14 @@ def _recurrent_states(model: onnx.ModelProto) -> dict:
     return found
 
 
-def _state_pairs(model: onnx.ModelProto, probe: onnx.ModelProto, chosen: list, old_size: int) -> dict:
+def _state_pairs(
+    model: onnx.ModelProto, probe: onnx.ModelProto | None, chosen: list[Pair], old_size: int
+) -> dict[Pair, str]:
     """Inputs shaped like an output that carries the batch, except that they hold the old batch (or an
     unknown size) on that axis: a recurrent state in ``[2, 1, 128]``, out ``[2, N, 128]``. {(input, axis): output}"""
     batched = {name for name, _ in chosen}
-    found = {}
-    for info in probe.graph.output:
+    found: dict[Pair, str] = {}
+    for info in probe.graph.output if probe is not None else []:
         dims = read_dims(info) or []
         for axis, dim in enumerate(dims):
             if dim != PROBE:
@@ -185,46 +262,45 @@ def _state_pairs(model: onnx.ModelProto, probe: onnx.ModelProto, chosen: list, o
 
 
 class _Prober:
-    """set_batch with a probe name, on the graph only, through the engine (as 'plan' does); each set of
-    axes is tried once, on a model read once."""
+    """set_batch on the graph only, through the engine (as 'plan' does), at the probe's symbolic batch
+    unless told a size; each set of axes is tried once, on a model read once."""
 
-    def __init__(self, model_path: Path, spec_path: Path, model_ref: str, registry) -> None:
+    def __init__(self, model_path: Path, spec_path: Path, model_ref: str, registry: Any) -> None:
         self.spec_path, self.model_ref, self.registry = spec_path, model_ref, registry
         self.renames: list[DraftStep] = []
         self.engine = Engine(registry, lambda _: None)
         self.model_path = model_path
-        self.tried: dict[tuple, tuple[onnx.ModelProto | None, str | None]] = {}
+        self.tried: dict[tuple[Any, ...], tuple[onnx.ModelProto | None, PatchError | None]] = {}
         # the model, graph only, read (and its external data checked) once, as apply reads it
         self.loaded = self.engine.load_input(self._spec([]), model_path)
 
     @property
     def model(self) -> onnx.ModelProto:
-        return self.loaded.model
+        model: onnx.ModelProto = self.loaded.model
+        return model
 
-    def _spec(self, patches: list):
+    def _spec(self, patches: list[DraftStep]) -> Any:
         draft = SpecDraft(self.model_ref, "probe.onnx", patches=patches, verify=[])
         return load_spec(self.spec_path, self.registry, text=checked(draft, self.spec_path, self.registry))
 
-    def patched(self, axes: list) -> onnx.ModelProto | None:
-        return self._run(axes)[0]
+    def patched(self, axes: list[Pair]) -> onnx.ModelProto | None:
+        return self._run(axes, PROBE)[0]
 
-    def refusal(self, axes: list) -> str | None:
-        """None when set_batch applies with these axes, else the first lines of its refusal."""
-        return self._run(axes)[1]
+    def refusal(self, axes: list[Pair], size: int | str = PROBE) -> PatchError | None:
+        """None when set_batch applies with these axes, else its refusal (``detail`` is the reason)."""
+        return self._run(axes, size)[1]
 
-    def _run(self, axes: list) -> tuple[onnx.ModelProto | None, str | None]:
-        key = tuple(axes)
+    def _run(self, axes: list[Pair], size: int | str) -> tuple[onnx.ModelProto | None, PatchError | None]:
+        key = (tuple(axes), size)
         if key not in self.tried:
-            spec = self._spec(
-                list(self.renames)
-                + [DraftStep("set_batch", {"size": PROBE, "inputs": {name: axis for name, axis in axes}})]
-            )
+            step = DraftStep("set_batch", {"size": size, "inputs": {name: axis for name, axis in axes}})
+            spec = self._spec([*self.renames, step])
             report = RunReport(str(spec.path), str(self.model_path), "", status="planned")
             try:
                 model, _ = self.engine.patch(replace(self.loaded, spec=spec), report)
                 self.tried[key] = (model, None)
-            except PatchError as exc:  # located in the probe's spec, which the user never sees: keep the reason
-                self.tried[key] = (None, exc.message.split("(set_batch): ", 1)[-1])
+            except PatchError as exc:  # located in the probe's spec, which the user never sees: the detail
+                self.tried[key] = (None, exc)
         return self.tried[key]
 
 
@@ -252,93 +328,6 @@ def _renames(model: onnx.ModelProto) -> list[DraftStep]:
                 )
             )
     return steps
-
-
-# -- the inputs of the run case ------------------------------------------------------------------------
-def _inputs(model: onnx.ModelProto, axes: list, how: dict, size, old_size: int) -> tuple[list[InputRow], dict, bool]:
-    """The run case's inputs, and whether to compare per sample (the original's batch is fixed at 1).
-
-    An original exported at a fixed batch above 1 only runs at that batch: the case uses it."""
-    batch = old_size if old_size > 1 else size if isinstance(size, int) else CASE_BATCH
-    shapes = _case_shapes(model)
-    by_name = dict(axes)
-    rows, case = [], {}
-    static = False
-    for name, info in fed_inputs(model.graph).items():
-        dims = read_dims(info) or []
-        shape = list(shapes.get(name, []))
-        axis = by_name.get(name)
-        if axis is not None:
-            static = static or (isinstance(dims[axis], int) and old_size == 1)
-            shape[axis] = batch
-            row = InputRow(name, axis, how[(name, axis)])
-        else:
-            row = InputRow(name, None, _why_not_batched(dims))
-        values = input_values(model, name, info.type.tensor_type.elem_type)
-        item: dict = {"shape": shape}
-        if values is not None:
-            row.values, row.flagged = values.why, values.flag
-            if values.flag:  # never a value that merely happens to run: the user gives the real one
-                item = {"file": f"{name}.npy"}
-                row.values += f"; save them as {name}.npy next to the spec (numpy.save), shape {shape}"
-            elif "value" in values.item:
-                item = {"value": values.item["value"], **({"shape": shape} if shape else {})}
-            else:
-                item.update(values.item)
-        rows.append(row)
-        case[name] = item if set(item) != {"shape"} else shape
-    return rows, case, static
-
-
-def _case_shapes(model: onnx.ModelProto) -> dict[str, list[int]]:
-    """The lint's default sizes (one per dim name), except the last axis of a [batch, length] input (audio samples, token
-    positions): 512, which short-window kernels (a reflect Pad, an STFT) accept."""
-    shapes = probe_shapes(model, None, split=False)  # one size per dim name: the original must run too
-    for name, info in fed_inputs(model.graph).items():
-        dims = read_dims(info) or []
-        if len(dims) == 2 and not isinstance(dims[1], int):
-            shapes[name][1] = 512
-    return shapes
-
-
-def _why_not_batched(dims: list) -> str:
-    if not dims:
-        return "a scalar: given whole to every sample"
-    first = dims[0]
-    if isinstance(first, int):
-        return f"axis 0 is fixed at {first} and no other axis had to follow the batch"
-    return f"its axes do not carry the batch's dim ({first!r} on axis 0 is another one)"
-
-
-def _run_step(
-    model: onnx.ModelProto, probe: onnx.ModelProto, rows: list[InputRow], case: dict, split: bool
-) -> DraftStep:
-    comments = ["run the output and compare it with the original on the same inputs"]
-    compare: dict = {"against": "original"}
-    if split:
-        comments.append("the original has a fixed batch: compare per sample (split_batch)")
-        inputs = {
-            row.name: row.axis
-            for row in rows
-            if row.axis not in (0,) and (row.axis is not None or case_rank(case[row.name]))
-        }
-        outputs = {
-            info.name: axis
-            for info in probe.graph.output
-            for axis, dim in enumerate(read_dims(info) or [])
-            if dim == PROBE and axis != 0
-        }
-        compare["split_batch"] = {k: v for k, v in (("inputs", inputs), ("outputs", outputs)) if v} or True
-    for row in rows:
-        if row.values:
-            comments.append(f"{row.name}: {'FLAGGED: ' if row.flagged else ''}{row.values}")
-    return DraftStep("run", {"cases": [{"inputs": case}], "compare": compare}, comments)
-
-
-def case_rank(item) -> int:
-    if isinstance(item, list):
-        return len(item)
-    return len(item.get("shape", [])) if "shape" in item else 0
 
 
 __all__ = ["InitResult", "InputRow", "draft_spec"]

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from patchspec.author.fit import Fit
 from patchspec.errors import PatchError
 from patchspec.model.graph import NodeSite, all_graphs, bodies, constant_value, walk_nodes
 from patchspec.model.io import load_model
@@ -57,7 +59,7 @@ class Export:
             if each is not graph:
                 self.in_bodies.update(found)
         self.inputs = [info for info in graph.input if info.name not in self.constants]
-        self.places: dict[str, tuple] = {info.name: ("input", i) for i, info in enumerate(self.inputs)}
+        self.places: dict[str, tuple[Any, ...]] = {info.name: ("input", i) for i, info in enumerate(self.inputs)}
         self.sites: list[NodeSite] = []
         for site in walk_nodes(graph):
             if _is_constant_node(site.node):
@@ -69,7 +71,7 @@ class Export:
                 self.places.update((info.name, ("body input", position, attr, i)) for i, info in enumerate(body.input))
         self.places.update((name, ("constant",)) for name in self.constants)
 
-    def place(self, name: str) -> tuple:
+    def place(self, name: str) -> tuple[Any, ...]:
         return ("none",) if not name else self.places.get(name, ("outer", name))
 
     def label_of(self, position: int) -> str:
@@ -109,7 +111,7 @@ class Rewrite:
     b: list[int]
     reshape: bool  # only a Reshape's shape reads it, and it has no -1 yet: one entry may become -1
     entries: list[int] = field(default_factory=list)  # the indices that differ
-    fits: dict = field(default_factory=dict)  # index -> fit.Fit
+    fits: dict[int, Fit] = field(default_factory=dict)  # index -> its expression
 
 
 # -- structure ---------------------------------------------------------------------------------------

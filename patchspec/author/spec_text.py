@@ -6,8 +6,11 @@ patchspec writes has the same layout, and none is handed out that patchspec itse
 
 from __future__ import annotations
 
+import json
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -19,7 +22,7 @@ class DraftStep:
     """One item of ``patches`` or ``verify``: its type, its params, and the comment lines above it."""
 
     type_name: str
-    params: dict
+    params: dict[str, Any]
     comments: list[str] = field(default_factory=list)
 
 
@@ -33,19 +36,44 @@ class SpecDraft:
 
 
 def render(draft: SpecDraft) -> str:
-    lines = [f"# {line}" if line else "#" for line in draft.header]
+    """The spec's text. Names from the model are data: values go through YAML's own quoting, and each
+    comment line has its control characters escaped, so no name can end a comment and start a key."""
+    lines = [_comment("", line) for line in draft.header]
     lines += ["patchspec: 1", f"model: {_scalar(draft.model)}", f"output: {_scalar(draft.output)}"]
     for section, steps in (("patches", draft.patches), ("verify", draft.verify)):
         if section == "verify" and not steps:
             continue
         lines.append(f"{section}:" + ("" if steps else " []"))
         for step in steps:
-            lines += [f"  # {line}" if line else "  #" for line in step.comments]
+            lines += [_comment("  ", line) for line in step.comments]
             lines += _item(step)
     return "\n".join(lines) + "\n"
 
 
-def checked(draft: SpecDraft, spec_path: Path, registry) -> str:
+def quoted(name: str) -> str:
+    """A name from the model as a comment or a message shows it: in single quotes, control characters
+    escaped (``'x\\n- y'``), so it reads as one name on one line."""
+    return f"'{escape_controls(name)}'"
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every control or line-breaking character written as its escape (``\\n``, ``\\u001b``)."""
+    return "".join(_escaped(c) if _breaks(c) else c for c in text)
+
+
+def _escaped(char: str) -> str:
+    return json.dumps(char)[1:-1] if char in "\n\r\t" else f"\\u{ord(char):04x}"
+
+
+def _breaks(char: str) -> bool:
+    return unicodedata.category(char) in ("Cc", "Zl", "Zp") or char in "\x85\u2028\u2029"
+
+
+def _comment(indent: str, line: str) -> str:
+    return f"{indent}# {escape_controls(line)}" if line else f"{indent}#"
+
+
+def checked(draft: SpecDraft, spec_path: Path, registry: Any) -> str:
     """The rendered text, after the spec loader accepted it as ``spec_path`` (raises SpecError if not)."""
     text = render(draft)
     load_spec(spec_path, registry, text=text)
@@ -60,11 +88,19 @@ def _item(step: DraftStep) -> list[str]:
 
 
 def _scalar(text: str) -> str:
-    return yaml.safe_dump(text, default_style=None).splitlines()[0] if _needs_quotes(text) else text
+    """A path as a YAML scalar: plain when that reads back the same, else double-quoted (JSON's
+    quoting is YAML's), so a newline or a quote in it stays inside the value."""
+    plain = not _needs_quotes(text) and yaml.safe_load(f"k: {text}") == {"k": text}
+    return text if plain else json.dumps(text, ensure_ascii=False)
 
 
 def _needs_quotes(text: str) -> bool:
-    return not text or any(c in text for c in ":#{}[],&*!|>'\"%@`") or text != text.strip()
+    return (
+        not text
+        or any(c in text for c in ":#{}[],&*!|>'\"%@`")
+        or text != text.strip()
+        or any(_breaks(c) for c in text)
+    )
 
 
-__all__ = ["DraftStep", "SpecDraft", "checked", "render"]
+__all__ = ["DraftStep", "SpecDraft", "checked", "escape_controls", "quoted", "render"]

@@ -9,6 +9,9 @@ gets the ``replace_initializer`` lines that compute it at run time, and the ``re
 that frees the input dims it follows. An entry no expression explains from one export is said so:
 ``patchspec derive`` with a second export tells sizes from constants.
 
+A symbolic dim has no size in the model; ``--shape x=...`` gives the size the export was traced at,
+and the dim is matched at that size (it needs no rename_dims: it is free already).
+
 Only the graph is read.
 """
 
@@ -18,10 +21,12 @@ import json
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
 
+from patchspec.errors import UsageError, did_you_mean
 from patchspec.model.graph import ScopeIndex, walk_nodes
 from patchspec.model.io import load_model
 from patchspec.shapes.annotations import read_dims
@@ -49,6 +54,7 @@ class Dim:
     tensor: str
     axis: int
     size: int
+    symbolic: bool = False  # sized by --shape: free already
 
     @property
     def text(self) -> str:
@@ -60,15 +66,16 @@ class Suggestion:
     """One baked constant: where it is read, its values, and the expression found for each entry."""
 
     node: str  # "Reshape '/head/Reshape'"
-    selector: dict
+    selector: dict[str, str]
     operand: int
     values: list[int]
     expressions: dict[int, str] = field(default_factory=dict)
     ambiguous: dict[int, str] = field(default_factory=dict)  # entry -> the other dim it could be
-    dims: set = field(default_factory=set)  # (input, axis) pairs the expressions read
+    dims: set[tuple[str, int]] = field(default_factory=set)  # (input, axis) pairs the expressions read
+    free: set[tuple[str, int]] = field(default_factory=set)  # those of them symbolic already (no rename_dims)
 
     @property
-    def items(self) -> list:
+    def items(self) -> list[int | str]:
         return [self.expressions.get(i, v) for i, v in enumerate(self.values)]
 
     def spec_lines(self) -> list[str]:
@@ -80,7 +87,7 @@ class Suggestion:
             f"      shape: [{shown}]",
         ]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "node": self.node,
             "select": self.selector,
@@ -91,8 +98,10 @@ class Suggestion:
         }
 
 
-def suggest(model: onnx.ModelProto) -> tuple[list[Suggestion], list[str]]:
-    """The constants whose entries follow the declared input dims, and notes on what cannot be told."""
+def suggest(model: onnx.ModelProto, given: dict[str, list[int]] | None = None) -> tuple[list[Suggestion], list[str]]:
+    """The constants whose entries follow the declared input dims (or the ``given`` sizes of symbolic
+    ones), and notes on what cannot be told."""
+    given = _checked_sizes(model, given or {})
     dims, symbolic, features = [], [], set()
     try:
         batch = set(batch_axes(model).axes)
@@ -106,7 +115,9 @@ def suggest(model: onnx.ModelProto) -> tuple[list[Suggestion], list[str]]:
                 continue  # channels and hidden sizes belong to the weights, not to the input's size
             if isinstance(size, int) and size >= SMALLEST_SIZE:
                 dims.append(Dim(name, axis, size))
-            elif not isinstance(size, int) and (name, axis) not in batch:
+            elif not isinstance(size, int) and name in given and given[name][axis] >= SMALLEST_SIZE:
+                dims.append(Dim(name, axis, given[name][axis], symbolic=True))
+            elif not isinstance(size, int) and (name, axis) not in batch and name not in given:
                 symbolic.append(f"{name}[{axis}]")
     index = ScopeIndex()
     found, notes = [], []
@@ -114,7 +125,8 @@ def suggest(model: onnx.ModelProto) -> tuple[list[Suggestion], list[str]]:
         notes.append(
             f"{', '.join(symbolic)} {'is' if len(symbolic) == 1 else 'are'} symbolic: the size the export saw "
             "there is not in the model, so constants that follow it cannot be told from one export; "
-            "'patchspec derive A.onnx B.onnx' finds them from two exports at two sizes"
+            "give the sizes it was traced at (--shape NAME=D0,D1,...), or run "
+            "'patchspec derive A.onnx B.onnx', which finds them from two exports at two sizes"
         )
     for site in walk_nodes(model.graph):
         node = site.node
@@ -135,7 +147,7 @@ def freeing_lines(suggestions: list[Suggestion], model: onnx.ModelProto) -> list
     input's name and axis), so the model accepts other sizes."""
     used: dict[str, dict[int, str]] = {}
     for suggestion in suggestions:
-        for tensor, axis in sorted(suggestion.dims):
+        for tensor, axis in sorted(suggestion.dims - suggestion.free):
             used.setdefault(tensor, {})[axis] = {2: "height", 3: "width"}.get(axis, f"{tensor}_{axis}")
     lines = []
     for tensor, axes in used.items():
@@ -147,9 +159,9 @@ def freeing_lines(suggestions: list[Suggestion], model: onnx.ModelProto) -> list
     return lines
 
 
-def suggest_report(path: Path) -> dict:
+def suggest_report(path: Path, given: dict[str, list[int]] | None = None) -> dict[str, Any]:
     model = load_model(path)
-    suggestions, notes = suggest(model)
+    suggestions, notes = suggest(model, given)
     lines = freeing_lines(suggestions, model) + [line for s in suggestions for line in s.spec_lines()]
     return {
         "model": str(path),
@@ -160,7 +172,7 @@ def suggest_report(path: Path) -> dict:
     }
 
 
-def format_suggestions(data: dict) -> str:
+def format_suggestions(data: dict[str, Any]) -> str:
     lines = [f"{data['model']}: inputs as exported:"]
     lines += [f"  {i['name']}  {i['dims']}" for i in data["inputs"]]
     notes = [f"note: {n}" for n in data["notes"]]
@@ -176,6 +188,18 @@ def format_suggestions(data: dict) -> str:
     return "\n".join(lines + notes)
 
 
+def _checked_sizes(model: onnx.ModelProto, given: dict[str, list[int]]) -> dict[str, list[int]]:
+    inputs = fed_inputs(model.graph)
+    for name, sizes in given.items():
+        if name not in inputs:
+            msg = f"--shape {name}: the model has no input {name!r}{did_you_mean(name, inputs)}"
+            raise UsageError(msg, f"its inputs: {', '.join(inputs)}")
+        rank = len(read_dims(inputs[name]) or [])
+        if len(sizes) != rank:
+            raise UsageError(f"--shape {name}: the input has {rank} axes, got {len(sizes)} sizes")
+    return given
+
+
 def _feature_axis(rank: int) -> int | None:
     """The axis that holds features: 1 in [N, C, H, W] (and 5-D), the last in [N, C], [N, T, C]."""
     if rank >= 4:
@@ -183,7 +207,9 @@ def _feature_axis(rank: int) -> int | None:
     return rank - 1 if rank >= 2 else None
 
 
-def _match(node: onnx.NodeProto, operand: int, values: list[int], dims: list[Dim], features: set) -> Suggestion | None:
+def _match(
+    node: onnx.NodeProto, operand: int, values: list[int], dims: list[Dim], features: set[int | str | None]
+) -> Suggestion | None:
     label = f"{node.op_type} '{node.name or node.output[0]}'"
     selector = {"name": node.name} if node.name else {"produces": node.output[0]}
     suggestion = Suggestion(label, selector, operand, values)
@@ -196,12 +222,13 @@ def _match(node: onnx.NodeProto, operand: int, values: list[int], dims: list[Dim
         (text, used), *others = matches
         suggestion.expressions[entry] = text
         suggestion.dims.update(used)
+        suggestion.free.update((d.tensor, d.axis) for d in dims if d.symbolic and (d.tensor, d.axis) in used)
         if others:
             suggestion.ambiguous[entry] = others[0][0]
     return suggestion
 
 
-def _expressions(value: int, dims: list[Dim]) -> list[tuple[str, set]]:
+def _expressions(value: int, dims: list[Dim]) -> list[tuple[str, set[tuple[str, int]]]]:
     """Every expression that gives ``value`` at the export's sizes, simplest first (more than one: ambiguous,
     and one export cannot tell which; ``patchspec derive`` can)."""
     levels = [
@@ -226,7 +253,7 @@ def _expressions(value: int, dims: list[Dim]) -> list[tuple[str, set]]:
     return [match for level in levels for match in level]  # the simplest first; any other is an ambiguity
 
 
-def _flow(mapping: dict) -> str:
+def _flow(mapping: dict[str, str]) -> str:
     return "{" + ", ".join(f"{k}: {json.dumps(v)}" for k, v in mapping.items()) + "}"
 
 

@@ -21,8 +21,30 @@ from patchspec.errors import UsageError
     help="Where to write the spec (default: A's name with .patchspec.yaml, in the current folder).",
 )
 @click.option("--force", is_flag=True, help="Overwrite an existing spec (and its .npy files).")
+@click.option(
+    "--shape-a",
+    "shapes_a",
+    multiple=True,
+    metavar="NAME=D0,D1,...",
+    help="The sizes A was traced at, for an input with symbolic dims (repeatable); default: found by running A and B.",
+)
+@click.option(
+    "--shape-b",
+    "shapes_b",
+    multiple=True,
+    metavar="NAME=D0,D1,...",
+    help="The sizes B was traced at, as --shape-a.",
+)
 @click.pass_obj
-def derive_command(state: State, a_path: Path, b_path: Path, spec_path: Path | None, force: bool) -> None:
+def derive_command(
+    state: State,
+    a_path: Path,
+    b_path: Path,
+    spec_path: Path | None,
+    force: bool,
+    shapes_a: tuple[str, ...],
+    shapes_b: tuple[str, ...],
+) -> None:
     """Write the spec that makes model A work at any input size, from A and B: one network exported
     (traced) at two input sizes.
 
@@ -32,12 +54,18 @@ def derive_command(state: State, a_path: Path, b_path: Path, spec_path: Path | N
     the input dims (dim(x, 2) // 8, dim(x, 2) * dim(x, 3) // 64, or -1 in a Reshape), adds an int64
     input for sizes no input dim holds (a merger's grid: value(sizes, 0)), and frees the input dims
     that differ. The spec has replace_initializer and rename_dims patches, and a verify block:
-    check, and run at A's sizes against A and at B's sizes against B. Weights are never read.
+    check, and run at A's sizes against A and at B's sizes against B.
+
+    \b
+    Inputs symbolic in both (torch's dynamic_axes, where the code used Python ints: feats [1, 'T', 40])
+    hide the sizes the trace baked: derive finds them by running A and B at sizes made from the
+    constants that differ, or takes them from --shape-a / --shape-b.
 
     \b
     Example:
       patchspec derive det_640x640.onnx det_480x736.onnx --output specs/det_any.yaml
       patchspec apply specs/det_any.yaml             # next: build and verify
+      patchspec derive speech_a.onnx speech_b.onnx --shape-a feats=1,12,40 --shape-b feats=1,20,40
 
     Exit codes: 0 written, 2 bad command line or the spec exists (use --force), 3 a model cannot be
     read, 4 the graphs differ in structure or an entry fits no expression (the nodes are named).
@@ -53,7 +81,8 @@ def derive_command(state: State, a_path: Path, b_path: Path, spec_path: Path | N
         raise UsageError(
             f"{spec_path} exists; nothing was written", "give another --output, or --force to overwrite it"
         )
-    result = derive(a_path, b_path, spec_path, state.registry())
+    shapes = (_shapes("--shape-a", shapes_a), _shapes("--shape-b", shapes_b))
+    result = derive(a_path, b_path, spec_path, state.registry(), shapes)
     existing = [str(path) for path in result.arrays if path.exists()]
     if existing and not force:
         raise UsageError(f"{', '.join(existing)} exists; nothing was written", "give another --output, or --force")
@@ -69,3 +98,12 @@ def derive_command(state: State, a_path: Path, b_path: Path, spec_path: Path | N
         state.echo(f"note: {note}")
     files = "".join(f", {path.name}" for path in result.arrays)
     state.echo(f"wrote {spec_path}{files}; next: patchspec apply {spec_path}")
+
+
+def _shapes(flag: str, values: tuple[str, ...]) -> dict[str, list[int]]:
+    from patchspec.ort.inspection import parse_shape_options
+
+    try:
+        return parse_shape_options(values)
+    except UsageError as exc:  # its message names --shape
+        raise UsageError(exc.detail.replace("--shape ", f"{flag} ", 1), exc.hint) from None

@@ -37,7 +37,9 @@ def init_command(
     gives integer inputs values where the graph says what they are (a sample rate compared with
     16000 to choose a branch, token ids below an embedding table's row count, a 0/1 mask), and
     flags the others; verifies against the original, one sample at a time when the original's batch
-    is fixed. The weights are never read. Nothing is written when the spec exists (use --force).
+    is fixed or it fails at the batch. Inputs that name the batch apart (tf2onnx's unk__12, unk__13)
+    are tied to it by running the original (CPU, weights up to 1 GiB), and the spec quotes the run
+    that proved it. Nothing is written when the spec exists (use --force).
 
     \b
     Examples:

@@ -19,7 +19,8 @@ from patchspec.errors import ModelFileError, PatchspecError
     "shapes",
     multiple=True,
     metavar="NAME=D0,D1,...",
-    help="Input shape for the lint (repeatable); default: 1 on axis 0, 64, 96, ... elsewhere.",
+    help="Input shape for the lint (repeatable); default: 1 on axis 0, 64, 96, ... elsewhere. With --suggest: "
+    "the sizes the export was traced at, for its symbolic dims.",
 )
 @click.option(
     "--value",
@@ -66,7 +67,7 @@ def inspect_command(
     if suggest:
         from patchspec.author.suggest import format_suggestions, suggest_report
 
-        data = suggest_report(model_path)
+        data = suggest_report(model_path, parse_shape_options(shapes))
         click.echo(json.dumps(data, indent=2) if as_json else format_suggestions(data))
         return
     try:

@@ -8,7 +8,9 @@ input whose axis 0 is that batch or unknown. ``set_batch`` and ``patchspec init`
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import onnx
 
@@ -28,7 +30,7 @@ class BatchAxes:
 class BatchAxesError(ValueError):
     """The batch axes cannot be given or found; ``key`` is where in the params, ``hint`` what to do."""
 
-    def __init__(self, message: str, key: tuple = (), hint: str | None = None) -> None:
+    def __init__(self, message: str, key: tuple[Any, ...] = (), hint: str | None = None) -> None:
         super().__init__(message)
         self.message, self.key, self.hint = message, key, hint
 
@@ -39,7 +41,11 @@ def fed_inputs(graph: onnx.GraphProto) -> dict[str, onnx.ValueInfoProto]:
     return {info.name: info for info in graph.input if info.name not in constants}
 
 
-def batch_axes(model: onnx.ModelProto, given=None) -> BatchAxes:
+#: the batch axes as set_batch's ``inputs`` param gives them: a list of names (axis 0), or {name: axis}
+Given = Sequence[str] | Mapping[str, int]
+
+
+def batch_axes(model: onnx.ModelProto, given: Given | None = None) -> BatchAxes:
     """The batch axes ``given`` (a list of names, or ``{name: axis}``), or else the detected ones."""
     inputs = fed_inputs(model.graph)
     if not inputs:
@@ -49,11 +55,11 @@ def batch_axes(model: onnx.ModelProto, given=None) -> BatchAxes:
     return _detected_axes(inputs)
 
 
-def _given_axes(inputs: dict, given) -> BatchAxes:
-    pairs = (
-        [(name, 0, ("inputs", i)) for i, name in enumerate(given)]
-        if isinstance(given, list)
-        else [(name, axis, ("inputs", name)) for name, axis in given.items()]
+def _given_axes(inputs: dict[str, onnx.ValueInfoProto], given: Given) -> BatchAxes:
+    pairs: list[tuple[str, int, tuple[Any, ...]]] = (
+        [(name, axis, ("inputs", name)) for name, axis in given.items()]
+        if isinstance(given, Mapping)
+        else [(name, 0, ("inputs", i)) for i, name in enumerate(given)]
     )
     chosen = []
     for name, axis, key in pairs:
@@ -72,13 +78,13 @@ def _given_axes(inputs: dict, given) -> BatchAxes:
     return BatchAxes(tuple(chosen), _old_size(inputs, chosen))
 
 
-def _old_size(inputs: dict, chosen) -> int:
-    sizes = {read_dims(inputs[name])[axis] for name, axis in chosen}
+def _old_size(inputs: dict[str, onnx.ValueInfoProto], chosen: list[tuple[str, int]]) -> int:
+    sizes = {(read_dims(inputs[name]) or [])[axis] for name, axis in chosen}
     static = [s for s in sizes if isinstance(s, int)]
     return static[0] if len(static) == 1 and len(sizes) == 1 else 1
 
 
-def _detected_axes(inputs: dict) -> BatchAxes:
+def _detected_axes(inputs: dict[str, onnx.ValueInfoProto]) -> BatchAxes:
     first_name, first = next(iter(inputs.items()))
     dims = read_dims(first)
     if not dims:

@@ -4,19 +4,37 @@ A random array is a fine input for a float tensor. Integer inputs are different:
 picks an If branch, token ids that index an embedding table, a 0/1 mask. Each rule here reads a
 fact from the graph (a comparison with a constant, a Gather's table, a cast into arithmetic) and
 says why; an integer input no rule explains is flagged, never given a value that merely runs.
+An input no node reads takes any values (it is said to be unread); a boolean input is a mask.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
 
-from patchspec.model.graph import ScopeIndex, all_graphs, walk_nodes
+from patchspec.model.graph import NodeSite, ScopeIndex, all_graphs, walk_nodes
 
-#: ops that pass a value through unchanged (for following an input to where it is used)
-_PASS_THROUGH = {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Identity", "Flatten", "Expand"}
+#: ops that pass a value through unchanged, or pick some of its elements (operand 0: the last token of
+#: a prefix, Gather(prefix, -1, axis=1)), for following an input to where it is used
+_PASS_THROUGH = {
+    "Cast",
+    "Unsqueeze",
+    "Squeeze",
+    "Reshape",
+    "Identity",
+    "Flatten",
+    "Expand",
+    "Gather",
+    "GatherElements",
+    "Slice",
+    "Split",
+    "Transpose",
+    "Tile",
+}
 #: ops that carry a boolean on towards a condition
 _LOGIC = {"Not", "And", "Or", "Xor", "Cast", "Squeeze", "Unsqueeze", "Reshape", "Identity"}
 _COMPARISONS = {"Equal": 0, "Greater": 1, "GreaterOrEqual": 0, "Less": -1, "LessOrEqual": 0}
@@ -29,19 +47,28 @@ class InputValues:
     """How to fill one input in a run case, and why: ``item`` is merged into the case's input mapping
     (``{"value": 16000}``, ``{"low": 0, "high": 30522}``); ``flag`` says the graph did not tell."""
 
-    item: dict
+    item: dict[str, Any]
     why: str
     flag: bool = False
 
 
 def input_values(model: onnx.ModelProto, name: str, elem_type: int) -> InputValues | None:
-    """None for a float input (random values do); otherwise the values and the reason."""
+    """None for a float input the graph reads (random values do); otherwise the values and the reason."""
+    uses = _Uses(model)
+    if name not in uses.consumers and name not in {info.name for info in model.graph.output}:
+        return InputValues({}, "unread: no node reads it, so any values do")
     if elem_type in _FLOATS:
         return None
-    uses = _Uses(model)
-    found = uses.branch_value(name) or uses.table_rows(name) or uses.mask(name)
+    found = uses.branch_value(name) or uses.table_rows(name) or uses.mask(name) or uses.zeroed(name)
     if found is not None:
         return found
+    if elem_type == onnx.TensorProto.BOOL:
+        readers = ", ".join(sorted({_label(site.node) for site, _ in uses.reached(name, _PASS_THROUGH)}))
+        return InputValues(
+            {"low": 0, "high": 2},
+            f"a boolean input (a mask), read by {readers}: random True/False; give real masks "
+            "('file: ...') if some patterns are invalid",
+        )
     return InputValues(
         {},
         "an integer input the graph says nothing definite about: give real values "
@@ -50,9 +77,13 @@ def input_values(model: onnx.ModelProto, name: str, elem_type: int) -> InputValu
     )
 
 
+def _label(node: onnx.NodeProto) -> str:
+    return f"{node.op_type} '{node.name or node.output[0]}'"
+
+
 class _Uses:
     def __init__(self, model: onnx.ModelProto) -> None:
-        self.consumers: dict[str, list] = {}
+        self.consumers: dict[str, list[tuple[NodeSite, int]]] = {}
         for site in walk_nodes(model.graph):
             for operand, tensor in enumerate(site.node.input):
                 if tensor:
@@ -71,9 +102,10 @@ class _Uses:
             if node.op_type == "Loop" and len(node.input) > 1
         }
 
-    def reached(self, name: str, through: set[str]):
+    def reached(self, name: str, through: set[str]) -> Iterator[tuple[NodeSite, int]]:
         """(site, operand) of every use of ``name``, following ops in ``through``."""
-        seen, stack = set(), [name]
+        seen: set[str] = set()
+        stack = [name]
         while stack:
             tensor = stack.pop()
             for site, operand in self.consumers.get(tensor, []):
@@ -84,14 +116,15 @@ class _Uses:
                 else:
                     yield site, operand
 
-    def constant(self, site, operand: int):
+    def constant(self, site: NodeSite, operand: int) -> np.ndarray[Any, Any] | None:
         if operand >= len(site.node.input):
             return None
         value = self.index.constant(site.node.input[operand], site.scopes)
         return None if value is None else np.asarray(value)
 
     def feeds_a_condition(self, tensor: str) -> str | None:
-        seen, stack = set(), [tensor]
+        seen: set[str] = set()
+        stack = [tensor]
         while stack:
             name = stack.pop()
             if name in self.conditions:
@@ -104,7 +137,8 @@ class _Uses:
 
     def branch_value(self, name: str) -> InputValues | None:
         """Compared with a constant, and the result decides an If or a Loop: the constant is the value."""
-        choices, chosen = [], None
+        choices: list[Any] = []
+        chosen: tuple[Any, onnx.NodeProto] | None = None
         for site, operand in self.reached(name, _PASS_THROUGH):
             node = site.node
             if node.op_type not in _COMPARISONS or len(node.input) != 2:
@@ -129,7 +163,9 @@ class _Uses:
         )
 
     def table_rows(self, name: str) -> InputValues | None:
-        """Indices into a constant table (token ids into an embedding): 0 <= id < its row count."""
+        """Indices into constant tables (token ids into an embedding): 0 <= id < the smallest row count,
+        which is valid for every table the ids index."""
+        tables: list[tuple[int, onnx.NodeProto]] = []
         for site, operand in self.reached(name, _PASS_THROUGH):
             node = site.node
             if node.op_type != "Gather" or operand != 1:
@@ -137,13 +173,17 @@ class _Uses:
             axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
             rows = self._rows(site, axis)
             if rows:
-                return InputValues(
-                    {"low": 0, "high": rows},
-                    f"indexes the {rows} rows of Gather '{node.name or node.output[0]}''s table",
-                )
-        return None
+                tables.append((rows, node))
+        if not tables:
+            return None
+        rows, node = min(tables, key=lambda table: table[0])
+        why = f"indexes the {rows} rows of {_label(node)}'s table"
+        others = sorted({r for r, n in tables if n is not node})
+        if others:
+            why += f"; it also indexes tables of {', '.join(map(str, others))} rows: the smallest bounds them all"
+        return InputValues({"low": 0, "high": rows}, why)
 
-    def _rows(self, site, axis: int) -> int | None:
+    def _rows(self, site: NodeSite, axis: int) -> int | None:
         """Rows of the table a Gather reads: an initializer, or one dequantized, cast or scaled on the way."""
         table = site.node.input[0]
         for _ in range(4):
@@ -156,6 +196,19 @@ class _Uses:
                 return None
             table = producer.input[0]
         return None
+
+    def zeroed(self, name: str) -> InputValues | None:
+        """Every use multiplies it by a constant 0 (an export's way of keeping an input it ignores)."""
+        uses = list(self.reached(name, _PASS_THROUGH))
+        for site, operand in uses:
+            other = self.constant(site, 1 - operand) if site.node.op_type == "Mul" and operand < 2 else None
+            if other is None or other.size == 0 or np.any(other != 0):
+                return None
+        if not uses:
+            return None
+        return InputValues(
+            {}, f"only multiplied by 0 ({_label(uses[0][0].node)}): its value never matters, any values do"
+        )
 
     def mask(self, name: str) -> InputValues | None:
         """Cast to bool, or to a float used in arithmetic (1 - mask, mask * x): a 0/1 mask."""

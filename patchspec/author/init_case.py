@@ -1,0 +1,193 @@
+"""``init``'s run case: the inputs' shapes and values, and whether to compare per sample.
+
+Shapes are the lint's defaults (one size per dim name), or the sizes the original ran with when
+``init`` ran it (:mod:`.batch_ties`); every batch axis gets the case's batch. Values come from the
+graph (:mod:`patchspec.shapes.values`). The comparison is per sample (``split_batch``) when the
+original's batch is fixed at 1, or when the original, run here, fails at the batch but runs at 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import onnx
+
+from patchspec.author.batch_ties import CaseLayout, Pair
+from patchspec.author.original_runs import OriginalRuns
+from patchspec.author.spec_text import DraftStep, quoted
+from patchspec.ort.inspection import probe_shapes
+from patchspec.shapes.annotations import read_dims
+from patchspec.shapes.batch_axes import fed_inputs
+from patchspec.shapes.values import InputValues, input_values
+
+#: the symbolic batch of the probe run: a name no export uses, so the outputs' batch axes show
+PROBE = "patchspec_init_batch"
+
+
+@dataclass
+class InputRow:
+    """One line of the terminal table: an input, its batch axis and how that was decided."""
+
+    name: str
+    axis: int | None
+    how: str
+    values: str = ""
+    flagged: bool = False
+
+
+def input_rules(model: onnx.ModelProto) -> dict[str, InputValues | None]:
+    """What the graph says each input's values are (None: random floats do)."""
+    return {
+        name: input_values(model, name, info.type.tensor_type.elem_type)
+        for name, info in fed_inputs(model.graph).items()
+    }
+
+
+def probe_values(rules: dict[str, InputValues | None]) -> dict[str, dict[str, Any]]:
+    """Case items (less the shape) for running the original: a flagged input gets ones, which are
+    valid lengths, counts and indices more often than random integers are."""
+    values: dict[str, dict[str, Any]] = {}
+    for name, rule in rules.items():
+        if rule is not None:
+            values[name] = {"fill": "ones"} if rule.flag else dict(rule.item)
+    return values
+
+
+def case_shapes(model: onnx.ModelProto) -> dict[str, list[int]]:
+    """The lint's default sizes (one per dim name), except the last axis of a [batch, length] input
+    (audio samples, token positions): 512, which short-window kernels (a reflect Pad, an STFT) accept."""
+    shapes = probe_shapes(model, None, split=False)  # one size per dim name: the original must run too
+    for name, info in fed_inputs(model.graph).items():
+        dims = read_dims(info) or []
+        if len(dims) == 2 and not isinstance(dims[1], int):
+            shapes[name][1] = 512
+    return shapes
+
+
+def unified_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]], batch: list[Pair]) -> dict[str, list[int]]:
+    """``shapes`` with every other unnamed or symbolic axis at one size: exporters that name each
+    input's axes apart (``unk__12``, ``unk__13``) still mean one sequence length."""
+    free = [
+        (name, axis)
+        for name, info in fed_inputs(model.graph).items()
+        for axis, dim in enumerate(read_dims(info) or [])
+        if not isinstance(dim, int) and (name, axis) not in batch
+    ]
+    if not free:
+        return shapes
+    size = shapes[free[0][0]][free[0][1]]
+    unified = {name: list(shape) for name, shape in shapes.items()}
+    for name, axis in free:
+        unified[name][axis] = size
+    return unified
+
+
+def per_sample_reason(runs: OriginalRuns, layout: CaseLayout, axes: list[Pair], batch: int) -> str | None:
+    """Why the case compares per sample: the original fails at ``batch`` and runs at 1 (None if not so)."""
+    ran = runs.run(layout.items(batch, axes))
+    if ran is None or ran.ok:
+        return None
+    single = runs.run(layout.items(1, axes))
+    if single is None or not single.ok:
+        return None
+    return f"the original runs at batch 1 but not at batch {batch} ({ran.failure}): compare per sample (split_batch)"
+
+
+def case_inputs(
+    model: onnx.ModelProto,
+    axes: list[Pair],
+    how: dict[Pair, str],
+    rules: dict[str, InputValues | None],
+    shapes: dict[str, list[int]],
+    batch: int,
+    untied: dict[str, str],
+) -> tuple[list[InputRow], dict[str, Any]]:
+    """The rows of the terminal table and the run case's inputs, every batch axis at ``batch``;
+    ``untied``: why an input whose axis 0 could have been the batch is not."""
+    rows, case = [], {}
+    for name, info in fed_inputs(model.graph).items():
+        dims = read_dims(info) or []
+        shape = list(shapes.get(name, []))
+        batched = [axis for tensor, axis in axes if tensor == name]
+        if batched:
+            shape[batched[0]] = batch
+            row = InputRow(name, batched[0], how[(name, batched[0])])
+        else:
+            row = InputRow(name, None, untied.get(name) or why_not_batched(dims))
+        values = rules.get(name)
+        item: dict[str, Any] = {"shape": shape}
+        if values is not None:
+            row.values, row.flagged = values.why, values.flag
+            if values.flag:  # never a value that merely happens to run: the user gives the real one
+                item = {"file": f"{name}.npy"}
+                row.values += f"; save them as {name}.npy next to the spec (numpy.save), shape {shape}"
+            elif "value" in values.item:
+                item = {"value": values.item["value"], **({"shape": shape} if shape else {})}
+            else:
+                item.update(values.item)
+        rows.append(row)
+        case[name] = item if set(item) != {"shape"} else shape
+    return rows, case
+
+
+def why_not_batched(dims: list[Any]) -> str:
+    if not dims:
+        return "a scalar: given whole to every sample"
+    first = dims[0]
+    if isinstance(first, int):
+        return f"axis 0 is fixed at {first} and no other axis had to follow the batch"
+    return f"its axes do not carry the batch's dim ({first!r} on axis 0 is another one)"
+
+
+def run_step(
+    probe: onnx.ModelProto | None,
+    rows: list[InputRow],
+    case: dict[str, Any],
+    split: str | None,
+    alone: str | None = None,
+) -> DraftStep:
+    """The ``run`` verifier: the case against the original, per sample when ``split`` says why, or
+    run alone when ``alone`` says why."""
+    comments = ["run the output and compare it with the original on the same inputs"]
+    compare: dict[str, Any] = {"against": "original"}
+    if alone:
+        comments = [alone]
+        compare = {"against": "none"}
+    if split:
+        comments.append(split)
+        inputs = {
+            row.name: row.axis
+            for row in rows
+            if row.axis not in (0,) and (row.axis is not None or case_rank(case[row.name]))
+        }
+        outputs = {
+            info.name: axis
+            for info in (probe.graph.output if probe is not None else [])
+            for axis, dim in enumerate(read_dims(info) or [])
+            if dim == PROBE and axis != 0
+        }
+        compare["split_batch"] = {k: v for k, v in (("inputs", inputs), ("outputs", outputs)) if v} or True
+    for row in rows:
+        if row.values:
+            comments.append(f"{quoted(row.name)}: {'FLAGGED: ' if row.flagged else ''}{row.values}")
+    return DraftStep("run", {"cases": [{"inputs": case}], "compare": compare}, comments)
+
+
+def case_rank(item: Any) -> int:
+    if isinstance(item, list):
+        return len(item)
+    return len(item.get("shape", [])) if "shape" in item else 0
+
+
+__all__ = [
+    "PROBE",
+    "InputRow",
+    "case_inputs",
+    "case_shapes",
+    "input_rules",
+    "per_sample_reason",
+    "probe_values",
+    "run_step",
+    "unified_shapes",
+]

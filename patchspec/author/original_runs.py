@@ -1,0 +1,121 @@
+"""Runs of the original model on onnxruntime's CPU provider, for ``init``'s evidence.
+
+``init`` asks the original itself what the graph alone cannot say: which inputs must share the batch
+(a run fails when they differ), and whether it runs at the batch at all (else the run case compares
+per sample); ``derive`` asks A and B the sizes they were traced at. Each case is run once. A model
+onnxruntime cannot load, or whose weights are over ``RUN_LIMIT_BYTES`` (reading them would cost more
+than the rest of the command), gives no evidence (None), and the caller says so.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from patchspec.model.graph import all_graphs
+from patchspec.ort.feeds import make_feeds
+from patchspec.ort.sessions import RunFailure, Session
+
+#: the original is run only when its weights are at most this large (1 GiB)
+RUN_LIMIT_BYTES = 1 << 30
+
+#: case items as a run case writes them: a shape list, or {shape, low, high, value, fill}
+Items = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Ran:
+    """One run: the outputs' shapes, or why onnxruntime failed (its message, shortened)."""
+
+    shapes: dict[str, tuple[int, ...]] | None
+    failure: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.shapes is not None
+
+
+class OriginalRuns:
+    """The original model in one CPU session; ``session`` is None when onnxruntime cannot load it."""
+
+    def __init__(self, model_path: Path, graph: onnx.ModelProto | None = None) -> None:
+        """``graph``: the model as read (weights not loaded), to measure them before a session loads them."""
+        self.path = model_path
+        self.done: dict[str, Ran] = {}
+        self.session: Session | None = None
+        size = weight_bytes(graph) if graph is not None else 0
+        if size > RUN_LIMIT_BYTES:
+            self.why_not = (
+                f"its weights ({size / 2**30:.1f} GiB) are over the {RUN_LIMIT_BYTES >> 30} GiB patchspec runs here"
+            )
+            return
+        try:
+            self.session = Session(model_path, "CPUExecutionProvider", optimization="basic")
+        except RunFailure as exc:
+            self.session, self.why_not = None, exc.message
+        else:
+            self.why_not = ""
+
+    def run(self, items: Items) -> Ran | None:
+        """The run of one case (cached); None without a session."""
+        if self.session is None:
+            return None
+        key = json.dumps(items, sort_keys=True)
+        if key not in self.done:
+            self.done[key] = self._run(self.session, items)
+        return self.done[key]
+
+    def _run(self, session: Session, items: Items) -> Ran:
+        try:
+            feeds = make_feeds(items, session.inputs, lambda name: Path(name))
+            outputs, _ = session.run(feeds)
+        except RunFailure as exc:
+            return Ran(None, short(exc.message, str(self.path)))
+        except MemoryError:
+            return Ran(None, "out of memory")
+        return Ran({name: _shape(value) for name, value in outputs.items()})
+
+
+def _shape(value: Any) -> tuple[int, ...]:
+    """A tensor's shape; a sequence or map output (a ZipMap's list of dicts) by its length."""
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        return tuple(int(d) for d in shape)
+    return (len(value),) if isinstance(value, (list, tuple, dict)) else ()
+
+
+def weight_bytes(model: onnx.ModelProto) -> int:
+    """The bytes of every initializer, stored in the file or outside it, from dims and types alone."""
+    total = 0
+    for graph in all_graphs(model.graph):
+        for tensor in graph.initializer:
+            try:
+                item = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+            except (KeyError, TypeError, ValueError):  # strings, undefined: no fixed size
+                continue
+            total += int(np.prod(tensor.dims, dtype=np.int64)) * item
+    return total
+
+
+#: onnxruntime's framing around the reason: its error code, the node (said once already), the source line
+_BOILERPLATE = re.compile(
+    r"\[ONNXRuntimeError\] : \d+ : \w+ : |Non-zero status code returned while running \w+ node\. "
+    r"Name:'[^']*' Status Message: |/\S+\.(?:cc|h):\d+ (?:[\w:<>,* ]+\([^)]*\) )?"
+)
+
+
+def short(message: str, path: str, limit: int = 200) -> str:
+    """onnxruntime's reason without the provider, the model's path and its own framing, on one line."""
+    text = message.replace(f"onnxruntime failed to run {path}", "").removeprefix("CPUExecutionProvider: ")
+    text = " ".join(_BOILERPLATE.sub("", text).split()).lstrip(": ")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+__all__ = ["RUN_LIMIT_BYTES", "Items", "OriginalRuns", "Ran", "short", "weight_bytes"]
