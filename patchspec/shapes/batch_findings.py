@@ -12,7 +12,7 @@ import onnx
 
 from patchspec.model.graph import NodeSite
 from patchspec.shapes.batch_pinned import batch_wide, pinned_batch
-from patchspec.shapes.batch_trace import AXIS_FREE, BatchTrace, Undecided, product, shape_text
+from patchspec.shapes.batch_trace import AXIS_FREE, BatchTrace, Undecided, product, shape_text, sizes_of
 from patchspec.shapes.evaluate import BROADCASTING, ShapeEvaluator
 
 
@@ -116,7 +116,8 @@ class BatchFindings:
         before = self._before_squeeze(name)
         if before is not None:
             first, second = self.evaluator.at(before)[:2]
-        if second.shape is None or not second.full or product(second.shape) == product(first.shape or ()):
+        new, old = sizes_of(second), sizes_of(first)
+        if new is None or product(new) == product(old or ()):
             return None
         article = "an" if node.op_type == "If" else "a"
         return self.conflict(
