@@ -127,3 +127,13 @@ def test_a_dynamic_quantization_over_the_batch_is_undecided_not_silent():
     result = set_batch(model, size=4)
     assert "1 undecided" in result.summary
     assert any("DynamicQuantizeLinear 'quantize_x' computes one scale" in line for line in result.details)
+
+
+def test_an_output_whose_rank_nothing_derives_is_undecided():
+    """A custom op upstream: the output's rank is the old declaration's, whose size was the old batch."""
+    node = helper.make_node("Mystery", ["x"], ["y"], domain="acme")
+    model = graph_model([node], [tensor_info("x", [1, 4])], [tensor_info("y", [1, 5])])
+    model.opset_import.append(helper.make_opsetid("acme", 1))
+    result = set_batch(model, size=4)
+    assert "1 undecided" in result.summary, result.summary
+    assert any("output 'y' was declared [1, 5]; nothing derives its shape" in line for line in result.details)
