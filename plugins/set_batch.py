@@ -124,23 +124,30 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         rederive_shapes(model, context.state)  # pins is the state's own dict: the batch axes popped above
         corrected = declare_from_trace(model, trace, size, declared)
         apply_pins(model.graph, pins)
-        counts = f"{len(changed)} shape constant{'s' * (len(changed) != 1)} rewritten"
-        if squeezes:
-            counts += f", {len(squeezes)} Squeeze{'s' * (len(squeezes) != 1)} given axes"
-        if undecided:
-            fixes = ", with the spec lines that fix them" if any(point.fix for point in undecided) else ""
-            counts += f", {len(undecided)} undecided (-v lists them{fixes})"
-        if others:
-            left = len(others[0])
-            counts += f", {left} other input{'s' * (left > 1)} left with a batch of its own (-v)"
-        if corrected:
-            counts += f", {len(corrected)} output declaration{'s' * (len(corrected) != 1)} corrected"
+        counts = summary_counts(changed, squeezes, undecided, len(others[0]) if others else 0, corrected)
         notes = tuple(undecided_text(point) for point in undecided)
-        context.state.get(UNDECIDED).extend(point.message for point in undecided)
+        context.state.get(UNDECIDED).extend(point.message for point in undecided)  # apply --no-verify refuses them
         details = (
             batch.notes + (others[1:] if others else ()) + tuple(changed) + tuple(squeezes) + tuple(corrected) + notes
         )
         return PatchResult(True, f"batch {size} on {where}; {counts}", details)
+
+
+def summary_counts(
+    changed: list[str], squeezes: list[str], undecided: list[Undecided], left: int, corrected: list[str]
+) -> str:
+    """``3 shape constants rewritten, 1 undecided (-v lists them), ...``: what the summary line counts."""
+    counts = f"{len(changed)} shape constant{'s' * (len(changed) != 1)} rewritten"
+    if squeezes:
+        counts += f", {len(squeezes)} Squeeze{'s' * (len(squeezes) != 1)} given axes"
+    if undecided:
+        fixes = ", with the spec lines that fix them" if any(point.fix for point in undecided) else ""
+        counts += f", {len(undecided)} undecided (-v lists them{fixes})"
+    if left:
+        counts += f", {left} other input{'s' * (left > 1)} left with a batch of its own (-v)"
+    if corrected:
+        counts += f", {len(corrected)} output declaration{'s' * (len(corrected) != 1)} corrected"
+    return counts
 
 
 def follow_batch(
