@@ -108,9 +108,9 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         same = not symbolic and size == batch.old_size  # constants are baked for this size already
         b2 = batch.old_size + 6 if isinstance(size, str) or same else size
         trace = follow_batch(model, batch, inputs, b2, symbolic)
-        others = [] if "inputs" in params else other_batch_names(model, batch, inputs, size, b2)
+        others = None if "inputs" in params else other_batch_names(model, batch, inputs, size, b2, trace)
         if trace.refusals and not same:
-            refuse(trace, size, where, context, others)
+            refuse(trace, size, where, context, others[1] if others else None)
         rewrites: list[Rewrite] = [] if same else trace.rewrites
         undecided: list[Undecided] = [] if same else trace.undecided
         changed = rewrite_batch_constants(model, rewrites, f"batch_{size}")
@@ -123,20 +123,30 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         rederive_shapes(model, context.state)  # pins is the state's own dict: the batch axes popped above
         corrected = declare_from_trace(model, trace, size, declared)
         apply_pins(model.graph, pins)
-        counts = f"{len(changed)} shape constant{'s' * (len(changed) != 1)} rewritten"
-        if squeezes:
-            counts += f", {len(squeezes)} Squeeze{'s' * (len(squeezes) != 1)} given axes"
-        if undecided:
-            fixes = ", with the spec lines that fix them" if any(point.fix for point in undecided) else ""
-            counts += f", {len(undecided)} undecided (-v lists them{fixes})"
-        if others:
-            counts += f", {len(others) - 1} other input{'s' * (len(others) > 2)} left with a batch of its own (-v)"
-        if corrected:
-            counts += f", {len(corrected)} output declaration{'s' * (len(corrected) != 1)} corrected"
+        counts = summary_counts(changed, squeezes, undecided, len(others[0]) if others else 0, corrected)
         notes = tuple(undecided_text(point) for point in undecided)
-        context.state.get(UNDECIDED).extend(point.message for point in undecided)
-        details = batch.notes + tuple(others[-1:]) + tuple(changed) + tuple(squeezes) + tuple(corrected) + notes
+        context.state.get(UNDECIDED).extend(point.message for point in undecided)  # apply --no-verify refuses them
+        details = (
+            batch.notes + (others[1:] if others else ()) + tuple(changed) + tuple(squeezes) + tuple(corrected) + notes
+        )
         return PatchResult(True, f"batch {size} on {where}; {counts}", details)
+
+
+def summary_counts(
+    changed: list[str], squeezes: list[str], undecided: list[Undecided], left: int, corrected: list[str]
+) -> str:
+    """``3 shape constants rewritten, 1 undecided (-v lists them), ...``: what the summary line counts."""
+    counts = f"{len(changed)} shape constant{'s' * (len(changed) != 1)} rewritten"
+    if squeezes:
+        counts += f", {len(squeezes)} Squeeze{'s' * (len(squeezes) != 1)} given axes"
+    if undecided:
+        fixes = ", with the spec lines that fix them" if any(point.fix for point in undecided) else ""
+        counts += f", {len(undecided)} undecided (-v lists them{fixes})"
+    if left:
+        counts += f", {left} other input{'s' * (left > 1)} left with a batch of its own (-v)"
+    if corrected:
+        counts += f", {len(corrected)} output declaration{'s' * (len(corrected) != 1)} corrected"
+    return counts
 
 
 def follow_batch(
@@ -154,14 +164,20 @@ def follow_batch(
 
 
 def other_batch_names(
-    model: onnx.ModelProto, batch: BatchAxes, inputs: dict[str, onnx.ValueInfoProto], size: int | str, b2: int
-) -> list[str]:
+    model: onnx.ModelProto,
+    batch: BatchAxes,
+    inputs: dict[str, onnx.ValueInfoProto],
+    size: int | str,
+    b2: int,
+    trace: BatchTrace,
+) -> tuple[list[str], str] | None:
     """Inputs whose axis 0 has a name of its own (tf2onnx's ``unk__6135`` beside ``unk__6134``) that the
-    model runs with as the batch: their axes, then the hint that sets them all (last).
+    model runs with as the batch: their axes (``mask[0] ('unk__6135')``) and the hint that sets them all.
 
     Each exporter may name the batch once per input. The detected batch is the first input's name
-    only; the others are proved to be the batch too when the model, evaluated with them all moving
-    together, runs at the new batch."""
+    only. The others are proved to be the batch too when the model, evaluated with them moving with
+    the batch, runs at the new batch where with sizes of their own (``trace``) it did not; else the
+    hint only says that they keep a name of their own. The entry it prints runs in both cases."""
     names = {(read_dims(inputs[name]) or [None])[axis] for name, axis in batch.axes}
     chosen = {name for name, _ in batch.axes}
     left = [
@@ -170,19 +186,26 @@ def other_batch_names(
         if name not in chosen and (dims := read_dims(info)) and isinstance(dims[0], str) and dims[0] not in names
     ]
     if not left:
-        return []
+        return None
     every = [*batch.axes, *left]
-    if trace_batch(model, every, batch.old_size, b2, symbolic=isinstance(size, str)).refusals:
-        return []
+    together = trace_batch(model, every, batch.old_size, b2, symbolic=isinstance(size, str))
+    if together.refusals:
+        return None
+    proved = bool(trace.refusals) or len(together.undecided) < len(trace.undecided)
     listed: FlowValue = (
         [name for name, _ in every] if all(axis == 0 for _, axis in every) else {name: axis for name, axis in every}
     )
     fix = SpecFix("set_batch", (("size", size), ("inputs", listed)))
     found = [f"{name}[0] ('{(read_dims(inputs[name]) or [''])[0]}')" for name, _ in left]
-    return found + [
-        f"{', '.join(found)} name{'s' * (len(found) == 1)} the batch under another name: the model runs with "
-        f"{'it' if len(found) == 1 else 'them'} at the new batch too; to set them all, use instead:\n{spec_lines(fix)}"
-    ]
+    one = len(found) == 1
+    why = (
+        f"name{'s' * one} the batch under another name: the model runs at the new batch with "
+        f"{'it' if one else 'them'} at the batch's size, not with {'its' if one else 'their'} own; to set them all"
+        if proved
+        else f"keep{'s' * one} a batch name of {'its' if one else 'their'} own; if {'it carries' if one else 'they carry'} "
+        "the batch too"
+    )
+    return found, f"{', '.join(found)} {why}, use instead:\n{spec_lines(fix)}"
 
 
 def undecided_text(point: Undecided) -> str:
@@ -192,15 +215,15 @@ def undecided_text(point: Undecided) -> str:
     return f"{point.message}; to fix it by hand, add:\n{spec_lines(point.fix)}"
 
 
-def refuse(trace: BatchTrace, size: int | str, where: str, context: PatchContext, names: list[str]) -> None:
+def refuse(trace: BatchTrace, size: int | str, where: str, context: PatchContext, names_hint: str | None) -> None:
     """Stop: the evaluation proves the model cannot run at the new batch, or drops or mixes samples there."""
     first, *rest = trace.refusals
     more = "".join(f"\n  also: {line}" for line in rest[:9])
     if len(rest) > 9:
         more += f"\n  and {len(rest) - 9} more"
     at = f"batch {size}" if isinstance(size, int) else f"a batch other than {trace.b1}"
-    if names:  # the batch has other names (other_batch_names): with them all, the model runs
-        context.fail(f"{first}{more}\nnothing is written", hint=names[-1])
+    if names_hint:  # the batch has other names (other_batch_names): with them all, the model runs
+        context.fail(f"{first}{more}\nnothing is written", hint=names_hint)
     constant = any("constant shape" in line for line in trace.refusals)
     how = " (replace_initializer for a constant that holds the batch)" if constant else ""
     context.fail(

@@ -72,7 +72,10 @@ def _hint(model: onnx.ModelProto) -> tuple[str, ...]:
             "the outputs from the fixed inputs",
         )
     point = {
-        name: Known(info.type.tensor_type.elem_type, tuple(read_dims(info) or ())) for name, info in inputs.items()
+        name: Known(
+            info.type.tensor_type.elem_type, tuple(d if isinstance(d, int) else None for d in read_dims(info) or ())
+        )
+        for name, info in inputs.items()
     }
     evaluator = ShapeEvaluator(model, [point]).run()
     fixes = []
@@ -86,7 +89,7 @@ def _hint(model: onnx.ModelProto) -> tuple[str, ...]:
             or (dims is not None and all(isinstance(d, int) for d in dims))
         ):
             continue
-        axes: dict[str | int, FlowValue] = {axis: int(size) for axis, size in enumerate(found.shape)}
+        axes: dict[str | int, FlowValue] = {axis: int(size or 0) for axis, size in enumerate(found.shape)}
         fixes.append(spec_lines(SpecFix("rename_dims", (("tensor", info.name), ("axes", axes)))))
     if not fixes:
         return (

@@ -54,9 +54,14 @@ def _require(model):
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.key)
 def test_rebatched_model_matches_the_original_per_sample(model, size, batch, tmp_path, run_cli):
     _require(model)
-    result = run_cli("apply", _spec(tmp_path, model, size))
+    result = run_cli("apply", _spec(tmp_path, model, size), "-v")
     assert result.exit_code == 0, result.output
-    assert "undecided" not in result.output, result.output
+    undecided = [line.strip() for line in result.output.splitlines() if line.strip().startswith("undecided:")]
+    if model.batch_wide:  # what a verifier must judge: scales over the whole batch, an output's rank
+        assert len(undecided) == 2 and "DynamicQuantizeLinear" in undecided[0], result.output
+        assert "output 'output' was declared [1, 19]; nothing derives its shape" in undecided[1], result.output
+    else:
+        assert not undecided and "undecided" not in result.output, result.output
     path = tmp_path / "out" / f"{model.key}.onnx"
     patched = onnx.load(str(path))
     feeds = model.feeds(batch)

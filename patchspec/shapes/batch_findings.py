@@ -11,8 +11,8 @@ from __future__ import annotations
 import onnx
 
 from patchspec.model.graph import NodeSite
-from patchspec.shapes.batch_pinned import pinned_batch
-from patchspec.shapes.batch_trace import AXIS_FREE, BatchTrace, Undecided, product, shape_text
+from patchspec.shapes.batch_pinned import batch_wide, pinned_batch
+from patchspec.shapes.batch_trace import AXIS_FREE, BatchTrace, Undecided, product, shape_text, sizes_of
 from patchspec.shapes.evaluate import BROADCASTING, ShapeEvaluator
 
 
@@ -34,6 +34,11 @@ class BatchFindings:
         for site, why in pinned_batch(self.trace, sites):
             found.append(f"{self.label(site)} {why}")
             self.decided.add(id(site.node))
+        wide = list(batch_wide(self.trace, sites))
+        if wide:  # one line for them all: a quantized model has one per layer
+            (site, why), more = wide[0], len(wide) - 1
+            also = f" (and {more} more like it)" if more else ""
+            self.trace.undecided.append(Undecided(f"undecided: {self.label(site)}{also} {why}"))
         return found
 
     def conflicts(self) -> list[str]:
@@ -111,7 +116,8 @@ class BatchFindings:
         before = self._before_squeeze(name)
         if before is not None:
             first, second = self.evaluator.at(before)[:2]
-        if second.shape is None or not second.full or product(second.shape) == product(first.shape or ()):
+        new, old = sizes_of(second), sizes_of(first)
+        if new is None or product(new) == product(old or ()):
             return None
         article = "an" if node.op_type == "If" else "a"
         return self.conflict(

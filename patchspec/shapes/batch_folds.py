@@ -8,11 +8,11 @@ and remembers the fold here, for the Reshape that splits the batch out again.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import onnx
 
-from patchspec.shapes.batch_trace import product
+from patchspec.shapes.batch_trace import product, sizes_of
 from patchspec.shapes.evaluate import Known, ShapeEvaluator
 
 #: (the axis the batch is folded into, how many elements of that axis come before each sample's)
@@ -35,24 +35,43 @@ class Folds:
         come before it: ``[L, batch, E] -> [-1, E]``. Making another element "the batch" would move the
         batch into the features. ``factor``: the batch axis's size per sample; a batch folded with heads
         before (``[L, B*heads, d]``) is their outer part."""
-        if out1.shape is None or out2.shape is None or not (out1.full and out2.full):
+        first, second = sizes_of(out1), sizes_of(out2)
+        if first is None or second is None or len(first) != len(second):
             return None
-        if len(out1.shape) != len(out2.shape):
-            return None
-        differing = [j for j, (a, b) in enumerate(zip(out1.shape, out2.shape)) if a != b]
-        if len(differing) != 1 or out1.shape[differing[0]] * self.wb != out2.shape[differing[0]] * self.wa:
+        differing = [j for j, (a, b) in enumerate(zip(first, second)) if a != b]
+        if len(differing) != 1 or first[differing[0]] * self.wb != second[differing[0]] * self.wa:
             return None
         j = differing[0]
         before, after = product(data_shape[:axis]), factor * product(data_shape[axis + 1 :])
-        outer = product(out1.shape[:j])
+        outer = product(first[:j])
         if (
-            after == product(out1.shape[j + 1 :])
+            after == product(first[j + 1 :])
             and outer < before
             and before % outer == 0
-            and outer * out1.shape[j] == before * self.wa
+            and outer * first[j] == before * self.wa
         ):
             return j, before // outer
         return None
+
+    def candidates(
+        self,
+        values: list[int],
+        b1: int,
+        data_shape: Sequence[int],
+        axis: int,
+        factor: int,
+        outputs: Callable[[int], tuple[Known, Known]],
+    ) -> dict[int, Fold]:
+        """Elements of a Reshape's shape that, scaled with the batch (``outputs(j)``: the node's output at
+        the two witnesses then), fold it behind the data dims before it (``[L*B, E]``)."""
+        found = {}
+        for j, value in enumerate(values):
+            if value in (0, -1) or value % b1:
+                continue
+            behind = self.folded_behind(data_shape, axis, factor, *outputs(j))
+            if behind is not None and behind[0] == j:
+                found[j] = behind
+        return found
 
     def fold_of(self, name: str) -> Fold | None:
         """Where a folded batch sits in ``name``: carried from the Reshape that folded it through ops

@@ -6,7 +6,14 @@ Two families, both in real exports (a streaming speech enhancer has both):
   constant indices address sample 0 (a cache update), a Gather on the batch axis with constant
   indices. At any batch they still read or write only the samples the export saw.
 - a recurrent op (RNN, GRU, LSTM) that starts from a constant state (``initial_h``, ``initial_c``)
-  whose batch is the exported one: ``[2, 1, 4]`` cannot start four sequences.
+  whose batch is the exported one: ``[2, 1, 4]`` cannot start four sequences;
+- a recurrent op whose *sequence* axis carries the batch (silero's sequence models take
+  ``input [sequence_length, 576]``): the samples would be steps of one sequence, each starting from
+  the state the one before left.
+
+``batch_wide`` finds what is not a proof but still ties samples together: a DynamicQuantizeLinear
+computes one scale for its whole input, so with the batch in it each sample's result moves with the
+others by up to a quantization step. Only a verifier, with its tolerance, can judge that.
 
 Rewriting a number cannot fix either: the model must be exported again (the state fed as an
 input, the cache indexed by sample). set_batch refuses them, naming the node.
@@ -36,7 +43,7 @@ def pinned_batch(trace: BatchTrace, sites: list[NodeSite]) -> Iterator[tuple[Nod
         if node.op_type in ("ScatterND", "GatherND", "Gather"):
             why = _constant_coordinates(trace, index, site)
         elif node.op_type in _STATES:
-            why = _constant_state(trace, index, site)
+            why = _along_the_sequence(trace, site) or _constant_state(trace, index, site)
         else:
             continue
         if why:
@@ -82,6 +89,37 @@ def _constant_coordinates(trace: BatchTrace, index: ScopeIndex, site: NodeSite) 
     )
 
 
+def _along_the_sequence(trace: BatchTrace, site: NodeSite) -> str | None:
+    node = site.node
+    layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
+    sequence = 1 if layout else 0
+    if sequence not in _batch_axes(trace, node.input[0]):
+        return None
+    return (
+        f"runs along axis {sequence} of its input '{node.input[0]}', its sequence, which carries the batch: the "
+        "samples would be steps of one sequence, each starting from the state the one before left, so the model "
+        "is not batchable on that axis (if the batch is elsewhere, name its inputs and axes in 'inputs')"
+    )
+
+
+def batch_wide(trace: BatchTrace, sites: list[NodeSite]) -> Iterator[tuple[NodeSite, str]]:
+    """Nodes whose result for one sample depends on the others within a tolerance (not a proof)."""
+    for site in sites:
+        node = site.node
+        if node.op_type != "DynamicQuantizeLinear" or node.domain not in ("", "ai.onnx"):
+            continue
+        rank = trace.ranks(node.input[0])[1] or 0
+        if any(isinstance(trace.batch_dim(node.input[0], axis), tuple) for axis in range(rank)):
+            yield (
+                site,
+                (
+                    f"computes one scale and zero point for its whole input '{node.input[0]}', which carries the batch: "
+                    "each sample's result moves with the others by up to a quantization step; a verifier with a "
+                    "tolerance judges whether that is acceptable"
+                ),
+            )
+
+
 def _constant_state(trace: BatchTrace, index: ScopeIndex, site: NodeSite) -> str | None:
     node = site.node
     layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
@@ -103,4 +141,4 @@ def _constant_state(trace: BatchTrace, index: ScopeIndex, site: NodeSite) -> str
     return None
 
 
-__all__ = ["pinned_batch"]
+__all__ = ["batch_wide", "pinned_batch"]

@@ -22,7 +22,7 @@ from patchspec.model.graph import (
     use_counts,
 )
 from patchspec.shapes.annotations import Dim, format_dims, read_dims, shape_dims, typed, write_dim
-from patchspec.shapes.batch_trace import INT64_MAX, BatchTrace, Rewrite
+from patchspec.shapes.batch_trace import INT64_MAX, BatchTrace, Rewrite, Undecided
 
 #: the new batch: a size, or a name for a symbolic batch
 Size = int | str
@@ -135,7 +135,8 @@ def declare_from_trace(
     ONNX shape inference loses the batch at a Resize sized from Shape, and keeps a rank it cannot
     compute (a Squeeze without axes). A declared rank or size that contradicts the evaluation is
     replaced; an unknown dim that the evaluation knows is filled in. Returns one line per output
-    whose declaration (``declared``: output name -> dims before the patch) was wrong.
+    whose declaration (``declared``: output name -> dims before the patch) was wrong; an output whose
+    rank nothing derives (a custom op upstream) is added to ``trace.undecided``.
     """
     corrected = []
     for info in model.graph.output:
@@ -145,6 +146,15 @@ def declare_from_trace(
         if _contradicted(before, now, trace, info.name):
             note = ""
             ranks = trace.ranks(info.name)[:2]
+            if ranks[1] is None and now is not None and all(dim is None for dim in now):
+                # nothing derives it (a custom op upstream): the rank kept is the old declaration's, whose
+                # sizes were false; onnx's checker wants a shape on an output, so a verifier must judge it
+                trace.undecided.append(
+                    Undecided(
+                        f"undecided: output '{info.name}' was declared {format_dims(before)}; nothing derives its "
+                        f"shape at the new batch, so its rank ({len(now)}) is the old declaration's, unchecked"
+                    )
+                )
             if None not in ranks and ranks[0] != ranks[1]:
                 note = f" (a Squeeze without axes dropped the batch at batch {trace.b1}: rank {ranks[0]} there)"
             corrected.append(f"output '{info.name}' was declared {format_dims(before)}, is {format_dims(now)}{note}")

@@ -101,9 +101,10 @@ class BatchTrace:
             axes = [axis] * len(knowns)
         values: list[int] = []
         for known, a in zip(knowns, axes):
-            if known.shape is None or a >= len(known.shape) or known.shape[a] is None:
+            size = known.shape[a] if known.shape is not None and a < len(known.shape) else None
+            if size is None:
                 return None
-            values.append(int(known.shape[a]))
+            values.append(size)
         if self.moves_symbols and values[2] != values[0]:
             same = [key for key, sizes in self.symbols.items() if sizes == (values[0], values[2])]
             return same[0] if len(same) == 1 and values[1] == values[0] else None
@@ -200,6 +201,13 @@ def batch_position(data_prefix: Sequence[int], out_shape: Sequence[int]) -> int 
             return j
     wanted = product(prefix)
     return next((j for j in range(len(out_shape)) if product(out_shape[:j]) == wanted), None)
+
+
+def sizes_of(known: Known) -> tuple[int, ...] | None:
+    """The shape when every dim is a known size (``Known.full``), typed as such; else None."""
+    if known.shape is None or None in known.shape:
+        return None
+    return tuple(int(d) for d in known.shape if d is not None)
 
 
 def product(dims: Sequence[int]) -> int:

@@ -27,7 +27,7 @@ import onnx
 
 from patchspec.model.graph import NodeSite
 from patchspec.shapes.batch_findings import BatchFindings
-from patchspec.shapes.batch_folds import Fold, Folds
+from patchspec.shapes.batch_folds import Folds
 from patchspec.shapes.batch_operands import Operands, replace_fix, steady_except
 from patchspec.shapes.batch_trace import (
     INT64_MAX,
@@ -39,6 +39,7 @@ from patchspec.shapes.batch_trace import (
     int64_known,
     make_points,
     product,
+    sizes_of,
     with_element,
 )
 from patchspec.shapes.evaluate import Known, ShapeEvaluator
@@ -112,29 +113,28 @@ class _Tracker:
     def carrier(self, inputs: PointInputs) -> tuple[int, int] | None:
         """(axis, size per sample) of the one axis of the data (input 0) that carries the batch at the
         witnesses; None if none or unclear."""
-        first, second = inputs[self.a][0], inputs[self.b][0]
-        if first.shape is None or second.shape is None or not (first.full and second.full):
+        first, second = sizes_of(inputs[self.a][0]), sizes_of(inputs[self.b][0])
+        if first is None or second is None:
             return None
         old = inputs[0][0].shape
-        if len(first.shape) != len(second.shape) or old is None or len(old) != len(first.shape):
+        if len(first) != len(second) or old is None or len(old) != len(first):
             return None  # a Squeeze dropped the batch at the old batch of 1: batch_findings judges it
-        axes = [axis for axis, (x, y) in enumerate(zip(first.shape, second.shape)) if x != y]
+        axes = [axis for axis, (x, y) in enumerate(zip(first, second)) if x != y]
         if len(axes) != 1:
             return None
         axis = axes[0]
-        factor, rest = divmod(first.shape[axis], self.wa)
-        if rest or factor * self.wb != second.shape[axis]:
+        factor, rest = divmod(first[axis], self.wa)
+        if rest or factor * self.wb != second[axis]:
             return None
         return axis, factor
 
     def consistent(self, first: Known, second: Known, batch_axis: int | None) -> bool:
         """The output at the second witness is the first's with exactly ``batch_axis`` scaled."""
-        if batch_axis is None or first.shape is None or second.shape is None or not (first.full and second.full):
+        one, two = sizes_of(first), sizes_of(second)
+        if batch_axis is None or one is None or two is None or len(one) != len(two):
             return False
-        if len(first.shape) != len(second.shape):
-            return False
-        differing = [i for i, (x, y) in enumerate(zip(first.shape, second.shape)) if x != y]
-        return differing == [batch_axis] and first.shape[batch_axis] * self.wb == second.shape[batch_axis] * self.wa
+        differing = [i for i, (x, y) in enumerate(zip(one, two)) if x != y]
+        return differing == [batch_axis] and one[batch_axis] * self.wb == two[batch_axis] * self.wa
 
     def _outputs(self, site: NodeSite, inputs: PointInputs) -> tuple[Known, Known]:
         """The node's first output at the two witnesses."""
@@ -163,34 +163,41 @@ class _Tracker:
             return None
         axis, factor = carried
         values = _ints(inputs[0][1].value)
-        data = inputs[self.a][0]
-        assert data.shape is not None  # the carrier has a full shape
-        prefix = list(data.shape[:axis])
+        data = sizes_of(inputs[self.a][0])
+        assert data is not None  # the carrier has a full shape
+        prefix = list(data[:axis])
         fold = self.folds.fold_of(site.node.input[0])
         if fold is not None and fold[0] == axis:
             prefix = [product(prefix) * fold[1]]  # the batch sits behind part of its axis
         first, second = self._outputs(site, inputs)
-        if (
-            first.shape is not None
-            and first.full
-            and self.consistent(first, second, batch_position(prefix, first.shape))
-        ):
+        out = sizes_of(first)
+        if out is not None and self.consistent(first, second, batch_position(prefix, out)):
             return None
-        behind = self.folds.folded_behind(data.shape, axis, factor, first, second) if fold is None else None
+        behind = self.folds.folded_behind(data, axis, factor, first, second) if fold is None else None
         if behind is not None:
             self.folds.folded[site.node.output[0]] = behind
             return None
         proved = [i for i in range(len(values)) if self._proves(site, inputs, values, i, prefix)]
         if len(proved) > 1:  # the same memory either way (dims of 1): keep the batch where the data has it
             proved = [i for i in proved if values[:i] == prefix] or proved
-        folds = {} if fold is not None else self._folds(site, inputs, values, data.shape, axis, factor)
-        per_sample = factor * product(data.shape[axis + 1 :])
+
+        def trials(j: int) -> tuple[Known, Known]:  # the outputs with element j scaled with the batch
+            return self._outputs(site, self._trial(site, inputs, 1, j, self._scaled))
+
+        folds = {} if fold is not None else self.folds.candidates(values, self.b1, data, axis, factor, trials)
+        per_sample = factor * product(data[axis + 1 :])
         if len(folds) == 1 and all(values[i] // self.b1 == per_sample for i in proved):
             # [L, B*h, d] -> [L, 192]: the batch joins the rows (torch's view(L * B, E)), not one sample's features
             (j, behind), written = next(iter(folds.items())), -1 if -1 not in values else None
             if written is not None:
                 self.folds.folded[site.node.output[0]] = behind
                 return self._rewrite_element(site, 1, values, j, self._scaled, written, inputs, axis)
+        return self._settle(site, inputs, values, axis, proved)
+
+    def _settle(
+        self, site: NodeSite, inputs: PointInputs, values: list[int], axis: int, proved: list[int]
+    ) -> PointInputs | None:
+        """Rewrite the one element proved to be the batch; else report the Reshape, with a fix that works."""
         if len(proved) != 1:
             why = (
                 f"its data carries the batch on axis {axis}, and no element of its shape can be proved to be the batch"
@@ -215,23 +222,8 @@ class _Tracker:
         if values[i] in (0, -1) or values[i] % self.b1:
             return False
         first, second = self._outputs(site, self._trial(site, inputs, 1, i, self._scaled))
-        if first.shape is None or not first.full:
-            return False
-        return batch_position(prefix, first.shape) == i and self.consistent(first, second, i)
-
-    def _folds(
-        self, site: NodeSite, inputs: PointInputs, values: list[int], data: tuple[int, ...], axis: int, factor: int
-    ) -> dict[int, Fold]:
-        """Elements that, scaled with the batch, fold it behind the data dims before it (``[L*B, E]``)."""
-        found = {}
-        for j, value in enumerate(values):
-            if value in (0, -1) or value % self.b1:
-                continue
-            first, second = self._outputs(site, self._trial(site, inputs, 1, j, self._scaled))
-            behind = self.folds.folded_behind(data, axis, factor, first, second)
-            if behind is not None and behind[0] == j:
-                found[j] = behind
-        return found
+        out = sizes_of(first)
+        return out is not None and batch_position(prefix, out) == i and self.consistent(first, second, i)
 
     def _written_value(self, site: NodeSite, inputs: PointInputs, values: list[int], i: int, axis: int) -> int | None:
         """For a symbolic batch: -1 (infer) or 0 (copy the data's dim); None when neither expresses it."""
@@ -370,10 +362,9 @@ class _Tracker:
         """The node's first output; unknown for a Reshape whose shape does not hold its data's elements
         (ONNX's inference gives the shape asked for, onnxruntime refuses to run it)."""
         out = self.evaluator.evaluate(site.node, list(inputs))[0]
-        data = inputs[0] if inputs else None
-        if site.node.op_type == "Reshape" and data is not None and data.shape is not None and data.full:
-            if out.shape is not None and out.full and product(out.shape) != product(data.shape):
-                return Known()
+        data, made = (sizes_of(inputs[0]) if inputs else None), sizes_of(out)
+        if site.node.op_type == "Reshape" and data is not None and made is not None and product(made) != product(data):
+            return Known()
         return out
 
     def _unsettled(
@@ -422,10 +413,10 @@ class _Tracker:
             return False
         trial = self._trial(site, inputs, 1, i, lambda p, v: int(dims[p] or 0))
         first, second = self._outputs(site, trial)
-        data = inputs[self.a][0]
-        if data.shape is None or first.shape is None or not first.full:
+        data, out = sizes_of(inputs[self.a][0]), sizes_of(first)
+        if data is None or out is None:
             return False
-        return batch_position(list(data.shape[:axis]), first.shape) == i and self.consistent(first, second, i)
+        return batch_position(list(data[:axis]), out) == i and self.consistent(first, second, i)
 
     def _suggest(
         self, site: NodeSite, values: list[int], axis: int, i: int | None = None, operand: int = 1

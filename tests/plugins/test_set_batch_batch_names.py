@@ -56,3 +56,25 @@ def test_inputs_given_by_the_user_get_no_hint(tmp_path, run_cli):
     result = run_cli("apply", spec, "--no-verify", "-v")
     assert result.exit_code == 0, result.output
     assert "another name" not in result.output
+
+
+def test_an_input_that_never_meets_the_batch_is_named_without_a_claim(tmp_path, run_cli):
+    """Two branches that never meet: nothing proves mask's name is the batch, so the hint only says it
+    keeps its own, and the entry it prints still applies."""
+    nodes = [helper.make_node("Relu", ["image"], ["y"]), helper.make_node("Relu", ["mask"], ["z"])]
+    inputs = [tensor_info("image", ["unk__6134", 4]), tensor_info("mask", ["unk__6135", 4])]
+    model = graph_model(nodes, inputs, [tensor_info("y", ["unk__6134", 4]), tensor_info("z", ["unk__6135", 4])])
+    onnx.save(model, tmp_path / "m.onnx")
+    plain = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out/m.onnx\npatches:\n  - set_batch: 4\n")
+    first = run_cli("apply", plain, "-v")
+    assert first.exit_code == 0, first.output
+    assert "mask[0] ('unk__6135') keeps a batch name of its own; if it carries the batch too" in first.output
+    hint = first.output[first.output.index("use instead:\n") :].splitlines()[1:4]
+    fixed = write_spec(
+        tmp_path,
+        "patchspec: 1\nmodel: m.onnx\noutput: out/fixed.onnx\npatches:\n"
+        + "\n".join(hint)
+        + "\nverify:\n  - static: {}\n",
+        "fixed.yaml",
+    )
+    assert run_cli("apply", fixed).exit_code == 0

@@ -94,3 +94,46 @@ def test_the_refusal_stops_apply_with_exit_4_and_writes_nothing(tmp_path, run_cl
     result = run_cli("apply", spec, "--no-verify")
     assert result.exit_code == 4, result.output
     assert "GRU 'gru'" in result.output and not (tmp_path / "out.onnx").exists()
+
+
+def test_a_batch_that_runs_along_a_recurrence_is_refused():
+    """silero's sequence models: input [sequence_length, 576] is the LSTM's time axis, not a batch."""
+    rng = np.random.default_rng(0)
+    constants = [
+        numpy_helper.from_array(rng.standard_normal((1, 12, 3)).astype(np.float32), "W"),
+        numpy_helper.from_array(rng.standard_normal((1, 12, 3)).astype(np.float32), "R"),
+        numpy_helper.from_array(np.array([1], np.int64), "one"),
+    ]
+    nodes = [
+        helper.make_node("Unsqueeze", ["x", "one"], ["steps"]),  # [T, 1, 3]: one sequence of T steps
+        helper.make_node("LSTM", ["steps", "W", "R", "", "", "h", "c"], ["", "h_n", "c_n"], name="rnn", hidden_size=3),
+    ]
+    model = graph_model(
+        nodes,
+        [tensor_info("x", ["sequence_length", 3]), tensor_info("h", [1, 1, 3]), tensor_info("c", [1, 1, 3])],
+        [tensor_info("h_n", [1, 1, 3]), tensor_info("c_n", [1, 1, 3])],
+        constants,
+    )
+    with pytest.raises(PatchError, match=r"LSTM 'rnn' runs along axis 0 of its input 'steps', its sequence"):
+        set_batch(model, size=4)
+
+
+def test_a_dynamic_quantization_over_the_batch_is_undecided_not_silent():
+    nodes = [
+        helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "scale", "zero"], name="quantize_x"),
+        helper.make_node("DequantizeLinear", ["q", "scale", "zero"], ["y"]),
+    ]
+    model = graph_model(nodes, [tensor_info("x", [1, 8])], [tensor_info("y", [1, 8])])
+    result = set_batch(model, size=4)
+    assert "1 undecided" in result.summary
+    assert any("DynamicQuantizeLinear 'quantize_x' computes one scale" in line for line in result.details)
+
+
+def test_an_output_whose_rank_nothing_derives_is_undecided():
+    """A custom op upstream: the output's rank is the old declaration's, whose size was the old batch."""
+    node = helper.make_node("Mystery", ["x"], ["y"], domain="acme")
+    model = graph_model([node], [tensor_info("x", [1, 4])], [tensor_info("y", [1, 5])])
+    model.opset_import.append(helper.make_opsetid("acme", 1))
+    result = set_batch(model, size=4)
+    assert "1 undecided" in result.summary, result.summary
+    assert any("output 'y' was declared [1, 5]; nothing derives its shape" in line for line in result.details)
