@@ -24,7 +24,7 @@ from typing import Any
 
 import onnx
 
-from patchspec.author.batch_ties import BatchEvidence, CaseLayout, Pair, tie_batch
+from patchspec.author.batch_ties import BatchEvidence, CaseLayout, Pair, refuted, tie_batch
 from patchspec.author.init_case import (
     PROBE,
     InputRow,
@@ -118,6 +118,10 @@ class _Runner:
         unified = unified_shapes(self.model, shapes, batch)
         return [CaseLayout(shapes, self.values)] + ([CaseLayout(unified, self.values)] if unified != shapes else [])
 
+    def refutes(self, chosen: list[Pair], pair: Pair) -> str | None:
+        """Why the runs show ``pair`` is not the batch, or None."""
+        return refuted(self.runs, self.layouts([*chosen, pair])[0], chosen, pair)
+
     def tie(self, chosen: list[Pair]) -> BatchEvidence:
         """Axis 0 of every other input whose axis 0 is not fixed, tried against ``chosen``."""
         names = {name for name, _ in chosen}
@@ -169,9 +173,15 @@ def _batch_axes(
     how = {pair: "detected (the first input's batch dim, wherever it appears)" for pair in chosen}
     for pair, node in _recurrent_states(model).items():
         if pair not in chosen and pair[0] not in {name for name, _ in chosen}:
+            why_not = runner.refutes(chosen, pair)
+            if why_not:  # the op's batch is not the model's (a streaming LSTM over chunks)
+                runner.evidence.untied[pair[0]] = f"the initial state of {node}, but not the batch: {why_not}"
+                continue
             chosen.append(pair)
             how[pair] = f"the initial state of {node}, whose batch axis is {pair[1]}"
+    untied = dict(runner.evidence.untied)
     ties = runner.tie(chosen).ties
+    runner.evidence.untied.update(untied)
     refused = prober.refusal([*chosen, *((t.name, t.axis) for t in ties)]) if ties else None
     for tie in ties:
         if refused is None:
