@@ -181,6 +181,7 @@ def test_a_crafted_input_name_stays_a_name(tmp_path, run_cli):
     assert loaded["patches"][0]["set_batch"]["inputs"] == {evil: 0}
     assert list(loaded["verify"][1]["run"]["cases"][0]["inputs"]) == [evil]
     assert all(line.lstrip().startswith(("#", "-")) or ":" in line for line in spec.read_text().splitlines())
+    assert "x\\n  - strip_metadata: {}\\n#  0" in made.stdout  # the terminal table escapes it too
 
 
 def test_ids_picked_before_the_table_still_index_it(tmp_path, run_cli):
