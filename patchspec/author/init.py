@@ -174,9 +174,16 @@ def _batch_axes(
     for pair, node in _recurrent_states(model).items():
         if pair not in chosen and pair[0] not in {name for name, _ in chosen}:
             why_not = runner.refutes(chosen, pair)
-            if why_not:  # the op's batch is not the model's (a streaming LSTM over chunks)
-                runner.evidence.untied[pair[0]] = f"the initial state of {node}, but not the batch: {why_not}"
-                continue
+            if why_not:  # the op keeps a batch of 1 while the inputs' axis varies: a sequence, not a batch
+                axes_text = ", ".join(f"{quoted(n)}[{a}]" for n, a in chosen)
+                raise PatchError(
+                    f"the model cannot be batched on {axes_text}: {node} keeps a batch of 1 in its initial state "
+                    f"{quoted(pair[0])} while {axes_text} varies ({why_not}), so that axis is the sequence the "
+                    "recurrent op runs through, and its samples are not independent",
+                    "a streaming model is batched by its recurrent state's batch axis, which this export fixes "
+                    "at 1: export it with that axis free, or run it one stream at a time",
+                    node=node,
+                )
             chosen.append(pair)
             how[pair] = f"the initial state of {node}, whose batch axis is {pair[1]}"
     untied = dict(runner.evidence.untied)

@@ -227,7 +227,7 @@ def test_a_fixed_batch_above_1_is_run_at_the_batch_asked_for(tmp_path, run_cli):
 
 def test_a_recurrent_state_the_runs_refute_is_not_the_batch(tmp_path, run_cli):
     """A streaming GRU over chunks: axis 0 of x is the GRU's sequence, its batch is 1, and the original
-    runs at any number of chunks with h0 [1, 1, 8]: h0's axis 1 is not the model's batch."""
+    runs at any number of chunks with h0 [1, 1, 8]: the chunks are not samples, so no spec."""
     rng = np.random.default_rng(0)
     weights = [
         numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
@@ -236,11 +236,11 @@ def test_a_recurrent_state_the_runs_refute_is_not_the_batch(tmp_path, run_cli):
     one = numpy_helper.from_array(np.array([1], np.int64), "one")
     nodes = [
         helper.make_node("Unsqueeze", ["x", "one"], ["seq"]),
-        helper.make_node("GRU", ["seq", "W", "R", "", "", "h0"], ["all", "last"], hidden_size=8),
+        helper.make_node("GRU", ["seq", "W", "R", "", "", "h0"], ["all", "last"], hidden_size=8, name="gru"),
     ]
     inputs = [tensor_info("x", ["T", 4]), tensor_info("h0", [1, 1, 8])]
     model = graph_model(nodes, inputs, [tensor_info("last", [1, 1, 8])], [*weights, one])
     spec, made = _init(run_cli, model, tmp_path)
-    assert made.exit_code == 0, made.output
-    assert "h0     -           the initial state of GRU" in made.stdout and "but not the batch" in made.stdout
-    assert yaml.safe_load(spec.read_text())["patches"][0]["set_batch"]["inputs"] == {"x": 0}
+    assert made.exit_code == 4, made.output
+    assert "GRU 'gru' keeps a batch of 1 in its initial state 'h0' while 'x'[0] varies" in made.stderr
+    assert "samples are not independent" in made.stderr and not spec.exists()
