@@ -244,3 +244,13 @@ def test_a_recurrent_state_the_runs_refute_is_not_the_batch(tmp_path, run_cli):
     assert made.exit_code == 4, made.output
     assert "GRU 'gru' keeps a batch of 1 in its initial state 'h0' while 'x'[0] varies" in made.stderr
     assert "samples are not independent" in made.stderr and not spec.exists()
+
+
+def test_a_sequence_output_runs_without_a_comparison(tmp_path, run_cli):
+    """A classifier's map or sequence output (onnxruntime's logreg_iris: ZipMap) at a fixed batch 3, asked for 4."""
+    nodes = [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("SequenceConstruct", ["y"], ["all"])]
+    outputs = [tensor_info("y", [3, 2]), helper.make_tensor_sequence_value_info("all", TensorProto.FLOAT, None)]
+    spec, made = _init(run_cli, graph_model(nodes, [tensor_info("x", [3, 2])], outputs), tmp_path, "--batch", "4")
+    assert made.exit_code == 0, made.output
+    applied = run_cli("apply", spec)
+    assert applied.exit_code == 0, spec.read_text() + applied.output
