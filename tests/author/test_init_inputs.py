@@ -246,11 +246,23 @@ def test_a_recurrent_state_the_runs_refute_is_not_the_batch(tmp_path, run_cli):
     assert "samples are not independent" in made.stderr and not spec.exists()
 
 
-def test_a_sequence_output_runs_without_a_comparison(tmp_path, run_cli):
-    """A classifier's map or sequence output (onnxruntime's logreg_iris: ZipMap) at a fixed batch 3, asked for 4."""
-    nodes = [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("SequenceConstruct", ["y"], ["all"])]
-    outputs = [tensor_info("y", [3, 2]), helper.make_tensor_sequence_value_info("all", TensorProto.FLOAT, None)]
-    spec, made = _init(run_cli, graph_model(nodes, [tensor_info("x", [3, 2])], outputs), tmp_path, "--batch", "4")
+def test_a_map_output_runs_without_a_comparison(tmp_path, run_cli):
+    """A classifier's ZipMap output (onnxruntime's logreg_iris) at a fixed batch 3, asked for 4: the case
+    runs alone (against: none), and its list of dicts is no NaN check's input."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["y"]),
+        helper.make_node("ZipMap", ["y"], ["probabilities"], domain="ai.onnx.ml", classlabels_int64s=[0, 1]),
+    ]
+    zipped = helper.make_value_info(
+        "probabilities",
+        helper.make_sequence_type_proto(
+            helper.make_map_type_proto(TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, []))
+        ),
+    )
+    model = graph_model(nodes, [tensor_info("x", [3, 2])], [tensor_info("y", [3, 2]), zipped])
+    model.opset_import.append(helper.make_opsetid("ai.onnx.ml", 1))
+    spec, made = _init(run_cli, model, tmp_path, "--batch", "4")
     assert made.exit_code == 0, made.output
     applied = run_cli("apply", spec)
     assert applied.exit_code == 0, spec.read_text() + applied.output
+    assert "against none" in applied.stdout
