@@ -86,16 +86,21 @@ test-oldest: $(STAMP) $(OLDEST)/.installed
 	$(OLDEST)/bin/python -m pytest -q -p no:cacheprovider examples/plugin-acme/tests
 
 # Bazel builds examples/build-systems/bazel (tests/run/test_bazel.py; -s prints the cold and cached
-# build times). Bazel comes from apt (bazel-bootstrap) when it is missing and this is root, with apt-get;
-# otherwise the target says why it skips and exits 0
+# build times), with a disk cache and with a remote one: nginx with WebDAV, started by the test on
+# 127.0.0.1 from a config in a temporary folder. What is missing of Bazel (bazel-bootstrap) and nginx
+# (nginx-core) comes from apt when this is root, with apt-get (one update, one install); otherwise
+# the target says what it cannot install, and the tests that need it skip with that reason
 test-bazel: $(STAMP)
-	@if ! command -v bazel >/dev/null; then \
+	@missing=""; \
+	command -v bazel >/dev/null || missing="bazel-bootstrap"; \
+	command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing="$$missing nginx-core"; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
-	    echo "test-bazel: skipped: bazel is not installed, and installing it here needs root and apt-get (apt-get install bazel-bootstrap)"; \
-	    exit 0; \
+	    echo "test-bazel: not installed: $$missing; installing needs root and apt-get (apt-get install $$missing)"; \
+	  else \
+	    echo "test-bazel: installing $$missing: apt-get install $$missing"; \
+	    apt-get update -q && apt-get install -y -q $$missing || exit 1; \
 	  fi; \
-	  echo "test-bazel: installing bazel: apt-get install bazel-bootstrap"; \
-	  apt-get update -q && apt-get install -y -q bazel-bootstrap || exit 1; \
 	fi; \
 	$(PY) -m pytest -q -s -p no:cacheprovider tests/run/test_bazel.py
 

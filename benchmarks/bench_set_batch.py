@@ -1,9 +1,16 @@
-"""Measure ``set_batch`` on large graphs: time against node count, and peak RSS with GiBs of weights.
+"""Measure ``set_batch`` on large graphs: time against node count and ``infer_shapes``, and peak RSS.
 
 ``set_batch`` follows the batch by evaluating every tensor's shape at two batch sizes in one pass
-in graph order (``patchspec.shapes.evaluate`` + ``patchspec_plugins._batch_tracker``) and rewrites the shape
+in graph order (``patchspec.shapes.evaluate`` + ``patchspec.shapes.batch_tracker``) and rewrites the shape
 constants that bake the old batch. This script checks that the cost grows with the graph, not
-faster, and that weights are never loaded. Two parts:
+faster, that it stays within a few times ONNX's own C++ ``infer_shapes``, and that weights are never
+loaded or copied. Three parts:
+
+0. **LLM-sized graphs** (``--llm-nodes``, default 56,000 / 112,000 / 224,000): the decoder graph of
+   ``lib/llm_graph.py`` (one baked batch-1 Reshape constant per layer), ``SetBatchPatch().apply``
+   in this process against ``onnx.shape_inference.infer_shapes`` on the same model (CPU medians),
+   and the peak RSS of a fresh process during ``set_batch`` against the bytes of the weights
+   (``lib/llm_bench.py``).
 
 1. **Scaling.** Generated models of N nodes (default 2,500 / 5,000 / 10,000 / 20,000): a chain of
    Relu / Add / Mul on ``x`` [1, C, H, W] (C, H, W small; one shared one-element weight) where
@@ -24,9 +31,10 @@ Without it, the child's own rusage from ``os.wait4`` is used. Times are medians 
 runs (fewer once another run would take a measurement past ``--budget-s``); RSS is the largest.
 
     python benchmarks/bench_set_batch.py                       # prints markdown tables
+    nice python benchmarks/bench_set_batch.py --nodes --sizes-gib --repeat 3   # the LLM part alone
     python benchmarks/bench_set_batch.py --nodes 2500 5000 10000 20000 --sizes-gib 2 --repeat 3
     python benchmarks/bench_set_batch.py --profile 20000       # cProfile of the in-process apply
-    python benchmarks/bench_set_batch.py --quick               # seconds: 200 / 400 nodes, 64 MiB, 1 run
+    python benchmarks/bench_set_batch.py --quick               # seconds: toy sizes, 1 run
 
 Generated files go to a temporary folder under ``--workdir`` (default: the system's temporary
 folder, /tmp), removed at the end. ``--quick`` runs both parts through the same code at toy sizes,
@@ -52,6 +60,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from lib import llm_bench
 from onnx import TensorProto, helper, numpy_helper
 
 from patchspec.testing import patch_context
@@ -67,7 +76,7 @@ PATCHSPEC = str(Path(sys.executable).with_name("patchspec"))
 TIME = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None
 REWRITTEN = re.compile(r"(\d+) shape constants? rewritten")
 # --quick: both parts, same code, toy sizes (two node counts, so that the ratios are computed too)
-QUICK = {"nodes": [200, 400], "sizes_gib": [TENSOR_BYTES / 2**30], "repeat": 1}
+QUICK = {"nodes": [200, 400], "sizes_gib": [TENSOR_BYTES / 2**30], "repeat": 1, "llm_nodes": [800, 1600]}
 
 
 def context():
@@ -181,6 +190,11 @@ def child(command: list[str], cwd: Path) -> Run:
         user, system, rss_kib = report.read_text().split()[-3:]
         return Run(wall, float(user) + float(system), int(rss_kib) / 1024, text)
     return Run(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, text)  # Linux: KiB
+
+
+def patchspec_cpu(arguments: list[str], cwd: Path) -> float:
+    """CPU seconds of one ``patchspec ARGUMENTS`` in a fresh process."""
+    return child([PATCHSPEC, *arguments], cwd).cpu_s
 
 
 def repeated(measure, times: int, budget_s: float) -> list:
@@ -364,6 +378,14 @@ def main(argv: list[str] | None = None) -> int:
         "--nodes", type=int, nargs="*", default=[2500, 5000, 10000, 20000], help="node counts of the scaling models"
     )
     parser.add_argument("--sizes-gib", type=float, nargs="*", default=[2], help="GiB of external weights")
+    parser.add_argument(
+        "--llm-nodes",
+        type=int,
+        nargs="*",
+        default=[56000, 112000, 224000],
+        help="node counts of the generated LLM graphs, timed against infer_shapes",
+    )
+    parser.add_argument("--rss-child", metavar="MODEL", help=argparse.SUPPRESS)  # lib/llm_bench.rss_child
     parser.add_argument("--repeat", type=int, default=3, help="runs per measurement (median time, max RSS)")
     parser.add_argument(
         "--budget-s",
@@ -387,12 +409,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         vars(args).update(QUICK)
+    if args.rss_child:
+        llm_bench.rss_child(args.rss_child)
+        return 0
     if args.profile:
         print(profile(args.profile))
         return 0
     load_before = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="patchspec-bench-set-batch-", dir=args.workdir))
     try:
+        llm = []
+        for nodes in args.llm_nodes:
+            llm.append(llm_bench.measure(nodes, args.repeat, work, Path(__file__).resolve(), patchspec_cpu))
+            print(f"  LLM graph, {nodes} nodes: set_batch {llm[-1]['cpu']:.2f} s CPU", file=sys.stderr, flush=True)
         scaling = bench_scaling(work, args.nodes, args.repeat, args.budget_s)
         memory = bench_memory(work, args.sizes_gib, args.repeat, args.budget_s)
     finally:
@@ -404,6 +433,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{os.cpu_count()} CPUs, {load}; peak RSS from {rss_source}; times: median of up to {args.repeat} runs, "
         f"fewer once a measurement would pass {args.budget_s:g} s\n"
     )
+    if llm:
+        print(f"### LLM-sized graphs: set_batch: {BATCH} against onnx.shape_inference.infer_shapes\n")
+        print(llm_bench.table(llm) + "\n")
+        print(llm_bench.growth(llm) + "\n")
     if scaling:
         print(
             f"### Scaling (chain of Relu/Add/Mul on [1, {C}, {H}, {W}], one Reshape in {EVERY}, set_batch: {BATCH})\n"

@@ -9,21 +9,78 @@ Every other module under ``patchspec`` is internal and may change in any release
 
 __version__ = "0.1.0"
 
-from patchspec.errors import ModelFileError, PatchError, PatchspecError, SpecError, VerificationFailed, VerifierFailed
-from patchspec.plugin.contract import (
-    ParamProblem,
-    PatchContext,
-    PatchResult,
-    PatchType,
-    RunState,
-    StateKey,
-    StepContext,
-    Verifier,
-    VerifyContext,
-    VerifyResult,
-)
-from patchspec.plugin.hookspecs import hookimpl
-from patchspec.plugin.params import Param
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported on first use (below)
+    from patchspec.errors import (
+        ModelFileError,
+        PatchError,
+        PatchspecError,
+        SpecError,
+        VerificationFailed,
+        VerifierFailed,
+    )
+    from patchspec.plugin.contract import (
+        ParamProblem,
+        PatchContext,
+        PatchResult,
+        PatchType,
+        RunState,
+        StateKey,
+        StepContext,
+        Verifier,
+        VerifyContext,
+        VerifyResult,
+    )
+    from patchspec.plugin.hookspecs import hookimpl
+    from patchspec.plugin.params import Param
+
+#: each public name -> the module that defines it; ``import patchspec`` imports none of them (PEP 562),
+#: so ``patchspec --version`` starts without the plugin contract, pluggy or anything they import
+_HOME = {
+    **dict.fromkeys(
+        ["ModelFileError", "PatchError", "PatchspecError", "SpecError", "VerificationFailed", "VerifierFailed"],
+        "patchspec.errors",
+    ),
+    **dict.fromkeys(
+        [
+            "ParamProblem",
+            "PatchContext",
+            "PatchResult",
+            "PatchType",
+            "RunState",
+            "StateKey",
+            "StepContext",
+            "Verifier",
+            "VerifyContext",
+            "VerifyResult",
+        ],
+        "patchspec.plugin.contract",
+    ),
+    "hookimpl": "patchspec.plugin.hookspecs",
+    "Param": "patchspec.plugin.params",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """``patchspec.X``: the public name imported from its module on first use, then kept here."""
+    import importlib
+    import importlib.util
+
+    home = _HOME.get(name)
+    if home is None:  # a submodule (``patchspec.errors``), as the root imported some before it was lazy
+        if name.startswith("_") or importlib.util.find_spec(f"patchspec.{name}") is None:
+            msg = f"module 'patchspec' has no attribute {name!r}"
+            raise AttributeError(msg)
+        return importlib.import_module(f"patchspec.{name}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOME})
+
 
 __all__ = [
     "ModelFileError",

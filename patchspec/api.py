@@ -16,10 +16,13 @@ Grouped by what they work on:
 - shape annotations: ``read_dims``, ``write_dim``, ``rederive_shapes`` and the ``PINNED_DIMS``
   state key that keeps dims named by an earlier patch;
 - shape expressions and their compiler (computed shapes, as ``replace_initializer`` writes them);
+- following the batch: ``trace_batch`` (set_batch's core) and the functions that apply its
+  ``BatchTrace`` to a model; ``SpecFix``/``spec_lines`` for patches a plugin suggests;
 - shape evaluation at concrete sizes (``ShapeEvaluator``), which never reads weights;
 - external data: ``iter_tensors``, ``is_external``, ``read_tensor``, and ``OUTPUT_LAYOUT``, the
   state key that tells the writer where tensor bytes go;
-- ONNX Runtime: sessions, feeds and output comparison for verifiers that run models, and the shape
+- ONNX Runtime: sessions (bounded in time), feeds (bounded in size) and output comparison for
+  verifiers that run models, the run verifier's whole work (``run_verification``), and the shape
   lint (``lint_model``).
 """
 
@@ -47,26 +50,39 @@ from patchspec.model.graph import (
     use_counts,
 )
 from patchspec.model.selectors import SELECTOR_SCHEMA, check_selector, select_nodes
-from patchspec.ort.inspection import lint_model
-from patchspec.ort.sessions import (
+from patchspec.ort.comparison import (
+    DEFAULT_ATOL,
+    DEFAULT_RTOL,
+    DTYPE_TOLERANCES,
+    PRECISION,
+    OutputComparison,
+    compare_output,
+    nonfinite_problems,
+)
+from patchspec.ort.feeds import (
     CASE_INPUT_SCHEMA,
-    DEFAULT_PROVIDERS,
+    DEFAULT_MAX_ELEMENTS,
     DTYPES,
+    case_fit_problems,
+    case_input_problems,
+    feed_shape_problems,
+    format_shape,
+    make_feeds,
+    shape_problems,
+    unlisted_input_problems,
+)
+from patchspec.ort.inspection import lint_model
+from patchspec.ort.run_cases import run_verification
+from patchspec.ort.sessions import (
+    DEFAULT_PROVIDERS,
+    DEFAULT_TIMEOUT,
     OPTIMIZATION_LEVELS,
     BatchSplit,
-    OutputComparison,
     ProviderUnusable,
     RunFailure,
     Session,
     TensorDecl,
-    case_input_problems,
-    compare_output,
-    feed_shape_problems,
-    format_shape,
-    make_feeds,
-    nonfinite_problems,
     provider_skip_reasons,
-    shape_problems,
 )
 from patchspec.shapes import expressions
 from patchspec.shapes.annotations import (
@@ -84,8 +100,12 @@ from patchspec.shapes.annotations import (
     write_dim,
 )
 from patchspec.shapes.batch_axes import BatchAxes, BatchAxesError, batch_axes, fed_inputs
+from patchspec.shapes.batch_rewrite import declare_from_trace, explicit_squeezes, rewrite_batch_constants
+from patchspec.shapes.batch_trace import UNDECIDED, BatchTrace, Rewrite, Undecided
+from patchspec.shapes.batch_tracker import trace_batch
 from patchspec.shapes.compiler import ShapeCompileError, ShapeCompiler, TensorIndex
 from patchspec.shapes.evaluate import BROADCASTING, Known, ShapeEvaluator
+from patchspec.shapes.spec_lines import FlowValue, SpecFix, spec_lines
 from patchspec.shapes.values import input_values
 
 __all__ = [
@@ -128,6 +148,19 @@ __all__ = [
     "BatchAxesError",
     "batch_axes",
     "fed_inputs",
+    # following the batch (set_batch's core) and applying what it finds
+    "BatchTrace",
+    "Rewrite",
+    "Undecided",
+    "UNDECIDED",
+    "trace_batch",
+    "rewrite_batch_constants",
+    "explicit_squeezes",
+    "declare_from_trace",
+    # patches to suggest, as data and as the lines to paste into a spec
+    "FlowValue",
+    "SpecFix",
+    "spec_lines",
     # what values an integer input needs, where the graph says
     "input_values",
     # shape expressions and their compiler
@@ -150,15 +183,22 @@ __all__ = [
     "refuse_inline_overflow",
     # ONNX Runtime
     "CASE_INPUT_SCHEMA",
+    "DEFAULT_ATOL",
+    "DEFAULT_MAX_ELEMENTS",
     "DEFAULT_PROVIDERS",
+    "DEFAULT_RTOL",
+    "DEFAULT_TIMEOUT",
+    "DTYPE_TOLERANCES",
     "DTYPES",
     "OPTIMIZATION_LEVELS",
+    "PRECISION",
     "BatchSplit",
     "OutputComparison",
     "ProviderUnusable",
     "RunFailure",
     "Session",
     "TensorDecl",
+    "case_fit_problems",
     "case_input_problems",
     "compare_output",
     "feed_shape_problems",
@@ -167,7 +207,9 @@ __all__ = [
     "make_feeds",
     "nonfinite_problems",
     "provider_skip_reasons",
+    "run_verification",
     "shape_problems",
+    "unlisted_input_problems",
 ]
 
 #: names 1.2 removes from the API (no plugin used them), with what to use instead; they still import,
@@ -178,7 +220,7 @@ DEPRECATED = {
     "Dim": ("patchspec.shapes.annotations", "int | str | None in your annotations"),
     "Pins": ("patchspec.shapes.annotations", "dict[str, dict[int, int | str]] in your annotations"),
     "InputValues": ("patchspec.shapes.values", "the attributes of what input_values returns (item, why, flag)"),
-    "FILLS": ("patchspec.ort.sessions", "case_input_problems(item), which checks a case's fill"),
+    "FILLS": ("patchspec.ort.feeds", "case_input_problems(item), which checks a case's fill"),
 }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import sys
 import traceback
+from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, NoReturn
 
@@ -65,7 +66,7 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
     if not isinstance(ctx.obj, State):  # main hands its own in, to print the errors through it
         ctx.obj = State()
     ctx.obj.verbosity = -1 if quiet else verbose
-    ctx.obj.registry = _registry_now
+    ctx.obj.registry = _registry  # looked up now: a test may have replaced it
 
 
 for _command in (
@@ -85,13 +86,8 @@ for _command in (
     cli.add_command(_command)
 
 
-def _registry() -> PluginRegistry:
-    """The registry every command loads; tests replace it (``monkeypatch.setattr(patchspec.cli, ...)``)."""
-    return load_registry()
-
-
-def _registry_now() -> PluginRegistry:
-    return _registry()  # looked up at each call, so a replaced ``_registry`` is the one called
+#: the registry every command loads; tests replace it (``monkeypatch.setattr(patchspec.cli, "_registry", ...)``)
+_registry: Callable[[], PluginRegistry] = load_registry
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> NoReturn:

@@ -44,8 +44,7 @@ class LintVerifier(Verifier[LintParams]):
             given = {name: _shape(item, context) for name, item in inputs.items()}
             result = lint_model(context.model, Path(context.output_path).parent, given)
         except (UsageError, OSError, ValueError) as exc:
-            message = exc.message.replace("--shape ", "input ") if isinstance(exc, UsageError) else str(exc)
-            return VerifyResult("failed", f"cannot lint with the {origin}: {message}")
+            return VerifyResult("failed", f"cannot lint with the {origin}: {_problem(exc)}")
         data = result.to_json()
         shapes = " ".join(f"{n}={','.join(map(str, d))}" for n, d in result.input_shapes.items())
         if result.error:
@@ -79,6 +78,14 @@ class LintVerifier(Verifier[LintParams]):
             found += [f"{len(result.wrong_sizes)} fixed size(s) that differ at run time"] if result.wrong_sizes else []
             return VerifyResult("failed", f"{' and '.join(found)} at {shapes} ({origin})", details + fix, data)
         return VerifyResult("passed", f"{result.probed} annotated tensors agree at {shapes} ({origin})", data=data)
+
+
+def _problem(exc: Exception) -> str:
+    """The problem, with the input it concerns (an error's ``key`` is (option, input name) for a
+    shape or value that does not fit): ``input x: the input has 4 axes, got 3 sizes``."""
+    if isinstance(exc, UsageError) and len(exc.key) == 2:
+        return f"input {exc.key[1]}: {exc.detail}"
+    return exc.message if isinstance(exc, UsageError) else str(exc)
 
 
 def _original_unusable(context: VerifyContext) -> str | None:

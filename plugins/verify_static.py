@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TypedDict
 
+import onnx
+
 from patchspec import Verifier, VerifyContext, VerifyResult, hookimpl
-from patchspec.api import Known, ShapeEvaluator, fed_inputs, read_dims
+from patchspec.api import FlowValue, Known, ShapeEvaluator, SpecFix, fed_inputs, read_dims, spec_lines
 
 
 class StaticParams(TypedDict, total=False):
@@ -15,7 +18,7 @@ class StaticParams(TypedDict, total=False):
     value_info: bool
 
 
-class StaticVerifier(Verifier):
+class StaticVerifier(Verifier[StaticParams]):
     Params = StaticParams
     name = "static"
     description = "Every graph input and output has only fixed sizes (optionally every annotated tensor too)."
@@ -46,7 +49,7 @@ class StaticVerifier(Verifier):
         return VerifyResult("passed", f"all {checked} {scope} have fixed sizes", (), {"checked": checked})
 
 
-def _hint(model) -> tuple[str, ...]:
+def _hint(model: onnx.ModelProto) -> tuple[str, ...]:
     """What makes the model static, only where it can work.
 
     A symbolic input dim: set_batch (axis 0) or a rename_dims with a size, listed before set_batch, so
@@ -64,9 +67,9 @@ def _hint(model) -> tuple[str, ...]:
     if loose:
         lines = ", ".join(f"{name}[{axis}]" for name, axis in loose)
         return (
-            f"hint: give the input dims sizes ({lines}): set_batch for a batch on axis 0, and for any other "
-            "'- rename_dims: {tensor: NAME, axes: {AXIS: SIZE}}' listed before set_batch, so that set_batch "
-            "derives the outputs from the fixed inputs",
+            f"hint: give the input dims sizes ({lines}): set_batch for a batch on axis 0, and rename_dims with "
+            "the tensor and a size per axis for any other, listed before set_batch, so that set_batch derives "
+            "the outputs from the fixed inputs",
         )
     point = {
         name: Known(info.type.tensor_type.elem_type, tuple(read_dims(info) or ())) for name, info in inputs.items()
@@ -76,10 +79,15 @@ def _hint(model) -> tuple[str, ...]:
     for info in model.graph.output:
         dims = read_dims(info)
         found = evaluator.at(info.name)[0] if info.name in evaluator.known else None
-        if found is None or not found.full or (dims is not None and all(isinstance(d, int) for d in dims)):
+        if (
+            found is None
+            or found.shape is None
+            or not found.full
+            or (dims is not None and all(isinstance(d, int) for d in dims))
+        ):
             continue
-        axes = ", ".join(f"{axis}: {size}" for axis, size in enumerate(found.shape))
-        fixes.append(f"  - rename_dims: {{tensor: {info.name}, axes: {{{axes}}}}}")
+        axes: dict[str | int, FlowValue] = {axis: int(size) for axis, size in enumerate(found.shape)}
+        fixes.append(spec_lines(SpecFix("rename_dims", (("tensor", info.name), ("axes", axes)))))
     if not fixes:
         return (
             "hint: the inputs are fixed, but the outputs' sizes cannot be derived from the graph alone "
@@ -92,7 +100,7 @@ def _hint(model) -> tuple[str, ...]:
     )
 
 
-def dynamic_axes(kind: str, info) -> str:
+def dynamic_axes(kind: str, info: onnx.ValueInfoProto) -> str:
     """``input 'x' [N, 3, ?, 640]: axis 0 is 'N', axis 2 is unknown`` or '' when every size is fixed."""
     tensor_type = info.type.tensor_type if info.type.HasField("tensor_type") else None
     if tensor_type is None:
@@ -115,5 +123,5 @@ def dynamic_axes(kind: str, info) -> str:
 
 
 @hookimpl
-def register_verifiers(register):
+def register_verifiers(register: Callable[[type], None]) -> None:
     register(StaticVerifier)

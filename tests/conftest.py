@@ -20,6 +20,14 @@ def ppocr_models() -> dict[str, Path]:
     return models
 
 
+@pytest.fixture(autouse=True)
+def _real_models_outside_the_project(request, monkeypatch):
+    """The PP-OCR models live in site-packages, outside any test's project: tests that use them name
+    the project root (``$PATCHSPEC_ROOT``, as ``--root``), as a user with such a layout would."""
+    if "ppocr_models" in request.fixturenames:
+        monkeypatch.setenv("PATCHSPEC_ROOT", "/")
+
+
 @dataclass
 class CliResult:
     exit_code: int

@@ -39,7 +39,21 @@ FIGURES = {
     ],
     "bench_verify_memory.py": [rf"^\| \d+ \| {S} \| \d+ \| \d+ \|$"],
     "bench_noop.py": [rf"^\| [\d.]+ \| {S} \| {S} \| {S} \| {S} \| {S} \|$"],
+    "bench_startup.py": [
+        r"^\| `python -c pass` \| \d+\.\d{3} \| \d+\.\d{3} \| \d+\.\d{3} \| 1\.00x \| - \| - \|$",
+        *(
+            rf"^\| {command} \| \d+\.\d{{3}} \| \d+\.\d{{3}} \| \d+\.\d{{3}} \| {S}x \| <= {target}x \| (yes|\*\*no\*\*) \|$"
+            for command, target in (
+                ("`patchspec --version`", 3),
+                ("`patchspec validate SPEC`", 8),
+                ("up-to-date `patchspec apply SPEC`", 6),
+                ("`patchspec apply --check SPEC`", 6),
+            )
+        ),
+    ],
     "bench_set_batch.py": [
+        rf"^\| [\d,]+ \| \d+ \| [\d.]+ \| [\d.]+ \| {S} \| {S} \| {S} \| {S}x \| [\d.]+ \| -?\d+ \| -?\d+ \| {S} \| {S} \| 1 \|$",
+        r"^- target <= 4x `infer_shapes` at [\d,]+ nodes: [\d.]+x, (met|\*\*not met\*\*)$",
         rf"^\| 400 \| [\d.]+ \| 20 \| 20 \| {S} \| {S} \| \d+\.\d+ \| \d+ \| {S} \| {S} \| \d+\.\d+ \| 1 / 1 \|$",
         r"^- 400 / 200 nodes \(x2\): `patchspec apply` x[\d.]+ wall",
         rf"^\| [\d.]+ GiB \| {S} \| {S} \| \d+ \| \d+ \| (yes|\*\*no\*\*) \| 1 \| [\d.]+ \| 1 \|$",
@@ -48,6 +62,7 @@ FIGURES = {
         r"^\| model \| patchspec \| polygraphy sanitize \|",
         r"^\| generated_reshape \| ok \| [^|]+ \| [^|]+ \| [^|]+ \| [^|]+ \|$",
         r"^details: not written \(--quick without --json\); [\d.]+ s$",
+        r"^head to head, ppocr_det(: skipped: .+| \(PP-OCRv4 detector, static batch 4; medians\):)$",
     ],
 }
 

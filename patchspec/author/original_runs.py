@@ -20,7 +20,8 @@ import onnx
 from onnx import helper
 
 from patchspec.model.graph import all_graphs
-from patchspec.ort.sessions import RunFailure, Session, make_feeds
+from patchspec.ort.feeds import make_feeds
+from patchspec.ort.sessions import RunFailure, Session
 
 #: the original is run only when its weights are at most this large (1 GiB)
 RUN_LIMIT_BYTES = 1 << 30

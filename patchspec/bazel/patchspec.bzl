@@ -23,6 +23,9 @@ In a BUILD file:
         out_data = ["det_b8.onnx.data"],         # the output's data files, as patchspec names them
     )
 
+Confinement (docs/security.md): the action passes `--root`, the deepest folder holding the real file
+of every declared input, so the spec's paths and the model's data links may lead only there.
+
 The action runs `patchspec -q apply` (which verifies before it writes) in an environment of
 PATH=/bin:/usr/bin and ORT_DISABLE_TELEMETRY=1 only, and fails when patchspec fails, with patchspec's
 message.
@@ -42,18 +45,30 @@ shift "$count"
 execroot=$PWD
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
+common() {  # the deepest folder holding both $1 and $2
+  local a=$1
+  while [[ $a != / && $2 != "$a" && $2 != "$a"/* ]]; do a=${a%/*}; a=${a:-/}; done
+  printf '%s' "$a"
+}
+root=
 while (($#)); do  # copy or link, the workspace path, the path in the execroot
   case $2 in */*) mkdir -p "$stage/${2%/*}" ;; esac
-  if [[ $1 == copy ]]; then cp "$3" "$stage/$2"; else ln -s "$execroot/$3" "$stage/$2"; fi
+  if [[ $1 == copy ]]; then cp "$3" "$stage/$2"; else
+    ln -s "$execroot/$3" "$stage/$2"
+    real=$(readlink -f "$execroot/$3")
+    root=$(common "${root:-${real%/*}}" "${real%/*}")
+  fi
   shift 3
 done
-flags=()
+# the project root: the deepest folder holding every declared input's real file (the sandbox's links
+# lead there); a spec's path or a model's data link that leads elsewhere is refused
+flags=(--root "${root:-$stage}")
 if [[ $strict == 1 ]]; then flags+=(--strict-paths); fi
 cd "$stage"
 "$execroot/$tool" -q apply "$spec" --model "$model" --output "$execroot/${outs[0]}" --depfile "$stage/.d" \
   ${flags[@]+"${flags[@]}"}
 # the depfile's targets are the files patchspec wrote: each must be declared, or Bazel drops it
-esc() { local p=${1//\\/\\\\}; p=${p// /\\ }; p=${p//#/\\#}; printf '%s' "${p//\$/\$\$}"; }
+esc() { local p=${1//\\/\\\\}; p=${p// /\\ }; p=${p//#/\\#}; p=${p//:/\\:}; printf '%s' "${p//\$/\$\$}"; }
 expected=
 for out in "${outs[@]}"; do expected+="${expected:+ }$(esc "$execroot/$out")"; done
 IFS= read -r line < "$stage/.d"

@@ -10,8 +10,18 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from patchspec import __version__
-from patchspec.commands.context import State, atomic_write_text, exit_code_of, verbosity_options
+from patchspec.commands.context import (
+    State,
+    atomic_write_text,
+    exit_code_of,
+    load_registry,
+    native_code_option,
+    root_option,
+    verbosity_options,
+)
 from patchspec.errors import EXIT_STALE, PatchspecError, UsageError
+from patchspec.run.noop import Request, remember, up_to_date
+from patchspec.run.statcache import identity
 
 if TYPE_CHECKING:
     from patchspec.run.report import RunReport
@@ -30,9 +40,16 @@ if TYPE_CHECKING:
     help="Write nothing: exit 0 when every output is up to date, 6 when one is missing or stale.",
 )
 @click.option("--no-verify", is_flag=True, help="Skip the spec's verifiers.")
+@click.option(
+    "--allow-undecided",
+    is_flag=True,
+    help="With --no-verify: write a model a patch left with undecided points (otherwise exit 4).",
+)
 @click.option("--depfile", type=click.Path(path_type=Path), help="Write a Make-format dependency file.")
 @click.option("--report", "report_path", type=click.Path(path_type=Path), help="Write a JSON report of the run.")
+@native_code_option
 @click.option("--strict-paths", is_flag=True, help="Refuse symlinked or hard-linked external data files.")
+@root_option
 @verbosity_options
 @click.pass_obj
 def apply(
@@ -43,9 +60,11 @@ def apply(
     force: bool,
     check_only: bool,
     no_verify: bool,
+    allow_undecided: bool,
     depfile: Path | None,
     report_path: Path | None,
     strict_paths: bool,
+    root: Path | None,
     verbose: int,
     quiet: bool,
 ) -> None:
@@ -55,29 +74,42 @@ def apply(
     patch and verifier passed. If the output already carries the digest of this spec, input and
     plugin versions, nothing is done ("up to date").
     """
-    from patchspec.run.engine import Engine
-    from patchspec.run.report import RunReport
     from patchspec.run.reporter import summary_line
-    from patchspec.spec.load import load_spec
 
     if (model or output) and len(specs) != 1:
         raise UsageError("--model and --output need exactly one spec")
     if check_only and (force or depfile or report_path):
         raise UsageError("--check writes nothing: it does not take --force, --depfile or --report")
     state.more(verbose, quiet)
+    requests = noop_requests(state, specs, model, output, no_verify, strict_paths)
     if check_only:
-        check(state, specs, model, output, no_verify, strict_paths)
+        check(state, specs, model, output, no_verify, strict_paths, requests, root)
         return
+    if not (force or depfile or report_path) and all_up_to_date(state, requests):
+        return
+    from patchspec.run.engine import Engine
+    from patchspec.run.report import RunReport
+    from patchspec.spec.load import load_spec
+
     reports: list[RunReport] = []
     try:
+        spec_identities = [identity(path) for path in specs]  # before the specs are read: see run/noop
         registry = state.registry()
-        engine = Engine(registry, state.reporter, strict_paths=strict_paths)
-        loaded_specs = [load_spec(path, registry) for path in specs]  # every spec valid before any work
+        engine = Engine(registry, state.reporter, strict_paths=strict_paths, root=root)
+        loaded_specs = [load_spec(path, registry, root=root) for path in specs]  # every spec valid before any work
         for spec in loaded_specs:
             report = RunReport(str(spec.path), str(model or spec.model), str(output or spec.output))
             reports.append(report)
             state.echo(f"patchspec {spec.path}")
-            engine.apply(spec, model=model, output=output, force=force, no_verify=no_verify, report=report)
+            engine.apply(
+                spec,
+                model=model,
+                output=output,
+                force=force,
+                no_verify=no_verify,
+                report=report,
+                allow_undecided=allow_undecided,
+            )
             if report.status in ("written", "unchanged"):
                 state.echo(
                     f"wrote {report.output}"
@@ -86,6 +118,9 @@ def apply(
                 )
             if depfile:
                 write_depfile(depfile, report, spec, model, output)
+            if requests and report.digest and not registry.in_process():
+                index = len(reports) - 1
+                remember(requests[index], spec_identities[index], Path(report.output), report.inputs, report.digest)
     except BaseException as exc:  # the report says how the run ended, whatever ended it
         if reports and reports[-1].status not in ("written", "unchanged", "up to date"):
             reports[-1].status, reports[-1].error = "failed", str(exc) or type(exc).__name__
@@ -99,6 +134,35 @@ def apply(
         state.echo(summary_line([r.status for r in reports], len(specs)))
 
 
+def noop_requests(
+    state: State, specs: tuple[Path, ...], model: Path | None, output: Path | None, no_verify: bool, strict_paths: bool
+) -> list[Request]:
+    """How each spec is asked for, as the stat cache's record of a no-op keeps it (``run/noop``); none
+    while the plugins are not only the installed ones (a test's)."""
+    from patchspec.plugin.registry import installed_plugins
+
+    plugins = installed_plugins()
+    if plugins is None or state.registry is not load_registry:
+        return []
+    return [Request(spec, model, output, no_verify, strict_paths, plugins) for spec in specs]
+
+
+def all_up_to_date(state: State, requests: list[Request]) -> bool:
+    """The no-op of ``apply``, from the stat cache alone: True (and each spec's lines printed) when
+    every output is up to date; False when one may not be, and the full run must tell."""
+    from patchspec.run.reporter import summary_line
+
+    outputs = [up_to_date(request) for request in requests]
+    if not outputs or None in outputs:
+        return False
+    for request, path in zip(requests, outputs):
+        state.echo(f"patchspec {request.spec}")
+        state.echo(f"{path}: up to date")
+    if len(requests) > 1:
+        state.echo(summary_line(["up to date"] * len(requests), len(requests)))
+    return True
+
+
 def check(
     state: State,
     specs: tuple[Path, ...],
@@ -106,15 +170,23 @@ def check(
     output: Path | None,
     no_verify: bool,
     strict_paths: bool,
+    requests: list[Request],
+    root: Path | None = None,
 ) -> None:
     """apply --check: one line per output; exit 6 when any would be rebuilt."""
+    outputs = [up_to_date(request) for request in requests]
+    if outputs and None not in outputs:  # every output up to date, by the stat cache: nothing to parse
+        for path in outputs:
+            assert path is not None
+            state.echo(f"{output or cwd_relative(path)}: up to date")
+        return
     from patchspec.run.engine import Engine
     from patchspec.spec.load import load_spec
 
     registry = state.registry()
-    engine = Engine(registry, state.reporter, strict_paths=strict_paths)
+    engine = Engine(registry, state.reporter, strict_paths=strict_paths, root=root)
     stale = []
-    for spec in [load_spec(path, registry) for path in specs]:
+    for spec in [load_spec(path, registry, root=root) for path in specs]:
         verdict, reasons = engine.check(spec, model=model, output=output, no_verify=no_verify)
         target = output or cwd_relative(spec.output)
         if verdict == "up to date":
@@ -150,8 +222,10 @@ def cwd_relative(path: Path) -> Path:
 
 
 def make_escape(path: Path) -> str:
-    """``path`` as Make reads a file name: backslashes, spaces, ``#`` and ``$`` escaped."""
-    return str(path).replace("\\", "\\\\").replace(" ", "\\ ").replace("#", "\\#").replace("$", "$$")
+    """``path`` as Make and Ninja read a file name (:func:`patchspec.run.depfile.make_escape`)."""
+    from patchspec.run.depfile import make_escape as escape
+
+    return escape(path)
 
 
 def write_report(

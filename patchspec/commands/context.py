@@ -58,6 +58,26 @@ def verbosity_options(command: F) -> F:
     return click.option("-v", "--verbose", "verbose", count=True, help="More detail (every step's details).")(command)
 
 
+def native_code_option(command: F) -> F:
+    """``--allow-native-code``: load the custom-op libraries a spec names (the caller's choice, never
+    the spec's; see docs/security.md). Set on every invocation, so one run's choice never leaks into
+    the next in the same process."""
+
+    def remember(ctx: click.Context, param: click.Parameter, allowed: bool) -> bool:
+        from patchspec.ort.native_code import allow_native_code
+
+        allow_native_code(allowed)
+        return allowed
+
+    return click.option(
+        "--allow-native-code",
+        is_flag=True,
+        expose_value=False,
+        callback=remember,
+        help="Load the custom-op libraries the spec's run verifier names (native code runs when loaded).",
+    )(command)
+
+
 def exit_code_of(exc: BaseException) -> int:
     """The exit code ``patchspec.cli.main`` turns ``exc`` into (the contract's table)."""
     if isinstance(exc, click.exceptions.Exit):
@@ -74,7 +94,26 @@ def exit_code_of(exc: BaseException) -> int:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``path`` whole or not at all: a temporary file beside it, renamed over it."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    """Write ``path`` whole or not at all: a temporary file beside it, renamed over it (an
+    unpredictable name made with ``O_EXCL``, never written through a link planted there)."""
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def root_option(command: F) -> F:
+    """``--root DIR``: the project root the spec's paths must stay in (docs/security.md)."""
+    return click.option(
+        "--root",
+        type=click.Path(path_type=Path, file_okay=False),
+        envvar="PATCHSPEC_ROOT",
+        help="Project root the spec's files must lie in (default: the nearest folder above the spec "
+        "holding .git, else the spec's folder). Also $PATCHSPEC_ROOT.",
+    )(command)

@@ -7,16 +7,19 @@ from pathlib import Path
 
 import click
 
-from patchspec.commands.context import State, verbosity_options
+from patchspec.commands.context import State, root_option, verbosity_options
 
 
 @click.command()
 @click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
 @click.option("--model", type=click.Path(path_type=Path), help="Input model instead of the spec's.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@root_option
 @verbosity_options
 @click.pass_obj
-def plan(state: State, spec_path: Path, model: Path | None, as_json: bool, verbose: int, quiet: bool) -> None:
+def plan(
+    state: State, spec_path: Path, model: Path | None, as_json: bool, root: Path | None, verbose: int, quiet: bool
+) -> None:
     """Load the model and say what each patch would change, and each input's and output's shape
     before -> after; -v adds each patch's details. Writes nothing."""
     from patchspec.run.engine import Engine
@@ -25,8 +28,8 @@ def plan(state: State, spec_path: Path, model: Path | None, as_json: bool, verbo
 
     state.more(verbose, quiet)
     registry = state.registry()
-    spec = load_spec(spec_path, registry)
-    engine = Engine(registry, Reporter.to(lambda _: None) if as_json else state.reporter)
+    spec = load_spec(spec_path, registry, root=root)
+    engine = Engine(registry, Reporter.to(lambda _: None) if as_json else state.reporter, root=root)
     report = engine.plan(spec, model)
     if as_json:
         state.reporter.output(json.dumps(report.to_json(), indent=2))

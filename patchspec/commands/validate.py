@@ -8,15 +8,16 @@ from typing import Any
 
 import click
 
-from patchspec.commands.context import State
+from patchspec.commands.context import State, root_option
 from patchspec.errors import PatchspecError, SpecError, UsageError
 
 
 @click.command()
 @click.argument("specs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@root_option
 @click.pass_obj
-def validate(state: State, specs: tuple[Path, ...], as_json: bool) -> None:
+def validate(state: State, specs: tuple[Path, ...], as_json: bool, root: Path | None) -> None:
     """Check SPEC(s) against the schema and each plugin's rules; no model is read."""
     from patchspec.spec.load import load_spec
 
@@ -25,7 +26,7 @@ def validate(state: State, specs: tuple[Path, ...], as_json: bool) -> None:
     results: list[dict[str, Any]] = []
     for path in specs:
         try:
-            load_spec(path, registry)
+            load_spec(path, registry, root=root)
             results.append({"spec": str(path), "ok": True, "problems": []})
             if not as_json:
                 state.echo(f"{path}: ok")

@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import onnx
 from onnx import TensorProto
@@ -27,6 +28,7 @@ from patchspec.model.external_data import (
     with_raw_data,
 )
 from patchspec.plugin.contract import StateKey
+from patchspec.spec.confine import control_character, reserved_name, write_problem
 
 KERNEL_CHUNK = 64 * 1024 * 1024
 PROTOBUF_LIMIT = 2**31 - 1
@@ -77,18 +79,25 @@ def default_layout(model: onnx.ModelProto, output: Path, original: onnx.ModelPro
     return Layout(location=f"{output.name}.data", keep_inline=inline_names, keep_external=True)
 
 
-def refuse_input_overwrite(layout: Layout, output: Path, inputs: list[Path]) -> None:
-    """Refuse a data file name that would replace the input model or one of its data files."""
+def refuse_input_overwrite(layout: Layout, output: Path, protected: list[tuple[str, Path]]) -> None:
+    """Refuse a data file name that would replace a file the run reads (``protected``: what it is,
+    its path), patchspec's own bookkeeping, or anything but a regular file."""
     name = layout.data_name(output)
     if name is None:
         return
     target = output.parent / name
-    for path in inputs:
+    reserved = reserved_name(name) or (f"{name!r} holds a control character" if control_character(name) else None)
+    if reserved:
+        raise UsageError(f"{target}: the output's data file: {reserved}", "choose another 'location'")
+    for what, path in protected:
         if os.path.abspath(target) == os.path.abspath(path) or (target.exists() and _same_file(target, path)):
-            msg = f"{target}: the output's data file would replace the input's '{path.name}'; patchspec never modifies its input"
+            msg = f"{target}: the output's data file would replace {what} '{path.name}'; patchspec never modifies its input"
             raise UsageError(msg, "choose another 'location' in the external_data patch, or another output folder")
     if name == output.name:
         raise UsageError(f"{target}: the output's data file has the model's own name", "choose another 'location'")
+    refused = write_problem(None, target, [])
+    if refused:
+        raise UsageError(f"{target}: the output's data file {refused}", "remove it, or choose another 'location'")
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -105,7 +114,7 @@ def inline_size(model: onnx.ModelProto) -> int:
         if is_external(tensor):
             nbytes = expected_nbytes(tensor) or 0
             extra += nbytes + 16
-    return model.ByteSize() + extra
+    return int(model.ByteSize()) + extra
 
 
 def refuse_inline_overflow(model: onnx.ModelProto, where: str) -> None:
@@ -145,6 +154,7 @@ def write_model(
     written = [out_path]
     moving = [tensor for tensor, external in plan if external]
     if moving:
+        assert data_name is not None  # _goes_external is False for every tensor without a data file
         data_path = out_path.parent / data_name
         _write_data_file(moving, data_path, data_name, source_dir, layout, progress)
         written.append(data_path)
@@ -210,7 +220,7 @@ class _Sink:
         if count:
             self._advance(len(data))
 
-    def copy_from(self, source_fd: int, offset: int, length: int, digest) -> None:
+    def copy_from(self, source_fd: int, offset: int, length: int, digest: Any) -> None:
         """Copy a byte range; in the kernel when no checksum is wanted and the platform allows."""
         end = offset + length
         while offset < end:
@@ -281,7 +291,9 @@ def _write_data_file(
         sink.close()
 
 
-def _place_one(tensor: TensorProto, sink: _Sink, source_dir: Path, layout: Layout, sources: dict) -> str | None:
+def _place_one(
+    tensor: TensorProto, sink: _Sink, source_dir: Path, layout: Layout, sources: dict[Path, int]
+) -> str | None:
     """Write one tensor's bytes at the sink's position; returns the checksum to record, if any."""
     digest = hashlib.sha1(usedforsecurity=False) if layout.checksum else None
     if is_external(tensor):

@@ -11,6 +11,7 @@ the user named it (symlinks in that path are followed), never against the curren
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import stat
 from collections.abc import Iterator
@@ -68,7 +69,7 @@ def expected_nbytes(tensor: TensorProto) -> int | None:
     """Bytes a tensor's data takes in raw form, or None for types without a fixed size (strings)."""
     if tensor.data_type in (TensorProto.STRING, TensorProto.UNDEFINED):
         return None
-    count = int(np.prod(tensor.dims, dtype=np.int64)) if len(tensor.dims) else 1
+    count = math.prod(int(d) for d in tensor.dims)  # exact: int64 wraps [2**32, 2**32] round to 0
     four_bit = {TensorProto.INT4, TensorProto.UINT4, getattr(TensorProto, "FLOAT4E2M1", -1)}
     if tensor.data_type in four_bit:
         return (count + 1) // 2
@@ -102,12 +103,19 @@ def check_location(location: str, tensor_name: str, model_path: Path) -> None:
 
 
 def validate_external_data(
-    model: onnx.ModelProto, model_path: Path, *, strict_paths: bool = False, verify_checksums: bool = True
+    model: onnx.ModelProto,
+    model_path: Path,
+    *,
+    strict_paths: bool = False,
+    verify_checksums: bool = True,
+    roots: tuple[Path, ...] = (),
 ) -> list[ExternalRef]:
     """Check every external reference of ``model`` (loaded from ``model_path``) against the policy.
 
     The model's folder is taken as named (not resolved), so a symlinked model keeps its data next
     to the link. ``strict_paths`` refuses symlinks anywhere below that folder and hard-linked files.
+    ``roots``: folders a data file's real path (links followed) must lie in (the project root);
+    one that leads elsewhere is refused before a byte is read (exit 3, docs/security.md).
     """
     model_path = Path(os.path.abspath(model_path))
     _refuse_missing_files(model, model_path)
@@ -115,19 +123,51 @@ def validate_external_data(
     refs = []
     for tensor in iter_tensors(model.graph):
         if is_external(tensor):
-            refs.append(check_tensor(tensor, model_path.parent, str(model_path), strict_paths, stats))
+            refs.append(check_tensor(tensor, model_path.parent, str(model_path), strict_paths, stats, roots))
     if verify_checksums:
         _verify_checksums(refs, model_path)
     return refs
 
 
-def check_tensor(tensor: TensorProto, model_dir: Path, label: str, strict_paths: bool, stats: dict) -> ExternalRef:
-    """One reference: keys, location, file, offset and length (``label`` names the model in messages)."""
+def leads_inside(path: Path, roots: tuple[Path, ...]) -> bool:
+    """Whether ``path``, every link followed, lies in one of ``roots`` (themselves resolved)."""
+    real = os.path.realpath(path)
+    for root in roots:
+        base = os.path.realpath(root).rstrip(os.sep) + os.sep
+        if real.startswith(base):
+            return True
+    return False
+
+
+def _refuse_escape(where: str, location: str, path: Path, roots: tuple[Path, ...]) -> None:
+    msg = (
+        f"{where}: external data '{location}' leads to {os.path.realpath(path)}, outside the project "
+        f"root {os.path.realpath(roots[0])}; refusing to read it"
+    )
+    hint = (
+        "copy the data file into the project, or run with --root DIR naming a folder that holds its target "
+        "(a command-line choice; neither the spec nor the model can widen it)"
+    )
+    raise ModelFileError(msg, hint)
+
+
+def check_tensor(
+    tensor: TensorProto,
+    model_dir: Path,
+    label: str,
+    strict_paths: bool,
+    stats: dict[Path, os.stat_result],
+    roots: tuple[Path, ...] = (),
+) -> ExternalRef:
+    """One reference: keys, location, where its links lead (``roots``), file, offset and length
+    (``label`` names the model in messages)."""
     where = f"{label}: tensor '{tensor.name}'"
     info = _entries(tensor, where)
     location = info.get("location", "")
     check_location(location, tensor.name, Path(label))
     path = model_dir / location
+    if roots and not leads_inside(path, roots):  # before the file is even stat'ed: its size is not told
+        _refuse_escape(where, location, path, roots)
     if path not in stats:
         stats[path] = _check_file(path, location, where, model_dir, strict_paths)
     size = stats[path].st_size
@@ -181,12 +221,12 @@ def _entries(tensor: TensorProto, where: str) -> dict[str, str]:
 
 def _type_name(tensor: TensorProto) -> str:
     try:
-        return TensorProto.DataType.Name(tensor.data_type).lower()
+        return str(TensorProto.DataType.Name(tensor.data_type)).lower()
     except ValueError:
         return f"data type {tensor.data_type}"
 
 
-def _int_field(info: dict, key: str, default: int, where: str) -> int:
+def _int_field(info: dict[str, str], key: str, default: int, where: str) -> int:
     if key not in info:
         return default
     text = info[key].strip()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,16 +36,13 @@ class FileStamp:
             return False
 
 
+#: the largest .onnx protobuf can parse (2 GiB); a bigger file is not a model
+MAX_MODEL_BYTES = 2**31
+
+
 def load_model(path: Path) -> onnx.ModelProto:
     """Parse ``path`` without reading external weights; refuse what is not a usable ONNX model."""
-    if not path.exists():
-        raise ModelFileError(f"{path}: No such file or directory")
-    if path.is_dir():
-        raise ModelFileError(f"{path}: is a directory, not an ONNX model")
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ModelFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    raw = read_regular_file(path, MAX_MODEL_BYTES, "an ONNX model")
     if not raw:
         raise ModelFileError(f"{path}: not an ONNX model (0 bytes)")
     if raw.startswith(LFS_POINTER):
@@ -60,6 +58,38 @@ def load_model(path: Path) -> onnx.ModelProto:
     _check_complete(model, path, len(raw))
     _check_versions(model, path)
     return model
+
+
+def read_regular_file(path: Path, limit: int, what: str) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes.
+
+    A device (``/dev/zero``), a FIFO or a socket is refused: the file is opened non-blocking (a
+    FIFO would block forever), checked on the open descriptor, and never more than its size at that
+    moment is read.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
+        raise ModelFileError(f"{path}: No such file or directory") from None
+    except OSError as exc:
+        raise ModelFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise ModelFileError(f"{path}: is a directory, not {what}")
+        if not stat.S_ISREG(st.st_mode):
+            raise ModelFileError(
+                f"{path}: is not a regular file (a device, FIFO or socket), not {what}",
+                "name the file itself; patchspec reads only regular files",
+            )
+        if st.st_size > limit:
+            raise ModelFileError(f"{path}: {st.st_size} bytes, more than {what} can be ({limit} bytes)")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            return handle.read(st.st_size)
+    except OSError as exc:
+        raise ModelFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
 
 
 def _check_complete(model: onnx.ModelProto, path: Path, size: int) -> None:

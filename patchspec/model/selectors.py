@@ -18,7 +18,7 @@ import re
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn, Protocol
 
 import onnx
 
@@ -32,7 +32,7 @@ MAX_LISTED = 10
 _EXPECT_FORM = re.compile(r"^([0-9]+)\+$")
 
 
-def _patterns(description: str) -> dict:
+def _patterns(description: str) -> dict[str, Any]:
     return {
         "description": description + "; a glob, or 're:' + a Python regex matched in full; a list means any of",
         "anyOf": [
@@ -42,7 +42,7 @@ def _patterns(description: str) -> dict:
     }
 
 
-def _tensor_names(description: str) -> dict:
+def _tensor_names(description: str) -> dict[str, Any]:
     return {
         "description": description + "; one tensor name or a list of them (exact names)",
         "anyOf": [
@@ -52,7 +52,7 @@ def _tensor_names(description: str) -> dict:
     }
 
 
-SELECTOR_SCHEMA: dict = {
+SELECTOR_SCHEMA: dict[str, Any] = {
     "description": "node selector: every given field must hold (AND); a list means any of (OR)",
     "type": "object",
     "properties": {
@@ -79,6 +79,16 @@ SELECTOR_SCHEMA: dict = {
 }
 
 
+Key = tuple[str | int, ...]  # a path into the spec, ('select', 'after', 0)
+FieldTests = list[tuple[str, Callable[[int], bool]]]  # (selector field, does node i pass it)
+
+
+class FailContext(Protocol):
+    """What selection reports a problem to: ``fail`` stops the run (a PatchContext is one)."""
+
+    def fail(self, message: str, *, key: tuple[Any, ...] = (), hint: str | None = None) -> NoReturn: ...
+
+
 @dataclass(frozen=True)
 class NodeRef:
     """A selected node, the graph that holds it, and where that graph is (``main/If_0.then_branch``)."""
@@ -89,7 +99,7 @@ class NodeRef:
 
 
 # -- static checks ---------------------------------------------------------------------------------
-def check_selector(selector: Any) -> Iterator[tuple[tuple, str]]:
+def check_selector(selector: Any) -> Iterator[tuple[Key, str]]:
     """Problems found without a model: unknown keys, invalid ``re:`` patterns, bad ``expect``."""
     if not isinstance(selector, dict):
         yield (
@@ -113,7 +123,7 @@ def check_selector(selector: Any) -> Iterator[tuple[tuple, str]]:
             yield ("expect",), str(exc)
 
 
-def _indexed(value) -> Iterator[tuple[int | None, Any]]:
+def _indexed(value: Any) -> Iterator[tuple[int | None, Any]]:
     if value is None:
         return
     if isinstance(value, list):
@@ -122,7 +132,7 @@ def _indexed(value) -> Iterator[tuple[int | None, Any]]:
         yield None, value
 
 
-def _regex_problem(pattern) -> str | None:
+def _regex_problem(pattern: Any) -> str | None:
     if not isinstance(pattern, str) or not pattern.startswith("re:"):
         return None
     try:
@@ -144,7 +154,7 @@ def parse_expect(expect: Any) -> tuple[int, bool]:
     raise ValueError(msg)
 
 
-def _matcher(value) -> Callable[[str], bool]:
+def _matcher(value: str | list[str]) -> Callable[[str], bool]:
     """One predicate for a pattern or a list of patterns (OR)."""
     patterns = value if isinstance(value, list) else [value]
     regexes = [re.compile(p[3:]) for p in patterns if p.startswith("re:")]
@@ -223,7 +233,7 @@ class GraphIndex:
         return self._reach(start, self.producers, self.reads)
 
     @staticmethod
-    def _reach(start, step: dict, onward: list) -> set[int]:
+    def _reach(start: Iterable[TensorId], step: dict[TensorId, list[int]], onward: list[list[TensorId]]) -> set[int]:
         seen_tensors = set(start)
         queue = deque(seen_tensors)
         seen_nodes: set[int] = set()
@@ -261,7 +271,11 @@ def _free_names(graph: onnx.GraphProto) -> set[str]:
 
 # -- selection ---------------------------------------------------------------------------------------
 def select_nodes(
-    model: onnx.ModelProto, selector: dict, context, key: tuple = ("select",), index: GraphIndex | None = None
+    model: onnx.ModelProto,
+    selector: dict[str, Any],
+    context: FailContext,
+    key: Key = ("select",),
+    index: GraphIndex | None = None,
 ) -> list[NodeRef]:
     """The nodes ``selector`` matches, in graph order; ``context.fail`` (exit 4) on a count mismatch.
 
@@ -280,8 +294,8 @@ def select_nodes(
     return [index.nodes[i] for i in chosen]
 
 
-def _field_tests(selector: dict, index: GraphIndex, context, key: tuple) -> list[tuple[str, Callable[[int], bool]]]:
-    tests: list[tuple[str, Callable[[int], bool]]] = []
+def _field_tests(selector: dict[str, Any], index: GraphIndex, context: FailContext, key: Key) -> FieldTests:
+    tests: FieldTests = []
     nodes = index.nodes
     for field in PATTERN_KEYS:
         if field not in selector:
@@ -307,7 +321,7 @@ def _pattern_test(field: str, matches: Callable[[str], bool], nodes: list[NodeRe
     return lambda i: any(matches(name) for name in nodes[i].node.output if name)
 
 
-def _start_tensors(value, index: GraphIndex, context, key: tuple) -> list[TensorId]:
+def _start_tensors(value: str | list[str], index: GraphIndex, context: FailContext, key: Key) -> list[TensorId]:
     names = value if isinstance(value, list) else [value]
     found: list[TensorId] = []
     for position, name in enumerate(names):
@@ -325,7 +339,15 @@ def _start_tensors(value, index: GraphIndex, context, key: tuple) -> list[Tensor
     return found
 
 
-def _count_mismatch(selector, chosen, candidates, tests, index: GraphIndex, context, key) -> None:
+def _count_mismatch(
+    selector: dict[str, Any],
+    chosen: list[int],
+    candidates: list[int],
+    tests: FieldTests,
+    index: GraphIndex,
+    context: FailContext,
+    key: Key,
+) -> None:
     minimum, exact = parse_expect(selector.get("expect", DEFAULT_EXPECT))
     wanted = f"exactly {minimum}" if exact else f"at least {minimum}"
     listed = ", ".join(describe_node(index.nodes[i]) for i in chosen[:MAX_LISTED])
@@ -341,7 +363,7 @@ def _count_mismatch(selector, chosen, candidates, tests, index: GraphIndex, cont
     context.fail(msg, key=key, hint=hint)
 
 
-def _narrowing_hint(candidates: list[int], tests) -> str:
+def _narrowing_hint(candidates: list[int], tests: FieldTests) -> str:
     """Which field alone rules nodes out, so an empty match is easy to debug."""
     counts = [f"{field} alone matches {sum(1 for i in candidates if test(i))}" for field, test in tests]
     scope = f"{len(candidates)} nodes in scope"
@@ -354,7 +376,7 @@ def describe_node(ref: NodeRef) -> str:
     return f"{name} ({ref.node.op_type}{where})"
 
 
-def describe_selector(selector: dict) -> str:
+def describe_selector(selector: dict[str, Any]) -> str:
     """``{op_type: Conv, after: x}``: compact, in the order the user wrote it."""
     parts = []
     for field, value in selector.items():

@@ -11,18 +11,20 @@ written, and the input is never modified or loaded whole.
 
 from __future__ import annotations
 
-import os
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
 from onnx import helper
 
-from patchspec.errors import UsageError, did_you_mean
+from patchspec.errors import Interrupted, UsageError, did_you_mean
 from patchspec.model.external_data import is_external, iter_tensors
 from patchspec.model.graph import bodies, subgraphs
+from patchspec.ort.sessions import DEFAULT_TIMEOUT, RunFailure, build_session, run_bounded
 from patchspec.shapes.values import input_values
 
 #: symbolic or unknown size on axis 0 of an input (batch-like) when no shape is given
@@ -32,6 +34,21 @@ DEFAULT_BATCH = 1
 DEFAULT_SIZES = (64, 96, 128, 160, 192, 224, 256, 288)
 SHAPE_OPTION = re.compile(r"^(?P<name>[^=]+)=(?P<dims>([0-9]+(,[0-9]+)*)?)$")
 VALUE_OPTION = re.compile(r"^(?P<name>[^=]+)=(?P<values>[^=]+)$")
+#: what ``--value NAME=...`` gives: one number, or a list of them
+OptionValue = float | int | list[float | int]
+
+
+class InputOptionError(UsageError):
+    """A ``--shape`` or ``--value`` that does not fit the model's input (exit 2).
+
+    ``key`` is (option, input name) and ``detail`` the problem alone, so the ``lint`` verifier, whose
+    shapes come from a spec, names the input instead of the option: ``input x: the input has 4 axes``.
+    """
+
+    def __init__(self, option: str, name: str, detail: str) -> None:
+        super().__init__(detail, key=(option, name))
+        self.message = f"{option} {name}: {detail}"
+        self.args = (self.message,)
 
 
 @dataclass
@@ -74,7 +91,7 @@ class LintResult:
     probed: int = 0  # annotated tensors whose sizes were read
     not_probed: int = 0  # annotations inside subgraphs (cannot be exposed as outputs)
     #: inputs fed chosen values instead of random ones: {name: {"value", "origin": given|graph, "why"}}
-    values: dict[str, dict] = field(default_factory=dict)
+    values: dict[str, dict[str, Any]] = field(default_factory=dict)
     error: str | None = None  # ONNX Runtime could not run the probe
 
     @property
@@ -86,7 +103,7 @@ class LintResult:
             return []
         lines = ["- rename_dims: {unique: true}    # every symbolic dim gets its own name"]
         for conflict in self.conflicts:
-            groups: dict[tuple, dict[int, int]] = {}  # tensors -> {axis: size}
+            groups: dict[tuple[str, ...], dict[int, int]] = {}  # tensors -> {axis: size}
             for size, bindings in conflict.sizes.items():
                 for axis in sorted({b.axis for b in bindings}):
                     names = tuple(sorted({b.tensor for b in bindings if b.axis == axis}))
@@ -99,7 +116,7 @@ class LintResult:
                 lines.append(f"- rename_dims: {{tensor: [{', '.join(map(_yaml_str, names))}], axes: {{{renames}}}}}")
         return lines
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["conflicts"] = [
             {
@@ -135,7 +152,7 @@ def _yaml_str(text: str) -> str:
 
 
 # -- shapes for the probe ------------------------------------------------------------------------------
-def parse_shape_options(values) -> dict[str, list[int]]:
+def parse_shape_options(values: Iterable[str]) -> dict[str, list[int]]:
     """``["x=1,3,640,640"]`` -> ``{"x": [1, 3, 640, 640]}``; bad syntax is a usage error (exit 2)."""
     shapes: dict[str, list[int]] = {}
     for value in values:
@@ -148,13 +165,14 @@ def parse_shape_options(values) -> dict[str, list[int]]:
     return shapes
 
 
-def parse_value_options(values) -> dict[str, float | int | list]:
+def parse_value_options(values: Iterable[str]) -> dict[str, OptionValue]:
     """``["sr=16000", "ids=1,2,3"]`` -> ``{"sr": 16000, "ids": [1, 2, 3]}``; bad syntax is exit 2."""
-    parsed: dict[str, float | int | list] = {}
+    parsed: dict[str, OptionValue] = {}
     for value in values:
         found = VALUE_OPTION.match(value.strip())
-        numbers = [_number(part) for part in found.group("values").split(",")] if found else [None]
-        if None in numbers:
+        parts = [_number(part) for part in found.group("values").split(",")] if found else [None]
+        numbers = [number for number in parts if number is not None]
+        if found is None or len(numbers) < len(parts):
             msg = f"--value {value!r}: expected NAME=V or NAME=V0,V1,... with numbers, e.g. --value sr=16000"
             raise UsageError(msg)
         parsed[found.group("name")] = numbers[0] if len(numbers) == 1 else numbers
@@ -172,16 +190,17 @@ def _number(text: str) -> float | int | None:
         return None
 
 
-def feed_values(model: onnx.ModelProto, given: dict | None) -> dict[str, dict]:
+def feed_values(model: onnx.ModelProto, given: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     """The value each input is fed with, where not random: ``given`` (``--value``), else what the graph
     says an integer input needs (a sample rate compared with 16000 to choose a branch)."""
     known = {v.name: v for v in model_inputs(model)}
     chosen = {}
     for name, value in (given or {}).items():
         if name not in known:
-            raise UsageError(
-                f"--value {name}: the model has no input {name!r}{did_you_mean(name, known)}; "
-                f"its inputs: {', '.join(known)}"
+            raise InputOptionError(
+                "--value",
+                name,
+                f"the model has no input {name!r}{did_you_mean(name, known)}; its inputs: {', '.join(known)}",
             )
         chosen[name] = {"value": value, "origin": "given", "why": "--value"}
     for name, value in known.items():
@@ -192,7 +211,7 @@ def feed_values(model: onnx.ModelProto, given: dict | None) -> dict[str, dict]:
     return chosen
 
 
-def _value_shapes(model: onnx.ModelProto, values: dict[str, dict]) -> dict[str, list[int]]:
+def _value_shapes(model: onnx.ModelProto, values: dict[str, dict[str, Any]]) -> dict[str, list[int]]:
     """A list given to a rank-1 input is its shape too (``--value ids=1,2,3``: [3])."""
     dims = {v.name: _dims(v) for v in model_inputs(model)}
     return {
@@ -208,7 +227,9 @@ def model_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     return [v for v in model.graph.input if v.name not in initializers]
 
 
-def probe_shapes(model: onnx.ModelProto, given: dict[str, list] | None, split: bool = True) -> dict[str, list[int]]:
+def probe_shapes(
+    model: onnx.ModelProto, given: dict[str, list[int]] | None, split: bool = True
+) -> dict[str, list[int]]:
     """Shapes to run: ``given`` ones, the rest from the declared dims with the documented defaults.
 
     A dim_param shared by several inputs gets one size. With ``split``, one repeated on several
@@ -220,13 +241,14 @@ def probe_shapes(model: onnx.ModelProto, given: dict[str, list] | None, split: b
     known = {v.name: v for v in inputs}
     for name, dims in given.items():
         if name not in known:
-            raise UsageError(
-                f"--shape {name}: the model has no input {name!r}{did_you_mean(name, known)}; "
-                f"its inputs: {', '.join(known)}"
+            raise InputOptionError(
+                "--shape",
+                name,
+                f"the model has no input {name!r}{did_you_mean(name, known)}; its inputs: {', '.join(known)}",
             )
         rank = len(_dims(known[name]))
         if len(dims) != rank:
-            raise UsageError(f"--shape {name}: the input has {rank} axes, got {len(dims)} sizes")
+            raise InputOptionError("--shape", name, f"the input has {rank} axes, got {len(dims)} sizes")
     chosen: dict[str, tuple[int, str]] = {}  # dim_param -> (size, input that set it)
     for name, dims in given.items():
         for dim, size in zip(_dims(known[name]), dims):
@@ -243,7 +265,9 @@ def probe_shapes(model: onnx.ModelProto, given: dict[str, list] | None, split: b
     return shapes
 
 
-def _default_size(dim, axis: int, chosen: dict[str, tuple[int, str]], pool, owner: str) -> int:
+def _default_size(
+    dim: int | str | None, axis: int, chosen: dict[str, tuple[int, str]], pool: Iterator[int], owner: str
+) -> int:
     if isinstance(dim, int):
         return dim
     if isinstance(dim, str) and dim in chosen and not (owner and chosen[dim][1] == owner):
@@ -254,7 +278,7 @@ def _default_size(dim, axis: int, chosen: dict[str, tuple[int, str]], pool, owne
     return size
 
 
-def _dims(value: onnx.ValueInfoProto) -> list:
+def _dims(value: onnx.ValueInfoProto) -> list[int | str | None]:
     """Declared dims: int for a fixed size, str for a dim_param, None when unknown."""
     if not value.type.HasField("tensor_type") or not value.type.tensor_type.HasField("shape"):
         return []
@@ -300,70 +324,38 @@ def _strip_annotations(graph: onnx.GraphProto) -> None:
 
 
 def run_probe(
-    model: onnx.ModelProto, model_dir: Path, shapes: dict[str, list[int]], values: dict[str, dict] | None = None
+    model: onnx.ModelProto,
+    model_dir: Path,
+    shapes: dict[str, list[int]],
+    values: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, list[int]]:
     """Actual sizes of every output of the probe (and of the inputs fed), by tensor name.
 
     ``values`` (:func:`feed_values`) fills the inputs it names; the others get random floats or zeros.
     """
-    from patchspec.ort.sessions import quiet_onnxruntime
-
-    ort = quiet_onnxruntime()
-
     probe, _ = probe_model(model)
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 4  # fatal only: errors are reported by patchspec, without ANSI
     external = any(is_external(t) for t in iter_tensors(model.graph))
-    session = _session_from_bytes(probe.SerializeToString(), options, model_dir if external else None)
+    session = build_session(
+        probe.SerializeToString(), "CPUExecutionProvider", "disabled", (), model_dir if external else None
+    )
     values = values or {}
     feeds = {v.name: _feed(v, shapes[v.name], values.get(v.name, {}).get("value")) for v in model_inputs(model)}
     names = [o.name for o in session.get_outputs()]
-    results = session.run(names, feeds)
+    results = run_bounded(session, feeds, DEFAULT_TIMEOUT, names)
     found = {name: list(np.shape(value)) for name, value in zip(names, results)}
     found.update({name: list(value.shape) for name, value in feeds.items()})
     return found
 
 
-#: the first onnxruntime that takes the folder of external data for a model given as bytes
-EXTERNAL_FOLDER_OPTION_SINCE = (1, 21)
-
-
-def _session_from_bytes(probe: bytes, options, data_dir: Path | None):
-    """A CPU session for a model held in memory whose external weights stay in ``data_dir``.
-
-    Nothing is written: onnxruntime >= 1.21 is told the folder; older releases resolve the data of a
-    model given as bytes against the working directory, so that is ``data_dir`` while the session is
-    built (the weights are read then, not later).
-    """
-    import onnxruntime as ort
-
-    if data_dir is None:
-        return ort.InferenceSession(probe, options, providers=["CPUExecutionProvider"])
-    if _version(ort.__version__) >= EXTERNAL_FOLDER_OPTION_SINCE:
-        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(data_dir))
-        return ort.InferenceSession(probe, options, providers=["CPUExecutionProvider"])
-    previous = os.getcwd()
-    os.chdir(data_dir)
-    try:
-        return ort.InferenceSession(probe, options, providers=["CPUExecutionProvider"])
-    finally:
-        os.chdir(previous)
-
-
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", text)[:2])
-
-
-def _feed(value: onnx.ValueInfoProto, shape: list[int], fill=None) -> np.ndarray:
+def _feed(value: onnx.ValueInfoProto, shape: list[int], fill: Any = None) -> np.ndarray:
     dtype = helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
     if fill is not None:
         data = np.asarray(fill, dtype=dtype)
         if data.ndim == 0:
             return np.full(shape, data, dtype=dtype)
         if data.size != int(np.prod(shape, dtype=np.int64)):
-            msg = f"--value {value.name}: {data.size} values for shape {shape}; give one value or {np.prod(shape)}"
-            raise UsageError(msg)
+            msg = f"{data.size} values for shape {shape}; give one value or {np.prod(shape)}"
+            raise InputOptionError("--value", value.name, msg)
         return data.reshape(shape)
     if np.issubdtype(dtype, np.floating):
         return np.random.default_rng(0).random(shape).astype(dtype)
@@ -371,7 +363,10 @@ def _feed(value: onnx.ValueInfoProto, shape: list[int], fill=None) -> np.ndarray
 
 
 def lint_model(
-    model: onnx.ModelProto, model_dir: Path, given: dict[str, list] | None = None, values: dict | None = None
+    model: onnx.ModelProto,
+    model_dir: Path,
+    given: dict[str, list[int]] | None = None,
+    values: dict[str, Any] | None = None,
 ) -> LintResult:
     """Run the probe and compare every annotation with the sizes the tensors actually had.
 
@@ -390,9 +385,10 @@ def lint_model(
         try:
             actual = run_probe(model, model_dir, shapes, chosen)
             break
+        except Interrupted:  # SIGTERM while the probe ran: the run ends, it did not fail
+            raise
         except Exception as exc:  # ORT raises its own Fail/RuntimeException types, each with a message
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            result.error = f"onnxruntime could not run the model at {_shapes_text(shapes)}: {first}"
+            result.error = f"onnxruntime could not run the model at {_shapes_text(shapes)}: {_first_line(exc)}"
     if result.error:
         return result
     _, annotated = probe_model(model)
@@ -404,6 +400,16 @@ def lint_model(
     return result
 
 
+def _first_line(exc: Exception) -> str:
+    """What onnxruntime said, on one line: the builder's own words for a session it could not build."""
+    if isinstance(exc, RunFailure):
+        return exc.detail
+    if isinstance(exc, TimeoutError):
+        return f"the probe did not finish within {DEFAULT_TIMEOUT:g} s and was stopped"
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def _aliased(sizes: dict[int, list[Binding]], inputs: set[str]) -> bool:
     """Two sizes, at least one of them on a computed tensor: inputs differing among themselves are
     what the caller chose to feed (the default shapes give each axis its own size on purpose)."""
@@ -411,7 +417,12 @@ def _aliased(sizes: dict[int, list[Binding]], inputs: set[str]) -> bool:
     return bool(computed) and len(sizes) > 1
 
 
-def _compare(value, sizes: list[int] | None, bindings: dict, result: LintResult) -> None:
+def _compare(
+    value: onnx.ValueInfoProto,
+    sizes: list[int] | None,
+    bindings: dict[str, dict[int, list[Binding]]],
+    result: LintResult,
+) -> None:
     declared = _dims(value)
     if sizes is None or not declared:
         return
@@ -432,7 +443,7 @@ def _shapes_text(shapes: dict[str, list[int]]) -> str:
 
 
 # -- the graphs inside ------------------------------------------------------------------------------
-def graph_bodies(graph: onnx.GraphProto, path: str = "main"):
+def graph_bodies(graph: onnx.GraphProto, path: str = "main") -> Iterator[tuple[str, onnx.GraphProto]]:
     """(path, body) of every If/Loop/Scan body below ``graph``, depth first: ``main/If_0.then_branch``."""
     for position, node in enumerate(graph.node):
         for attr_name, sub in bodies(node):
@@ -445,6 +456,7 @@ __all__ = [
     "DEFAULT_BATCH",
     "DEFAULT_SIZES",
     "Conflict",
+    "InputOptionError",
     "LintResult",
     "graph_bodies",
     "lint_model",

@@ -10,7 +10,9 @@ is skipped, and the problem is returned for the caller to end with (exit 3).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import onnx
 from onnx import helper
@@ -25,9 +27,10 @@ from patchspec.ort.inspection import Binding, Conflict, _dims, _shapes_text, gra
 SHOWN = 3
 _CONTROL_FLOW = {"If", "Loop", "Scan"}
 _UNK = re.compile(r"^unk__(\d+)$")
+Json = dict[str, Any]  # a JSON object of the report, as --json writes it
 
 
-def inspect_model(path: Path, given: dict[str, list] | None = None, values: dict | None = None) -> dict:
+def inspect_model(path: Path, given: dict[str, list[int]] | None = None, values: dict[str, Any] | None = None) -> Json:
     """Everything ``patchspec inspect`` shows. An unreadable model raises ModelFileError (3); unusable
     external data is returned as ``external_data_problem`` with the graph view complete, lint skipped."""
     model = load_model(path)
@@ -61,7 +64,7 @@ def inspect_model(path: Path, given: dict[str, list] | None = None, values: dict
 
 
 # -- the data ----------------------------------------------------------------------------------------
-def _value_json(value: onnx.ValueInfoProto) -> dict:
+def _value_json(value: onnx.ValueInfoProto) -> Json:
     elem = value.type.tensor_type.elem_type if value.type.HasField("tensor_type") else 0
     return {"name": value.name, "dtype": _dtype(elem) if elem else "non-tensor", "dims": _dims(value)}
 
@@ -83,10 +86,18 @@ def op_histogram(graph: onnx.GraphProto) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
-def initializer_summary(graph: onnx.GraphProto) -> dict:
+def initializer_summary(graph: onnx.GraphProto) -> Json:
     """Initializers of every graph: count, bytes (from shape and type: no data is read), dtypes,
     and how many are stored inline or in external files."""
-    summary = {"count": 0, "bytes": 0, "dtypes": {}, "inline": 0, "inline_bytes": 0, "external": 0, "external_bytes": 0}
+    summary: Json = {
+        "count": 0,
+        "bytes": 0,
+        "dtypes": {},
+        "inline": 0,
+        "inline_bytes": 0,
+        "external": 0,
+        "external_bytes": 0,
+    }
     for sub in all_graphs(graph):
         for tensor in sub.initializer:
             size = expected_nbytes(tensor)
@@ -101,9 +112,9 @@ def initializer_summary(graph: onnx.GraphProto) -> dict:
     return summary
 
 
-def dim_param_uses(model: onnx.ModelProto) -> dict[str, list[dict]]:
+def dim_param_uses(model: onnx.ModelProto) -> dict[str, list[Json]]:
     """Every dim_param and the (tensor, axis, graph) that carry it, in every graph."""
-    uses: dict[str, list[dict]] = {}
+    uses: dict[str, list[Json]] = {}
     for path, graph in [("main", model.graph), *graph_bodies(model.graph)]:
         for value in (*graph.input, *graph.value_info, *graph.output):
             for axis, dim in enumerate(_dims(value)):
@@ -112,9 +123,9 @@ def dim_param_uses(model: onnx.ModelProto) -> dict[str, list[dict]]:
     return uses
 
 
-def external_summary(model: onnx.ModelProto, path: Path) -> dict:
+def external_summary(model: onnx.ModelProto, path: Path) -> Json:
     """Each data file the graph names: its size on disk (None when missing), tensors, bytes referenced."""
-    files: dict[str, dict] = {}
+    files: dict[str, Json] = {}
     tensors = 0
     for sub in all_graphs(model.graph):
         for tensor in [*sub.initializer, *_constant_tensors(sub)]:
@@ -134,16 +145,16 @@ def external_summary(model: onnx.ModelProto, path: Path) -> dict:
     return {"tensors": tensors, "files": list(files.values())}
 
 
-def _constant_tensors(graph: onnx.GraphProto):
+def _constant_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
     for node in graph.node:
         for attr in node.attribute:
             if attr.HasField("t"):
                 yield attr.t
 
 
-def _control_flow(node: onnx.NodeProto) -> dict:
+def _control_flow(node: onnx.NodeProto) -> Json:
     """One If/Loop/Scan of the main graph: nodes of each body, and control-flow nodes nested inside."""
-    found = {"node": node.name, "op": node.op_type, "bodies": {}, "nested": 0}
+    found: Json = {"node": node.name, "op": node.op_type, "bodies": {}, "nested": 0}
     for attr_name, body in sorted(bodies(node), key=lambda item: item[0] == "else_branch"):  # then, else
         found["bodies"][attr_name] = len(body.node)
         found["nested"] += sum(1 for sub in all_graphs(body) for inner in sub.node if any(True for _ in bodies(inner)))
@@ -151,7 +162,7 @@ def _control_flow(node: onnx.NodeProto) -> dict:
 
 
 # -- the text ----------------------------------------------------------------------------------------
-def format_inspection(data: dict, unfold: bool = False) -> str:
+def format_inspection(data: Json, unfold: bool = False) -> str:
     """The human-readable form of :func:`inspect_model`'s data; ``unfold`` lists every detail."""
     opsets = ", ".join(f"{domain} {version}" for domain, version in data["opsets"].items())
     producer = " ".join(part for part in data["producer"].values() if part) or "unknown"
@@ -176,7 +187,7 @@ def format_inspection(data: dict, unfold: bool = False) -> str:
     return "\n".join(lines)
 
 
-def _graph_lines(data: dict, unfold: bool) -> list[str]:
+def _graph_lines(data: Json, unfold: bool) -> list[str]:
     ops = [f"{op} {count}" for op, count in data["ops"].items()]
     lines = [f"ops: {_cut(ops, None if unfold else 12)}" if ops else "ops: none"]
     init = data["initializers"]
@@ -195,7 +206,7 @@ def _graph_lines(data: dict, unfold: bool) -> list[str]:
     return lines
 
 
-def _dim_param_lines(data: dict, unfold: bool) -> list[str]:
+def _dim_param_lines(data: Json, unfold: bool) -> list[str]:
     if not data["dim_params"]:
         return ["dim_params: none"]
     io = {v["name"] for v in (*data["inputs"], *data["outputs"])}
@@ -218,7 +229,7 @@ def _dim_param_lines(data: dict, unfold: bool) -> list[str]:
     return lines
 
 
-def _external_lines(summary: dict, problem: bool) -> list[str]:
+def _external_lines(summary: Json, problem: bool) -> list[str]:
     if not summary["files"]:
         return ["external data: none (every tensor is stored inside the model)"]
     lines = [f"external data: {summary['tensors']} tensors in {len(summary['files'])} file(s)"]
@@ -231,7 +242,7 @@ def _external_lines(summary: dict, problem: bool) -> list[str]:
     return lines
 
 
-def _control_flow_lines(data: dict, unfold: bool) -> list[str]:
+def _control_flow_lines(data: Json, unfold: bool) -> list[str]:
     if not data["subgraphs"]:
         return ["subgraphs: none"]
     if unfold:
@@ -249,7 +260,7 @@ def _control_flow_lines(data: dict, unfold: bool) -> list[str]:
     return lines
 
 
-def _lint_lines(lint: dict) -> list[str]:
+def _lint_lines(lint: Json) -> list[str]:
     origin = "given" if lint["shapes_given"] else "defaults; pass --shape NAME=D0,D1,... for real sizes"
     lines = [f"lint at {_shapes_text(lint['input_shapes'])} ({origin}):"]
     for name, value in lint.get("values", {}).items():
@@ -298,7 +309,7 @@ def _cut(items: list[str], limit: int | None) -> str:
     return f"{', '.join(items[:limit])} and {len(items) - limit} more"
 
 
-def _value_text(value) -> str:
+def _value_text(value: object) -> str:
     return ",".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
@@ -314,7 +325,7 @@ def _short(text: str, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _dims_text(dims: list) -> str:
+def _dims_text(dims: list[int | str | None]) -> str:
     return "[" + ", ".join("?" if d is None else str(d) if isinstance(d, int) else _quote(d) for d in dims) + "]"
 
 

@@ -17,11 +17,7 @@ import re
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
-
-import jsonschema
-import onnx
-from jsonschema.exceptions import best_match
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from patchspec.errors import PatchError, PatchspecError, PluginError, VerifierFailed
 from patchspec.plugin.contract import (
@@ -33,12 +29,20 @@ from patchspec.plugin.contract import (
     VerifyContext,
     VerifyResult,
 )
-from patchspec.shapes.annotations import untyped_annotations
+
+if TYPE_CHECKING:  # onnx and jsonschema are imported where a plugin is called, not to list plugins
+    import jsonschema
+    import onnx
 
 T = TypeVar("T")
 
-#: the JSON Schema dialect of every ``params_schema`` (the loader validates params with it)
-DIALECT = jsonschema.Draft202012Validator
+
+def dialect() -> type[jsonschema.Draft202012Validator]:
+    """The JSON Schema dialect of every ``params_schema`` (the loader validates params with it)."""
+    from jsonschema import Draft202012Validator
+
+    validator: type[jsonschema.Draft202012Validator] = Draft202012Validator
+    return validator
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,7 @@ class Guard:
     is no step (the test kit's static checks).
     """
 
-    def __init__(self, cls: type[PatchType] | type[Verifier], origin: Origin, where: str = "") -> None:
+    def __init__(self, cls: type[PatchType[Any]] | type[Verifier[Any]], origin: Origin, where: str = "") -> None:
         self.cls = cls
         self.kind = "patch type" if issubclass(cls, PatchType) else "verifier"
         self.origin = origin
@@ -71,17 +75,17 @@ class Guard:
     def schema_errors(self, params: Any) -> list[jsonschema.ValidationError]:
         """``params`` against ``params_schema`` (a schema that passed :func:`schema_fault` can still
         fail here, on a ``$ref`` that resolves nowhere)."""
-        return self._call("params_schema", lambda: list(DIALECT(self.cls.params_schema).iter_errors(params)))
+        return self._call("params_schema", lambda: list(dialect()(self.cls.params_schema).iter_errors(params)))
 
-    def check_params(self, params: dict) -> list[ParamProblem]:
+    def check_params(self, params: dict[str, Any]) -> list[ParamProblem]:
         found = self._call("check_params", lambda: list(self.instance.check_params(params)))
         return self._problems("check_params", found)
 
-    def check_model(self, params: dict, model: onnx.ModelProto) -> list[ParamProblem]:
+    def check_model(self, params: dict[str, Any], model: onnx.ModelProto) -> list[ParamProblem]:
         found = self._call("check_model", lambda: list(self.instance.check_model(params, model)))
         return self._problems("check_model", found)
 
-    def dependencies(self, params: dict) -> list[str]:
+    def dependencies(self, params: dict[str, Any]) -> list[str]:
         found = self._call("dependencies", lambda: list(self.instance.dependencies(params)))
         wrong = [item for item in found if not isinstance(item, str)]
         if wrong:
@@ -90,8 +94,14 @@ class Guard:
             )
         return found
 
-    def apply(self, model: onnx.ModelProto, params: dict, context: PatchContext) -> tuple[PatchResult, onnx.ModelProto]:
+    def apply(
+        self, model: onnx.ModelProto, params: dict[str, Any], context: PatchContext
+    ) -> tuple[PatchResult, onnx.ModelProto]:
         """Apply the patch to ``model`` in place; the result, checked, and the model as it was before."""
+        import onnx
+
+        from patchspec.shapes.annotations import untyped_annotations
+
         before = onnx.ModelProto()
         before.CopyFrom(model)  # graph only (external weights are not loaded): cheap to keep and compare
         untyped_before = set(untyped_annotations(model))
@@ -115,7 +125,7 @@ class Guard:
             raise self.fault(f"wrote tensor types without an element type ({shown})", method="apply")
         return result, before
 
-    def verify(self, params: dict, context: VerifyContext) -> tuple[VerifyResult, tuple]:
+    def verify(self, params: dict[str, Any], context: VerifyContext) -> tuple[VerifyResult, tuple[Any, ...]]:
         """The verifier's verdict, and the key in its params a ``context.fail`` pointed at (else ``()``).
 
         ``context.fail`` is the verdict "failed", as if the verifier had returned it."""
@@ -149,7 +159,7 @@ class Guard:
         except Exception as exc:
             raise self.fault(f"{method}() raised {type(exc).__name__}: {exc}", exc=exc, method=method) from exc
 
-    def _problems(self, method: str, found: list) -> list[ParamProblem]:
+    def _problems(self, method: str, found: list[Any]) -> list[ParamProblem]:
         for item in found:
             if not (
                 isinstance(item, (tuple, list))
@@ -172,6 +182,8 @@ class Guard:
         )
         site = site or self._site(method)
         message = f"{self.kind} {self.cls.name!r} {what}"
+        import onnx  # its version, in a bug report
+
         if self.where:
             message = f"{self.where}: {message}"
         if site:
@@ -199,7 +211,10 @@ def schema_fault(cls: type) -> str | None:
     if not isinstance(schema, dict):
         problem = f"params_schema is a {type(schema).__name__}, not a JSON Schema object (a dict)"
     else:
-        meta = DIALECT(DIALECT.META_SCHEMA, format_checker=DIALECT.FORMAT_CHECKER)
+        from jsonschema.exceptions import best_match
+
+        validator = dialect()
+        meta = validator(validator.META_SCHEMA, format_checker=validator.FORMAT_CHECKER)
         error = best_match(meta.iter_errors(schema))
         if error is None:
             return None
@@ -255,4 +270,4 @@ def plugin_failure(exc: BaseException, modules: Iterable[str]) -> tuple[str | No
     return site, text
 
 
-__all__ = ["DIALECT", "Guard", "Origin", "plugin_failure", "schema_fault", "schema_site"]
+__all__ = ["Guard", "Origin", "dialect", "plugin_failure", "schema_fault", "schema_site"]

@@ -1,18 +1,27 @@
-"""Load plugins from the ``patchspec`` entry-point group into a fresh registry.
+"""Load plugins from the ``patchspec`` entry-point group into a fresh registry, each only when needed.
 
 One list of plugins: built-ins (distribution ``patchspec``) are found through the same entry
 points as third-party ones. Each entry point is loaded inside a try, so a broken plugin is
 reported with its name and version and does not break ``validate`` or ``plugins``.
 Nothing happens at import time; every run builds its own :class:`PluginRegistry`.
+
+A plugin is imported when a step needs one of its types, not before: the registry learns which
+plugin provides a type from metadata, never by importing every plugin. A type name ``acme.x`` is
+plugin ``acme``'s (the prefix rule every third-party type follows); a plugin may also declare its
+types as entry points of their own, one per type (``[patchspec.patch_types]`` and
+``[patchspec.verifiers]``: the type's name = ``module:Class``), which is how the built-ins' bare
+names are found. Listing the types (``patchspec plugins``, ``schema``, a did-you-mean for an unknown
+type) loads every plugin, as does a type no metadata places.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
+from typing import Any, TypeVar
 
 import pluggy
 
@@ -21,8 +30,12 @@ from patchspec.plugin import hookspecs
 from patchspec.plugin.boundary import Guard, Origin, plugin_failure, schema_fault
 from patchspec.plugin.contract import PatchType, Verifier
 
+T = TypeVar("T")
+
 DISABLE_ENV = "PATCHSPEC_DISABLE_PLUGINS"  # comma-separated entry-point names not to load
 BUILTIN_DISTRIBUTION = "patchspec"
+#: the distribution a plugin handed in by a test (``patchspec.testing.registered``) is listed with
+IN_PROCESS_DISTRIBUTION = "(registered in process)"
 
 #: (name, plugin) pairs that every PluginRegistry.load() adds, while ``in_process_plugin`` is active.
 #: Empty unless a test (``patchspec.testing.registered``) put something there.
@@ -76,32 +89,69 @@ class PluginInfo:
         """Who answers for this plugin's code when it faults (see :mod:`patchspec.plugin.boundary`)."""
         if self.builtin:
             return Origin(f"patchspec {self.version}", "patchspec's maintainers", (self.module,))
-        if self.distribution in ("?", "(registered in process)"):
+        if self.distribution in ("?", IN_PROCESS_DISTRIBUTION):
             return Origin(self.label, f"the author of plugin '{self.name}'", (self.module,))
         return Origin(self.label, f"the author of {self.distribution}", (self.module,))
 
 
-@dataclass
+#: the entry-point groups where a plugin may declare each of its types (name = ``module:Class``)
+TYPE_GROUPS = {"patch type": f"{hookspecs.NAME}.patch_types", "verifier": f"{hookspecs.NAME}.verifiers"}
+
+
+class TypeTable(Mapping[str, type[T]]):
+    """A registry's patch types (or verifiers) by name: a lookup loads only the plugin that provides
+    the name; iterating lists every plugin's, so it loads them all."""
+
+    def __init__(self, kind: str, need: Callable[[str, str], None], load_all: Callable[[], None]) -> None:
+        self.kind = kind
+        self.loaded: dict[str, type[T]] = {}
+        self._need, self._load_all = need, load_all
+
+    def __getitem__(self, name: str) -> type[T]:
+        if name not in self.loaded:
+            self._need(self.kind, name)
+        return self.loaded[name]
+
+    def __contains__(self, name: object) -> bool:
+        if isinstance(name, str) and name not in self.loaded:
+            self._need(self.kind, name)
+        return name in self.loaded
+
+    def __iter__(self) -> Iterator[str]:
+        self._load_all()
+        return iter(dict(self.loaded))
+
+    def __len__(self) -> int:
+        self._load_all()
+        return len(self.loaded)
+
+
 class PluginRegistry:
     """Every patch type and verifier available in this run, and which plugin gave it."""
 
-    plugins: list[PluginInfo]
-    patch_types: dict[str, type[PatchType]]
-    verifiers: dict[str, type[Verifier]]
-    owners: dict[tuple[str, str], PluginInfo]  # (kind, name) -> plugin
-    #: installed plugins that PATCHSPEC_DISABLE_PLUGINS kept from loading
-    disabled: list[PluginInfo] = field(default_factory=list)
-    #: names in PATCHSPEC_DISABLE_PLUGINS that no installed plugin has (a typo, or uninstalled since)
-    disabled_unknown: list[str] = field(default_factory=list)
+    def __init__(self) -> None:
+        self._plugins: list[PluginInfo] = []
+        self.patch_types: TypeTable[PatchType[Any]] = TypeTable("patch type", self._need, self._load_all)
+        self.verifiers: TypeTable[Verifier[Any]] = TypeTable("verifier", self._need, self._load_all)
+        self.owners: dict[tuple[str, str], PluginInfo] = {}  # (kind, name) -> plugin, of the plugins loaded
+        #: installed plugins that PATCHSPEC_DISABLE_PLUGINS kept from loading
+        self.disabled: list[PluginInfo] = []
+        #: names in PATCHSPEC_DISABLE_PLUGINS that no installed plugin has (a typo, or uninstalled since)
+        self.disabled_unknown: list[str] = []
+        #: entry points not imported yet, by plugin name (two distributions may claim one name)
+        self._pending: dict[str, list[metadata.EntryPoint]] = {}
+        #: (kind, type name) -> the plugin names whose metadata declares it
+        self._declared: dict[tuple[str, str], set[str]] = {}
+        self._manager = pluggy.PluginManager(hookspecs.NAME)
+        self._manager.add_hookspecs(hookspecs)
 
     @classmethod
     def load(
         cls, extra: Iterable[tuple[str, object]] = (), *, entry_points: Iterable[metadata.EntryPoint] | None = None
     ) -> PluginRegistry:
-        """Load entry points (and ``extra`` (name, module) pairs, for tests) into a new registry."""
-        registry = cls([], {}, {}, {})
-        manager = pluggy.PluginManager(hookspecs.NAME)
-        manager.add_hookspecs(hookspecs)
+        """Find entry points (and take ``extra`` (name, module) pairs, for tests) for a new registry;
+        an entry point is imported when one of its types is first asked for."""
+        registry = cls()
         extra = [*_IN_PROCESS, *extra]
         disabled = disabled_names()
         replaced = {name for name, _ in _IN_PROCESS}  # an in-process plugin replaces the installed one
@@ -114,17 +164,41 @@ class PluginRegistry:
                 info.disabled = True
                 registry.disabled.append(info)
                 continue
-            registry._load_entry_point(manager, entry_point)
+            registry._pending.setdefault(entry_point.name, []).append(entry_point)
         registry.disabled_unknown = sorted(disabled - {e.name for e in found})
+        registry._declared = _declared_types(found) if entry_points is None else {}
         for name, module in extra:
-            info = PluginInfo(name, "(registered in process)", "", getattr(module, "__name__", repr(module)))
-            registry._register_object(manager, info, module)
-        if not any(p.builtin and not p.error for p in registry.plugins) and entry_points is None:
+            info = PluginInfo(name, IN_PROCESS_DISTRIBUTION, "", getattr(module, "__name__", repr(module)))
+            registry._register_object(info, module)
+        if not any(_is_builtin(e) for e in found) and entry_points is None:
             msg = "patchspec's built-in plugins are not registered: this checkout was never installed"
             raise PluginError(msg, "run: pip install -e .  (or: make demo)")
         return registry
 
-    def _load_entry_point(self, manager: pluggy.PluginManager, entry_point: metadata.EntryPoint) -> None:
+    @property
+    def plugins(self) -> list[PluginInfo]:
+        """Every plugin, loaded (or found broken) by now."""
+        self._load_all()
+        return self._plugins
+
+    def _need(self, kind: str, name: str) -> None:
+        """Load the plugins that may provide ``kind`` ``name``: those whose metadata declares it, else
+        the one its prefix names (``acme`` for ``acme.x``), else, for a bare name, the built-ins."""
+        names = self._declared.get((kind, name)) or (
+            {name.split(".")[0]}
+            if "." in name
+            else {plugin for plugin, points in self._pending.items() if any(map(_is_builtin, points))}
+        )
+        for plugin in sorted(names):
+            for entry_point in self._pending.pop(plugin, []):
+                self._load_entry_point(entry_point)
+
+    def _load_all(self) -> None:
+        while self._pending:
+            for entry_point in self._pending.pop(min(self._pending)):
+                self._load_entry_point(entry_point)
+
+    def _load_entry_point(self, entry_point: metadata.EntryPoint) -> None:
         info = _info(entry_point)
         try:
             module = entry_point.load()
@@ -133,13 +207,14 @@ class PluginRegistry:
             info.error = f"failed to import {entry_point.value}: {_exception_line(exc)}" + (
                 f" (at {site})" if site else ""
             )
-            self.plugins.append(info)
+            self._plugins.append(info)
             return
-        self._register_object(manager, info, module)
+        self._register_object(info, module)
 
-    def _register_object(self, manager: pluggy.PluginManager, info: PluginInfo, module: object) -> None:
+    def _register_object(self, info: PluginInfo, module: object) -> None:
+        manager = self._manager
         info.location = getattr(module, "__file__", "") or ""
-        self.plugins.append(info)
+        self._plugins.append(info)
         try:
             # pluggy's name is unique per distribution, so that two distributions that claim the same
             # entry-point name reach the duplicate check below, which names both
@@ -150,20 +225,20 @@ class PluginRegistry:
             if manager.is_registered(module):
                 manager.unregister(module)
             return
-        for hook_name, kind, table in (
-            ("register_patch_types", "patch type", self.patch_types),
-            ("register_verifiers", "verifier", self.verifiers),
-        ):
+        for hook_name, kind in (("register_patch_types", "patch type"), ("register_verifiers", "verifier")):
             for impl in getattr(manager.hook, hook_name).get_hookimpls():
                 if impl.plugin is module:
-                    self._call_register_hook(info, impl.function, kind, table)
+                    self._call_register_hook(info, impl.function, kind)
 
-    def _call_register_hook(self, info: PluginInfo, function: Callable[..., object], kind: str, table: dict) -> None:
-        base = PatchType if kind == "patch type" else Verifier
+    def _table(self, kind: str) -> dict[str, Any]:
+        return self.patch_types.loaded if kind == "patch type" else self.verifiers.loaded
+
+    def _call_register_hook(self, info: PluginInfo, function: Callable[..., object], kind: str) -> None:
+        base: type = PatchType if kind == "patch type" else Verifier
         listed = info.patch_types if kind == "patch type" else info.verifiers
 
-        def register(cls_: type[PatchType] | type[Verifier]) -> None:
-            self._add(info, cls_, kind, base, table)
+        def register(cls_: type[PatchType[Any]] | type[Verifier[Any]]) -> None:
+            self._add(info, cls_, kind, base)
             listed.append(cls_.name)
 
         try:
@@ -180,11 +255,11 @@ class PluginRegistry:
         """A broken plugin provides nothing, not the half it registered before failing."""
         for kind, name in [key for key, owner in self.owners.items() if owner is info]:
             del self.owners[(kind, name)]
-            (self.patch_types if kind == "patch type" else self.verifiers).pop(name, None)
+            self._table(kind).pop(name, None)
         info.patch_types.clear()
         info.verifiers.clear()
 
-    def _add(self, info: PluginInfo, cls_: type, kind: str, base: type, table: dict) -> None:
+    def _add(self, info: PluginInfo, cls_: type, kind: str, base: type) -> None:
         if not (isinstance(cls_, type) and issubclass(cls_, base)):
             msg = f"{info.label} registered {cls_!r}, which is not a {base.__name__} subclass"
             raise PluginError(msg)
@@ -207,9 +282,11 @@ class PluginRegistry:
             other = self.owners[key]
             raise PluginError(f"{kind} {name!r} is registered by both {other.label} and {info.label}")
         self.owners[key] = info
-        table[name] = cls_
+        self._table(kind)[name] = cls_
 
     def owner(self, kind: str, name: str) -> PluginInfo | None:
+        if (kind, name) not in self.owners:
+            self._need(kind, name)
         return self.owners.get((kind, name))
 
     def guard(self, kind: str, name: str, where: str = "") -> Guard:
@@ -218,6 +295,10 @@ class PluginRegistry:
         cls_ = (self.patch_types if kind == "patch type" else self.verifiers)[name]
         owner = self.owner(kind, name)
         return Guard(cls_, owner.origin if owner is not None else origin_of(cls_), where)
+
+    def in_process(self) -> bool:
+        """Whether a plugin was handed in by a test rather than installed (see :func:`installed_plugins`)."""
+        return any(p.distribution == IN_PROCESS_DISTRIBUTION for p in self._plugins)
 
     def broken(self) -> list[PluginInfo]:
         return [p for p in self.plugins if p.error]
@@ -229,13 +310,24 @@ class PluginRegistry:
         None when a working plugin of that name is loaded: the type is then merely unknown.
         """
         prefix = type_name.split(".")[0]
-        if any(p.name == prefix and not p.error for p in self.plugins):
+        if any(p.name == prefix and not p.error for p in self.plugins):  # an error's path: every plugin loaded
             return None
         return next((p for p in [*self.broken(), *self.disabled] if p.name == prefix), None)
 
     def versions(self) -> dict[str, str]:
         """Name -> version of every loaded plugin (part of the output digest)."""
         return {f"{p.distribution}:{p.name}": p.version for p in self.plugins if not p.error}
+
+
+def installed_plugins() -> dict[str, str] | None:
+    """Each installed plugin's entry point -> its distribution and version, and the plugins disabled:
+    what a build used, as a no-op's record keeps it (``run/noop``). Read from metadata, nothing
+    imported. None while a test registers plugins in process: no record can describe those."""
+    if _IN_PROCESS:
+        return None
+    found = {f"{e.name} = {e.value}": f"{_info(e).distribution} {_info(e).version}" for e in _patchspec_entry_points()}
+    found[DISABLE_ENV] = ",".join(sorted(disabled_names()))
+    return found
 
 
 def disabled_names() -> set[str]:
@@ -272,3 +364,24 @@ def origin_of(cls_: type) -> Origin:
 
 def _patchspec_entry_points() -> list[metadata.EntryPoint]:
     return list(metadata.entry_points(group=hookspecs.NAME))
+
+
+def _is_builtin(entry_point: metadata.EntryPoint) -> bool:
+    dist = getattr(entry_point, "dist", None)
+    return dist is not None and dist.name == BUILTIN_DISTRIBUTION
+
+
+def _declared_types(plugins: list[metadata.EntryPoint]) -> dict[tuple[str, str], set[str]]:
+    """(kind, type name) -> the plugins whose distribution declares the type in its own entry point:
+    the plugin whose module holds (or is a package above) the type's class."""
+    declared: dict[tuple[str, str], set[str]] = {}
+    for kind, group in TYPE_GROUPS.items():
+        for entry in metadata.entry_points(group=group):
+            module = entry.value.split(":")[0].strip()
+            dist = getattr(getattr(entry, "dist", None), "name", None)
+            for plugin in plugins:
+                home = plugin.value.split(":")[0].strip()
+                same_dist = getattr(getattr(plugin, "dist", None), "name", None) == dist
+                if same_dist and (module == home or module.startswith(home + ".")):
+                    declared.setdefault((kind, entry.name), set()).add(plugin.name)
+    return declared

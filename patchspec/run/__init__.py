@@ -1,1 +1,1 @@
-"""Runs: the engine that applies a spec, and the staging that writes outputs atomically."""
+"""Runs: the engine that applies a spec, and the commit that writes outputs atomically."""

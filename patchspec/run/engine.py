@@ -7,20 +7,22 @@ and version; nothing is committed unless every patch and verifier passed.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, TypeVar
 
 import onnx
 
 from patchspec import __version__
 from patchspec.errors import (
     ModelFileError,
+    PatchError,
     SpecError,
-    UsageError,
     VerificationFailed,
 )
 from patchspec.model.data_writer import (
@@ -37,13 +39,15 @@ from patchspec.model.io import FileStamp, load_model
 from patchspec.plugin.boundary import Guard
 from patchspec.plugin.contract import PatchContext, RunState, VerifyContext
 from patchspec.plugin.registry import PluginRegistry
+from patchspec.run.commit import Staging, remove_superseded
+from patchspec.run.io_changes import io_changes
+from patchspec.run.model_paths import missing_model, refuse_same_file
 from patchspec.run.report import RunReport, StepOutcome
 from patchspec.run.reporter import Reporter
-from patchspec.run.staging import Staging
 from patchspec.run.stamp import OutputStamp, data_record, digest_of, shown_path, stamp_model
 from patchspec.run.statcache import StatCache, file_sha256
-from patchspec.shapes.annotations import format_dims, read_dims
-from patchspec.shapes.batch_axes import fed_inputs
+from patchspec.shapes.batch_trace import UNDECIDED
+from patchspec.spec.confine import Root, check_model_path, check_output_path, within
 from patchspec.spec.steps import Spec, Step
 
 
@@ -63,6 +67,19 @@ class LoadedInput:
 
 
 Echo = Callable[[str], None]
+T = TypeVar("T")
+
+
+def _within_root(method: Callable[..., T]) -> Callable[..., T]:
+    """Run an Engine command with the spec's project root as the run's (sessions built by verifiers
+    stage only data inside it)."""
+
+    @functools.wraps(method)
+    def run(self: Engine, spec: Spec, *args: Any, **kwargs: Any) -> T:
+        with within(Root.of(spec.path, self.root)):
+            return method(self, spec, *args, **kwargs)
+
+    return run
 
 
 class Engine:
@@ -77,8 +94,10 @@ class Engine:
         *,
         verbose: bool = False,
         strict_paths: bool = False,
+        root: Path | None = None,
     ):
         self.registry = registry
+        self.root = root  # --root: the project root for every spec (default: each spec's own)
         self.reporter = echo if isinstance(echo, Reporter) else Reporter.to(echo, 1 if verbose else 0)
         self.echo = self.reporter.line
         self.verbose = verbose or self.reporter.verbose
@@ -88,23 +107,40 @@ class Engine:
     def load_input(self, spec: Spec, model: Path | None = None, output: Path | None = None) -> LoadedInput:
         model_path = (model or spec.model).absolute()
         output_path = (output or spec.output).absolute()
-        _refuse_same_file(model_path, output_path)
-        if model is None and not model_path.exists():
-            raise _missing_model(spec, model_path)
+        root = Root.of(spec.path, self.root)
+        refuse_same_file(model_path, output_path)
+        if model is None:
+            check_model_path(spec, root)
+            if not model_path.exists():
+                raise missing_model(spec, model_path)
+        # a --model's data may also stay beside it (onnxruntime's own rule); the spec's model has the root only
+        roots = (root.folder,) if model is None else (root.folder, model_path.parent, model_path.resolve().parent)
         with self.reporter.task(f"reading {model_path.name}"):
             proto = load_model(model_path)
-            refs = validate_external_data(proto, model_path, strict_paths=self.strict_paths)
+            refs = validate_external_data(proto, model_path, strict_paths=self.strict_paths, roots=roots)
         paths = data_files(refs)
+        protected = self.protected(spec, model_path, paths)
+        check_output_path(spec, output_path, None if output is not None else root, protected)
         stamps = [FileStamp.of(p) for p in [model_path, *paths]]
         return LoadedInput(spec, model_path, output_path, proto, paths, stamps)
 
+    def protected(self, spec: Spec, model: Path, data: list[Path]) -> list[tuple[str, Path]]:
+        """Every file a run reads, by what it is: no output or data file may ever replace one."""
+        return [
+            ("the spec", spec.path),
+            ("the input model", model),
+            *(("the input's", path) for path in data),
+            *(("a file a step reads", path) for path in self.step_dependencies(spec)),
+        ]
+
     def patch(
-        self, loaded: LoadedInput, report: RunReport, *, check_verifiers: bool = True
+        self, loaded: LoadedInput, report: RunReport, *, check_verifiers: bool = True, refuse_undecided: bool = False
     ) -> tuple[onnx.ModelProto, Layout | None]:
         """Apply every patch in spec order to a copy of the input; returns the model and output layout.
 
         Then (``check_verifiers``) each verifier checks its params against the patched model, so a
-        run case that names an input the model lacks is a spec error now, not a failed run later."""
+        run case that names an input the model lacks is a spec error now, not a failed run later.
+        ``refuse_undecided`` (``--no-verify``): points a patch left undecided stop the run (exit 4)."""
         model = onnx.ModelProto()
         model.CopyFrom(loaded.model)
         state = RunState()  # one per run: the patches of this spec share it, nothing else does
@@ -116,8 +152,18 @@ class Engine:
             self._print_step(step, outcome)
         if check_verifiers:
             self.check_verifiers(loaded.spec, model)
+        undecided = state.get(UNDECIDED)
+        if refuse_undecided and undecided:
+            more = f" (and {len(undecided) - 1} more)" if len(undecided) > 1 else ""
+            raise PatchError(
+                f"{loaded.spec.path}: the patches left {len(undecided)} point{'s' * (len(undecided) != 1)} undecided "
+                f"and --no-verify skips the verifiers that would judge them, so nothing is written: {undecided[0]}{more}",
+                "run with verification, settle them with the patches -v lists, or pass --allow-undecided "
+                "to write the model anyway",
+            )
         return model, state.get(OUTPUT_LAYOUT)
 
+    @_within_root
     def plan(self, spec: Spec, model: Path | None = None) -> RunReport:
         """What ``apply`` would do, writing nothing: each patch's line (its details with -v), then every
         graph input and output with its shape before -> after."""
@@ -144,6 +190,7 @@ class Engine:
         status = "modified" if result.modified else "unchanged"
         return StepOutcome(step.label, status, result.summary, list(result.details), time.perf_counter() - started)
 
+    @_within_root
     def verify(
         self,
         spec: Spec,
@@ -166,7 +213,7 @@ class Engine:
             model = load_model(output)
         if check_params:
             self.check_verifiers(spec, model)
-        failed: list[tuple[Step, StepOutcome, tuple]] = []  # with the key a context.fail pointed at
+        failed: list[tuple[Step, StepOutcome, tuple[Any, ...]]] = []  # with the key a context.fail pointed at
         for step in spec.verify:
             started = time.perf_counter()
             with self.reporter.task(step.type_name) as task:
@@ -189,7 +236,9 @@ class Engine:
         if failed:
             raise self._verification_failed(spec, failed, staged)
 
-    def _verification_failed(self, spec: Spec, failed: list, staged: bool) -> VerificationFailed:
+    def _verification_failed(
+        self, spec: Spec, failed: list[tuple[Step, StepOutcome, tuple[Any, ...]]], staged: bool
+    ) -> VerificationFailed:
         step, outcome, key = failed[0]
         message = f"{spec.locate(step, key)}: verification failed: {outcome.summary}"
         if len(failed) > 1:
@@ -203,6 +252,7 @@ class Engine:
         return VerificationFailed(message)
 
     # -- commands ---------------------------------------------------------------------------------
+    @_within_root
     def apply(
         self,
         spec: Spec,
@@ -212,6 +262,7 @@ class Engine:
         force: bool = False,
         no_verify: bool = False,
         report: RunReport | None = None,
+        allow_undecided: bool = False,
     ) -> RunReport:
         loaded = self.load_input(spec, model, output)
         report = report or RunReport(str(spec.path), str(loaded.model_path), str(loaded.output_path))
@@ -240,33 +291,38 @@ class Engine:
                     cache.save()
                 report.files = list(cache.built.get("files", {}))  # the output and its data files
                 return report
-            patched, layout = self.patch(loaded, report, check_verifiers=not no_verify)
+            patched, layout = self.patch(
+                loaded, report, check_verifiers=not no_verify, refuse_undecided=no_verify and not allow_undecided
+            )
             layout = layout or default_layout(patched, loaded.output_path, original=loaded.model)
             if layout.location and DIGEST_FIELD in layout.location:  # content-addressed: named by this build
                 layout = replace(layout, location=layout.location.replace(DIGEST_FIELD, digest_of(parts.result())[:16]))
-            refuse_input_overwrite(layout, loaded.output_path, [loaded.model_path, *loaded.data_paths])
+            protected = self.protected(spec, loaded.model_path, loaded.data_paths)
+            refuse_input_overwrite(layout, loaded.output_path, protected)
             written = self._write_and_commit(loaded, patched, layout, parts.result, no_verify, report)
-            # a content-addressed name changes every build: the previous build's data files go
-            previous = stamp.data_files if stamp is not None else [Path(f) for f in cache.built.get("files", {})]
-            _remove_superseded(loaded.output_path, previous, report.files)
+            # a content-addressed name changes every build: the previous build's data files go, but only
+            # those the stat cache proves this patchspec wrote (never what a model's metadata names)
+            remove_superseded(loaded.output_path, cache, report.files)
         cache.record_output([Path(name) for name in report.files], digest_of(parts.result()))
         for name, entry in written.items():  # hashed at build time: the next check need not read them
             cache.remember(loaded.output_path.parent / name, entry["sha256"])
+            cache.record_written(loaded.output_path.parent / name, entry["sha256"])
+        cache.record_written(loaded.output_path, file_sha256(loaded.output_path))
         cache.save()
         return report
 
     def _write_and_commit(
         self,
         loaded: LoadedInput,
-        patched,
+        patched: onnx.ModelProto,
         layout: Layout,
         parts: Callable[[], dict[str, str]],
         no_verify: bool,
         report: RunReport,
-    ) -> dict[str, dict]:
+    ) -> dict[str, dict[str, Any]]:
         """Stage, verify and commit the output; returns its data files' record (name -> size, sha256)."""
         spec = loaded.spec
-        written: dict[str, dict] = {}
+        written: dict[str, dict[str, Any]] = {}
         with Staging(loaded.output_path) as staging:
             staged_model = staging.path(loaded.output_path)
 
@@ -313,6 +369,7 @@ class Engine:
             parts[f"plugin {step.type_name}"] = f"{owner.distribution} {owner.version}" if owner else "?"
         return parts
 
+    @_within_root
     def check(
         self, spec: Spec, *, model: Path | None = None, output: Path | None = None, no_verify: bool = False
     ) -> tuple[str, list[str]]:
@@ -330,7 +387,9 @@ class Engine:
         changed += stamped.data_changes(cache.sha256)
         return ("stale", changed) if changed else ("up to date", [])
 
-    def _input_changes(self, loaded: LoadedInput, built_from: dict | None, parts: dict[str, str]) -> list[str]:
+    def _input_changes(
+        self, loaded: LoadedInput, built_from: dict[str, str] | None, parts: dict[str, str]
+    ) -> list[str]:
         """What differs between the parts the output was built from and today's, files by path."""
         if built_from is None:
             return ["built by a patchspec that did not record its inputs"]
@@ -388,74 +447,3 @@ class Engine:
                 return sha256(path) if progress is None else sha256(path, progress)
 
         return hashed
-
-
-def io_changes(before: onnx.ModelProto, after: onnx.ModelProto) -> list[tuple[str, str, str, str]]:
-    """(``inputs`` or ``outputs``, name, before, after) for every graph input that must be fed and
-    every output: the shape (``[N, 3, ?, ?]``), with the element type where a patch changed it;
-    ``-`` where the tensor is not there on that side."""
-    rows = []
-    for section, read in (
-        ("inputs", lambda m: fed_inputs(m.graph)),
-        ("outputs", lambda m: {info.name: info for info in m.graph.output}),
-    ):
-        old, new = read(before), read(after)
-        for name in [*old, *(n for n in new if n not in old)]:
-            types = {_elem_type(info) for info in (old.get(name), new.get(name)) if info is not None}
-            shown = [_describe(side.get(name), len(types) > 1) for side in (old, new)]
-            rows.append((section, name, *shown))
-    return rows
-
-
-def _describe(info: onnx.ValueInfoProto | None, with_type: bool) -> str:
-    if info is None:
-        return "-"
-    shape = format_dims(read_dims(info))
-    return f"{_elem_type(info)} {shape}" if with_type else shape
-
-
-def _elem_type(info: onnx.ValueInfoProto) -> str:
-    elem = info.type.tensor_type.elem_type
-    return onnx.TensorProto.DataType.Name(elem).lower() if elem else "?"
-
-
-def _missing_model(spec: Spec, model_path: Path) -> ModelFileError:
-    """The spec's model does not exist: where the spec names it, as written, as resolved, and the rule."""
-    pos = spec.document.position(("model",))
-    written = spec.document.data.get("model")
-    nearby = sorted(p.name for p in model_path.parent.glob("*.onnx"))[:5] if model_path.parent.is_dir() else []
-    found = (
-        f"; .onnx files there: {', '.join(nearby)}"
-        if nearby
-        else (
-            "" if model_path.parent.is_dir() else f"; the folder {shown_path(model_path.parent)} does not exist either"
-        )
-    )
-    msg = f"{spec.path}:{pos.line}:{pos.column}: model: {written} does not exist (resolved to {model_path}){found}"
-    return ModelFileError(
-        msg,
-        f"paths in a spec are relative to the spec's folder ({spec.path.resolve().parent}), "
-        "not to the current directory",
-    )
-
-
-def _refuse_same_file(model: Path, output: Path) -> None:
-    same = model.resolve() == output.resolve()
-    if not same and output.exists():
-        try:
-            same = model.samefile(output)
-        except OSError:
-            same = False
-    if same:
-        raise UsageError(
-            f"{output}: the output is the input model; patchspec never modifies its input",
-            "choose another 'output' (e.g. under build/)",
-        )
-
-
-def _remove_superseded(output: Path, old: list[Path], new: list[str]) -> None:
-    """Data files the previous build wrote beside ``output`` and this one no longer names."""
-    kept = {Path(name).name for name in new} | {output.name}
-    for path in map(Path, old):
-        if path.parent.resolve() == output.parent.resolve() and path.name not in kept and path.is_file():
-            path.unlink(missing_ok=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -12,7 +13,7 @@ class StepOutcome:
     summary: str
     details: list[str] = field(default_factory=list)
     seconds: float = 0.0
-    data: dict = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -28,8 +29,8 @@ class RunReport:
     inputs: list[str] = field(default_factory=list)
     error: str | None = None
     #: the error as data (``PatchspecError.to_json()``: detail, where, key, node, hint), when it failed
-    problem: dict | None = None
+    problem: dict[str, Any] | None = None
     digest: str | None = None  # the output's digest, once computed
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import onnx
 
@@ -31,7 +32,7 @@ def digest_of(parts: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-def stamp_model(model: onnx.ModelProto, parts: dict[str, str], files: dict[str, dict]) -> None:
+def stamp_model(model: onnx.ModelProto, parts: dict[str, str], files: dict[str, dict[str, Any]]) -> None:
     """Record in ``model``'s metadata what it was built from (``parts``) and its data files (``files``)."""
     keep = [p for p in model.metadata_props if p.key not in (VERSION_KEY, DIGEST_KEY, INPUTS_KEY, FILES_KEY)]
     del model.metadata_props[:]
@@ -47,7 +48,7 @@ def stamp_model(model: onnx.ModelProto, parts: dict[str, str], files: dict[str, 
         entry.key, entry.value = key, value
 
 
-def data_record(model: onnx.ModelProto, folder: Path, sha256: Callable[[Path], str]) -> dict[str, dict]:
+def data_record(model: onnx.ModelProto, folder: Path, sha256: Callable[[Path], str]) -> dict[str, dict[str, Any]]:
     """Size and sha256 of each data file ``model`` (written in ``folder``) points at, by location."""
     locations = dict.fromkeys(external_info(t)["location"] for t in iter_tensors(model.graph) if is_external(t))
     return {name: {"size": (folder / name).stat().st_size, "sha256": sha256(folder / name)} for name in locations}
@@ -58,10 +59,10 @@ class OutputStamp:
     """What an existing output says of the build that wrote it, and of the data files that build wrote."""
 
     digest: str
-    parts: dict | None  # what the digest was made of (None: written before patchspec recorded it)
+    parts: dict[str, Any] | None  # what the digest was made of (None: written before patchspec recorded it)
     data_files: list[Path]
     #: the data files as the build wrote them, name -> {size, sha256} (None: not recorded)
-    recorded: dict[str, dict] | None = None
+    recorded: dict[str, dict[str, Any]] | None = None
     complete: bool = True  # the data files hold every tensor the model points at (sizes suffice)
     folder: Path = Path()  # the output's folder, where the recorded names are
 
@@ -114,7 +115,7 @@ class OutputStamp:
         return changes
 
 
-def _json_dict(text: str | None) -> dict | None:
+def _json_dict(text: str | None) -> dict[str, Any] | None:
     try:
         value = json.loads(text) if text is not None else None
     except ValueError:
@@ -122,7 +123,7 @@ def _json_dict(text: str | None) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-def _recorded_files(text: str | None) -> dict[str, dict] | None:
+def _recorded_files(text: str | None) -> dict[str, dict[str, Any]] | None:
     """The ``patchspec.files`` record, if well formed (else None: the data files cannot be checked)."""
     record = _json_dict(text)
     if record is None:

@@ -4,7 +4,8 @@ As ninja's log and git's index do, a build keeps, for every file it hashed, its 
 inode and ctime_ns next to the hash. The next run takes a file whose four values are unchanged to
 have the same content and skips reading it; any change, a ``touch`` included, costs one re-hash
 (and a touch without a content change is still up to date). The output's own identity and digest
-are kept too, so an up-to-date check does not even parse the output.
+are kept too, so an up-to-date check does not even parse the output, and so is how the build was
+asked for (``build``, see :mod:`patchspec.run.noop`), so that a no-op need not parse the model either.
 
 The output's data files are outputs: a build records each one's size and sha256 in the output's
 metadata (``patchspec.files``) and remembers its identity here. While the identities of the output
@@ -23,9 +24,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
+import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 #: the cache file's format; another version is ignored (and rewritten)
 FORMAT = 1
@@ -62,10 +66,15 @@ def file_sha256(path: Path, progress: Callable[[int, int], None] | None = None) 
 class StatCache:
     """File hashes by identity, and the output's identity and digest, for one output."""
 
-    def __init__(self, output: Path, data: dict | None = None) -> None:
+    def __init__(self, output: Path, data: dict[str, Any] | None = None) -> None:
         self.output = output
-        self.files: dict[str, dict] = dict((data or {}).get("files", {}))
-        self.built: dict = dict((data or {}).get("output", {}))
+        self.files: dict[str, dict[str, Any]] = dict((data or {}).get("files", {}))
+        self.built: dict[str, Any] = dict((data or {}).get("output", {}))
+        #: files a build wrote, by absolute path: inode and sha256, re-checked before one is deleted
+        self.written: dict[str, dict[str, Any]] = dict((data or {}).get("written", {}))
+        #: how the last build was asked for and from which files (``run/noop``): what lets an
+        #: up-to-date ``apply`` or ``--check`` answer without parsing the spec's steps or the model
+        self.build: dict[str, Any] = dict((data or {}).get("build", {}))
         self.hashed: list[str] = []  # files this run had to read (for messages and tests)
         self._lock = threading.Lock()  # the inputs are hashed on a worker thread, the output's data here
 
@@ -112,16 +121,46 @@ class StatCache:
         """After a build (or a check that found it up to date): the output's files and digest."""
         self.built = {"digest": digest, "files": {str(p.absolute()): identity(p) for p in files}}
 
+    def record_written(self, path: Path, sha256: str) -> None:
+        """A file this build wrote (or found byte-identical and kept): the proof :meth:`wrote` checks."""
+        try:
+            inode = os.lstat(path).st_ino
+        except OSError:
+            return
+        self.written[str(path.absolute())] = {"inode": inode, "sha256": sha256}
+
+    def wrote(self, path: Path) -> bool:
+        """Whether ``path`` is still, provably, a file a build wrote: a regular file (not a link) with
+        the recorded inode and sha256. Nothing read from a model decides what patchspec deletes."""
+        entry = self.written.get(str(path.absolute()))
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return False
+        if entry is None or not stat.S_ISREG(st.st_mode) or st.st_ino != entry.get("inode"):
+            return False
+        return file_sha256(path) == entry.get("sha256")
+
     def save(self) -> None:
         """Write the cache beside the output; a failure only costs hashing next time."""
         target = cache_path(self.output)
-        payload = {"format": FORMAT, "output": self.built, "files": self.files}
-        temporary = target.with_name(target.name + f".{os.getpid()}.tmp")
+        payload = {
+            "format": FORMAT,
+            "output": self.built,
+            "files": self.files,
+            "written": self.written,
+            "build": self.build,
+        }
+        try:  # an unpredictable name, created new (O_EXCL), never through a link planted beside the output
+            fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        except OSError:
+            return
         try:
-            temporary.write_text(json.dumps(payload, sort_keys=True), encoding="utf-8")
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(json.dumps(payload, sort_keys=True))
             os.replace(temporary, target)
         except OSError:
-            temporary.unlink(missing_ok=True)
+            Path(temporary).unlink(missing_ok=True)
 
 
 __all__ = ["StatCache", "cache_path", "file_sha256", "identity"]

@@ -11,13 +11,19 @@ gigabytes of weights cost what their graph costs.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import onnx
 
 from patchspec.errors import PatchError
-from patchspec.model.graph import all_graphs, subgraphs
+from patchspec.model.graph import all_graphs, has_body, subgraphs
 from patchspec.plugin.contract import RunState, StateKey
+
+if TYPE_CHECKING:
+    from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 #: one dim as patchspec reads it: a size, a symbolic name, or None (unknown)
 Dim = int | str | None
@@ -49,7 +55,7 @@ def write_dim(dim: onnx.TensorShapeProto.Dimension, value: Dim) -> None:
 
 
 def has_shape(info: onnx.ValueInfoProto) -> bool:
-    return info.type.HasField("tensor_type") and info.type.tensor_type.HasField("shape")
+    return bool(info.type.HasField("tensor_type") and info.type.tensor_type.HasField("shape"))
 
 
 def typed(info: onnx.ValueInfoProto) -> bool:
@@ -73,7 +79,7 @@ def read_dims(info: onnx.ValueInfoProto) -> list[Dim] | None:
     return [read_dim(d) for d in info.type.tensor_type.shape.dim]
 
 
-def shape_dims(info: onnx.ValueInfoProto):
+def shape_dims(info: onnx.ValueInfoProto) -> RepeatedCompositeFieldContainer[onnx.TensorShapeProto.Dimension]:
     """The mutable dim list of an annotation with a shape."""
     return info.type.tensor_type.shape.dim
 
@@ -99,7 +105,7 @@ def dim_params(model: onnx.ModelProto) -> set[str]:
 
 
 # -- re-derivation ----------------------------------------------------------------------------------
-def rederive_shapes(model: onnx.ModelProto, state) -> None:
+def rederive_shapes(model: onnx.ModelProto, state: RunState) -> None:
     """Drop stale intermediate and output shapes of ``model`` and derive them again, in place.
 
     ``state`` is the run's :class:`RunState` (``context.state``): the dims earlier patches pinned
@@ -115,17 +121,31 @@ def rederive_shapes(model: onnx.ModelProto, state) -> None:
         )
         raise TypeError(msg)
     pinned_dims = state.get(PINNED_DIMS)
-    drop_derived_shapes(model.graph, pinned_dims)
-    inferred = infer_graph_only(model)
-    copy_derived_shapes(inferred.graph, model.graph)
-    apply_pins(model.graph, pinned_dims)
+    with collector_paused():  # a collection would walk every annotation of a 200,000-node graph
+        drop_derived_shapes(model.graph, pinned_dims)
+        inferred = infer_graph_only(model)
+        copy_derived_shapes(inferred.graph, model.graph)
+        apply_pins(model.graph, pinned_dims)
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a large graph is walked (reference counting
+    still frees everything; what is made there holds no cycles)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def drop_derived_shapes(graph: onnx.GraphProto, pinned_dims: Pins) -> None:
     """Remove value_info and forget the dims of outputs (rank and type kept), except pinned axes."""
     for each in all_graphs(graph):
         kept = []
-        for info in each.value_info:
+        for info in each.value_info if pinned_dims else ():
             if info.name in pinned_dims and has_shape(info):
                 _forget_dims(info, keep=pinned_dims[info.name])
                 kept.append(info)
@@ -135,7 +155,7 @@ def drop_derived_shapes(graph: onnx.GraphProto, pinned_dims: Pins) -> None:
             _forget_dims(info, keep=pinned_dims.get(info.name, {}))
 
 
-def _forget_dims(info: onnx.ValueInfoProto, keep: dict) -> None:
+def _forget_dims(info: onnx.ValueInfoProto, keep: dict[int, int | str]) -> None:
     if not has_shape(info):
         return
     dims = shape_dims(info)
@@ -187,9 +207,33 @@ def _light_graph(graph: onnx.GraphProto) -> onnx.GraphProto:
     light.value_info.extend(graph.value_info)
     light.initializer.extend(_stub_tensor(t) for t in graph.initializer)
     light.sparse_initializer.extend(graph.sparse_initializer)
-    for node in graph.node:
-        light.node.append(_light_node(node))
+    nodes, plain = graph.node, 0  # runs of nodes without a tensor or a body are copied in bulk
+    for index, node in enumerate(nodes):
+        if _holds_data(node):
+            light.node.extend(nodes[plain:index])
+            light.node.append(_light_node(node))
+            plain = index + 1
+    light.node.extend(nodes[plain:])
     return light
+
+
+def _holds_data(node: onnx.NodeProto) -> bool:
+    """Whether ``node`` has a tensor or a graph attribute (a Constant's weight, a body)."""
+    if node.domain in ("", "ai.onnx"):
+        return node.op_type in _DATA_OPS
+    return any(attr.type in _DATA_ATTRIBUTES for attr in node.attribute)
+
+
+#: the default domain's ops with a tensor attribute large enough to matter, or a body
+_DATA_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap", "Constant"})
+_DATA_ATTRIBUTES = {
+    onnx.AttributeProto.GRAPH,
+    onnx.AttributeProto.GRAPHS,
+    onnx.AttributeProto.TENSOR,
+    onnx.AttributeProto.TENSORS,
+    onnx.AttributeProto.SPARSE_TENSOR,
+    onnx.AttributeProto.SPARSE_TENSORS,
+}
 
 
 def _light_node(node: onnx.NodeProto) -> onnx.NodeProto:
@@ -237,14 +281,15 @@ def copy_derived_shapes(source: onnx.GraphProto, target: onnx.GraphProto) -> Non
             info.type.tensor_type.elem_type = found.type.tensor_type.elem_type
         info.type.tensor_type.shape.CopyFrom(found.type.tensor_type.shape)
     for source_node, target_node in zip(source.node, target.node):
-        for source_sub, target_sub in zip(subgraphs(source_node), subgraphs(target_node)):
-            copy_derived_shapes(source_sub, target_sub)
+        if has_body(target_node):
+            for source_sub, target_sub in zip(subgraphs(source_node), subgraphs(target_node)):
+                copy_derived_shapes(source_sub, target_sub)
 
 
 def apply_pins(graph: onnx.GraphProto, pinned_dims: Pins) -> int:
     """Re-apply pinned dims where the annotation is not a known size; returns how many were set."""
     count = 0
-    for info in all_annotations(graph):
+    for info in all_annotations(graph) if pinned_dims else ():
         pins = pinned_dims.get(info.name)
         if not pins or not has_shape(info):
             continue

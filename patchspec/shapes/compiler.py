@@ -14,6 +14,7 @@ takes the divisor's sign as Python does.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import onnx
@@ -49,9 +50,9 @@ class TensorFacts:
     """What the model says about one tensor; ``dims`` entries are ints or None (unknown)."""
 
     name: str
-    dims: list | None = None  # None: rank unknown
+    dims: list[int | None] | None = None  # None: rank unknown
     dtype: int | None = None
-    constant: np.ndarray | None = None  # the value, when it is a true constant we could read
+    constant: np.ndarray[Any, Any] | None = None  # the value, when it is a true constant we could read
 
 
 class TensorIndex:
@@ -72,13 +73,16 @@ class TensorIndex:
                 value = constant_value(node)
                 if value is not None:
                     self.facts[node.output[0]] = TensorFacts(
-                        node.output[0], list(value.shape), helper.np_dtype_to_tensor_dtype(value.dtype), value
+                        node.output[0],
+                        [int(d) for d in value.shape],
+                        helper.np_dtype_to_tensor_dtype(value.dtype),
+                        value,
                     )
         for init in graph.initializer:
             value = None
             if init.name not in input_names and init.data_location != TensorProto.EXTERNAL:
                 value = numpy_helper.to_array(init)
-            self.facts[init.name] = TensorFacts(init.name, list(init.dims), init.data_type, value)
+            self.facts[init.name] = TensorFacts(init.name, [int(d) for d in init.dims], init.data_type, value)
         for info in [*graph.value_info, *graph.output, *graph.input]:
             facts = self.facts.setdefault(info.name, TensorFacts(info.name))
             if facts.constant is None and info.type.HasField("tensor_type"):
@@ -92,6 +96,13 @@ class TensorIndex:
 
     def get(self, name: str) -> TensorFacts | None:
         return self.facts.get(name)
+
+    def require(self, name: str) -> TensorFacts:
+        """The facts of a name ``ShapeCompiler`` has checked exists."""
+        facts = self.facts.get(name)
+        if facts is None:
+            raise KeyError(f"no tensor '{name}' in the index: check the reference before compiling it")
+        return facts
 
 
 @dataclass
@@ -124,16 +135,16 @@ class ShapeCompiler:
         self.index, self.opset, self.namer, self.prefix = index, opset, namer, prefix
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
-        self._consts: dict[tuple, str] = {}
+        self._consts: dict[tuple[int | str, ...], str] = {}
         self._memo: dict[str, Piece] = {}
         self._shape_of: dict[str, str] = {}
-        self._rows: dict[str, dict] = {}
-        self._uses: dict[str, set[tuple]] = {}  # distinct reads of each tensor's shape
+        self._rows: dict[str, dict[tuple[int, ...], str]] = {}
+        self._uses: dict[str, set[tuple[str, int] | tuple[str, int, int]]] = {}  # distinct reads of each tensor's shape
         self._runs: dict[int, tuple[str, int, int]] = {}  # item -> (tensor, first axis, count)
         self._item = 0
 
     # -- entry point ----------------------------------------------------------------------------
-    def compile(self, items: list) -> CompiledShape:
+    def compile(self, items: list[int | str]) -> CompiledShape:
         if self.opset < MIN_OPSET:
             msg = f"computed shapes need opset {MIN_OPSET} or newer; the model imports opset {self.opset}"
             raise ShapeCompileError(0, msg)
@@ -153,8 +164,9 @@ class ShapeCompiler:
                 skip = count - 1
                 continue
             pieces.append(self._compile(expr))
-        if all(p.const is not None for p in pieces):
-            return CompiledShape([p.const for p in pieces], None)
+        folded = [p.const for p in pieces if p.const is not None]
+        if len(folded) == len(pieces):
+            return CompiledShape(folded, None)
         output = self._concat(pieces)
         return CompiledShape(None, output, self.nodes, self.initializers)
 
@@ -196,14 +208,14 @@ class ShapeCompiler:
 
     # -- planning reads of shapes ---------------------------------------------------------------------------
     def _axis(self, tensor: str, axis: int) -> int:
-        dims = self.index.get(tensor).dims
+        dims = self.index.require(tensor).dims
         return axis % len(dims) if dims is not None else axis
 
-    def _plan_dims(self, parsed: list) -> None:
+    def _plan_dims(self, parsed: list[ex.Expr]) -> None:
         """Find items that are consecutive axes of one tensor (one Shape slice) and count shape reads."""
 
-        def bare_dim(expr):
-            if isinstance(expr, ex.Dim) and self.index.get(expr.tensor).constant is None:
+        def bare_dim(expr: ex.Expr) -> tuple[str, int] | None:
+            if isinstance(expr, ex.Dim) and self.index.require(expr.tensor).constant is None:
                 return expr.tensor, self._axis(expr.tensor, expr.axis)
             return None
 
@@ -218,18 +230,18 @@ class ShapeCompiler:
                 and start[1] + count != 0
             ):
                 count += 1
-            if count > 1:
+            if start is not None and count > 1:
                 self._runs[index] = (start[0], start[1], count)
                 self._uses.setdefault(start[0], set()).add(("run", start[1], count))
             else:
                 for ref in ex.tensor_refs(parsed[index]):
-                    if isinstance(ref, ex.Dim) and self.index.get(ref.tensor).constant is None:
+                    if isinstance(ref, ex.Dim) and self.index.require(ref.tensor).constant is None:
                         self._uses.setdefault(ref.tensor, set()).add(("axis", self._axis(ref.tensor, ref.axis)))
             index += count
 
     def _run_piece(self, tensor: str, first: int, count: int) -> Piece:
         last = first + count - 1
-        dims = self.index.get(tensor).dims
+        dims = self.index.require(tensor).dims
         whole = dims is not None and first == 0 and last == len(dims) - 1
         alone = len(self._uses[tensor]) == 1
         if whole:
@@ -260,7 +272,7 @@ class ShapeCompiler:
             inner = self._compile(expr.operand)
             if inner.const is not None:
                 return self._folded(-inner.const, expr.column)
-            return Piece(tensor=self._node("Neg", [inner.tensor], "neg"))
+            return Piece(tensor=self._node("Neg", [self._tensor(inner)], "neg"))
         op = expr.function if isinstance(expr, ex.MinMax) else expr.op
         return self._binary(op, self._compile(expr.left), self._compile(expr.right), expr.column)
 
@@ -294,7 +306,7 @@ class ShapeCompiler:
 
     # -- reading the model ---------------------------------------------------------------------------------------
     def _dim(self, ref: ex.Dim) -> Piece:
-        facts = self.index.get(ref.tensor)
+        facts = self.index.require(ref.tensor)
         if facts.constant is not None:
             return Piece(const=int(facts.constant.shape[ref.axis]), nonneg=True)
         axis = self._axis(ref.tensor, ref.axis)
@@ -311,7 +323,7 @@ class ShapeCompiler:
         return self._shape_of[tensor]
 
     def _value(self, ref: ex.Value) -> Piece:
-        facts = self.index.get(ref.tensor)
+        facts = self.index.require(ref.tensor)
         if facts.constant is not None and facts.constant.ndim == len(ref.indices):
             return self._folded(int(facts.constant[ref.indices]), ref.column)
         element = self._gather_path(ref.tensor, ref.indices)
@@ -338,7 +350,11 @@ class ShapeCompiler:
 
     # -- emitting -------------------------------------------------------------------------------------------------
     def _tensor(self, piece: Piece) -> str:
-        return piece.tensor if piece.tensor is not None else self._const([piece.const])
+        if piece.tensor is not None:
+            return piece.tensor
+        if piece.const is None:
+            raise ValueError("a Piece holds a constant or a tensor")
+        return self._const([piece.const])
 
     def _const(self, values: list[int]) -> str:
         key = tuple(values)
@@ -356,13 +372,14 @@ class ShapeCompiler:
             self._consts[key] = name
         return self._consts[key]
 
-    def _node(self, op_type: str, inputs: list[str], label: str, **attrs) -> str:
+    def _node(self, op_type: str, inputs: list[str], label: str, **attrs: Any) -> str:
         name = self.namer.fresh(f"{self.prefix}/{label}")
         self.nodes.append(helper.make_node(op_type, inputs, [name], name=name, **attrs))
         return name
 
     def _concat(self, pieces: list[Piece]) -> str:
-        parts, run = [], []
+        parts: list[str] = []
+        run: list[int] = []
         for piece in pieces:
             if piece.const is not None:
                 run.append(piece.const)
@@ -370,7 +387,7 @@ class ShapeCompiler:
             if run:
                 parts.append(self._const(run))
                 run = []
-            parts.append(piece.tensor)
+            parts.append(self._tensor(piece))
         if run:
             parts.append(self._const(run))
         if len(parts) == 1:

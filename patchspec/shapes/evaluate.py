@@ -18,83 +18,57 @@ is never opened, so a model with gigabytes of weights costs what its graph costs
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Hashable, Sequence
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from patchspec.model.graph import NodeSite, subgraphs
-from patchspec.shapes.annotations import read_dim
+from patchspec.model.graph import NodeSite, has_body, subgraphs
+from patchspec.shapes.annotations import collector_paused
 from patchspec.shapes.kernels import SMALL, values_of
-
-
-@dataclass(frozen=True, eq=False)
-class Known:
-    """What is known of one tensor at one point: element type (0 unknown), shape, small value."""
-
-    dtype: int = 0
-    shape: tuple | None = None  # one int (or None: unknown) per axis; None: rank unknown
-    value: np.ndarray | None = None
-
-    @property
-    def full(self) -> bool:
-        """Every dim is a known size."""
-        return self.shape is not None and all(d is not None for d in self.shape)
-
-
-UNKNOWN = Known()
+from patchspec.shapes.known import (
+    UNKNOWN,
+    Known,
+    constant_known,
+    known_of_array,
+    known_of_tensor,
+    known_of_type,
+    merge,
+    shape_only,
+    stacked,
+    type_proto,
+)
 
 #: ``hook(site, inputs)`` gets, per point, the node's input Knowns; it returns replacements or None
-Hook = Callable[[NodeSite, list], list | None]
-
-
-def known_of_array(array: np.ndarray) -> Known:
-    array = np.asarray(array)
-    dtype = helper.np_dtype_to_tensor_dtype(array.dtype)
-    return Known(dtype, tuple(int(d) for d in array.shape), array if array.size <= SMALL else None)
-
-
-def known_of_tensor(tensor: TensorProto) -> Known:
-    """An initializer: its value when small and stored inline (external data is never read)."""
-    shape = tuple(int(d) for d in tensor.dims)
-    small = int(np.prod(shape, dtype=np.int64)) <= SMALL
-    if small and tensor.data_location != TensorProto.EXTERNAL:
-        try:
-            return Known(tensor.data_type, shape, numpy_helper.to_array(tensor))
-        except Exception:  # an exotic type numpy cannot hold: the shape is still known
-            pass
-    return Known(tensor.data_type, shape)
-
-
-def known_of_type(type_proto: onnx.TypeProto) -> Known:
-    if not type_proto.HasField("tensor_type"):
-        return UNKNOWN
-    tensor_type = type_proto.tensor_type
-    if not tensor_type.HasField("shape"):
-        return Known(tensor_type.elem_type)
-    dims = tuple(size if isinstance(size := read_dim(d), int) else None for d in tensor_type.shape.dim)  # -1: unknown
-    return Known(tensor_type.elem_type, dims)
-
-
-def _type_proto(known: Known) -> onnx.TypeProto:
-    return helper.make_tensor_type_proto(known.dtype, None if known.shape is None else list(known.shape))
+Hook = Callable[[NodeSite, list[list[Known]]], list[list[Known]] | None]
+#: the outputs of one node at one point
+Outputs = list[Known]
 
 
 class ShapeEvaluator:
-    """Evaluates a model at several points in lockstep; ``known[name]`` holds one Known per point."""
+    """Evaluates a model at several points in lockstep; ``known[name]`` holds one Known per point.
 
-    def __init__(self, model: onnx.ModelProto, points: Sequence[dict[str, Known]], hook: Hook | None = None):
+    ``hook_ops``, when given, names the op types the hook is called for (it is then not called for
+    the others, which saves a call per node on large graphs)."""
+
+    def __init__(
+        self,
+        model: onnx.ModelProto,
+        points: Sequence[dict[str, Known]],
+        hook: Hook | None = None,
+        hook_ops: Collection[str] | None = None,
+    ) -> None:
         self.model = model
         self.points = list(points)
         self.hook = hook
+        self.hook_ops = None if hook_ops is None else frozenset(hook_ops)
         self.known: dict[str, list[Known]] = {}
         self.producer: dict[str, NodeSite] = {}
         self._opsets = {entry.domain or "": entry.version for entry in model.opset_import}
         self._opsets.setdefault("", self._opsets.get("ai.onnx", 1))
-        self._schemas: dict[tuple, object] = {}
-        self._inferred: dict[tuple, list[Known]] = {}  # see evaluate
+        self._schemas: dict[tuple[str, str], onnx.defs.OpSchema | None] = {}
+        self._inferred: dict[Hashable, Outputs] = {}  # see evaluate
         self._counter = 0
         #: per body graph (by id): whether it runs at each point; a branch an If does not take is dead
         self._runs: dict[int, list[bool]] = {id(model.graph): [True] * len(self.points)}
@@ -121,7 +95,7 @@ class ShapeEvaluator:
 
     def runs(self, site: NodeSite) -> list[bool]:
         """Per point, whether ``site``'s node runs: False inside an If branch not taken there."""
-        return self._runs.get(id(site.graph), [True] * self.count)
+        return self._runs.get(id(site.scopes[-1])) or [True] * self.count
 
     def where(self, site: NodeSite) -> str:
         """Where a node sits, for messages: '' in the main graph, else " (in If 'x', then_branch)"."""
@@ -133,23 +107,46 @@ class ShapeEvaluator:
         return f" (in {', '.join(path)})" if path else ""
 
     # -- traversal --------------------------------------------------------------------------------
-    def _run_graph(self, graph: onnx.GraphProto, scopes: tuple) -> None:
+    def _run_graph(self, graph: onnx.GraphProto, scopes: tuple[onnx.GraphProto, ...]) -> None:
+        """Every node of ``graph`` in order, at every point: the hot loop on large models. Each node is
+        touched once, and inferred once per distinct (op, attributes, input signatures); the cyclic
+        garbage collector is paused meanwhile (the Knowns made here hold no cycles, and a collection
+        walks every one of them)."""
+        with collector_paused():
+            self._walk(graph, scopes)
+
+    def _walk(self, graph: onnx.GraphProto, scopes: tuple[onnx.GraphProto, ...]) -> None:
+        count, known, producer, hook, hook_ops = self.count, self.known, self.producer, self.hook, self.hook_ops
+        inferred, evaluate_once = self._inferred, self._evaluate_once
+        unknown_row = [UNKNOWN] * count
+        points = range(count)
         for tensor in graph.initializer if len(scopes) > 1 else ():
-            self.known[tensor.name] = [known_of_tensor(tensor)] * self.count
+            known[tensor.name] = [known_of_tensor(tensor)] * count
         for node in graph.node:
             site = NodeSite(self._counter, node, scopes)
             self._counter += 1
-            inputs = [[self._input(name, p) for name in node.input] for p in range(self.count)]
-            if any(True for _ in subgraphs(node)):
+            rows = [known.get(name, unknown_row) if name else unknown_row for name in node.input]
+            inputs = [list(column) for column in zip(*rows)] if rows else [[] for _ in points]
+            if has_body(node):
                 outputs = self._control_flow(site, inputs)
             else:
-                if self.hook is not None:
-                    inputs = self.hook(site, inputs) or inputs
-                outputs = [self.evaluate(node, inputs[p]) for p in range(self.count)]
+                if hook is not None and (hook_ops is None or node.op_type in hook_ops):
+                    inputs = hook(site, inputs) or inputs
+                static = _node_key(node)
+                if static is None:
+                    outputs = [evaluate_once(node, at_point) for at_point in inputs]
+                else:
+                    outputs = []
+                    for at_point in inputs:
+                        key = (static, tuple([k.signature for k in at_point]))
+                        found = inferred.get(key)
+                        if found is None:
+                            found = inferred[key] = evaluate_once(node, at_point)
+                        outputs.append(found)
             for index, name in enumerate(node.output):
                 if name:
-                    self.known[name] = [outputs[p][index] for p in range(self.count)]
-                    self.producer[name] = site
+                    known[name] = [at_point[index] for at_point in outputs]
+                    producer[name] = site
 
     def _input(self, name: str, point: int) -> Known:
         if not name:
@@ -158,23 +155,30 @@ class ShapeEvaluator:
         return found[point] if found else UNKNOWN
 
     # -- one node at one point ---------------------------------------------------------------------
-    def evaluate(self, node: onnx.NodeProto, inputs: list[Known]) -> list[Known]:
+    def evaluate(self, node: onnx.NodeProto, inputs: list[Known]) -> Outputs:
         """The outputs of ``node`` given its inputs at one point (UNKNOWN where nothing can be said).
 
         Remembered by what decides them: the op, its attributes and the inputs' types, shapes and
         small values (the blocks of a deep network repeat those exactly, at every point)."""
-        key = _inference_key(node, inputs)
-        if key is not None and key in self._inferred:
-            return self._inferred[key]
-        outputs = self._evaluate_once(node, inputs)
-        if key is not None:
-            self._inferred[key] = outputs
-        return outputs
+        return self._evaluate_keyed(node, None if has_body(node) else _node_key(node), inputs)
 
-    def _evaluate_once(self, node: onnx.NodeProto, inputs: list[Known]) -> list[Known]:
+    def _evaluate_keyed(self, node: onnx.NodeProto, static: Hashable | None, inputs: list[Known]) -> Outputs:
+        if static is None:  # a node with a body, or a Constant: evaluated as it is
+            return self._evaluate_once(node, inputs)
+        key = (static, tuple([known.signature for known in inputs]))
+        found = self._inferred.get(key)
+        if found is None:
+            found = self._inferred[key] = self._evaluate_once(node, inputs)
+        return found
+
+    def _evaluate_once(self, node: onnx.NodeProto, inputs: list[Known]) -> Outputs:
         count = len(node.output)
         if node.domain not in ("", "ai.onnx"):
             return self._infer(node, inputs)
+        if node.op_type == "Constant":
+            known = constant_known(node)
+            if known is not None:
+                return [known] + [UNKNOWN] * (count - 1)
         try:
             values = values_of(node, inputs, self._opsets[""])
         except Exception:  # a value op on odd inputs: fall back to inference, which says why or nothing
@@ -183,7 +187,7 @@ class ShapeEvaluator:
             return [known_of_array(v) for v in values] + [UNKNOWN] * (count - len(values))
         return self._infer(node, inputs)
 
-    def _infer(self, node: onnx.NodeProto, inputs: list[Known]) -> list[Known]:
+    def _infer(self, node: onnx.NodeProto, inputs: list[Known]) -> Outputs:
         unknown = [UNKNOWN] * len(node.output)
         schema = self._schema(node)
         if schema is None:
@@ -192,7 +196,7 @@ class ShapeEvaluator:
         for name, known in zip(node.input, inputs):
             if not name or known.dtype == 0:
                 continue
-            types[name] = _type_proto(known)
+            types[name] = type_proto(known)
             if known.value is not None:
                 data[name] = numpy_helper.from_array(np.asarray(known.value), name)
         try:
@@ -204,7 +208,7 @@ class ShapeEvaluator:
             outputs[0] = _broadcast(node.op_type, inputs) or outputs[0]  # ops defined by a function body
         return outputs
 
-    def _schema(self, node: onnx.NodeProto):
+    def _schema(self, node: onnx.NodeProto) -> onnx.defs.OpSchema | None:
         domain = "" if node.domain == "ai.onnx" else node.domain
         key = (node.op_type, domain)
         if key not in self._schemas:
@@ -215,7 +219,7 @@ class ShapeEvaluator:
         return self._schemas[key]
 
     # -- If / Loop / Scan -------------------------------------------------------------------------------
-    def _control_flow(self, site: NodeSite, inputs: list) -> list[list[Known]]:
+    def _control_flow(self, site: NodeSite, inputs: list[list[Known]]) -> list[Outputs]:
         node = site.node
         bodies = {attr.name: attr.g for attr in node.attribute if attr.HasField("g")}
         outer = self.runs(site)
@@ -244,7 +248,9 @@ class ShapeEvaluator:
         """Per point, the Knowns of ``body``'s outputs."""
         return [[self._input(info.name, p) for info in body.output] for p in range(self.count)]
 
-    def _if(self, site: NodeSite, then_body, else_body, inputs: list) -> list[list[Known]]:
+    def _if(
+        self, site: NodeSite, then_body: onnx.GraphProto, else_body: onnx.GraphProto, inputs: list[list[Known]]
+    ) -> list[Outputs]:
         for p in range(self.count):
             taken = _condition(inputs[p])
             if taken is not None:
@@ -262,11 +268,11 @@ class ShapeEvaluator:
                 outputs.append([merge(a, b) for a, b in zip(branches[0][p], branches[1][p])])
         return outputs
 
-    def _loop(self, site: NodeSite, body, inputs: list) -> list[list[Known]]:
+    def _loop(self, site: NodeSite, body: onnx.GraphProto, inputs: list[list[Known]]) -> list[Outputs]:
         carried = len(site.node.input) - 2
         bound = [
             [Known(TensorProto.INT64, (), np.array(0, dtype=np.int64)), Known(TensorProto.BOOL, ())]
-            + [_shape_only(k) for k in inputs[p][2:]]
+            + [shape_only(k) for k in inputs[p][2:]]
             for p in range(self.count)
         ]
         self._bind(body, bound)
@@ -277,11 +283,11 @@ class ShapeEvaluator:
             trips = inputs[p][0].value if inputs[p] and inputs[p][0].value is not None else None
             trip = int(np.asarray(trips).reshape(-1)[0]) if trips is not None and np.asarray(trips).size == 1 else None
             states = [merge(first, after) for first, after in zip(inputs[p][2:], body_out[p][1 : 1 + carried])]
-            scans = [_stacked(k, trip, 0) for k in body_out[p][1 + carried :]]
+            scans = [stacked(k, trip, 0) for k in body_out[p][1 + carried :]]
             outputs.append((states + scans)[: len(site.node.output)])
         return outputs
 
-    def _scan(self, site: NodeSite, body, inputs: list) -> list[list[Known]]:
+    def _scan(self, site: NodeSite, body: onnx.GraphProto, inputs: list[list[Known]]) -> list[Outputs]:
         node = site.node
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute if a.name != "body"}
         scanned = int(attrs.get("num_scan_inputs", 0))
@@ -298,7 +304,7 @@ class ShapeEvaluator:
                 axis %= max(len(k.shape), 1)
                 length = k.shape[axis] if length is None else length
                 slices.append(Known(k.dtype, k.shape[:axis] + k.shape[axis + 1 :]))
-            bound.append([_shape_only(k) for k in inputs[p][:states]] + slices)
+            bound.append([shape_only(k) for k in inputs[p][:states]] + slices)
             lengths.append(length)
         self._bind(body, bound)
         self._run_graph(body, site.scopes + (body,))
@@ -307,30 +313,21 @@ class ShapeEvaluator:
         for p in range(self.count):
             finals = [merge(first, after) for first, after in zip(inputs[p][:states], body_out[p][:states])]
             scans = [
-                _stacked(k, lengths[p], out_axes[j] if j < len(out_axes) else 0)
+                stacked(k, lengths[p], out_axes[j] if j < len(out_axes) else 0)
                 for j, k in enumerate(body_out[p][states:])
             ]
             outputs.append((finals + scans)[: len(node.output)])
         return outputs
 
 
-def _inference_key(node: onnx.NodeProto, inputs: list[Known]) -> tuple | None:
-    """What ONNX's inference of ``node`` depends on, names aside; None for a node with a body."""
-    attributes = []
-    for attribute in node.attribute:
-        if attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
-            return None
-        attributes.append(attribute.SerializeToString())
-    described = tuple(
-        (
-            bool(name),
-            known.dtype,
-            known.shape,
-            None if known.value is None else (np.asarray(known.value).dtype.str, np.asarray(known.value).tobytes()),
-        )
-        for name, known in zip(node.input, inputs)
-    )
-    return node.op_type, node.domain, len(node.input), len(node.output), tuple(attributes), described
+def _node_key(node: onnx.NodeProto) -> Hashable | None:
+    """What ONNX's inference of ``node`` depends on besides its inputs, names aside; None for a
+    Constant (read as it is: a weight's bytes are never serialized into a key)."""
+    if node.op_type == "Constant":
+        return None
+    attributes = tuple([attribute.SerializeToString() for attribute in node.attribute])
+    present = tuple([bool(name) for name in node.input])
+    return node.op_type, node.domain, len(node.output), present, attributes
 
 
 def _condition(inputs: list[Known]) -> bool | None:
@@ -348,38 +345,15 @@ BROADCASTING = COMPARISONS | {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "
 
 def _broadcast(op: str, inputs: list[Known]) -> Known | None:
     shapes = [k.shape for k in inputs if k.dtype]
-    if not shapes or any(s is None or None in s for s in shapes):
-        return None
+    sizes = [tuple(d for d in s if d is not None) for s in shapes if s is not None]
+    if not shapes or [len(s) for s in sizes] != [len(s) if s is not None else -1 for s in shapes]:
+        return None  # a rank or a dim unknown
     try:
-        shape = np.broadcast_shapes(*shapes)
+        shape = np.broadcast_shapes(*sizes)
     except ValueError:
         return None
     dtype = TensorProto.BOOL if op in COMPARISONS else inputs[-1 if op == "Where" else 0].dtype
     return Known(dtype, tuple(int(d) for d in shape))
-
-
-def merge(a: Known, b: Known) -> Known:
-    """What two possible values of one tensor have in common."""
-    same_value = (a.value is None and b.value is None) or (
-        a.value is not None and b.value is not None and np.array_equal(a.value, b.value)
-    )
-    if a is b or (a.dtype == b.dtype and a.shape == b.shape and same_value):
-        return a
-    dtype = a.dtype if a.dtype == b.dtype else 0
-    if a.shape is None or b.shape is None or len(a.shape) != len(b.shape):
-        return Known(dtype)
-    return Known(dtype, tuple(x if x == y else None for x, y in zip(a.shape, b.shape)))
-
-
-def _shape_only(known: Known) -> Known:
-    return Known(known.dtype, known.shape)
-
-
-def _stacked(known: Known, length: int | None, axis: int) -> Known:
-    if known.shape is None:
-        return Known(known.dtype)
-    axis %= len(known.shape) + 1
-    return Known(known.dtype, known.shape[:axis] + (length,) + known.shape[axis:])
 
 
 __all__ = [

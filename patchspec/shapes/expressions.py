@@ -20,11 +20,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, NoReturn
 
 FUNCTIONS = {"min": 2, "max": 2, "dim": 2, "value": None}  # name -> arity (None: 2 or more)
 TENSOR_FUNCTIONS = ("dim", "value")
 BARE_TENSOR_CHARS = re.compile(r"[A-Za-z0-9_./:\-]+")
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+#: the deepest syntax tree an expression may have (parentheses, unary minus, calls and operator
+#: chains all count): a shape needs a handful; the bound keeps a hostile spec's 5000 nested
+#: parentheses an error of the spec (exit 2) instead of a RecursionError (exit 5)
+MAX_DEPTH = 100
 
 
 class ExpressionError(ValueError):
@@ -102,7 +107,7 @@ def next_token(text: str, pos: int) -> Token:
     match = TOKEN_PATTERN.match(text, pos)
     if not match:
         raise ExpressionError(pos + 1, _unexpected_char(text[pos]))
-    kind = match.lastgroup
+    kind = match.lastgroup or "op"  # every alternative of the pattern is a named group
     return Token(kind, match.group(kind), match.start(kind) + 1)
 
 
@@ -117,6 +122,7 @@ class _Parser:
     def __init__(self, text: str) -> None:
         self.text = text
         self.pos = 0  # character offset of the next unread character
+        self.depth = 0  # nesting of the parse functions now running (parentheses, signs, calls)
 
     # the parser reads tokens lazily so that tensor names (which may contain '-', '.', ':')
     # can be read in their own mode after 'dim(' and 'value('
@@ -166,10 +172,16 @@ class _Parser:
 
     def unary(self) -> Expr:
         token = self.peek()
-        if token.kind == "op" and token.text == "-":
-            self.take()
-            return Negate(self.operand_after(token, unary=True), token.column)
-        return self.atom()
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise ExpressionError(token.column, _too_deep())
+        try:
+            if token.kind == "op" and token.text == "-":
+                self.take()
+                return Negate(self.operand_after(token, unary=True), token.column)
+            return self.atom()
+        finally:
+            self.depth -= 1
 
     def atom(self) -> Expr:
         token = self.take()
@@ -216,7 +228,7 @@ class _Parser:
         return MinMax(name.text, args[0], args[1], name.column)
 
     def arguments(self, name: Token) -> list[Expr]:
-        args = []
+        args: list[Expr] = []
         if self.peek().text == ")":
             self.take()
             return args
@@ -283,7 +295,30 @@ def parse(text: str) -> Expr:
     """Parse ``text``; raise :class:`ExpressionError` with the column of the first problem."""
     if not isinstance(text, str):
         raise ExpressionError(1, f"expected an expression string, got {type(text).__name__}")
-    return _Parser(text).parse()
+    expr = _Parser(text).parse()
+    if depth(expr) > MAX_DEPTH:  # a long flat chain (1 + 1 + ... + 1) nests as deep as its length
+        raise ExpressionError(1, _too_deep())
+    return expr
+
+
+def depth(expr: Expr) -> int:
+    """How deep the syntax tree goes (a number is 1), counted without recursion."""
+    deepest, stack = 0, [(expr, 1)]
+    while stack:
+        node, level = stack.pop()
+        deepest = max(deepest, level)
+        if isinstance(node, Negate):
+            stack.append((node.operand, level + 1))
+        elif isinstance(node, (BinaryOp, MinMax)):
+            stack += [(node.left, level + 1), (node.right, level + 1)]
+    return deepest
+
+
+def _too_deep() -> str:
+    return (
+        f"the expression nests deeper than {MAX_DEPTH} levels (parentheses, signs, calls and chained "
+        "operators); split it into simpler expressions"
+    )
 
 
 def check(text: str) -> str | None:
@@ -341,14 +376,14 @@ def evaluate(expr: Expr, dim: Callable[[str, int], int], value: Callable[[str, S
     return apply_op(op, left, right, expr.column)
 
 
-def evaluate_with_arrays(expr: Expr, shapes: dict, arrays: dict) -> int:
+def evaluate_with_arrays(expr: Expr, shapes: dict[str, Sequence[int]], arrays: dict[str, Any]) -> int:
     """Evaluate with ``shapes`` {name: shape} and ``arrays`` {name: numpy array} (tests, docs)."""
 
-    def dim(name, axis):
-        return shapes[name][axis] if name in shapes else arrays[name].shape[axis]
+    def dim(name: str, axis: int) -> int:
+        return int(shapes[name][axis] if name in shapes else arrays[name].shape[axis])
 
-    def value(name, indices):
-        return arrays[name][tuple(indices)]
+    def value(name: str, indices: Sequence[int]) -> int:
+        return int(arrays[name][tuple(indices)])
 
     return evaluate(expr, dim, value)
 
@@ -372,7 +407,7 @@ def _check_constant_parts(expr: Expr) -> None:
                 raise ExpressionError(expr.column, f"division by zero in '{expr.op}'")
 
 
-def _never(*args):  # pragma: no cover - only called for expressions that read no tensor
+def _never(*args: object) -> NoReturn:  # pragma: no cover - only called for expressions that read no tensor
     raise AssertionError("constant expression read a tensor")
 
 

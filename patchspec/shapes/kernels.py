@@ -10,6 +10,7 @@ input, Slice's clamped bounds); ``tests/shapes/test_kernels.py`` holds them to o
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import onnx
@@ -20,26 +21,47 @@ from patchspec.model.graph import constant_value
 #: tensors with at most this many elements get a value (shape arithmetic, scales, small constants)
 SMALL = 1024
 
+Array = np.ndarray[Any, Any]
+#: a kernel's inputs: one array per input of the node, None for an omitted optional input (Any: a
+#: kernel indexes the inputs its operator requires without a check, as the operator guarantees them)
+Args = list[Any]
+#: a node's attributes by name, as ``helper.get_attribute_value`` reads them
+Attrs = dict[str, Any]
+Kernel = Callable[[Args, Attrs, int], Any]
 
-def _attrs(node: onnx.NodeProto) -> dict:
+
+class _HasValue(Protocol):
+    """What a kernel reads of an input: the evaluator's ``Known``."""
+
+    @property
+    def shape(self) -> tuple[int | None, ...] | None: ...
+
+    @property
+    def value(self) -> Array | None: ...
+
+
+def _attrs(node: onnx.NodeProto) -> Attrs:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
-def values_of(node: onnx.NodeProto, inputs: Sequence, opset: int) -> list[np.ndarray] | None:
+def values_of(node: onnx.NodeProto, inputs: Sequence[_HasValue], opset: int) -> list[Array] | None:
     """Output values of ``node`` when it is shape arithmetic on known values; None otherwise.
 
     ``inputs`` holds one entry per input of the node, each with a ``shape`` (one int or None per
     axis; None: rank unknown) and a ``value`` (an array, or None when unknown): the evaluator's
     ``Known``. ``opset`` is the model's default-domain opset."""
     op = node.op_type
-    if op == "Constant":  # the one constant reader; a large constant is a weight, not shape arithmetic
+    if op == "Constant":  # a large constant is a weight, not shape arithmetic: it is never read
+        if any(a.name == "value" and int(np.prod(a.t.dims, dtype=np.int64)) > SMALL for a in node.attribute):
+            return None
         value = constant_value(node)
         return None if value is None or value.size > SMALL else [value]
     attrs = _attrs(node)
     if op in ("Shape", "Size"):
-        shape = inputs[0].shape if inputs else None
-        if shape is None or any(d is None for d in shape):
+        given = inputs[0].shape if inputs else None
+        if given is None or None in given:
             return None
+        shape = [int(d) for d in given if d is not None]
         if op == "Size":
             return [np.array(int(np.prod(shape, dtype=np.int64)), dtype=np.int64)]
         start, end = attrs.get("start", 0), attrs.get("end", None)
@@ -58,7 +80,7 @@ def values_of(node: onnx.NodeProto, inputs: Sequence, opset: int) -> list[np.nda
     return [np.asarray(r) for r in results]
 
 
-def _output_size(op: str, args: list) -> int:
+def _output_size(op: str, args: Args) -> int:
     """Elements an op that can grow its input would make, before making them."""
     if op == "Expand":
         return int(np.prod(np.broadcast_shapes(args[0].shape, tuple(int(s) for s in args[1])), dtype=np.int64))
@@ -72,7 +94,7 @@ def _output_size(op: str, args: list) -> int:
     return 0
 
 
-def _axes(args: list, attrs: dict, position: int, opset_axes_input: bool) -> list[int] | None:
+def _axes(args: Args, attrs: Attrs, position: int, opset_axes_input: bool) -> list[int] | None:
     if opset_axes_input:
         if len(args) > position and args[position] is not None:
             return [int(a) for a in args[position].reshape(-1)]
@@ -80,7 +102,7 @@ def _axes(args: list, attrs: dict, position: int, opset_axes_input: bool) -> lis
     return list(attrs["axes"]) if "axes" in attrs else None
 
 
-def _slice(args, attrs, opset):
+def _slice(args: Args, attrs: Attrs, opset: int) -> Any:
     data = args[0]
     if opset < 10:
         starts, ends = attrs["starts"], attrs["ends"]
@@ -99,13 +121,15 @@ def _slice(args, attrs, opset):
     return data[tuple(index)]
 
 
-def _squeeze(args, attrs, opset):
+def _squeeze(args: Args, attrs: Attrs, opset: int) -> Any:
     axes = _axes(args, attrs, 1, opset >= 13)
     return np.squeeze(args[0]) if axes is None else np.squeeze(args[0], axis=tuple(axes))
 
 
-def _unsqueeze(args, attrs, opset):
+def _unsqueeze(args: Args, attrs: Attrs, opset: int) -> Any:
     axes = _axes(args, attrs, 1, opset >= 13)
+    if axes is None:  # required by the operator: the evaluator falls back to inference
+        raise ValueError("Unsqueeze without axes")
     rank = args[0].ndim + len(axes)
     result = args[0]
     for axis in sorted(a % rank for a in axes):
@@ -113,8 +137,8 @@ def _unsqueeze(args, attrs, opset):
     return result
 
 
-def _reduce(function):
-    def reduce(args, attrs, opset):
+def _reduce(function: Callable[..., Any]) -> Kernel:
+    def reduce(args: Args, attrs: Attrs, opset: int) -> Any:
         axes = attrs.get("axes")
         if len(args) > 1 and args[1] is not None:
             axes = [int(a) for a in args[1].reshape(-1)]
@@ -129,52 +153,52 @@ def _reduce(function):
     return reduce
 
 
-def _int_divide(a, b):
+def _int_divide(a: Array, b: Array) -> Array:
     if a.dtype.kind in "iu" and b.dtype.kind in "iu":
         quotient = np.abs(a) // np.abs(b)
         return (quotient * np.sign(a) * np.sign(b)).astype(np.result_type(a, b))
     return np.divide(a, b).astype(np.result_type(a, b))
 
 
-def _mod(args, attrs, opset):
+def _mod(args: Args, attrs: Attrs, opset: int) -> Any:
     a, b = args
     return np.fmod(a, b) if attrs.get("fmod", 0) else np.mod(a, b)
 
 
-def _cast(args, attrs, opset):
+def _cast(args: Args, attrs: Attrs, opset: int) -> Any:
     return args[0].astype(helper.tensor_dtype_to_np_dtype(attrs["to"]))
 
 
-def _range(args, attrs, opset):
+def _range(args: Args, attrs: Attrs, opset: int) -> Any:
     start, limit, delta = (a.reshape(-1)[0] for a in args)
     return np.arange(start, limit, delta, dtype=args[0].dtype)
 
 
-def _reshape(args, attrs, opset):
+def _reshape(args: Args, attrs: Attrs, opset: int) -> Any:
     data, shape = args[0], [int(s) for s in args[1].reshape(-1)]
     allowzero = attrs.get("allowzero", 0)
     shape = [data.shape[i] if s == 0 and not allowzero else s for i, s in enumerate(shape)]
     return data.reshape(shape)
 
 
-def _concat(args, attrs, opset):
+def _concat(args: Args, attrs: Attrs, opset: int) -> Any:
     return np.concatenate([a for a in args if a is not None], axis=attrs.get("axis", 0))
 
 
-def _gather(args, attrs, opset):
+def _gather(args: Args, attrs: Attrs, opset: int) -> Any:
     return np.take(args[0], args[1].astype(np.int64), axis=attrs.get("axis", 0))
 
 
-def _where(args, attrs, opset):
+def _where(args: Args, attrs: Attrs, opset: int) -> Any:
     return np.where(args[0], args[1], args[2])
 
 
-def _binary(function):
+def _binary(function: Callable[[Any, Any], Any]) -> Kernel:
     return lambda args, attrs, opset: function(args[0], args[1])
 
 
-def _variadic(function):
-    def apply(args, attrs, opset):
+def _variadic(function: Callable[[Any, Any], Any]) -> Kernel:
+    def apply(args: Args, attrs: Attrs, opset: int) -> Any:
         result = args[0]
         for other in args[1:]:
             result = function(result, other)
@@ -183,7 +207,7 @@ def _variadic(function):
     return apply
 
 
-VALUE_OPS: dict[str, Callable] = {
+VALUE_OPS: dict[str, Kernel] = {
     "Identity": lambda args, attrs, opset: args[0],
     "Cast": _cast,
     "Gather": _gather,

@@ -11,14 +11,17 @@ from __future__ import annotations
 import copy
 import os
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import jsonschema
-from jsonschema.exceptions import best_match
+from jsonschema.exceptions import ValidationError, best_match
 
 from patchspec.errors import SpecError, SpecProblem, did_you_mean
 from patchspec.plugin.registry import DISABLE_ENV, PluginRegistry
+from patchspec.spec.confine import ROOT_HINT, Root, control_characters, read_problem
 from patchspec.spec.reader import YamlDocument, load_yaml
 from patchspec.spec.steps import Spec, Step, locate
 
@@ -50,16 +53,21 @@ ENVELOPE_SCHEMA = {
 }
 
 
-def load_spec(path: Path | str, registry: PluginRegistry, *, text: str | None = None) -> Spec:
-    """Read, parse and validate a spec file; raise :class:`SpecError` listing every problem."""
+def load_spec(path: Path | str, registry: PluginRegistry, *, text: str | None = None, root: Path | None = None) -> Spec:
+    """Read, parse and validate a spec file; raise :class:`SpecError` listing every problem.
+
+    ``root``: the project root the files its steps read must lie in (``--root``); default: the
+    nearest folder above the spec holding ``.git``, else the spec's folder (docs/security.md)."""
     path = Path(path)
     document = load_yaml(path, text)
     problems: list[SpecProblem] = _check_envelope(document)  # listed together with the steps' problems
-    data = document.data
+    problems += _control_characters(document)
+    data: dict[str, Any] = document.data if isinstance(document.data, dict) else {}
     patches = tuple(_steps(document, "patches", registry, problems))
     verify = tuple(_steps(document, "verify", registry, problems))
     if text is None and not problems:  # a spec on disk: the files its steps read must be there (a draft's not yet)
-        problems += _missing_files(document, Path(os.path.abspath(path)).parent, registry, patches + verify)
+        folder = Path(os.path.abspath(path)).parent
+        problems += _missing_files(document, folder, registry, patches + verify, Root.of(path, root))
     if problems:
         raise SpecError(problems)
     if "verify" not in data:
@@ -75,7 +83,21 @@ def load_spec(path: Path | str, registry: PluginRegistry, *, text: str | None = 
     return Spec(path, document, model, output, patches, verify)
 
 
-def apply_defaults(schema: dict, value):
+def _located(
+    document: YamlDocument,
+    path: tuple[Any, ...],
+    where: str,
+    message: str,
+    hint: str | None = None,
+    *,
+    of_key: bool = False,
+) -> SpecProblem:
+    """``document.problem``, typed: the problem at ``path`` (its key's position with ``of_key``)."""
+    problem: SpecProblem = document.problem(path, where, message, hint, of_key=of_key)
+    return problem
+
+
+def apply_defaults(schema: dict[str, Any], value: Any) -> Any:
     """A copy of ``value`` with every ``default`` its schema gives filled in where the key is absent, at
     any depth of ``properties`` and ``items`` (as cfgv's apply_defaults). ``anyOf``/``oneOf`` branches
     are left alone: which branch's default would apply is not for the loader to guess."""
@@ -92,26 +114,47 @@ def apply_defaults(schema: dict, value):
     return value
 
 
-def _missing_files(document: YamlDocument, folder: Path, registry: PluginRegistry, steps) -> list[SpecProblem]:
-    """Files a step reads (``file:`` inputs, reference models, .npz outputs) that do not exist."""
+def _control_characters(document: YamlDocument) -> list[SpecProblem]:
+    """A control character in any key or string: refused in every path and name (a newline in a
+    ``file:`` path would otherwise become a Make rule in the depfile)."""
+    problems = []
+    for doc_path, char, in_key in control_characters(document.data):
+        where = ".".join(map(str, doc_path))
+        message = f"contains the control character {char}; no path or name in a spec may hold one"
+        problems.append(_located(document, doc_path, where, message, of_key=in_key))
+    return problems
+
+
+def _missing_files(
+    document: YamlDocument, folder: Path, registry: PluginRegistry, steps: tuple[Step, ...], root: Root
+) -> list[SpecProblem]:
+    """Files a step reads (``file:`` inputs, reference models, .npz outputs) that do not exist, lie
+    outside the project root (links followed) or are not regular files."""
     problems = []
     for step in steps:
         kind = "patch type" if step.section == "patches" else "verifier"
         for relative in registry.guard(kind, step.type_name, locate(document, step)).dependencies(step.params):
-            if relative in ("original", "none") or (folder / relative).exists():
+            if relative in ("original", "none"):
                 continue
             key = _key_of(step.params, relative) or ()
             doc_path = step.path if step.shorthand_used else step.path + key
             where = step.label + (" > " + ".".join(map(str, key)) if key else "")
-            message = (
-                f"{relative} does not exist (resolved to {(folder / relative).resolve()}); paths in a spec are "
-                f"relative to the spec's folder"
-            )
-            problems.append(document.problem(doc_path, where, message))
+            hint = None
+            if not os.path.lexists(folder / relative) or not (folder / relative).exists():
+                message = (
+                    f"{relative} does not exist (resolved to {(folder / relative).resolve()}); paths in a spec are "
+                    f"relative to the spec's folder"
+                )
+            else:
+                refused = read_problem(root, folder / relative)
+                if refused is None:
+                    continue
+                message, hint = f"{relative} {refused}", ROOT_HINT if not root.holds(folder / relative) else None
+            problems.append(_located(document, doc_path, where, message, hint))
     return problems
 
 
-def _key_of(params, value: str, key: tuple = ()) -> tuple | None:
+def _key_of(params: Any, value: str, key: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:
     """The key path where ``value`` is written in ``params``."""
     if params == value:
         return key
@@ -127,7 +170,7 @@ def _check_envelope(document: YamlDocument) -> list[SpecProblem]:
     data = document.data
     if not isinstance(data, dict):
         raise SpecError(
-            [document.problem((), "", "a spec is a mapping with keys 'patchspec', 'model', 'output', 'patches'")]
+            [_located(document, (), "", "a spec is a mapping with keys 'patchspec', 'model', 'output', 'patches'")]
         )
     version = data.get("patchspec")
     if type(version) is not int or version != FORMAT_VERSION:  # not True, not 1.0
@@ -139,14 +182,14 @@ def _check_envelope(document: YamlDocument) -> list[SpecProblem]:
             )
         else:
             message = f"'patchspec' must be the integer {FORMAT_VERSION}, got {version!r}"
-        raise SpecError([document.problem(("patchspec",), "patchspec", message)])
+        raise SpecError([_located(document, ("patchspec",), "patchspec", message)])
     problems = []
     structural = False
     for key in data:
         if key not in ENVELOPE_KEYS:
             problems.append(
-                document.problem(
-                    (key,), "", f"unknown key '{key}'" + did_you_mean(str(key), ENVELOPE_KEYS), of_key=True
+                _located(
+                    document, (key,), "", f"unknown key '{key}'" + did_you_mean(str(key), ENVELOPE_KEYS), of_key=True
                 )
             )
     validator = jsonschema.Draft202012Validator(ENVELOPE_SCHEMA)
@@ -174,13 +217,16 @@ def _bare_step(document: YamlDocument, error: jsonschema.ValidationError) -> Spe
         f"{value!r} is not a step: each item is a mapping with one key, the type "
         f"(write '- {example}', or '- TYPE: VALUE' for a type with a shorthand)"
     )
-    return document.problem(path, f"{section}[{index}]", message)
+    return _located(document, path, f"{section}[{index}]", message)
 
 
-def _steps(document: YamlDocument, section: str, registry: PluginRegistry, problems: list):
+def _steps(
+    document: YamlDocument, section: str, registry: PluginRegistry, problems: list[SpecProblem]
+) -> Iterator[Step]:
     kind = "patch type" if section == "patches" else "verifier"
     table = registry.patch_types if section == "patches" else registry.verifiers
-    for index, item in enumerate(document.data.get(section) or []):
+    data = document.data if isinstance(document.data, dict) else {}
+    for index, item in enumerate(data.get(section) or []):
         ((type_name, raw),) = item.items()
         step_path = (section, index, type_name)
         if type_name not in table:
@@ -197,13 +243,13 @@ def _steps(document: YamlDocument, section: str, registry: PluginRegistry, probl
             for key, message in guard.check_params(params):
                 doc_path = step_path if shorthand_used else step_path + tuple(key)
                 where = step.label + (" > " + ".".join(map(str, key)) if key else "")
-                problems.append(document.problem(doc_path, where, message))
+                problems.append(_located(document, doc_path, where, message))
         if len(problems) == before:  # the schema's defaults, once, here: the plugin gets its params filled in
             step = Step(section, index, type_name, apply_defaults(cls_.params_schema, params), shorthand_used)
         yield step
 
 
-def _normalize(cls_, raw) -> tuple[dict, bool]:
+def _normalize(cls_: Any, raw: Any) -> tuple[dict[str, Any], bool]:
     if raw is None:
         return {}, False
     if cls_.shorthand and not isinstance(raw, dict):
@@ -211,7 +257,15 @@ def _normalize(cls_, raw) -> tuple[dict, bool]:
     return raw, False
 
 
-def _unknown_type(document, registry, section, index, kind, type_name, table) -> SpecProblem:
+def _unknown_type(
+    document: YamlDocument,
+    registry: PluginRegistry,
+    section: str,
+    index: int,
+    kind: str,
+    type_name: str,
+    table: dict[str, Any],
+) -> SpecProblem:
     doc_path, where = (section, index, type_name), f"{section}[{index}]"
     missing = registry.why_missing(type_name)  # its plugin is installed, but disabled or broken
     if missing is not None and missing.disabled:
@@ -220,7 +274,7 @@ def _unknown_type(document, registry, section, index, kind, type_name, table) ->
             f"{missing.label} is installed but not loaded; to use it, remove '{missing.name}' from "
             f"{DISABLE_ENV} (now '{os.environ.get(DISABLE_ENV, '')}')"
         )
-        return document.problem(doc_path, where, message, hint, of_key=True)
+        return _located(document, doc_path, where, message, hint, of_key=True)
     if missing is not None:  # no 'did you mean' from other plugins: the type is the broken plugin's
         message = f"unknown {kind} '{type_name}': plugin '{missing.name}' is installed but failed to load"
         hint = (
@@ -229,16 +283,18 @@ def _unknown_type(document, registry, section, index, kind, type_name, table) ->
         )
         if missing.traceback:
             hint += "; -v shows its traceback"
-        problem = document.problem(doc_path, where, message, hint, of_key=True)
+        problem = _located(document, doc_path, where, message, hint, of_key=True)
         return replace(problem, plugin_traceback=missing.traceback)
     suggestion = did_you_mean(type_name, table)
     known = None
     if not suggestion:
         known = f"known {kind}s: {', '.join(sorted(table))}; 'patchspec plugins' lists where they come from"
-    return document.problem(doc_path, where, f"unknown {kind} '{type_name}'" + suggestion, known, of_key=True)
+    return _located(document, doc_path, where, f"unknown {kind} '{type_name}'" + suggestion, known, of_key=True)
 
 
-def _param_problems(document, step: Step, error, schema, shorthand: str | None = None) -> list[SpecProblem]:
+def _param_problems(
+    document: YamlDocument, step: Step, error: ValidationError, schema: dict[str, Any], shorthand: str | None = None
+) -> list[SpecProblem]:
     path = tuple(error.absolute_path)
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         known = _schema_at(schema, error.schema_path).get("properties", {})
@@ -248,7 +304,7 @@ def _param_problems(document, step: Step, error, schema, shorthand: str | None =
                 continue
             where = step.label + (" > " + ".".join(map(str, path)) if path else "")
             message = f"unknown key '{key}'" + did_you_mean(str(key), known)
-            problems.append(document.problem(step.path + path + (key,), where, message, of_key=True))
+            problems.append(_located(document, step.path + path + (key,), where, message, of_key=True))
         return problems
     if step.shorthand_used:  # located at the value the user wrote; named by the key it stands for
         note = f" ({step.type_name}: VALUE is short for {step.type_name}: {{{shorthand}: VALUE}})"
@@ -256,14 +312,16 @@ def _param_problems(document, step: Step, error, schema, shorthand: str | None =
     return [_schema_problem(document, step.path + path, step.label, error)]
 
 
-def _schema_at(schema: dict, schema_path) -> dict:
+def _schema_at(schema: dict[str, Any], schema_path: Iterable[Any]) -> dict[str, Any]:
     node = schema
     for part in list(schema_path)[:-1]:
         node = node[part]
     return node
 
 
-def _schema_problem(document, doc_path: tuple, label: str, error, shorthand_note: str = "") -> SpecProblem:
+def _schema_problem(
+    document: YamlDocument, doc_path: tuple[Any, ...], label: str, error: ValidationError, shorthand_note: str = ""
+) -> SpecProblem:
     message = _wrong_type_in_every_branch(error)
     if message is None:
         if error.context:
@@ -274,14 +332,14 @@ def _schema_problem(document, doc_path: tuple, label: str, error, shorthand_note
     if not label:  # the envelope: patches[0], as steps are named everywhere else
         where = "".join(f"[{k}]" if isinstance(k, int) else (f".{k}" if i else str(k)) for i, k in enumerate(rel))
     full_path = doc_path if label else doc_path + rel
-    return document.problem(full_path, where, message + shorthand_note, _missing_comma(error.instance))
+    return _located(document, full_path, where, message + shorthand_note, _missing_comma(error.instance))
 
 
 #: "4 3" or "N 3 640": numbers (or names and numbers) separated by spaces, as a flow list without commas reads
 _SPACED_ITEMS = re.compile(r"[\w.+-]+(?:\s+[\w.+-]+)+")
 
 
-def _missing_comma(instance) -> str | None:
+def _missing_comma(instance: Any) -> str | None:
     """YAML reads ``[4 3]`` as a list of one string, '4 3': say that a comma is missing."""
     if isinstance(instance, str) and _SPACED_ITEMS.fullmatch(instance.strip()) and any(c.isdigit() for c in instance):
         fixed = ", ".join(instance.split())
@@ -291,7 +349,7 @@ def _missing_comma(instance) -> str | None:
     return None
 
 
-def _wrong_type_in_every_branch(error) -> str | None:
+def _wrong_type_in_every_branch(error: ValidationError) -> str | None:
     """``[1] is not of type 'integer' or 'string'`` when every branch of an anyOf/oneOf wants another type.
 
     (jsonschema's best match names one branch only, which reads as if the other were not allowed.)
@@ -309,7 +367,7 @@ def _wrong_type_in_every_branch(error) -> str | None:
     return f"{error.instance!r} is not of type " + " or ".join(repr(name) for name in names)
 
 
-def _branches_of_the_right_type(errors):
+def _branches_of_the_right_type(errors: Iterable[ValidationError]) -> list[ValidationError]:
     """The errors of the anyOf/oneOf branches whose type the value has (``0`` breaks the integer branch's
     minimum: say that, not that it is not a string); all of them when no branch has its type."""
     errors = list(errors)
@@ -318,22 +376,23 @@ def _branches_of_the_right_type(errors):
     return right or errors
 
 
-def _short_message(error) -> str:
+def _short_message(error: ValidationError) -> str:
+    text = str(error.message)
     if error.validator == "const":
         return f"expected {error.validator_value!r}, got {error.instance!r}"
     if error.validator == "required":
-        return error.message.replace("is a required property", "is required")
+        return text.replace("is a required property", "is required")
     if error.validator == "enum" and isinstance(error.instance, str):
-        return error.message + did_you_mean(error.instance, [v for v in error.validator_value if isinstance(v, str)])
+        return text + did_you_mean(error.instance, [v for v in error.validator_value if isinstance(v, str)])
     if error.validator in ("minProperties", "maxProperties") and isinstance(error.instance, dict):
         return f"each item has exactly one key (the type), got {len(error.instance)}: {', '.join(map(str, error.instance))}"
-    return error.message
+    return text
 
 
-def combined_schema(registry: PluginRegistry) -> dict:
+def combined_schema(registry: PluginRegistry) -> dict[str, Any]:
     """One JSON Schema for specs: the envelope plus every installed plugin's fragment (for editors)."""
 
-    def items(table: dict, section: str) -> dict:
+    def items(table: dict[str, Any], section: str) -> dict[str, Any]:
         branches = []
         for name in sorted(table):
             cls_ = table[name]
@@ -354,7 +413,7 @@ def combined_schema(registry: PluginRegistry) -> dict:
             )
         return {"oneOf": branches}
 
-    schema = dict(ENVELOPE_SCHEMA)
+    schema: dict[str, Any] = dict(ENVELOPE_SCHEMA)
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["$id"] = SCHEMA_ID
     schema["title"] = "patchspec spec (format 1)"

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, NoReturn
 
 import yaml
 
@@ -26,7 +28,7 @@ MAX_DEPTH = 64
 MAX_ALIASES = 100
 MAX_NODES = 100_000
 
-KeyPath = tuple  # of str | int
+KeyPath = tuple[Any, ...]  # mapping keys (str, int) and list indexes, outermost first
 
 _INT = re.compile(r"[-+]?[0-9]+\Z")
 _OCT = re.compile(r"0o[0-7]+\Z")
@@ -37,7 +39,7 @@ _NAN = re.compile(r"\.(nan|NaN|NAN)\Z")
 _NULL = {"", "~", "null", "Null", "NULL"}
 _TRUE = {"true", "True", "TRUE"}
 _FALSE = {"false", "False", "FALSE"}
-_CORE_TAGS = {
+_CORE_TAGS: dict[str, type] = {
     "tag:yaml.org,2002:str": str,
     "tag:yaml.org,2002:int": int,
     "tag:yaml.org,2002:float": float,
@@ -61,12 +63,12 @@ class YamlDocument:
     path: Path
     data: object
     text: str
-    positions: dict = field(default_factory=dict)  # KeyPath -> Position of the value
-    key_positions: dict = field(default_factory=dict)  # KeyPath -> Position of the key
+    positions: dict[KeyPath, Position] = field(default_factory=dict)  # of the value
+    key_positions: dict[KeyPath, Position] = field(default_factory=dict)  # of the key
 
-    def position(self, path: KeyPath, *, of_key: bool = False) -> Position:
+    def position(self, path: Iterable[Any], *, of_key: bool = False) -> Position:
         """Position of ``path``, or of its nearest ancestor that has one (values inside aliases)."""
-        path = tuple(path)
+        path = tuple(path)  # a list or jsonschema's deque too
         table = self.key_positions if of_key else self.positions
         while path:
             if path in table:
@@ -76,12 +78,17 @@ class YamlDocument:
             path = path[:-1]
         return self.positions.get((), Position(1, 1))
 
-    def problem(self, path: KeyPath, where: str, message: str, hint: str | None = None, *, of_key=False):
+    def problem(
+        self, path: Iterable[Any], where: str, message: str, hint: str | None = None, *, of_key: bool = False
+    ) -> SpecProblem:
         pos = self.position(path, of_key=of_key)
         return SpecProblem(pos.line, pos.column, where, message, hint, file=str(self.path))
 
 
-def resolve_plain_scalar(text: str):
+Scalar = str | int | float | bool | None
+
+
+def resolve_plain_scalar(text: str) -> Scalar:
     """Type a plain (unquoted) scalar by the YAML 1.2 core schema."""
     if text in _NULL:
         return None
@@ -157,13 +164,13 @@ def load_yaml(path: Path, text: str | None = None) -> YamlDocument:
 class _Frame:
     """A mapping or sequence under construction."""
 
-    def __init__(self, container, path: KeyPath, anchor: str | None, start: Position):
+    def __init__(self, container: dict[Any, Any] | list[Any], path: KeyPath, anchor: str | None, start: Position):
         self.container = container
         self.path = path
         self.anchor = anchor
-        self.pending_key = None  # for mappings: key read, value not yet
+        self.pending_key: Scalar = None  # for mappings: key read, value not yet
         self.pending_key_pos: Position | None = None
-        self.first_key_line: dict = {}
+        self.first_key_line: dict[Scalar, int] = {}
         self.start = start
         self.nodes_at_start = 0
 
@@ -178,16 +185,17 @@ class _Builder:
         self.aliases = 0
         self.nodes = 0
         self.documents = 0
-        self.root = None
+        self.root: object = None
         self.root_set = False
-        self.positions: dict = {}
-        self.key_positions: dict = {}
+        self.positions: dict[KeyPath, Position] = {}
+        self.key_positions: dict[KeyPath, Position] = {}
 
-    def fail(self, mark, message: str, hint: str | None = None):
+    # PyYAML ships no type hints: its events and marks are Any here
+    def fail(self, mark: Any, message: str, hint: str | None = None) -> NoReturn:
         line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
         raise SpecError([SpecProblem(line, col, "", message, hint, file=str(self.path))])
 
-    def feed(self, event) -> None:
+    def feed(self, event: Any) -> None:
         if isinstance(event, yaml.DocumentStartEvent):
             self.documents += 1
             if self.documents > 1:
@@ -217,19 +225,19 @@ class _Builder:
             return frame.path + (len(frame.container),)
         return frame.path + (frame.pending_key,)
 
-    def count_node(self, mark, amount: int = 1) -> None:
+    def count_node(self, mark: Any, amount: int = 1) -> None:
         self.nodes += amount
         if self.nodes > MAX_NODES:
             self.fail(mark, f"spec expands to more than {MAX_NODES} values (alias bomb?); refusing it")
 
-    def check_tag(self, event, expected: type) -> None:
+    def check_tag(self, event: Any, expected: type) -> None:
         tag = event.tag
         if tag in (None, "!"):
             return
         if _CORE_TAGS.get(tag) is not expected:
             self.fail(event.start_mark, f"tag '{tag}' is not allowed in a spec; only plain YAML values are")
 
-    def scalar(self, event) -> None:
+    def scalar(self, event: Any) -> None:
         frame = self.stack[-1] if self.stack else None
         if frame is not None and isinstance(frame.container, dict) and frame.pending_key is None:
             self.key(event, frame)
@@ -240,24 +248,25 @@ class _Builder:
         if event.anchor:
             self.anchors[event.anchor] = (value, 1)
 
-    def scalar_value(self, event):
+    def scalar_value(self, event: Any) -> Scalar:
+        text: str = event.value  # a scalar's text as written
         if event.tag not in (None, "!"):
             kind = _CORE_TAGS.get(event.tag)
-            if kind not in (str, int, float, bool, type(None)):
+            if kind is None or kind not in (str, int, float, bool, type(None)):
                 self.fail(event.start_mark, f"tag '{event.tag}' is not allowed in a spec; only plain YAML values are")
             value = resolve_plain_scalar(event.value)
             if kind is str:
-                return event.value
+                return text
             if kind is float and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)  # '!!float 1' is 1.0 in the YAML 1.2 core schema
             if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
                 self.fail(event.start_mark, f"{event.value!r} is not a valid {kind.__name__}")
             return value
         if event.style is None and event.implicit[0]:
-            return resolve_plain_scalar(event.value)
-        return event.value
+            return resolve_plain_scalar(text)
+        return text
 
-    def key(self, event, frame: _Frame) -> None:
+    def key(self, event: Any, frame: _Frame) -> None:
         if event.tag not in (None, "!", "tag:yaml.org,2002:str"):
             self.fail(event.start_mark, f"tag '{event.tag}' is not allowed in a spec; only plain YAML values are")
         key = self.scalar_value(event)
@@ -276,7 +285,7 @@ class _Builder:
         frame.pending_key_pos = pos
         self.key_positions[frame.path + (key,)] = pos
 
-    def place(self, value, mark) -> None:
+    def place(self, value: object, mark: Any) -> None:
         pos = Position(mark.line + 1, mark.column + 1)
         if not self.stack:
             self.root, self.root_set = value, True
@@ -292,7 +301,7 @@ class _Builder:
             frame.pending_key = None
 
     # -- collections ------------------------------------------------------------------------
-    def start_collection(self, event) -> None:
+    def start_collection(self, event: Any) -> None:
         frame = self.stack[-1] if self.stack else None
         if frame is not None and isinstance(frame.container, dict) and frame.pending_key is None:
             self.fail(event.start_mark, "a mapping key must be a plain value, not a list or mapping")
@@ -304,7 +313,7 @@ class _Builder:
         pos = Position(event.start_mark.line + 1, event.start_mark.column + 1)
         path = self.child_path()
         self.positions.setdefault(path, pos)
-        container: object = {} if is_map else []
+        container: dict[Any, Any] | list[Any] = {} if is_map else []
         if event.anchor:
             self.open_anchors.add(event.anchor)
         frame = _Frame(container, path, event.anchor, pos)
@@ -328,7 +337,7 @@ class _Builder:
             parent.container[parent.pending_key] = frame.container
             parent.pending_key = None
 
-    def alias(self, event) -> None:
+    def alias(self, event: Any) -> None:
         frame = self.stack[-1] if self.stack else None
         if frame is not None and isinstance(frame.container, dict) and frame.pending_key is None:
             self.fail(event.start_mark, "an alias cannot be used as a mapping key")
@@ -344,7 +353,7 @@ class _Builder:
         self.place(_deep_copy(value), event.start_mark)
 
 
-def _deep_copy(value):
+def _deep_copy(value: object) -> object:
     """Copy aliased data so later edits of one use cannot change another (bounded by MAX_NODES)."""
     if isinstance(value, dict):
         return {k: _deep_copy(v) for k, v in value.items()}

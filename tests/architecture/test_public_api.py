@@ -68,7 +68,34 @@ def test_the_test_kit_docs_name_everything_the_kit_exports():
 
 
 #: exported though no built-in plugin or example uses it, and why
-UNUSED_ON_PURPOSE = {"read_tensor": "the one way to read external data through the path policy"}
+_RUN_PARTS = "the parts of the run verifier (patchspec.ort), for a verifier of one's own that runs models"
+UNUSED_ON_PURPOSE = {
+    "read_tensor": "the one way to read external data through the path policy",
+    "input_values": "what an integer input needs, where the graph says (init and the run verifier ask it)",
+    **dict.fromkeys(
+        [
+            "BatchSplit",
+            "OutputComparison",
+            "ProviderUnusable",
+            "TensorDecl",
+            "compare_output",
+            "feed_shape_problems",
+            "format_shape",
+            "make_feeds",
+            "nonfinite_problems",
+            "provider_skip_reasons",
+            "shape_problems",
+        ],
+        _RUN_PARTS,
+    ),
+    # set_batch's tracker used these while it lived in plugins/; it is patchspec.shapes.batch_tracker now
+    # and they stay the public way to walk a graph and evaluate shapes as it does
+    "NodeSite": "what a ShapeEvaluator hook receives: a node and its scopes",
+    "ScopeIndex": "constants by name across a graph and its bodies",
+    "use_counts": "how many nodes read each tensor, before a constant is changed in place",
+    "typed": "whether an annotation has an element type (a shape written on one without is refused)",
+    "BROADCASTING": "the ops a ShapeEvaluator broadcasts, for a hook that follows a dim",
+}
 
 
 def test_every_api_name_is_used_by_a_plugin_or_stated():

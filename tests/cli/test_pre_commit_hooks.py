@@ -28,6 +28,7 @@ def test_the_hooks_are_declared_for_pre_commit():
 
 def test_each_hook_entry_runs_on_the_files_pre_commit_passes(tmp_path, run_cli):
     onnx.save(make_model({"x": ("N", 3)}), tmp_path / "m.onnx")
+    (tmp_path / ".git").mkdir()  # pre-commit runs in a repository: its top is the project root
     (tmp_path / "specs").mkdir()
     spec = tmp_path / "specs" / "m.yaml"
     spec.write_text("patchspec: 1\nmodel: ../m.onnx\noutput: ../out/m.onnx\npatches: [{set_batch: 2}]\n")

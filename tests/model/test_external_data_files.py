@@ -268,11 +268,10 @@ def test_progress_reports_every_byte(tmp_path):
 
 def test_output_data_may_not_replace_an_input(tmp_path):
     source = saved_external(tmp_path)
+    protected = [("the input model", source), ("the input's", tmp_path / "m.onnx_data")]
     with pytest.raises(UsageError, match=r"would replace the input's 'm\.onnx_data'"):
-        data_writer.refuse_input_overwrite(
-            Layout("m.onnx_data"), tmp_path / "o.onnx", [source, tmp_path / "m.onnx_data"]
-        )
-    data_writer.refuse_input_overwrite(Layout("other.data"), tmp_path / "o.onnx", [source, tmp_path / "m.onnx_data"])
+        data_writer.refuse_input_overwrite(Layout("m.onnx_data"), tmp_path / "o.onnx", protected)
+    data_writer.refuse_input_overwrite(Layout("other.data"), tmp_path / "o.onnx", protected)
 
 
 def test_finalize_runs_after_the_data_file_and_before_the_model(tmp_path):

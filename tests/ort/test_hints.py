@@ -117,6 +117,7 @@ def test_data_linked_from_outside_runs_as_a_reference(layout, tmp_path, run_cli)
     """onnxruntime >= 1.24 refuses a data file whose real path is outside the model's folder; the run
     verifier's reference session is built from a private staged copy (hard links), and the user's files
     stay as they were."""
+    (tmp_path / ".git").mkdir()  # a repository: the cache's links stay inside its root
     path = layout(tmp_path / "cache", adder())
     files = sorted(p for p in (tmp_path / "cache").rglob("*") if p.is_file() and not p.is_symlink())
     before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in files}
@@ -136,6 +137,7 @@ def test_data_linked_from_outside_runs_as_a_reference(layout, tmp_path, run_cli)
 
 def test_the_staged_copy_goes_with_its_session(tmp_path):
     path = shared_weights(tmp_path / "cache", adder())
+    (tmp_path / "cache" / ".git").mkdir()  # a repository: the shared weights are inside its root
     session = Session(path, "CPUExecutionProvider")
     staged = list(Path(tempfile.gettempdir()).glob("patchspec-stage-*"))
     if tuple(int(p) for p in ort.__version__.split(".")[:2]) < (1, 24):
@@ -159,6 +161,7 @@ def test_the_run_verifier_takes_custom_op_libraries_relative_to_the_spec(tmp_pat
     assert missing.exit_code == 2 and "libs/libacme.so does not exist" in missing.output
     (tmp_path / "libs").mkdir()
     (tmp_path / "libs" / "libacme.so").write_bytes(b"not a library")
+    (tmp_path / "pyproject.toml").write_text("[tool.patchspec]\nallow-native-code = true\n")  # the project allows it
     result = run_cli("apply", spec)
     assert result.exit_code == 1, result.output
     assert "cannot load the custom-op library" in result.output and "libacme.so" in result.output

@@ -13,7 +13,7 @@ import pytest
 
 from helpers import graph_model, tensor_info
 from patchspec.errors import UsageError
-from patchspec.ort import inspection
+from patchspec.ort import sessions
 from patchspec.ort.inspection import lint_model, parse_shape_options, probe_shapes
 from scrfd_like import fpn_model, if_model
 
@@ -109,7 +109,7 @@ def test_inspect_never_writes_or_changes_anything(run_cli, tmp_path):
 
 @pytest.mark.parametrize("since", [(1, 21), (99, 0)], ids=["folder option", "older onnxruntime: working directory"])
 def test_external_weights_are_read_from_the_model_folder(tmp_path, monkeypatch, since):
-    monkeypatch.setattr(inspection, "EXTERNAL_FOLDER_OPTION_SINCE", since)
+    monkeypatch.setattr(sessions, "EXTERNAL_FOLDER_OPTION_SINCE", since)
     folder = tmp_path / "models"
     folder.mkdir()
     onnx.save(fpn_model(), folder / "m.onnx", save_as_external_data=True, location="m.data", size_threshold=256)

@@ -8,18 +8,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from helpers import graph_model, tensor_info
-from patchspec.ort.sessions import (
-    RunFailure,
-    Session,
-    TensorDecl,
-    compare_output,
-    feed_shape_problems,
-    generate,
-    make_feeds,
-    nonfinite_problems,
-    provider_skip_reasons,
-    shape_problems,
-)
+from patchspec.ort.comparison import compare_output, nonfinite_problems
+from patchspec.ort.feeds import feed_shape_problems, generate, make_feeds, shape_problems
+from patchspec.ort.sessions import RunFailure, Session, TensorDecl, provider_skip_reasons
 
 
 def relu_model(tmp_path, in_shape=("N", 4), out_shape=("N", 4), name="m.onnx"):

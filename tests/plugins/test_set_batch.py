@@ -280,8 +280,10 @@ def test_batch_folded_into_an_element_is_the_leading_factor():
     assert read_dims(model.graph.output[0]) == [8, 1, 3]
 
 
-def test_unprovable_constant_reported_undecided_with_spec_lines():
-    """Exported at batch 2, [2, 6] -> [3, 4] mixes the two samples: no element is the batch."""
+def test_unprovable_constant_that_cannot_hold_the_new_batch_is_refused_without_lines_that_fail():
+    """Exported at batch 2, [2, 6] -> [3, 4] mixes the two samples: no element is the batch, and at
+    batch 4 the 24 elements do not fit [3, 4]. No replace_initializer line would work (["dim(x, 0)", 4]
+    holds 16 of them), so none is printed."""
     shape = numpy_helper.from_array(np.array([3, 4], dtype=np.int64), "odd")
     model = graph_model(
         [helper.make_node("Reshape", ["x", "odd"], ["y"], name="odd_reshape")],
@@ -289,11 +291,11 @@ def test_unprovable_constant_reported_undecided_with_spec_lines():
         [tensor_info("y", [3, 4])],
         [shape],
     )
-    result = set_batch(model, size=4)
-    assert "1 undecided" in result.summary
-    found = [d for d in result.details if "odd_reshape" in d]
-    assert found and "replace_initializer:" in found[0] and 'select: {name: "odd_reshape"}' in found[0]
-    assert "shape: [" in found[0] and "dim(x, 0)" in found[0]
+    with pytest.raises(PatchError) as caught:
+        set_batch(model, size=4)
+    text = str(caught.value)
+    assert "Reshape 'odd_reshape' cannot run at batch 4 with its constant shape [3, 4]" in text
+    assert "no element of its shape can be proved to be the batch" in text and "replace_initializer:" not in text
     assert numpy_helper.to_array(model.graph.initializer[0]).tolist() == [3, 4]
 
 

@@ -120,11 +120,22 @@ def test_an_undecided_point_that_is_not_a_proof_stays_a_warning(tmp_path, run_cl
     proved to be the batch: a warning with the spec lines that settle it, and the model is written."""
     nodes = [helper.make_node("Reshape", ["x", "shape"], ["y"], name="regroup")]
     model = graph_model(nodes, [tensor_info("x", [2, 3])], [tensor_info("y", [3, 2])], [ints("shape", [3, -1])])
-    result = run_cli("apply", spec_for(tmp_path, model), "--no-verify", "-v")
+    result = run_cli("apply", spec_for(tmp_path, model), "--no-verify", "--allow-undecided", "-v")
     assert result.exit_code == 0, result.output
     assert "undecided: Reshape 'regroup'" in result.stdout
     assert "replace_initializer:" in result.stdout
     assert (tmp_path / "out" / "m2.onnx").exists()
+
+
+def test_an_undecided_point_without_verification_is_written_only_when_allowed(tmp_path, run_cli):
+    """Nothing judges an undecided point under --no-verify: exit 4, naming the point and the flag."""
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["y"], name="regroup")]
+    model = graph_model(nodes, [tensor_info("x", [2, 3])], [tensor_info("y", [3, 2])], [ints("shape", [3, -1])])
+    result = run_cli("apply", spec_for(tmp_path, model), "--no-verify")
+    assert result.exit_code == 4, result.output
+    assert "left 1 point undecided" in result.stderr and "Reshape 'regroup'" in result.stderr
+    assert "--allow-undecided" in result.stderr
+    assert not (tmp_path / "out" / "m2.onnx").exists()
 
 
 def test_a_model_onnx_inference_gives_up_on_is_a_located_refusal_not_a_bug(tmp_path, run_cli):
@@ -144,7 +155,7 @@ def test_the_suggested_lines_applied_settle_the_undecided_point(tmp_path, run_cl
     that applies with nothing undecided and runs at the new batch."""
     nodes = [helper.make_node("Reshape", ["x", "shape"], ["y"], name="regroup")]
     model = graph_model(nodes, [tensor_info("x", [2, 3])], [tensor_info("y", [3, 2])], [ints("shape", [3, -1])])
-    first = run_cli("apply", spec_for(tmp_path, model), "--no-verify", "-v")
+    first = run_cli("apply", spec_for(tmp_path, model), "--no-verify", "--allow-undecided", "-v")
     lines = first.stdout[first.stdout.index("  - replace_initializer:") :].splitlines()[:4]
     folder = tmp_path / "fixed"
     folder.mkdir()

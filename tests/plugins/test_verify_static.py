@@ -92,15 +92,16 @@ def test_the_hint_for_outputs_inference_cannot_derive_is_exact_and_works(tmp_pat
     """Every hint is applied: the printed lines, pasted at the end of patches, make the verifier pass."""
     result, _ = apply(tmp_path / "first", run_cli, halving_reshape(), "  - static: {}\n")
     assert result.exit_code == 1, result.output
-    lines = [line.strip() for line in result.output.splitlines() if line.strip().startswith("- rename_dims:")]
-    assert lines == ["- rename_dims: {tensor: y, axes: {0: 4, 1: 4, 2: 2}}"], result.output
+    start = result.output.index("  - rename_dims:\n")
+    lines = result.output[start:].splitlines()[:3]
+    assert lines == ["  - rename_dims:", '      tensor: "y"', "      axes: {0: 4, 1: 4, 2: 2}"], result.output
     folder = tmp_path / "second"
     folder.mkdir()
     onnx.save(halving_reshape(), folder / "m.onnx")
     spec = write_spec(
         folder,
-        "patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches:\n  "
-        + lines[0]
+        "patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches:\n"
+        + "\n".join(lines)
         + "\nverify:\n  - static: {}\n  - run: {}\n",
     )
     fixed = run_cli("apply", spec)

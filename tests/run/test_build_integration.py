@@ -130,6 +130,7 @@ def test_depfile_target_is_the_output_option_as_written(project, run_cli):
 
 
 def test_depfile_escapes_spaces_and_special_characters(tmp_path, run_cli):
+    (tmp_path / ".git").mkdir()  # a repository: the spec's folder and build/ beside it are inside it
     folder = tmp_path / "my models #1"
     folder.mkdir()
     save_external(add_model(), folder / "a model.onnx")

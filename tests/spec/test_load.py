@@ -221,6 +221,7 @@ def test_yaml_1_1_bool_is_still_a_typed_error_where_a_number_is_expected(tmp_pat
 def test_relative_paths_resolve_against_the_spec_folder(tmp_path, run_cli):
     project = tmp_path / "project"
     (project / "specs").mkdir(parents=True)
+    (project / ".git").mkdir()  # a repository: its top is the project root
     (project / "models").mkdir()
     small_model(project / "models")
     spec = write_spec(

@@ -6,7 +6,12 @@ made of exactly such links (snapshots/<rev>/model.onnx.data -> ../../blobs/<sha>
 session, patchspec stages the model: a private temporary folder holding the .onnx and each data
 file under the name the model uses, as a hard link where the filesystem allows one (no bytes
 copied), else as a copy. The user's files are never moved or changed; the folder is removed when
-the session that uses it is gone.
+the session that uses it is gone, and one left by a killed process (its pid is in the name) is
+removed by the next.
+
+Staging never makes onnxruntime read what patchspec would refuse: a data file is linked only when
+its real path lies in the project root (the nearest folder above the model holding ``.git``, else
+the model's folder, or the root the run was given); one that leads elsewhere is refused (exit 3).
 """
 
 from __future__ import annotations
@@ -19,13 +24,22 @@ from pathlib import Path
 
 from patchspec.model.external_data import data_files, validate_external_data
 from patchspec.model.io import load_model
+from patchspec.run.commit import remove_dead_folders
+from patchspec.spec.confine import Root
+
+PREFIX = "patchspec-stage-"
 
 
-def staged_copy(model_path: Path, owner: object) -> Path:
-    """The model at a private path where its data files sit, really, next to it; removed with ``owner``."""
+def staged_copy(model_path: Path, owner: object, root: Path | None = None) -> Path:
+    """The model at a private path where its data files sit, really, next to it; removed with ``owner``.
+
+    ``root``: the folder every data file must really lie in (default: as :class:`Root` finds it
+    for a spec beside the model)."""
     model = load_model(model_path)
-    refs = validate_external_data(model, model_path)
-    folder = Path(tempfile.mkdtemp(prefix="patchspec-stage-"))
+    allowed = Root.of(model_path, root).folder
+    refs = validate_external_data(model, model_path, roots=(allowed,))
+    remove_dead_folders(Path(tempfile.gettempdir()), PREFIX)
+    folder = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
     weakref.finalize(owner, shutil.rmtree, folder, True)
     staged = folder / model_path.name
     _link_or_copy(model_path, staged)

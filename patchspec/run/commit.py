@@ -4,6 +4,10 @@ Files are written under their final names inside a ``.patchspec-*`` folder next 
 verified there, and moved into place with ``os.replace`` (data file first, then the model) only
 when everything passed. Byte-identical files are not replaced, so readers and ``restat`` builds
 see no change. An ONNX Runtime session holding the old output keeps its old inode.
+
+A staging folder's name carries the id of the process that made it
+(``.patchspec-<pid>-<random>``); a run removes the ones whose process is gone (a SIGKILL leaves
+them), never one of a live process, never through a link.
 """
 
 from __future__ import annotations
@@ -13,15 +17,19 @@ import filecmp
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from filelock import FileLock
 
 from patchspec.errors import ModelFileError
+from patchspec.run.statcache import StatCache
+from patchspec.spec.confine import LOCK_NAME, STAGING_PREFIX
 
-PREFIX = ".patchspec-"
-#: the lock file that serialises commits into one folder (filelock: flock on POSIX, LockFileEx on Windows)
-LOCK_NAME = ".patchspec.lock"
+PREFIX = STAGING_PREFIX
+#: LOCK_NAME: the lock file that serialises commits into one folder (filelock: flock on POSIX, LockFileEx
+#: on Windows); both names are refused as a data file's ``location``
+__all__ = ["LOCK_NAME", "PREFIX", "Staging", "remove_dead_folders", "remove_superseded", "write_text_atomically"]
 
 
 class Staging:
@@ -38,7 +46,8 @@ class Staging:
         self.created = [p for p in (folder, *folder.parents) if not p.exists()]
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            self.folder = Path(tempfile.mkdtemp(prefix=PREFIX, dir=folder))
+            remove_dead_folders(folder, PREFIX)
+            self.folder = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=folder))
         except OSError as exc:
             raise ModelFileError(f"{folder}: cannot write the output here: {exc.strerror or exc}") from None
         return self
@@ -60,7 +69,7 @@ class Staging:
         self.committed = True
         return changed
 
-    def _replace_all(self, ordered: list[Path], changed: list[Path], previous: dict) -> None:
+    def _replace_all(self, ordered: list[Path], changed: list[Path], previous: dict[Path, Path | None]) -> None:
         """``os.replace`` each staged file unless identical; on any failure, put back what was replaced."""
         final = self.output
         try:
@@ -94,7 +103,7 @@ class Staging:
             return final  # no hard links on this file system: this file cannot be rolled back
         return backup
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
             self.folder = None
@@ -104,6 +113,69 @@ class Staging:
                     os.rmdir(created)
                 except OSError:
                     break
+
+
+def remove_dead_folders(folder: Path, prefix: str) -> list[Path]:
+    """Remove the ``<prefix><pid>-*`` folders in ``folder`` whose process is gone; returns them.
+
+    A link is never followed or removed, nor a folder without a pid in its name, nor one whose
+    process (or a process reusing its id) still runs."""
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        pid = _pid_in(entry.name, prefix)
+        if pid is None or pid == os.getpid() or not entry.is_dir(follow_symlinks=False) or _alive(pid):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(Path(entry.path))
+    return removed
+
+
+def _pid_in(name: str, prefix: str) -> int | None:
+    if not name.startswith(prefix):
+        return None
+    number = name[len(prefix) :].partition("-")[0]
+    return int(number) if number.isascii() and number.isdigit() and len(number) < 10 else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's process: alive
+    return True
+
+
+def remove_superseded(output: Path, cache: StatCache, new: list[str]) -> None:
+    """Files a previous build wrote beside ``output`` that this one no longer names, each deleted only
+    while it is still, by inode and sha256, the file that build wrote (:meth:`StatCache.wrote`)."""
+    kept = {Path(name).name for name in new} | {output.name}
+    folder = os.path.realpath(output.parent)
+    for name in list(cache.written):
+        path = Path(name)
+        if os.path.realpath(path.parent) != folder or path.name in kept:
+            continue
+        if cache.wrote(path):
+            path.unlink(missing_ok=True)
+        del cache.written[name]
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all: a new file of an unpredictable name beside it (``mkstemp``:
+    ``O_EXCL``, never through a link planted there), renamed over it."""
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def _restore(final: Path, backup: Path | None) -> None:
@@ -117,7 +189,7 @@ def _restore(final: Path, backup: Path | None) -> None:
 
 
 @contextlib.contextmanager
-def _folder_lock(folder: Path):
+def _folder_lock(folder: Path) -> Iterator[None]:
     """Serialise the commits of concurrent runs into one folder: model and data from the same run.
 
     The lock file stays (removing it would race with a waiting run); it is empty and hidden.

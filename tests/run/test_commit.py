@@ -19,9 +19,9 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-import patchspec.run.staging
+import patchspec.run.commit
 from helpers import graph_model, tensor_info, write_spec
-from patchspec.run.staging import PREFIX
+from patchspec.run.commit import PREFIX
 
 VENV_PATCHSPEC = Path(sys.executable).parent / "patchspec"
 
@@ -154,7 +154,7 @@ def test_staging_folder_cannot_be_created_is_exit_3_naming_it(inline_project, ru
     def refuse(*args, **kwargs):
         raise PermissionError(errno.EACCES, "Permission denied")
 
-    monkeypatch.setattr(patchspec.run.staging.tempfile, "mkdtemp", refuse)
+    monkeypatch.setattr(patchspec.run.commit.tempfile, "mkdtemp", refuse)
     result = run_cli("apply", inline_project / "spec.yaml", "--no-verify")  # a new digest: must write
     assert result.exit_code == 3, result.output
     assert f"{out}: cannot write the output here: Permission denied" in result.stderr
@@ -175,7 +175,7 @@ def test_failing_rename_is_exit_3_and_previous_output_intact(external_project, r
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_replace(source, destination, *args, **kwargs)
 
-    monkeypatch.setattr(patchspec.run.staging.os, "replace", replace)
+    monkeypatch.setattr(patchspec.run.commit.os, "replace", replace)
     result = run_cli("apply", external_project / "spec.yaml")
     monkeypatch.undo()
     assert result.exit_code == 3, result.output
@@ -220,7 +220,7 @@ sys.exit(patchspec.cli.main(sys.argv[2:]))
 
 def wait_for(path: Path, process: subprocess.Popen, seconds: float = 30.0) -> None:
     deadline = time.monotonic() + seconds
-    while not path.exists():
+    while not (path.exists() and path.read_text()):  # created, then written: wait for its text
         if process.poll() is not None:
             pytest.fail(f"the child ended before staging: {process.communicate()}")
         if time.monotonic() > deadline:
@@ -389,10 +389,10 @@ def test_concurrent_commits_do_not_interleave_model_and_data(tmp_path, monkeypat
             b_started.wait(timeout=2)
             time.sleep(0.3)  # without a lock, B replaces both files now
 
-    monkeypatch.setattr(patchspec.run.staging.os, "replace", replace)
+    monkeypatch.setattr(patchspec.run.commit.os, "replace", replace)
 
     def commit(tag: str) -> None:
-        with patchspec.run.staging.Staging(output) as staging:
+        with patchspec.run.commit.Staging(output) as staging:
             files = [staging.path(output), staging.path(output.with_name("m.onnx.data"))]
             for path in files:
                 path.write_text(tag)

@@ -1,0 +1,171 @@
+"""What the output of a run case is compared with: the original, another model, or saved outputs.
+
+A reference model runs at the level the output ran at (like with like), once per (provider, level,
+case, per sample or not): :class:`References` keeps what it gave, so the diagnosis of a failure
+(:mod:`patchspec.ort.diagnosis`) reuses the runs it needs. One reference session at a time: the
+output's and a reference's weights are never in memory together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from patchspec.ort.feeds import feed_shape_problems, make_feeds
+from patchspec.ort.sessions import BatchSplit, Feeds, RunFailure, Session, TensorDecl
+
+#: what a reference gave for one case: (outputs, seconds), or why it could not run
+Expected = tuple[Feeds, float] | RunFailure
+
+
+@dataclass
+class CaseRun:
+    """One case on the output at one level: the feeds it got and what came out (or why nothing did)."""
+
+    index: int
+    case: dict[str, Any]
+    feeds: Feeds | None = None
+    outputs: Feeds | None = None
+    seconds: float = 0.0
+    failure: str | None = None
+
+
+@dataclass(frozen=True)
+class ReferenceSettings:
+    """compare's ``against`` and ``split_batch``, and how reference sessions are built."""
+
+    against: str
+    original: Path
+    resolve: Callable[[str], Path]
+    split_batch: bool = False
+    split: BatchSplit = field(default_factory=BatchSplit)
+    libraries: Sequence[Path] = ()
+    timeout: float | None = None
+
+
+class References:
+    """The reference outputs of every case, by (reference path, provider, level, case, per sample)."""
+
+    def __init__(self, settings: ReferenceSettings, progress: Callable[[str], None]) -> None:
+        self.settings = settings
+        self.progress = progress
+        self.found: dict[tuple[Path, str, str, int, bool], Expected] = {}
+
+    def path(self, run: CaseRun) -> Path | None:
+        """The case's reference (its own ``against``, else compare's); None for ``none``."""
+        against = run.case.get("against", self.settings.against)
+        if against == "none":
+            return None
+        return self.settings.original if against == "original" else self.settings.resolve(against)
+
+    def model_path(self, run: CaseRun) -> Path | None:
+        """The reference when it is a model that can be run again (not saved outputs, not none)."""
+        path = self.path(run)
+        return None if path is None or path.suffix == ".npz" else path
+
+    def outputs(self, provider: str, level: str, run: CaseRun) -> tuple[Feeds | None, float]:
+        """The reference's outputs for this case, at the level the output ran at: like with like."""
+        path = self.path(run)
+        if path is None:
+            return None, 0.0
+        if path.suffix == ".npz":
+            return load_expected(path), 0.0
+        return self.expected(path, provider, level, run, self.settings.split_batch)
+
+    def run_all(self, provider: str, level: str, runs: list[CaseRun]) -> None:
+        """Every case's reference at one level: one session per reference model, freed before the next."""
+        by_path: dict[Path, list[CaseRun]] = {}
+        for run in runs:
+            path = self.model_path(run)
+            if run.outputs is not None and path is not None:
+                by_path.setdefault(path, []).append(run)
+        for path, group in by_path.items():
+            self._run(path, provider, level, self.settings.split_batch, group)
+
+    def expected(self, path: Path, provider: str, level: str, run: CaseRun, split: bool) -> tuple[Feeds, float]:
+        """The reference model's outputs and seconds for one case, run once per (provider, level, split)."""
+        key = (path, provider, level, run.index, split)
+        if key not in self.found:
+            self._run(path, provider, level, split, [run])
+        found = self.found[key]
+        if isinstance(found, RunFailure):
+            raise found
+        return found
+
+    def _run(self, path: Path, provider: str, level: str, split: bool, runs: list[CaseRun]) -> None:
+        runs = [run for run in runs if (path, provider, level, run.index, split) not in self.found]
+        if not runs:
+            return
+        try:
+            reference = reference_session(path, provider, level, self.settings)
+        except RunFailure as exc:
+            for run in runs:
+                self.found[(path, provider, level, run.index, split)] = exc
+            return
+        for run in runs:
+            key = (path, provider, level, run.index, split)
+            self.progress(
+                f"{provider} case {run.index}, optimizations {level}: the reference {path.name}"
+                + (", per sample" if split else "")
+            )
+            ranks = {name: array.ndim for name, array in (run.outputs or {}).items()}
+            try:
+                self.found[key] = run_reference(
+                    reference, run.feeds or {}, self.settings.split if split else None, ranks
+                )
+            except RunFailure as exc:
+                self.found[key] = exc
+        del reference
+
+
+def reference_session(path: Path, provider: str, level: str, settings: ReferenceSettings) -> Session:
+    if not path.is_file():
+        raise RunFailure(f"reference model {path} does not exist", "'against' paths are relative to the spec's folder")
+    try:
+        return Session(path, provider, level, settings.libraries, settings.timeout)
+    except RunFailure as exc:
+        raise RunFailure(f"reference: {exc.message}", exc.hint, detail=exc.detail, node=exc.node) from None
+
+
+def run_reference(
+    reference: Session, feeds: Feeds, split: BatchSplit | None, batched_ranks: dict[str, int]
+) -> tuple[Feeds, float]:
+    declared = {d.name: d for d in reference.inputs}
+    missing = [d for d in reference.inputs if d.name not in feeds]
+    # each side gets its own element type: a patch that casts inputs to fp16 is compared with the
+    # fp32 original on the same values
+    ref_feeds = {name: _as_declared(array, declared[name]) for name, array in feeds.items() if name in declared}
+    if missing:
+        ref_feeds.update(make_feeds({}, missing, Path))
+    if split is not None:
+        return reference.run_split(ref_feeds, split, batched_ranks)
+    hint = f"if {reference.path.name} only runs one sample at a time, set 'split_batch: true' under compare"
+    misfit = feed_shape_problems(ref_feeds, reference.inputs)
+    if misfit:
+        raise RunFailure(f"the reference {reference.path} refuses this case: " + "; ".join(misfit), hint)
+    try:
+        return reference.run(ref_feeds)
+    except RunFailure as exc:
+        raise RunFailure(f"reference: {exc.message}", hint, detail=exc.detail, node=exc.node) from None
+
+
+def _as_declared(array: np.ndarray, decl: TensorDecl) -> np.ndarray:
+    if decl.dtype is None or str(array.dtype) == decl.dtype:
+        return array
+    return array.astype(decl.dtype)
+
+
+def load_expected(path: Path) -> Feeds:
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return {name: archive[name] for name in archive.files}
+    except (OSError, ValueError, AttributeError) as exc:
+        msg = f"cannot read expected outputs from {path}: {exc}"
+        raise RunFailure(msg, "give a .npz written by numpy.savez with one array per output name") from None
+
+
+__all__ = ["CaseRun", "ReferenceSettings", "References", "load_expected", "reference_session", "run_reference"]

@@ -1,0 +1,181 @@
+"""What the trace proves after the walk: nodes that cannot run at the new batch, and Squeezes to fix.
+
+After ``batch_tracker`` has walked the graph, every node that runs at the old batch and not at the
+new one is named with its likely reason: an If or Loop whose condition follows the batch, an op
+whose axes a batch-of-1 Squeeze shifted, inputs that no longer fit. Squeezes without axes that drop
+a batch of 1 are found here too, with the axes they remove at the new batch.
+"""
+
+from __future__ import annotations
+
+import onnx
+
+from patchspec.model.graph import NodeSite
+from patchspec.shapes.batch_pinned import pinned_batch
+from patchspec.shapes.batch_trace import AXIS_FREE, BatchTrace, Undecided, product, shape_text
+from patchspec.shapes.evaluate import BROADCASTING, ShapeEvaluator
+
+
+class BatchFindings:
+    """Reads a finished trace; ``decided`` holds the ids of nodes the walk already reported."""
+
+    def __init__(self, trace: BatchTrace, evaluator: ShapeEvaluator, decided: set[int]) -> None:
+        self.trace = trace
+        self.evaluator = evaluator
+        self.decided = decided
+        self.b1, self.b2 = trace.b1, trace.b2
+
+    def pinned(self) -> list[str]:
+        """Nodes whose constants pin the batch to the exported samples (``batch_pinned``)."""
+        sites = [
+            site for name, site in self.evaluator.producer.items() if name == next(o for o in site.node.output if o)
+        ]
+        found = []
+        for site, why in pinned_batch(self.trace, sites):
+            found.append(f"{self.label(site)} {why}")
+            self.decided.add(id(site.node))
+        return found
+
+    def conflicts(self) -> list[str]:
+        """Nodes that run at the old batch and not at the new one, each with the likely reason."""
+        found = []
+        for name, site in self.evaluator.producer.items():
+            node = site.node
+            if id(node) in self.decided or name != next((o for o in node.output if o), None):
+                continue
+            if node.domain not in ("", "ai.onnx") or not self.evaluator.runs(site)[1]:
+                continue  # a node in a branch not taken at the new batch never runs there
+            condition = self.condition_follows_batch(site)
+            if condition:
+                found.append(condition)
+                continue
+            shifted = next((n for n in node.input if n and self.trace.squeezed_axis(n) is not None), None)
+            if shifted is not None and node.op_type not in AXIS_FREE:
+                found.append(self.conflict(site, self._shifted_axes(shifted), "runs, but mixes samples,"))
+                continue
+            first, second = self.evaluator.at(name)[:2]
+            if node.op_type == "If" or first.shape is None or second.shape is not None:
+                continue
+            if any(
+                self.evaluator.at(n)[1].shape is None and self.evaluator.at(n)[0].shape is not None
+                for n in node.input
+                if n
+            ):
+                continue  # an input already failed upstream: that node is the one reported
+            inputs = ", ".join(f"{n} {shape_text(self.evaluator.at(n)[1])}" for n in node.input if n)
+            if node.op_type in BROADCASTING and self._meets_a_free_dim(node):
+                why = (
+                    f"its inputs ({inputs}) do not fit together at the sizes tried; one of the dims that disagree "
+                    "follows another symbolic input dim, which may be the batch under another name: list every "
+                    "input that carries the batch in 'inputs'"
+                )
+                self.trace.undecided.append(Undecided("undecided: " + self.conflict(site, why)))
+                continue
+            why = (
+                f"it removes axes that are 1 only at batch {self.b1}: a batched model keeps the batch there"
+                if node.op_type == "Squeeze"
+                else f"its inputs ({inputs}) do not fit together; a constant upstream probably holds the old batch "
+                f"{self.b1}"
+            )
+            found.append(self.conflict(site, why))
+        return found
+
+    def _meets_a_free_dim(self, node: onnx.NodeProto) -> bool:
+        """Whether the axes on which a broadcasting node's inputs disagree at the new batch include a dim
+        that moves with another symbolic input dim (the evaluation chose its size, the model did not)."""
+        if not self.trace.moves_symbols:
+            return False
+        shapes = []
+        for n in node.input:
+            if not n:
+                continue
+            old, new, moved = (k.shape for k in self.evaluator.at(n)[:3])
+            if new is None or moved is None or old is None:
+                return True  # too little is known to call it a proof
+            shapes.append((new, moved, old))
+        rank = max(len(new) for new, _, _ in shapes)
+        for back in range(1, rank + 1):
+            sizes = {new[-back] for new, _, _ in shapes if back <= len(new)} - {1}
+            if len(sizes) > 1 and any(back <= len(new) and moved[-back] != old[-back] for new, moved, old in shapes):
+                return True
+        return False
+
+    def condition_follows_batch(self, site: NodeSite) -> str | None:
+        """An If or Loop whose condition is computed from a tensor that carries the batch."""
+        node = site.node
+        operand = {"If": 0, "Loop": 1}.get(node.op_type)
+        if operand is None or len(node.input) <= operand or not node.input[operand]:
+            return None
+        name = node.input[operand]
+        first, second = self.evaluator.at(name)[:2]
+        before = self._before_squeeze(name)
+        if before is not None:
+            first, second = self.evaluator.at(before)[:2]
+        if second.shape is None or not second.full or product(second.shape) == product(first.shape or ()):
+            return None
+        article = "an" if node.op_type == "If" else "a"
+        return self.conflict(
+            site,
+            f"its condition '{name}' is computed from the batch ({shape_text(first)} at batch "
+            f"{self.b1}, {shape_text(second)} at batch {self.b2}); {article} {node.op_type} takes "
+            "one condition for the whole batch, so the model cannot run batched as it is",
+        )
+
+    def _before_squeeze(self, name: str) -> str | None:
+        """The input of the Squeeze that made ``name`` a scalar, if one did."""
+        producer = self.evaluator.producer.get(name)
+        if producer is not None and producer.node.op_type in ("Squeeze", "Reshape", "Identity") and producer.node.input:
+            return str(producer.node.input[0])
+        return None
+
+    def batch_squeezes(self) -> list[tuple[NodeSite, list[int]]]:
+        """Squeezes without axes whose output loses the batch at the old batch of 1 only.
+
+        Given the axes they remove at the new batch, they keep the batch at every size, so the
+        output's declared rank holds at batch 1 too (and older onnx releases, which squeeze a
+        symbolic dim away, infer the same rank).
+        """
+        found = []
+        for name, site in self.evaluator.producer.items():
+            node = site.node
+            if node.op_type != "Squeeze" or node.domain not in ("", "ai.onnx") or name != node.output[0]:
+                continue
+            if (len(node.input) > 1 and node.input[1]) or any(a.name == "axes" for a in node.attribute):
+                continue
+            if not self.evaluator.runs(site)[1] or self.trace.squeezed_axis(name) is None:
+                continue
+            if any(self.condition_follows_batch(consumer) for consumer in self._consumers(name)):
+                continue  # a condition that follows the batch: the model is refused, not repaired
+            data = self.evaluator.at(node.input[0])[1]
+            if data.shape is not None and data.full:  # no axes at all: at the new batch it removes nothing
+                found.append((site, [axis for axis, size in enumerate(data.shape) if size == 1]))
+        return found
+
+    def _consumers(self, name: str) -> list[NodeSite]:
+        return [
+            site
+            for output, site in self.evaluator.producer.items()
+            if output == next((o for o in site.node.output if o), None) and name in site.node.input
+        ]
+
+    def _shifted_axes(self, name: str) -> str:
+        first, second = self.evaluator.at(name)[:2]
+        squeeze = self.evaluator.producer.get(name)
+        while squeeze is not None and squeeze.node.op_type != "Squeeze" and squeeze.node.input:
+            squeeze = self.evaluator.producer.get(squeeze.node.input[0])
+        origin = f"Squeeze '{squeeze.node.name or squeeze.node.output[0]}'" if squeeze is not None else "a Squeeze"
+        return (
+            f"its input '{name}' is {shape_text(first)} at batch {self.b1}, where {origin} drops the batch, and "
+            f"{shape_text(second)} at batch {self.b2}, so its axes, counted from the front, point at other dims "
+            f"there; shift them by one past the batch, or count them from the end"
+        )
+
+    def label(self, site: NodeSite) -> str:
+        node = site.node
+        return f"{node.op_type} '{node.name or node.output[0]}'{self.evaluator.where(site)}"
+
+    def conflict(self, site: NodeSite, why: str, problem: str = "cannot run") -> str:
+        return f"{self.label(site)} {problem} at batch {self.b2}: {why}"
+
+
+__all__ = ["BatchFindings"]

@@ -1,0 +1,93 @@
+"""Where the elements of a shape operand come from, and how a patch may replace them.
+
+A Reshape's shape is a constant, or a Concat of pieces (torch dynamo builds every one that way):
+constants, some shared by several Concats, and pieces computed from ``Shape``. ``Operands.sources``
+follows each element to the constant it copies, so the tracker rewrites that piece (a shared piece
+is copied for this use by ``batch_rewrite``). An element computed at run time has no constant to
+rewrite; when every other element is the same at every point, the whole operand can become a new
+constant (``steady_except``). ``replace_fix`` is the hand-written fix for a constant operand only:
+``replace_initializer`` refuses a computed one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from patchspec.model.graph import NodeSite, ScopeIndex, use_counts
+from patchspec.shapes import expressions
+from patchspec.shapes.batch_trace import PointInputs
+from patchspec.shapes.evaluate import ShapeEvaluator
+from patchspec.shapes.spec_lines import FlowValue, SpecFix
+
+#: ops whose output copies the elements of their first input in order (for tracing a shape back)
+_COPY_OPS = {"Unsqueeze", "Squeeze", "Cast", "Identity", "Reshape", "Flatten"}
+#: per element of a shape operand: (reader site, operand, element) of the constant it copies
+Source = tuple[NodeSite, int, int]
+
+
+class Operands:
+    def __init__(self, model: onnx.ModelProto, evaluator: ShapeEvaluator) -> None:
+        self.evaluator = evaluator
+        self.index = ScopeIndex()
+        self.uses = use_counts(model)
+
+    def is_constant(self, site: NodeSite, operand: int) -> bool:
+        return self.index.constant_source(site.node.input[operand], site.scopes) is not None
+
+    def sources(self, site: NodeSite, operand: int) -> list[Source | None] | None:
+        """Per element of ``site.node``'s input: (reader site, operand, element) of the constant it copies."""
+        name = site.node.input[operand]
+        if self.is_constant(site, operand):
+            value = self.index.constant(name, site.scopes)
+            size = 0 if value is None else int(np.asarray(value).size)
+            return [(site, operand, j) for j in range(size)]
+        producer = self.evaluator.producer.get(name)
+        if producer is None or self.uses.get(name, 0) > 1 or producer.node.domain not in ("", "ai.onnx"):
+            return None
+        op = producer.node.op_type
+        if op in _COPY_OPS:
+            return self.sources(producer, 0)
+        if op == "Concat":
+            found: list[Source | None] = []
+            for j, part in enumerate(producer.node.input):
+                value = self.evaluator.at(part)[0].value
+                length = 0 if value is None else int(np.asarray(value).size)
+                found.extend(self.sources(producer, j) or [None] * length)
+            return found
+        return None
+
+    def producer_label(self, site: NodeSite, operand: int) -> str:
+        """``Concat 'shape_3'``: the node that computes a computed operand."""
+        producer = self.evaluator.producer.get(site.node.input[operand])
+        if producer is None:
+            return f"'{site.node.input[operand]}'"
+        return f"{producer.node.op_type} '{producer.node.name or producer.node.output[0]}'"
+
+
+def steady_except(inputs: PointInputs, operand: int, i: int) -> list[int] | None:
+    """The operand's values when every element but ``i`` is the same at every point (then a constant
+    in their place is right at any size); None when one follows the batch or another input dim."""
+    rows = []
+    for point in inputs:
+        value = point[operand].value
+        if value is None:
+            return None
+        rows.append([int(v) for v in np.asarray(value).reshape(-1)])
+    first = rows[0]
+    if any(len(row) != len(first) or any(a != b for j, (a, b) in enumerate(zip(row, first)) if j != i) for row in rows):
+        return None
+    return first
+
+
+def replace_fix(site: NodeSite, values: list[int], axis: int, i: int, operand: int = 1) -> SpecFix:
+    """replace_initializer with the data's batch dim (``dim(data, axis)``) at element ``i``."""
+    node = site.node
+    items: list[FlowValue] = list(values)
+    if 0 <= i < len(items):
+        items[i] = f"dim({expressions.quote_tensor(node.input[0])}, {axis})"
+    selector: dict[str | int, FlowValue] = {"name": node.name} if node.name else {"produces": node.output[0]}
+    return SpecFix("replace_initializer", (("select", selector), ("input", operand), ("shape", items)))
+
+
+__all__ = ["Operands", "Source", "replace_fix", "steady_except"]

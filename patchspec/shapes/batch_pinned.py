@@ -1,0 +1,106 @@
+"""Constants that pin the batch to the exported samples: proof that a model is not batchable.
+
+Two families, both in real exports (a streaming speech enhancer has both):
+
+- constant coordinates into an axis that carries the batch: a ScatterND or GatherND whose
+  constant indices address sample 0 (a cache update), a Gather on the batch axis with constant
+  indices. At any batch they still read or write only the samples the export saw.
+- a recurrent op (RNN, GRU, LSTM) that starts from a constant state (``initial_h``, ``initial_c``)
+  whose batch is the exported one: ``[2, 1, 4]`` cannot start four sequences.
+
+Rewriting a number cannot fix either: the model must be exported again (the state fed as an
+input, the cache indexed by sample). set_batch refuses them, naming the node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from patchspec.model.graph import NodeSite, ScopeIndex
+from patchspec.shapes.batch_trace import BatchTrace
+
+#: recurrent ops, with the inputs that hold a starting state ([directions, batch, hidden] in layout 0)
+_STATES = {"RNN": (5,), "GRU": (5,), "LSTM": (5, 6)}
+_STATE_NAMES = {5: "initial_h", 6: "initial_c"}
+
+
+def pinned_batch(trace: BatchTrace, sites: list[NodeSite]) -> Iterator[tuple[NodeSite, str]]:
+    """Each node that pins the batch to the exported samples, with why (for a refusal)."""
+    index = ScopeIndex()
+    for site in sites:
+        node = site.node
+        if node.domain not in ("", "ai.onnx") or not node.input:
+            continue
+        if node.op_type in ("ScatterND", "GatherND", "Gather"):
+            why = _constant_coordinates(trace, index, site)
+        elif node.op_type in _STATES:
+            why = _constant_state(trace, index, site)
+        else:
+            continue
+        if why:
+            yield site, why
+
+
+def _batch_axes(trace: BatchTrace, name: str) -> list[int]:
+    """The axes of ``name`` that hold the batch alone (not folded with another factor)."""
+    rank = trace.ranks(name)[1]
+    return [axis for axis in range(rank or 0) if trace.batch_dim(name, axis) == ("batch", 1)]
+
+
+def _constant_coordinates(trace: BatchTrace, index: ScopeIndex, site: NodeSite) -> str | None:
+    node = site.node
+    if len(node.input) < 2 or index.constant_source(node.input[1], site.scopes) is None:
+        return None
+    indices = np.asarray(index.constant(node.input[1], site.scopes))
+    batch = _batch_axes(trace, node.input[0])
+    if not batch or indices.size == 0:
+        return None
+    if node.op_type == "Gather":
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        rank = trace.ranks(node.input[0])[1] or 1
+        if axis % rank not in batch:
+            return None
+        samples = sorted({int(v) for v in indices.reshape(-1)})
+        what = f"picks samples {samples} of axis {axis % rank}"
+    else:
+        batch_dims = next((a.i for a in node.attribute if a.name == "batch_dims"), 0)
+        depth = indices.shape[-1] if indices.ndim else 0
+        addressed = [axis for axis in batch if batch_dims <= axis < batch_dims + depth]
+        if not addressed:
+            return None
+        column = indices.reshape(-1, depth)[:, addressed[0] - batch_dims]
+        samples = sorted({int(v) for v in column})
+        verb = "writes" if node.op_type == "ScatterND" else "reads"
+        what = (
+            f"{verb} through constant indices '{node.input[1]}' that address samples {samples} of axis {addressed[0]}"
+        )
+    return (
+        f"{what}, which carries the batch: at any batch it still addresses only the samples the export "
+        "saw, so the model is not batchable as exported (export it with indices computed per sample)"
+    )
+
+
+def _constant_state(trace: BatchTrace, index: ScopeIndex, site: NodeSite) -> str | None:
+    node = site.node
+    layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
+    if (0 if layout else 1) not in _batch_axes(trace, node.input[0]):
+        return None
+    for operand in _STATES[node.op_type]:
+        if len(node.input) <= operand or not node.input[operand]:
+            continue
+        name = node.input[operand]
+        if index.constant_source(name, site.scopes) is None:
+            continue
+        value = index.constant(name, site.scopes)
+        shape = list(np.shape(value)) if value is not None else "?"
+        return (
+            f"starts from the constant state '{name}' ({_STATE_NAMES[operand]}, {shape}) that holds "
+            f"{trace.b1} sample{'s' * (trace.b1 != 1)}: it cannot start a batch of {trace.b2}, so the model is "
+            "not batchable as exported (export it with the state as an input, or without one to start from zeros)"
+        )
+    return None
+
+
+__all__ = ["pinned_batch"]

@@ -1,0 +1,202 @@
+"""Apply what ``trace_batch`` found: rewrite shape constants, make Squeezes explicit, fix declarations.
+
+Each function changes the model in place and returns one line per change, for the step's details.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from patchspec.model.graph import (
+    ConstantSource,
+    NodeSite,
+    ScopeIndex,
+    all_names,
+    constant_value,
+    default_opset,
+    fresh_name,
+    use_counts,
+)
+from patchspec.shapes.annotations import Dim, format_dims, read_dims, shape_dims, typed, write_dim
+from patchspec.shapes.batch_trace import INT64_MAX, BatchTrace, Rewrite
+
+#: the new batch: a size, or a name for a symbolic batch
+Size = int | str
+Dims = list[Dim]
+
+
+def rewrite_batch_constants(model: onnx.ModelProto, rewrites: list[Rewrite], label: str) -> list[str]:
+    """Change the constants the trace proved; a shared constant is copied and only its reader rewired."""
+    grouped: dict[tuple[int, int], list[Rewrite]] = {}
+    for rewrite in rewrites:
+        grouped.setdefault((id(rewrite.site.node), rewrite.operand), []).append(rewrite)
+    details = []
+    uses = use_counts(model)  # counted once: a rescan per rewrite made 1,000 rewrites quadratic
+    taken = all_names(model)
+    index = ScopeIndex()  # one table of constants per graph, not one per rewrite
+    copies: dict[tuple[int, str, str, bytes], str] = {}  # (graph, constant, new values) -> the copy made
+    for group in grouped.values():
+        site, operand = group[0].site, group[0].operand
+        name = site.node.input[operand]
+        if group[0].whole:  # a computed shape: the node reads a new constant instead
+            values = np.array([value for _, value in group[0].elements], dtype=np.int64)
+            new_name = fresh_name(f"{site.node.name or site.node.output[0]}_shape_{label}", taken)
+            taken.add(new_name)
+            site.graph.initializer.append(numpy_helper.from_array(values, new_name))
+            site.node.input[operand] = new_name
+            details.append(f"rewrote {group[0].reason}: new initializer '{new_name}' {_shown(values)}")
+            continue
+        source = index.constant_source(name, site.scopes)
+        old = np.asarray(constant_value(source))
+        new = old.reshape(-1).copy()
+        for rewrite in group:
+            for element, value in rewrite.elements:
+                new[element] = value
+        new = new.reshape(old.shape).astype(old.dtype)
+        reasons = "; ".join(r.reason for r in group)
+        declared = {info.name for graph in site.scopes for info in graph.input}
+        if uses.get(name, 0) == 1 and name not in declared:
+            _overwrite_constant(source, numpy_helper.from_array(new, name))
+            details.append(f"rewrote {reasons}: constant '{name}' {old.tolist()} -> {_shown(new)}")
+            continue
+        same = (id(site.graph), name, new.dtype.str, new.tobytes())  # the same rewrite of a shared constant
+        if same in copies:  # one copy serves every reader that needs these values
+            uses[name] -= 1
+            site.node.input[operand] = copies[same]
+            details.append(f"rewrote {reasons}: reads '{copies[same]}' (the copy made above)")
+            continue
+        new_name = fresh_name(f"{name}_{label}", taken)
+        taken.add(new_name)
+        copies[same] = new_name
+        uses[name] -= 1
+        site.graph.initializer.append(numpy_helper.from_array(new, new_name))
+        site.node.input[operand] = new_name
+        details.append(
+            f"rewrote {reasons}: new initializer '{new_name}' {_shown(new)} ('{name}' is shared, left as it was)"
+        )
+    return details
+
+
+def _shown(values: np.ndarray) -> list[int | str]:
+    return ["end" if v == INT64_MAX else int(v) for v in np.asarray(values).reshape(-1)]
+
+
+def _overwrite_constant(source: ConstantSource | None, tensor: onnx.TensorProto) -> None:
+    """``source``: the initializer (TensorProto) or the Constant node (NodeProto) that holds the value."""
+    if isinstance(source, onnx.TensorProto):
+        source.CopyFrom(tensor)
+        return
+    assert source is not None, "the trace rewrites constants only"
+    del source.attribute[:]
+    source.attribute.append(onnx.helper.make_attribute("value", tensor))
+
+
+def explicit_squeezes(model: onnx.ModelProto, squeezes: list[tuple[NodeSite, list[int]]]) -> list[str]:
+    """Give each Squeeze that dropped a batch of 1 the axes it removes at the new batch."""
+    opset = default_opset(model)
+    taken = all_names(model)
+    lines = []
+    for site, axes in squeezes:
+        node = site.node
+        label = node.name or node.output[0]
+        if not axes:
+            node.op_type = "Identity"
+            del node.input[1:]
+            del node.attribute[:]
+            lines.append(
+                f"replaced Squeeze '{label}' by an Identity: without axes it dropped the batch at batch 1 "
+                f"and removes nothing at any other batch"
+            )
+            continue
+        if opset >= 13:  # axes is an input from opset 13 on
+            name = fresh_name(f"{node.name or node.output[0]}/axes", taken)
+            taken.add(name)
+            site.graph.initializer.append(numpy_helper.from_array(np.array(axes, dtype=np.int64), name))
+            del node.input[1:]
+            node.input.append(name)
+        else:
+            node.attribute.append(onnx.helper.make_attribute("axes", axes))
+        lines.append(
+            f"made Squeeze '{label}' explicit (axes {axes}): without axes it "
+            f"dropped the batch at batch 1, so its output's rank depended on the batch"
+        )
+    return lines
+
+
+def declare_from_trace(
+    model: onnx.ModelProto, trace: BatchTrace, size: Size, declared: Mapping[str, Dims | None]
+) -> list[str]:
+    """Correct output (and intermediate) declarations with what the evaluation proved.
+
+    ONNX shape inference loses the batch at a Resize sized from Shape, and keeps a rank it cannot
+    compute (a Squeeze without axes). A declared rank or size that contradicts the evaluation is
+    replaced; an unknown dim that the evaluation knows is filled in. Returns one line per output
+    whose declaration (``declared``: output name -> dims before the patch) was wrong.
+    """
+    corrected = []
+    for info in model.graph.output:
+        before = declared.get(info.name)
+        _reconcile(info, trace, size)
+        now = read_dims(info)
+        if _contradicted(before, now, trace, info.name):
+            note = ""
+            ranks = trace.ranks(info.name)[:2]
+            if None not in ranks and ranks[0] != ranks[1]:
+                note = f" (a Squeeze without axes dropped the batch at batch {trace.b1}: rank {ranks[0]} there)"
+            corrected.append(f"output '{info.name}' was declared {format_dims(before)}, is {format_dims(now)}{note}")
+    for info in model.graph.value_info:
+        _reconcile(info, trace, size)
+    return corrected
+
+
+def _contradicted(before: Dims | None, now: Dims | None, trace: BatchTrace, name: str) -> bool:
+    """The old declaration stated a rank or a fixed size that is false (the batch's own axis aside)."""
+    if before is None or now is None:
+        return False
+    if len(before) != len(now):
+        return True
+    return any(
+        isinstance(old, int) and old != new and not isinstance(trace.batch_dim(name, axis), tuple)
+        for axis, (old, new) in enumerate(zip(before, now))
+    )
+
+
+def _reconcile(info: onnx.ValueInfoProto, trace: BatchTrace, size: Size) -> bool:
+    """Bring one annotation in line with the evaluation; True when a declared fact was wrong."""
+    if not typed(info):
+        return False  # an annotation without an element type gets no shape (onnxruntime refuses it)
+    tensor_type = info.type.tensor_type
+    dims: Dims | None = read_dims(info)
+    ranks = trace.ranks(info.name)
+    if isinstance(size, str) and None in ranks[:2]:
+        return False
+    rank = ranks[1 if isinstance(size, str) or size != trace.b1 else 0]
+    if rank is None:
+        return False
+    contradicted = dims is not None and len(dims) != rank
+    if dims is None or contradicted:
+        tensor_type.shape.Clear()
+        for _ in range(rank):
+            tensor_type.shape.dim.add()
+        dims = [None] * rank
+    squeezed = ranks[0] != ranks[1]  # a Squeeze drops the batch at batch 1 only: declare the shape at the new batch
+    for axis, dim in enumerate(shape_dims(info)):
+        found = trace.batch_dim(info.name, axis)
+        if isinstance(found, tuple):
+            factor = found[1]
+            found = size * factor if isinstance(size, int) else (size if factor == 1 else None)
+        if squeezed:
+            write_dim(dim, found)  # every dim from the new batch's shape; unknown ones cleared
+            continue
+        if found is None or found == dims[axis]:
+            continue
+        contradicted = contradicted or isinstance(dims[axis], int)
+        write_dim(dim, found)
+    return contradicted or squeezed
+
+
+__all__ = ["declare_from_trace", "explicit_squeezes", "rewrite_batch_constants"]

@@ -1,0 +1,243 @@
+"""What following the batch through a model finds: the evaluation points and the trace's results.
+
+The model is evaluated (``evaluate.ShapeEvaluator``) at two points that differ only in the batch:
+``b1``, the batch the export was traced with, and ``b2``, the new one (any other number for a
+symbolic batch); a third point moves every other symbolic input dim, so dims that depend on them
+are told apart, and a last point at a third batch ``b3`` (above 1, apart from both) is the
+tracker's second witness. Every dim is then a number at each point, and a dim *carries the batch*
+when it differs between the two batch points as ``k * b1`` -> ``k * b2``. ``batch_tracker`` does the
+following; this module holds what it returns (``BatchTrace``) and the small helpers it shares with
+``batch_findings``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from patchspec.model.graph import NodeSite
+from patchspec.plugin.contract import StateKey
+from patchspec.shapes.annotations import read_dims
+from patchspec.shapes.evaluate import BROADCASTING, Known, ShapeEvaluator
+from patchspec.shapes.spec_lines import SpecFix
+
+#: sizes given to symbolic input dims that are not the batch: distinct, divisible by the usual
+#: strides (up to 64), and small enough for position tables (transformers often stop at 512)
+SYMBOL_SIZES = tuple(128 * n for n in range(1, 9))
+#: how far the third point moves each of them
+SYMBOL_SHIFT = 64
+INT64_MAX = int(np.iinfo(np.int64).max)
+#: ops that treat every element alike (broadcasting from the right): a tensor whose batch a Squeeze
+#: dropped at the old batch only still means the same to them; any other op counts axes from the front
+AXIS_FREE = BROADCASTING | {
+    "Abs", "Neg", "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil",
+    "Round", "Sign", "Erf", "Cast", "CastLike", "Identity", "Clip", "LeakyRelu", "Elu", "Selu", "Celu",
+    "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Gelu", "Mish", "IsNaN", "IsInf", "Dropout",
+    "Sin", "Cos", "ThresholdedRelu", "Squeeze",
+}  # fmt: skip
+
+#: points a patch of this run left undecided (set_batch's, one line each): only a verifier can judge
+#: them, so ``apply --no-verify`` refuses to write the model unless ``--allow-undecided`` is given
+UNDECIDED: StateKey[list[str]] = StateKey("patchspec.undecided", list)
+#: what a dim is across the points: a size, ("batch", k), an input's dim_param, or None (unclear)
+BatchDim = int | tuple[str, int] | str | None
+#: per point, one Known per node input (what the evaluator hands its hook)
+PointInputs = list[list[Known]]
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """Change elements of the constant that ``site.node`` reads as input ``operand``."""
+
+    site: NodeSite
+    operand: int
+    elements: tuple[tuple[int, int], ...]  # ((element index, new value), ...)
+    reason: str
+    #: the operand is computed (a Concat of pieces that change with nothing): ``elements`` are all of its
+    #: values, given to the node as a new constant
+    whole: bool = False
+
+
+@dataclass(frozen=True)
+class Undecided:
+    """A point the evaluation could not settle: what it is, and the patch that settles it by hand."""
+
+    message: str
+    fix: SpecFix | None = None
+
+
+@dataclass
+class BatchTrace:
+    b1: int
+    b2: int
+    rewrites: list[Rewrite] = field(default_factory=list)
+    #: points the evaluation could not settle, with the spec lines that settle them by hand
+    undecided: list[Undecided] = field(default_factory=list)
+    #: what the evaluation proves: a node that cannot run at the new batch, or drops or mixes samples
+    #: there. A model with one is never written.
+    refusals: list[str] = field(default_factory=list)
+    symbolic: bool = False  # the new batch is a name: rewrites write -1/0/1/end, never a size
+    evaluator: ShapeEvaluator | None = None
+    moves_symbols: bool = False  # a third point moved the other symbolic dims
+    symbols: dict[str, tuple[int, int]] = field(default_factory=dict)  # dim_param -> its size at points 1 and 3
+    #: Squeezes without axes that drop a batch of 1, with the axes they remove at the new batch
+    squeezes: list[tuple[NodeSite, list[int]]] = field(default_factory=list)
+    #: the batch at each point: b1, b2, (b1 again where other dims move), then the second witness
+    sizes: tuple[int, ...] = ()
+
+    def at(self, name: str) -> list[Known]:
+        assert self.evaluator is not None, "trace_batch sets the evaluator"
+        return self.evaluator.at(name)
+
+    def batch_dim(self, name: str, axis: int) -> BatchDim:
+        """What the evaluation says of one dim: a size, ("batch", k), an input's dim_param, or None."""
+        knowns = self.at(name)[: 3 if self.moves_symbols else 2]  # the witness point aside
+        squeezed = self.squeezed_axis(name)
+        if squeezed is not None:  # the per-sample axes of the other points sit one to the left after it
+            if axis == squeezed:
+                return ("batch", 1)
+            axes = [axis if point == 1 or axis < squeezed else axis - 1 for point in range(len(knowns))]
+        else:
+            axes = [axis] * len(knowns)
+        values: list[int] = []
+        for known, a in zip(knowns, axes):
+            if known.shape is None or a >= len(known.shape) or known.shape[a] is None:
+                return None
+            values.append(int(known.shape[a]))
+        if self.moves_symbols and values[2] != values[0]:
+            same = [key for key, sizes in self.symbols.items() if sizes == (values[0], values[2])]
+            return same[0] if len(same) == 1 and values[1] == values[0] else None
+        if values[0] == values[1]:
+            return values[0]
+        factor, rest = divmod(values[0], self.b1)
+        if rest == 0 and factor * self.b2 == values[1]:
+            return ("batch", factor)
+        return None
+
+    def squeezed_axis(self, name: str) -> int | None:
+        """The batch axis of a tensor that has it at the new batch only (a Squeeze without axes drops a
+        batch of 1): its shape there is the old batch's shape with the batch inserted."""
+        first, second = self.at(name)[:2]
+        if first.shape is None or second.shape is None or not (first.full and second.full):
+            return None
+        if len(second.shape) != len(first.shape) + 1:
+            return None
+        return next(
+            (
+                j
+                for j, d in enumerate(second.shape)
+                if d == self.b2 and second.shape[:j] + second.shape[j + 1 :] == first.shape
+            ),
+            None,
+        )
+
+    def ranks(self, name: str) -> tuple[int | None, ...]:
+        """The rank at each point (None where unknown); they differ where a Squeeze drops a batch of 1."""
+        return tuple(None if k.shape is None else len(k.shape) for k in self.at(name))
+
+
+#: an input dim as the points see it: ("batch",), ("symbol", i) or a fixed size
+_Slot = tuple[str] | tuple[str, int] | int
+
+
+def make_points(
+    model: onnx.ModelProto, batch_axes: Iterable[tuple[str, int]], batches: tuple[int, int, int]
+) -> tuple[list[dict[str, Known]], dict[str, tuple[int, int]]]:
+    """Input sizes at (b1), (b2), when other dims are symbolic (b1 with those dims moved), and (b3),
+    for ``batches`` (b1, b2, b3).
+
+    Also returns each named symbolic dim with its size at the first and third points.
+    """
+    chosen = set(batch_axes)
+    constants = {t.name for t in model.graph.initializer}
+    symbols: dict[str | tuple[str, int], int] = {}
+    base: dict[str, list[_Slot]] = {}
+    for info in model.graph.input:
+        dims = read_dims(info)
+        if info.name in constants or dims is None:
+            continue
+        row: list[_Slot] = []
+        for axis, dim in enumerate(dims):
+            if (info.name, axis) in chosen:
+                row.append(("batch",))
+            elif isinstance(dim, int) and dim > 0:
+                row.append(dim)
+            else:
+                key = dim if isinstance(dim, str) else (info.name, axis)
+                symbols.setdefault(key, len(symbols))
+                row.append(("symbol", symbols[key]))
+        base[info.name] = row
+
+    def size(slot: _Slot, batch: int, shift: int) -> int:
+        if isinstance(slot, int):
+            return slot
+        if len(slot) == 1:
+            return batch
+        return SYMBOL_SIZES[int(slot[1]) % len(SYMBOL_SIZES)] + shift
+
+    def point(batch: int, shift: int) -> dict[str, Known]:
+        return {
+            info.name: Known(info.type.tensor_type.elem_type, tuple(size(s, batch, shift) for s in base[info.name]))
+            for info in model.graph.input
+            if info.name in base
+        }
+
+    b1, b2, b3 = batches
+    points = [point(b1, 0), point(b2, 0)] + ([point(b1, SYMBOL_SHIFT)] if symbols else []) + [point(b3, 0)]
+    named = {
+        key: (SYMBOL_SIZES[i % len(SYMBOL_SIZES)], SYMBOL_SIZES[i % len(SYMBOL_SIZES)] + SYMBOL_SHIFT)
+        for key, i in symbols.items()
+        if isinstance(key, str)
+    }
+    return points, named
+
+
+def batch_position(data_prefix: Sequence[int], out_shape: Sequence[int]) -> int | None:
+    """The output axis that holds the batch, given the data dims before the batch axis."""
+    prefix = list(data_prefix)
+    for j in range(len(out_shape)):
+        if list(out_shape[:j]) == prefix:
+            return j
+    wanted = product(prefix)
+    return next((j for j in range(len(out_shape)) if product(out_shape[:j]) == wanted), None)
+
+
+def product(dims: Sequence[int]) -> int:
+    return int(np.prod(list(dims), dtype=np.int64)) if len(dims) else 1
+
+
+def with_element(values: list[int], index: int, value: int) -> list[int]:
+    return values[:index] + [value] + values[index + 1 :]
+
+
+def int64_known(values: list[int], like: Known | None = None) -> Known:
+    """A small integer tensor as the evaluator knows it (int32 when ``like`` is int32)."""
+    if like is not None and like.dtype == TensorProto.INT32:
+        narrow = np.clip(values, -(2**31), 2**31 - 1).astype(np.int32)
+        return Known(TensorProto.INT32, narrow.shape, narrow)
+    array = np.array(values, dtype=np.int64)
+    return Known(TensorProto.INT64, array.shape, array)
+
+
+def shape_text(known: Known) -> str:
+    if known.shape is None:
+        return "[?]" if known.dtype else "(unknown)"
+    return "[" + ", ".join("?" if d is None else str(d) for d in known.shape) + "]"
+
+
+__all__ = [
+    "AXIS_FREE",
+    "INT64_MAX",
+    "SYMBOL_SHIFT",
+    "SYMBOL_SIZES",
+    "UNDECIDED",
+    "BatchTrace",
+    "Rewrite",
+    "Undecided",
+    "batch_position",
+    "make_points",
+]

@@ -1,0 +1,444 @@
+"""Follow the batch through a model and find the shape constants that bake in the old batch.
+
+``trace_batch`` is the entry point (set_batch calls it through ``patchspec.api``). The model is
+evaluated at the points ``batch_trace.make_points`` gives; a hook sees every Reshape, Expand, Slice
+and Resize before it is evaluated.
+
+Decisions are made at two *witnesses*: points whose batches are both above 1 and differ (the new
+batch, or the old one when the new is 1, and a third size). At batch 1 a channel of 1 and the
+batch look alike, so batch 1 never proves anything. A shape-carrying node whose data carries the
+batch is *consistent* when its output at the second witness is its output at the first with
+exactly one axis scaled by the batches' ratio, at the same memory position as in the data (the
+product of the dims before it is the same): then every sample's elements stay together, as a
+per-sample run of the original would give them. A node that is not consistent bakes in the old
+batch. Each element of its shape operand that comes from a constant (directly, or through
+Concat/Unsqueeze/Cast chains) is tried scaled with the batch at every point; one that makes the
+node consistent, and only one, is proved to be the batch and is rewritten. The decision is applied
+before the next node is evaluated, so one pass in graph order settles every node (no fixpoint
+loop). Everything else is reported as *undecided*, with the patch that fixes it by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import numpy as np
+import onnx
+
+from patchspec.model.graph import NodeSite
+from patchspec.shapes.batch_findings import BatchFindings
+from patchspec.shapes.batch_folds import Fold, Folds
+from patchspec.shapes.batch_operands import Operands, replace_fix, steady_except
+from patchspec.shapes.batch_trace import (
+    INT64_MAX,
+    BatchTrace,
+    PointInputs,
+    Rewrite,
+    Undecided,
+    batch_position,
+    int64_known,
+    make_points,
+    product,
+    with_element,
+)
+from patchspec.shapes.evaluate import Known, ShapeEvaluator
+from patchspec.shapes.spec_lines import SpecFix, spec_lines
+
+
+def trace_batch(
+    model: onnx.ModelProto,
+    batch_axes: Iterable[tuple[str, int]],
+    b1: int,
+    b2: int,
+    *,
+    symbolic: bool = False,
+    decide: bool = True,
+) -> BatchTrace:
+    """Evaluate ``model`` at the batch points, deciding each shape constant on the way.
+
+    ``decide=False`` evaluates the model as it is: no constant is decided, and ``refusals`` says
+    whether it runs at ``b2`` unchanged (set_batch asks first when the batch is already dynamic)."""
+    witness = max(b1, b2) + 3  # above 1 and apart from both: a size-1 channel never looks like the batch
+    points, symbols = make_points(model, batch_axes, (b1, b2, witness))
+    sizes = (b1, b2) + ((b1,) if len(points) > 3 else ()) + (witness,)
+    trace = BatchTrace(b1, b2, symbolic=symbolic, moves_symbols=len(points) > 3, symbols=symbols, sizes=sizes)
+    tracker = _Tracker(model, trace, points)
+    tracker.deciding = decide
+    tracker.evaluator.run()
+    findings = BatchFindings(trace, tracker.evaluator, tracker.decided)
+    trace.refusals.extend(findings.pinned())
+    trace.refusals.extend(findings.conflicts())
+    trace.squeezes.extend(findings.batch_squeezes())
+    return trace
+
+
+#: an element's value at one point, from the point's index and the element's value there
+NewValue = Callable[[int, int], int]
+
+
+class _Tracker:
+    """Decides each shape-carrying node at two witnesses: points whose batches are both above 1 and
+    differ (the new batch, or the old one when the new is 1, and a third size), so that a dim of 1
+    is never taken for the batch. The old batch's point gives the constants' baked-in values."""
+
+    def __init__(self, model: onnx.ModelProto, trace: BatchTrace, points: list[dict[str, Known]]) -> None:
+        self.model = model
+        self.trace = trace
+        self.b1, self.b2 = trace.b1, trace.b2
+        self.sizes = trace.sizes
+        self.a, self.b = (1 if self.b2 > 1 else 0), len(points) - 1
+        self.wa, self.wb = self.sizes[self.a], self.sizes[self.b]
+        self.evaluator = ShapeEvaluator(model, points, hook=self.hook)
+        trace.evaluator = self.evaluator
+        self.folds = Folds(self.evaluator, (self.a, self.b), (self.wa, self.wb))
+        self.operands = Operands(model, self.evaluator)
+        self.decided: set[int] = set()  # ids of nodes with a rewrite or an undecided report
+        self.deciding = True  # False: the hook leaves every node as it is
+
+    # -- the hook ------------------------------------------------------------------------------------
+    def hook(self, site: NodeSite, inputs: PointInputs) -> PointInputs | None:
+        node = site.node
+        if not self.deciding or node.domain not in ("", "ai.onnx") or not all(self.evaluator.runs(site)):
+            return None  # in a branch not taken at one of the batches: there is nothing to compare
+        handlers: dict[str, Callable[[NodeSite, PointInputs], PointInputs | None]] = {
+            "Reshape": self._reshape,
+            "Expand": self._expand,
+            "Slice": self._slice,
+            "Resize": self._resize,
+        }
+        handler = handlers.get(node.op_type)
+        return handler(site, inputs) if handler else None
+
+    def carrier(self, inputs: PointInputs) -> tuple[int, int] | None:
+        """(axis, size per sample) of the one axis of the data (input 0) that carries the batch at the
+        witnesses; None if none or unclear."""
+        first, second = inputs[self.a][0], inputs[self.b][0]
+        if first.shape is None or second.shape is None or not (first.full and second.full):
+            return None
+        old = inputs[0][0].shape
+        if len(first.shape) != len(second.shape) or old is None or len(old) != len(first.shape):
+            return None  # a Squeeze dropped the batch at the old batch of 1: batch_findings judges it
+        axes = [axis for axis, (x, y) in enumerate(zip(first.shape, second.shape)) if x != y]
+        if len(axes) != 1:
+            return None
+        axis = axes[0]
+        factor, rest = divmod(first.shape[axis], self.wa)
+        if rest or factor * self.wb != second.shape[axis]:
+            return None
+        return axis, factor
+
+    def consistent(self, first: Known, second: Known, batch_axis: int | None) -> bool:
+        """The output at the second witness is the first's with exactly ``batch_axis`` scaled."""
+        if batch_axis is None or first.shape is None or second.shape is None or not (first.full and second.full):
+            return False
+        if len(first.shape) != len(second.shape):
+            return False
+        differing = [i for i, (x, y) in enumerate(zip(first.shape, second.shape)) if x != y]
+        return differing == [batch_axis] and first.shape[batch_axis] * self.wb == second.shape[batch_axis] * self.wa
+
+    def _outputs(self, site: NodeSite, inputs: PointInputs) -> tuple[Known, Known]:
+        """The node's first output at the two witnesses."""
+        return self._eval(site, inputs[self.a]), self._eval(site, inputs[self.b])
+
+    def _trial(self, site: NodeSite, inputs: PointInputs, operand: int, i: int, new: NewValue) -> PointInputs:
+        """``inputs`` with element ``i`` of input ``operand`` set to ``new(point, its value there)``."""
+        replaced = [list(point) for point in inputs]
+        for p, point in enumerate(replaced):
+            given = point[operand]
+            if given.value is not None:
+                values = _ints(given.value)
+                point[operand] = int64_known(with_element(values, i, new(p, values[i])), like=given)
+        return replaced
+
+    def _scaled(self, p: int, value: int) -> int:
+        """Element ``i`` (baked for the old batch) at each point's batch."""
+        return value // self.b1 * self.sizes[p]
+
+    # -- Reshape ---------------------------------------------------------------------------------------
+    def _reshape(self, site: NodeSite, inputs: PointInputs) -> PointInputs | None:
+        if len(site.node.input) < 2 or inputs[0][1].value is None:
+            return None
+        carried = self.carrier(inputs)
+        if carried is None:
+            return None
+        axis, factor = carried
+        values = _ints(inputs[0][1].value)
+        data = inputs[self.a][0]
+        assert data.shape is not None  # the carrier has a full shape
+        prefix = list(data.shape[:axis])
+        fold = self.folds.fold_of(site.node.input[0])
+        if fold is not None and fold[0] == axis:
+            prefix = [product(prefix) * fold[1]]  # the batch sits behind part of its axis
+        first, second = self._outputs(site, inputs)
+        if (
+            first.shape is not None
+            and first.full
+            and self.consistent(first, second, batch_position(prefix, first.shape))
+        ):
+            return None
+        behind = self.folds.folded_behind(data.shape, axis, factor, first, second) if fold is None else None
+        if behind is not None:
+            self.folds.folded[site.node.output[0]] = behind
+            return None
+        proved = [i for i in range(len(values)) if self._proves(site, inputs, values, i, prefix)]
+        if len(proved) > 1:  # the same memory either way (dims of 1): keep the batch where the data has it
+            proved = [i for i in proved if values[:i] == prefix] or proved
+        folds = {} if fold is not None else self._folds(site, inputs, values, data.shape, axis, factor)
+        per_sample = factor * product(data.shape[axis + 1 :])
+        if len(folds) == 1 and all(values[i] // self.b1 == per_sample for i in proved):
+            # [L, B*h, d] -> [L, 192]: the batch joins the rows (torch's view(L * B, E)), not one sample's features
+            (j, behind), written = next(iter(folds.items())), -1 if -1 not in values else None
+            if written is not None:
+                self.folds.folded[site.node.output[0]] = behind
+                return self._rewrite_element(site, 1, values, j, self._scaled, written, inputs, axis)
+        if len(proved) != 1:
+            why = (
+                f"its data carries the batch on axis {axis}, and no element of its shape can be proved to be the batch"
+                if not proved
+                else f"its data carries the batch on axis {axis}, and elements {proved} of its shape each fit it"
+            )
+            works = self._suggestion_works(site, inputs, values, axis)
+            return self._unsettled(site, inputs, values, why, self._suggest(site, values, axis) if works else None)
+        i = proved[0]
+        written = self._written_value(site, inputs, values, i, axis)
+        if written is None:
+            return self._undecided(
+                site,
+                values,
+                f"element {i} is the batch, but a symbolic batch there needs a computed shape",
+                self._suggest(site, values, axis, i),
+            )
+        return self._rewrite_element(site, 1, values, i, self._scaled, written, inputs, axis)
+
+    def _proves(self, site: NodeSite, inputs: PointInputs, values: list[int], i: int, prefix: list[int]) -> bool:
+        """Element ``i``, scaled with the batch at both witnesses, keeps every sample together there."""
+        if values[i] in (0, -1) or values[i] % self.b1:
+            return False
+        first, second = self._outputs(site, self._trial(site, inputs, 1, i, self._scaled))
+        if first.shape is None or not first.full:
+            return False
+        return batch_position(prefix, first.shape) == i and self.consistent(first, second, i)
+
+    def _folds(
+        self, site: NodeSite, inputs: PointInputs, values: list[int], data: tuple[int, ...], axis: int, factor: int
+    ) -> dict[int, Fold]:
+        """Elements that, scaled with the batch, fold it behind the data dims before it (``[L*B, E]``)."""
+        found = {}
+        for j, value in enumerate(values):
+            if value in (0, -1) or value % self.b1:
+                continue
+            first, second = self._outputs(site, self._trial(site, inputs, 1, j, self._scaled))
+            behind = self.folds.folded_behind(data, axis, factor, first, second)
+            if behind is not None and behind[0] == j:
+                found[j] = behind
+        return found
+
+    def _written_value(self, site: NodeSite, inputs: PointInputs, values: list[int], i: int, axis: int) -> int | None:
+        """For a symbolic batch: -1 (infer) or 0 (copy the data's dim); None when neither expresses it."""
+        if not self.trace.symbolic:
+            return values[i] // self.b1 * self.b2
+        if -1 not in values:
+            return -1
+        allowzero = any(a.name == "allowzero" and a.i for a in site.node.attribute)
+        data = inputs[self.a][0]
+        assert data.shape is not None
+        if i == axis and not allowzero and values[i] // self.b1 * self.wa == data.shape[axis]:
+            return 0
+        return None
+
+    # -- Expand, Slice, Resize -------------------------------------------------------------------------
+    def _expand(self, site: NodeSite, inputs: PointInputs) -> PointInputs | None:
+        if len(site.node.input) < 2 or inputs[0][1].value is None:
+            return None
+        carried = self.carrier(inputs)
+        if carried is None:
+            return None
+        axis = carried[0]
+        values = _ints(inputs[0][1].value)
+        data = inputs[self.a][0]
+        assert data.shape is not None
+        aligned = axis + max(len(values), len(data.shape)) - len(data.shape)
+        if self.consistent(*self._outputs(site, inputs), aligned):
+            return None
+        slot = axis + len(values) - len(data.shape)
+        why = "its data carries the batch, which its shape does not let through"
+        if not 0 <= slot < len(values) or values[slot] % self.b1:
+            return self._unsettled(site, inputs, values, why)
+        trial = self._trial(site, inputs, 1, slot, self._scaled)
+        if not self.consistent(*self._outputs(site, trial), aligned):
+            return self._unsettled(site, inputs, values, why)
+        written = 1 if self.trace.symbolic else values[slot] // self.b1 * self.b2
+        return self._rewrite_element(site, 1, values, slot, self._scaled, written, inputs)
+
+    def _slice(self, site: NodeSite, inputs: PointInputs) -> PointInputs | None:
+        node = site.node
+        if len(node.input) < 3 or any(k.value is None for k in inputs[0][1 : len(node.input)] if k.dtype):
+            return None
+        found = self.carrier(inputs)
+        data = inputs[0][0]
+        if found is None or data.shape is None:
+            return None
+        axis, _ = found
+        if self.consistent(*self._outputs(site, inputs), axis):
+            return None
+        starts, ends = _ints(inputs[0][1].value), _ints(inputs[0][2].value)
+        given = len(node.input) > 3 and node.input[3]
+        axes = _ints(inputs[0][3].value) if given else list(range(len(starts)))
+        stepped = len(node.input) > 4 and node.input[4]
+        steps = _ints(inputs[0][4].value) if stepped else [1] * len(starts)
+        entry = next((j for j, a in enumerate(axes) if a % len(data.shape) == axis), None)
+        if entry is None:
+            return None  # the batch axis is not sliced: whatever changed, it is not this constant
+        at_old = self._eval(site, inputs[0])  # at the export's batch, where the bounds were traced
+        if starts[entry] != 0 or steps[entry] != 1 or at_old.shape is None or at_old.shape[axis] != data.shape[axis]:
+            return self._refuse(
+                site,
+                f"drops samples at batch {self.b2}: it slices axis {axis}, which carries the "
+                f"batch, with constant bounds (starts {starts}, ends {ends}), so it keeps only part of "
+                "the batch and every later sample is lost or read as the first one's",
+            )
+        trial = self._trial(site, inputs, 2, entry, lambda p, v: INT64_MAX)
+        if not self.consistent(*self._outputs(site, trial), axis):
+            return None
+        return self._rewrite_element(site, 2, ends, entry, lambda p, v: INT64_MAX, INT64_MAX, inputs)
+
+    def _resize(self, site: NodeSite, inputs: PointInputs) -> PointInputs | None:
+        node = site.node
+        if len(node.input) < 4 or not node.input[3] or inputs[0][3].value is None:
+            return None
+        found = self.carrier(inputs)
+        if found is None:
+            return None
+        axis, _ = found
+        values = _ints(inputs[0][3].value)
+        if axis >= len(values) or values[axis] % self.b1:
+            return None
+        if self.consistent(*self._outputs(site, inputs), axis):
+            return None
+        if self.trace.symbolic:
+            return self._undecided(
+                site,
+                values,
+                f"its sizes hold the batch at axis {axis}, and a symbolic batch there needs a computed shape",
+                self._suggest(site, values, axis, axis, operand=3),
+            )
+        written = values[axis] // self.b1 * self.b2
+        return self._rewrite_element(site, 3, values, axis, self._scaled, written, inputs)
+
+    def _rewrite_element(
+        self,
+        site: NodeSite,
+        operand: int,
+        values: list[int],
+        i: int,
+        new: NewValue,
+        written: int,
+        inputs: PointInputs,
+        axis: int | None = None,
+    ) -> PointInputs | None:
+        """Record that element ``i`` of input ``operand`` becomes ``written``; evaluate on with ``new(point)``."""
+        node = site.node
+        sources = self.operands.sources(site, operand)
+        source = sources[i] if sources and i < len(sources) else None
+        label = f"{node.op_type} '{node.name or node.output[0]}'"
+        shown = "end" if written == INT64_MAX else written
+        reason = f"{label}: element {i} is the batch ({values[i]} -> {shown})"
+        if source is None:
+            steady = steady_except(inputs, operand, i)
+            if steady is None or (written == -1 and -1 in steady[:i] + steady[i + 1 :]):
+                suggestion = self._suggest(site, values, axis, i, operand) if axis is not None else None
+                return self._undecided(
+                    site,
+                    values,
+                    f"element {i} of input {operand} is the batch, but it is computed at run time from "
+                    "sizes that change with other input dims",
+                    suggestion,
+                    operand,
+                )
+            whole = tuple(enumerate(with_element(steady, i, written)))
+            computed = self.operands.producer_label(site, operand)
+            reason += f"; the shape {computed} computed becomes a constant"
+            self.trace.rewrites.append(Rewrite(site, operand, whole, reason, whole=True))
+        else:
+            reader, reader_operand, element = source
+            self.trace.rewrites.append(Rewrite(reader, reader_operand, ((element, written),), reason))
+        self.decided.add(id(node))
+        return self._trial(site, inputs, operand, i, new)
+
+    # -- helpers -----------------------------------------------------------------------------------------
+    def _eval(self, site: NodeSite, inputs: list[Known]) -> Known:
+        """The node's first output; unknown for a Reshape whose shape does not hold its data's elements
+        (ONNX's inference gives the shape asked for, onnxruntime refuses to run it)."""
+        out = self.evaluator.evaluate(site.node, list(inputs))[0]
+        data = inputs[0] if inputs else None
+        if site.node.op_type == "Reshape" and data is not None and data.shape is not None and data.full:
+            if out.shape is not None and out.full and product(out.shape) != product(data.shape):
+                return Known()
+        return out
+
+    def _unsettled(
+        self, site: NodeSite, inputs: PointInputs, values: list[int], why: str, fix: SpecFix | None = None
+    ) -> PointInputs | None:
+        """Undecided, or refused when the node as exported cannot run at the new batch at all."""
+        if self._eval(site, inputs[1]).shape is None:
+            how = f"; to fix it, add before set_batch:\n{spec_lines(fix)}" if fix else ""
+            shape = self._shape_words(site, 1, values)
+            return self._refuse(site, f"cannot run at batch {self.b2} with its {shape}: {why}{how}")
+        return self._undecided(site, values, why, fix)
+
+    def _label(self, site: NodeSite) -> str:
+        node = site.node
+        return f"{node.op_type} '{node.name or node.output[0]}'{self.evaluator.where(site)}"
+
+    def _refuse(self, site: NodeSite, why: str) -> PointInputs | None:
+        """Record a refusal; returns no replacement inputs, as the hook's handlers do."""
+        self.trace.refusals.append(f"{self._label(site)} {why}")
+        self.decided.add(id(site.node))
+        return None
+
+    def _shape_words(self, site: NodeSite, operand: int, values: list[int]) -> str:
+        """``constant shape [1, 64]``, or for a computed one what computes it (its values are the sizes tried)."""
+        if self.operands.is_constant(site, operand):
+            return f"constant shape {values}"
+        return f"shape {values} (computed by {self.operands.producer_label(site, operand)}, at the sizes tried)"
+
+    def _undecided(
+        self, site: NodeSite, values: list[int], why: str, fix: SpecFix | None = None, operand: int = 1
+    ) -> PointInputs | None:
+        """Record an undecided point; returns no replacement inputs, as the hook's handlers do."""
+        text = f"undecided: {self._label(site)} has {self._shape_words(site, operand, values)}; {why}"
+        self.trace.undecided.append(Undecided(text, fix))
+        self.decided.add(id(site.node))
+        return None
+
+    def _suggestion_works(self, site: NodeSite, inputs: PointInputs, values: list[int], axis: int) -> bool:
+        """Whether the suggested shape (the data's batch dim where the old batch was) keeps the samples
+        together at both witnesses: a hint that cannot work is not printed."""
+        i = next((j for j, v in enumerate(values) if v == self.b1), axis)
+        if not 0 <= i < len(values):
+            return False
+        dims = [point[0].shape[axis] if point[0].shape is not None else None for point in inputs]
+        if None in dims:
+            return False
+        trial = self._trial(site, inputs, 1, i, lambda p, v: int(dims[p] or 0))
+        first, second = self._outputs(site, trial)
+        data = inputs[self.a][0]
+        if data.shape is None or first.shape is None or not first.full:
+            return False
+        return batch_position(list(data.shape[:axis]), first.shape) == i and self.consistent(first, second, i)
+
+    def _suggest(
+        self, site: NodeSite, values: list[int], axis: int, i: int | None = None, operand: int = 1
+    ) -> SpecFix | None:
+        """The replace_initializer fix for a constant operand (a computed one has none: it is refused)."""
+        if not self.operands.is_constant(site, operand):
+            return None
+        at = next((j for j, v in enumerate(values) if v == self.b1), axis) if i is None else i
+        return replace_fix(site, values, axis, at, operand)
+
+
+def _ints(value: np.ndarray | None) -> list[int]:
+    return [int(v) for v in np.asarray(value).reshape(-1)]
+
+
+__all__ = ["trace_batch"]

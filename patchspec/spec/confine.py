@@ -1,0 +1,248 @@
+"""The project root, and what the paths and names a spec gives may reach (docs/security.md).
+
+A spec may come from a pull request, so it is untrusted input. Every path it gives (``model``,
+``output``, the files its steps read) must lead, links followed, into the project root: the nearest
+folder above the spec holding ``.git``, else the spec's own folder. ``--root DIR``
+(the caller's choice, never the spec's) names another. Outputs never go under ``.git`` and are
+only ever regular files; no string in a spec holds a control character.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import re
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from patchspec.errors import SpecError, SpecProblem
+from patchspec.spec.steps import Spec
+
+#: the environment variable that names the project root, as ``--root`` does
+ROOT_ENV = "PATCHSPEC_ROOT"
+#: the folder whose presence marks a project root
+GIT = ".git"
+#: C0 controls, DEL and C1 controls: never in a path or name (a newline would inject a Make rule)
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+ROOT_HINT = (
+    "move the file inside the project root, or run with --root DIR naming a folder that holds it "
+    "(a command-line choice; a spec cannot widen its own root)"
+)
+
+
+def project_root(spec_path: Path) -> Path:
+    """The nearest folder above the spec that holds ``.git``, else the spec's folder: the spec as
+    named (a linked spec, as in a Bazel sandbox, keeps its folder; spec.folder does the same)."""
+    folder = Path(os.path.abspath(spec_path)).parent
+    for candidate in (folder, *folder.parents):
+        if os.path.lexists(candidate / GIT):
+            return candidate
+    return folder
+
+
+@dataclass(frozen=True)
+class Root:
+    """The folder a spec's paths must stay in, and whether the command line named it."""
+
+    folder: Path
+    given: bool = False
+
+    @classmethod
+    def of(cls, spec_path: Path, given: Path | None = None) -> Root:
+        """``--root`` when given, else ``$PATCHSPEC_ROOT`` (the caller's environment, trusted as the
+        command line is), else the root of the run in progress (:func:`within`), else
+        :func:`project_root`."""
+        given = given if given is not None else (Path(os.environ[ROOT_ENV]) if os.environ.get(ROOT_ENV) else None)
+        if given is not None:
+            return cls(Path(os.path.realpath(given)), True)
+        return _ACTIVE.get() or cls(project_root(spec_path))
+
+    def holds(self, path: Path) -> bool:
+        """Whether ``path``, links followed (as far as it exists), is the root or inside it."""
+        real, base = os.path.realpath(path), os.path.realpath(self.folder)
+        return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
+
+    def describe(self) -> str:
+        return f"{self.folder} (from --root or ${ROOT_ENV})" if self.given else f"{self.folder}"
+
+
+#: the root of the run in progress: what onnxruntime sessions built during it may read (ort.data_links)
+_ACTIVE: contextvars.ContextVar[Root | None] = contextvars.ContextVar("patchspec_root", default=None)
+
+
+@contextlib.contextmanager
+def within(root: Root) -> Iterator[Root]:
+    """Make ``root`` the root of everything this run does (sessions a verifier builds included)."""
+    token = _ACTIVE.set(root)
+    try:
+        yield root
+    finally:
+        _ACTIVE.reset(token)
+
+
+def control_character(text: str) -> str | None:
+    """The first control character in ``text``, as Python writes it (``'\\n'``), or None."""
+    found = CONTROL.search(text)
+    return repr(found.group()) if found else None
+
+
+def control_characters(data: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], str, bool]]:
+    """(key path, the character, whether it is in a key) for every control character in ``data``."""
+    if isinstance(data, str):
+        found = control_character(data)
+        if found:
+            yield path, found, False
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            found = control_character(key) if isinstance(key, str) else None
+            if found:
+                yield (*path, key), found, True
+            yield from control_characters(value, (*path, key))
+    elif isinstance(data, list):
+        for index, item in enumerate(data):
+            yield from control_characters(item, (*path, index))
+
+
+def under_git(path: Path) -> bool:
+    """Whether ``path`` (links followed) lies in a ``.git`` folder, where git keeps what it runs."""
+    return any(part.lower() == GIT for part in Path(os.path.realpath(path)).parts)
+
+
+def not_regular(path: Path, *, links_ok: bool = False) -> str | None:
+    """What ``path`` is when it exists and is not a regular file (``a FIFO``), else None.
+
+    ``links_ok``: a symbolic link itself is fine (an output link is replaced, never written through).
+    """
+    try:
+        mode = os.lstat(path).st_mode if links_ok else os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or (links_ok and stat.S_ISLNK(mode)):
+        return None
+    return file_kind(mode)
+
+
+def file_kind(mode: int) -> str:
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symbolic link"),
+    )
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name one file: the same real path, or the same inode."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def read_problem(root: Root, path: Path) -> str | None:
+    """Why a file the spec reads may not be read (outside the root, not a regular file), or None."""
+    if not root.holds(path):
+        return f"resolves to {os.path.realpath(path)}, outside the project root {root.describe()}"
+    kind = not_regular(path)
+    if kind:
+        return f"is {kind}, not a regular file; patchspec reads only regular files"
+    return None
+
+
+def write_problem(root: Root | None, path: Path, protected: list[tuple[str, Path]]) -> str | None:
+    """Why ``path`` may not be written (``root`` None: a command-line path, trusted for its place).
+
+    ``protected``: (what it is, path) of every file the run reads: the spec, the model, its data,
+    the steps' files; none is ever replaced.
+    """
+    if root is not None and not root.holds(path.parent):
+        return f"would be written in {os.path.realpath(path.parent)}, outside the project root {root.describe()}"
+    if root is not None and under_git(path):
+        return "would be written inside a .git folder, where git keeps its configuration and hooks"
+    kind = not_regular(path, links_ok=True)
+    if kind:
+        return f"is {kind}; patchspec only ever replaces regular files"
+    for what, other in protected:
+        if same_file(path, other):
+            return f"would replace {what} ({other}); patchspec never modifies what it reads"
+    return None
+
+
+__all__ = [
+    "CACHE_SUFFIX",
+    "CONTROL",
+    "GIT",
+    "LOCK_NAME",
+    "ROOT_ENV",
+    "ROOT_HINT",
+    "STAGING_PREFIX",
+    "Root",
+    "check_model_path",
+    "check_output_path",
+    "control_character",
+    "control_characters",
+    "file_kind",
+    "not_regular",
+    "project_root",
+    "read_problem",
+    "reserved_name",
+    "same_file",
+    "spec_path_error",
+    "under_git",
+    "within",
+    "write_problem",
+]
+
+
+#: names patchspec keeps for itself beside an output: never a data file's ``location``
+LOCK_NAME = ".patchspec.lock"
+STAGING_PREFIX = ".patchspec-"
+CACHE_SUFFIX = ".patchspec-cache.json"
+
+
+def reserved_name(name: str) -> str | None:
+    """Why ``name`` cannot be a data file beside the output (patchspec's own bookkeeping), or None."""
+    if name in ("", ".", ".."):
+        return f"'{name}' names a folder, not a file"
+    if name == LOCK_NAME or name.startswith(STAGING_PREFIX) or name.endswith(CACHE_SUFFIX):
+        return f"'{name}' is a name patchspec keeps for its lock, staging folders and stat cache"
+    if name.lower() == GIT:
+        return f"'{name}' is git's folder"
+    return None
+
+
+def spec_path_error(spec: Spec, key: str, message: str, hint: str | None = None) -> SpecError:
+    """An error located at the envelope key (``model``, ``output``) that gives the refused path."""
+    pos = spec.document.position((key,))
+    data = spec.document.data
+    written = data.get(key) if isinstance(data, dict) else None
+    problem = SpecProblem(pos.line, pos.column, key, f"'{written}' {message}", hint, file=str(spec.path), key=(key,))
+    return SpecError([problem])
+
+
+def check_model_path(spec: Spec, root: Root) -> None:
+    """The spec's ``model`` (not a ``--model``) leads, links followed, inside the root (a device, a
+    FIFO or a directory there is the model loader's to refuse: exit 3, as any unusable model)."""
+    if not root.holds(spec.model):
+        refused = f"resolves to {os.path.realpath(spec.model)}, outside the project root {root.describe()}"
+        raise spec_path_error(spec, "model", refused, ROOT_HINT)
+
+
+def check_output_path(spec: Spec, output: Path, root: Root | None, protected: list[tuple[str, Path]]) -> None:
+    """The output (``root`` None: ``--output``, trusted for its place): see :func:`write_problem`."""
+    refused = write_problem(root, output, protected)
+    if refused is None:
+        return
+    hint = ROOT_HINT if root is not None and not root.holds(output.parent) else "choose another 'output'"
+    if root is None:
+        raise SpecError(f"--output {output}: {refused}", hint)
+    raise spec_path_error(spec, "output", refused, hint)

@@ -1,0 +1,96 @@
+"""Constants that pin the batch to the exported samples prove a model is not batchable (issue 24, item 5).
+
+A streaming enhancer updates its cache with ScatterND through constant coordinates that address
+sample 0, and its GRUs start from a constant ``initial_h [2, 1, 4]``. Nothing set_batch could
+rewrite makes either batch: it refuses (exit 4), naming the node, instead of writing a model that
+onnxruntime cannot run at the new batch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper, numpy_helper
+
+from helpers import graph_model, tensor_info, write_spec
+from patchspec.errors import PatchError
+from patchspec.testing import patch_context
+from patchspec_plugins.set_batch import SetBatchPatch
+
+
+def set_batch(model, **params):
+    return SetBatchPatch().apply(model, params, patch_context("set_batch", params))
+
+
+def cache_update_model(batch=1):
+    """cache [batch, 3, 4] gets x [batch, 4] written at (0, 2) through constant indices."""
+    nodes = [helper.make_node("ScatterND", ["cache", "where", "x"], ["new_cache"], name="cache_update")]
+    where = numpy_helper.from_array(np.array([[0, 2]], dtype=np.int64), "where")
+    return graph_model(
+        nodes,
+        [tensor_info("cache", [batch, 3, 4]), tensor_info("x", [batch, 4])],
+        [tensor_info("new_cache", [batch, 3, 4])],
+        [where],
+    )
+
+
+def gru_model(batch=1, hidden=4):
+    """x [batch, 5, 3] -> time-major -> a bidirectional GRU from the constant state h0 [2, 1, hidden]."""
+    rng = np.random.default_rng(0)
+    constants = [
+        numpy_helper.from_array(rng.standard_normal((2, 3 * hidden, 3)).astype(np.float32), "W"),
+        numpy_helper.from_array(rng.standard_normal((2, 3 * hidden, hidden)).astype(np.float32), "R"),
+        numpy_helper.from_array(np.zeros((2, 1, hidden), np.float32) + 0.5, "h0"),
+    ]
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]),
+        helper.make_node(
+            "GRU", ["xt", "W", "R", "", "", "h0"], ["", "h"], name="gru", hidden_size=hidden, direction="bidirectional"
+        ),
+    ]
+    return graph_model(nodes, [tensor_info("x", [batch, 5, 3])], [tensor_info("h", [2, batch, hidden])], constants)
+
+
+@pytest.mark.parametrize("batch", [1, "N"])
+def test_a_cache_written_through_constant_coordinates_of_sample_zero_is_refused(batch):
+    with pytest.raises(PatchError) as caught:
+        set_batch(cache_update_model(batch), size=4, inputs=["cache", "x"])
+    text = str(caught.value)
+    assert "ScatterND 'cache_update' writes through constant indices 'where' that address samples [0] of axis 0" in text
+    assert "not batchable" in text and "nothing is written" in text
+
+
+@pytest.mark.parametrize("batch", [1, "N"])
+def test_a_recurrent_op_from_a_constant_state_of_one_sample_is_refused(batch):
+    with pytest.raises(PatchError) as caught:
+        set_batch(gru_model(batch), size=4)
+    text = str(caught.value)
+    assert "GRU 'gru' starts from the constant state 'h0' (initial_h, [2, 1, 4])" in text, text
+    assert "not batchable" in text
+
+
+def test_a_gather_of_sample_zero_is_refused():
+    nodes = [helper.make_node("Gather", ["x", "first"], ["y"], name="take_first", axis=0)]
+    first = numpy_helper.from_array(np.array(0, dtype=np.int64), "first")
+    model = graph_model(nodes, [tensor_info("x", [1, 4])], [tensor_info("y", [4])], [first])
+    with pytest.raises(PatchError, match=r"Gather 'take_first' picks samples \[0\] of axis 0, which carries the batch"):
+        set_batch(model, size=4)
+
+
+def test_a_state_fed_as_an_input_still_batches():
+    """The remedy the message names works: the same GRU with its state as an input is batched."""
+    model = gru_model(1)
+    state = model.graph.initializer.pop()  # h0 becomes an input
+    model.graph.input.append(helper.make_tensor_value_info("h0", state.data_type, [2, 1, 4]))
+    result = set_batch(model, size=4, inputs={"x": 0, "h0": 1})
+    assert result.modified and "batch 4 on x[0], h0[1]" in result.summary
+
+
+def test_the_refusal_stops_apply_with_exit_4_and_writes_nothing(tmp_path, run_cli):
+    import onnx
+
+    onnx.save(gru_model(1), tmp_path / "m.onnx")
+    spec = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out.onnx\npatches:\n  - set_batch: 4\n")
+    result = run_cli("apply", spec, "--no-verify")
+    assert result.exit_code == 4, result.output
+    assert "GRU 'gru'" in result.output and not (tmp_path / "out.onnx").exists()

@@ -1,0 +1,131 @@
+"""A run is bounded in time and stops on a signal (issue 25, item 7).
+
+The model is a Loop with 10**12 trips: without a bound it runs for days. ``run``'s ``timeout``
+stops it (exit 1, the case named), and SIGTERM/SIGINT sent to ``patchspec apply`` while it runs give
+143/130 within seconds and leave the previous output as it was.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from helpers import write_spec
+from patchspec.ort.sessions import DEFAULT_TIMEOUT, RunFailure, Session
+
+TRIPS = 10**12
+PATCHSPEC = [sys.executable, "-m", "patchspec"]
+
+
+def endless_loop(trips: int = TRIPS) -> onnx.ModelProto:
+    """y = x + trips, one trip at a time."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["x_in", "one"], ["x_out"]), helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("x_in", TensorProto.FLOAT, [1]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("x_out", TensorProto.FLOAT, [1]),
+        ],
+        [helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["trips", "cond", "x"], ["y"], body=body)],
+        "endless",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+        [
+            helper.make_tensor("trips", TensorProto.INT64, [], [trips]),
+            helper.make_tensor("cond", TensorProto.BOOL, [], [True]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def spec_for(folder: Path, run_params: str) -> Path:
+    onnx.save(endless_loop(), folder / "loop.onnx")
+    verify = f"verify:\n  - run: {{compare: {{against: none}}, optimizations: [disabled]{run_params}}}\n"
+    return write_spec(folder, "patchspec: 1\nmodel: loop.onnx\noutput: out/loop2.onnx\npatches: []\n" + verify)
+
+
+def test_the_default_timeout_is_the_documented_one():
+    assert DEFAULT_TIMEOUT == 600
+
+
+def test_a_session_run_past_its_timeout_is_stopped(tmp_path):
+    onnx.save(endless_loop(), tmp_path / "loop.onnx")
+    session = Session(tmp_path / "loop.onnx", "CPUExecutionProvider", "disabled", timeout=0.5)
+    started = time.monotonic()
+    with pytest.raises(RunFailure, match=r"did not finish within 0.5 s") as failure:
+        session.run({"x": np.zeros(1, np.float32)})
+    assert time.monotonic() - started < 10
+    assert "timeout" in (failure.value.hint or "")
+
+
+def test_a_short_loop_finishes_within_the_bound(tmp_path):
+    onnx.save(endless_loop(trips=1000), tmp_path / "loop.onnx")
+    session = Session(tmp_path / "loop.onnx", "CPUExecutionProvider", "disabled", timeout=30)
+    outputs, _ = session.run({"x": np.zeros(1, np.float32)})
+    assert outputs["y"].tolist() == [1000.0]
+
+
+def test_the_run_verifier_fails_the_case_at_its_timeout(tmp_path, run_cli):
+    spec = spec_for(tmp_path, ", timeout: 1")
+    started = time.monotonic()
+    result = run_cli("apply", spec)
+    assert time.monotonic() - started < 30
+    assert result.exit_code == 1, result.output
+    assert "case 0" in result.output and "did not finish within 1 s" in result.output
+    assert not (tmp_path / "out" / "loop2.onnx").exists()
+
+
+def test_a_timeout_must_be_positive(tmp_path, run_cli):
+    result = run_cli("validate", spec_for(tmp_path, ", timeout: 0"))
+    assert result.exit_code == 2, result.output
+    assert "timeout" in result.output
+
+
+def old_output(folder: Path) -> bytes:
+    """A previous, finished build of the spec's output (without the endless run)."""
+    onnx.save(endless_loop(), folder / "loop.onnx")
+    spec = write_spec(folder, "patchspec: 1\nmodel: loop.onnx\noutput: out/loop2.onnx\npatches: []\n")
+    subprocess.run([*PATCHSPEC, "apply", str(spec)], check=True, capture_output=True, cwd=folder)
+    return (folder / "out" / "loop2.onnx").read_bytes()
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_during_the_run_exits_with_its_code_and_keeps_the_old_output(tmp_path, signum, code):
+    before = old_output(tmp_path)
+    spec = spec_for(tmp_path, "")  # the endless run, with the default timeout of 600 s
+    process = subprocess.Popen(
+        [*PATCHSPEC, "apply", str(spec)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    deadline = time.monotonic() + 60
+    while not list((tmp_path / "out").glob(".patchspec-*")) and time.monotonic() < deadline:
+        time.sleep(0.1)  # staging exists: the run is under way
+    time.sleep(2)
+    process.send_signal(signum)
+    sent = time.monotonic()
+    try:
+        output, _ = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == code, output
+    assert time.monotonic() - sent < 30
+    assert "interrupted" in output
+    assert (tmp_path / "out" / "loop2.onnx").read_bytes() == before
+    assert not list((tmp_path / "out").glob(".patchspec-*"))
