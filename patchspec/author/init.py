@@ -37,7 +37,7 @@ from patchspec.author.init_case import (
     unified_shapes,
 )
 from patchspec.author.original_runs import OriginalRuns
-from patchspec.author.spec_text import DraftStep, SpecDraft, checked, quoted
+from patchspec.author.spec_text import DraftStep, SpecDraft, checked, next_command, quoted, root_needed
 from patchspec.errors import PatchError
 from patchspec.model.graph import walk_nodes
 from patchspec.run.engine import Engine
@@ -55,6 +55,7 @@ class InitResult:
     text: str
     rows: list[InputRow] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    next: str = ""  # the command to run next, as printed
 
 
 def draft_spec(model_path: Path, spec_path: Path, size: int | str, registry: Any) -> InitResult:
@@ -76,13 +77,15 @@ def draft_spec(model_path: Path, spec_path: Path, size: int | str, registry: Any
     rows, case = case_inputs(model, axes, how, rules, shapes, batch, runner.evidence.untied)
     split = _per_sample(model, axes, old_size, runner, batch)
     alone = _run_alone(runner, shapes, axes, old_size, batch) if split is None else None
+    root = root_needed(spec_path, [model_path])
     draft = SpecDraft(
         model_ref,
         output_ref,
         header=[
             f"Written by 'patchspec init {model_path.name}': check the comments, then 'patchspec apply {spec_path.name}'.",
             "Paths are relative to this file's folder.",
-        ],
+        ]
+        + ([f"The model lies outside this spec's project root: apply with --root {root}."] if root else []),
     )
     draft.patches += renames
     given = {name: axis for name, axis in axes}
@@ -99,7 +102,7 @@ def draft_spec(model_path: Path, spec_path: Path, size: int | str, registry: Any
     draft.verify.append(run_step(probe, rows, case, split, alone))
     text = checked(draft, spec_path, registry)
     notes = [f"{row.name}: {row.values}" for row in rows if row.flagged]
-    return InitResult(text, rows, notes)
+    return InitResult(text, rows, notes, next_command(spec_path, root))
 
 
 def _relative(path: Path, folder: Path) -> str:

@@ -74,4 +74,4 @@ def init_command(
     spec_path.write_text(result.text, encoding="utf-8")
     for note in result.notes:
         state.echo(f"flagged: {escape_controls(note)}")
-    state.echo(f"wrote {spec_path}; next: patchspec apply {spec_path}")
+    state.echo(f"wrote {spec_path}; next: {result.next}")

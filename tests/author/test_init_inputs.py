@@ -265,3 +265,19 @@ def test_a_map_output_runs_without_a_comparison(tmp_path, run_cli):
     applied = run_cli("apply", spec)
     assert applied.exit_code == 0, spec.read_text() + applied.output
     assert "against none" in applied.stdout
+
+
+def test_a_model_outside_the_project_root_gets_the_root_to_apply_with(tmp_path, run_cli):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "specs").mkdir()
+    nodes = [helper.make_node("Relu", ["x"], ["y"])]
+    onnx.save(
+        graph_model(nodes, [tensor_info("x", ["N", 4])], [tensor_info("y", ["N", 4])]), tmp_path / "models/m.onnx"
+    )
+    spec = tmp_path / "specs/spec.yaml"
+    made = run_cli("init", tmp_path / "models/m.onnx", "--output", spec)
+    assert made.exit_code == 0, made.output
+    assert made.stdout.rstrip().endswith(f"next: patchspec apply {spec} --root {tmp_path}")
+    assert f"apply with --root {tmp_path}" in spec.read_text()
+    assert run_cli("apply", spec).exit_code == 2  # outside the root, as the header says
+    assert run_cli("apply", spec, "--root", tmp_path).exit_code == 0
