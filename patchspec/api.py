@@ -50,6 +50,7 @@ from patchspec.model.graph import (
     use_counts,
 )
 from patchspec.model.selectors import SELECTOR_SCHEMA, check_selector, select_nodes
+from patchspec.ort.case_fit import case_fit_problems, unlisted_input_problems
 from patchspec.ort.comparison import (
     DEFAULT_ATOL,
     DEFAULT_RTOL,
@@ -63,13 +64,11 @@ from patchspec.ort.feeds import (
     CASE_INPUT_SCHEMA,
     DEFAULT_MAX_ELEMENTS,
     DTYPES,
-    case_fit_problems,
     case_input_problems,
     feed_shape_problems,
     format_shape,
     make_feeds,
     shape_problems,
-    unlisted_input_problems,
 )
 from patchspec.ort.inspection import lint_model
 from patchspec.ort.run_cases import run_verification

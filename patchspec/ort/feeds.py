@@ -1,9 +1,9 @@
-"""Run cases and the inputs made from them: what a case may say, how it fits a model, its arrays.
+"""Run cases and the inputs made from them: what a case may say, and its arrays.
 
 A case input is a shape list or ``{shape, dtype, fill, seed, low, high, file, value}``
 (:data:`CASE_INPUT_SCHEMA`). What JSON Schema cannot say is checked by
-:func:`case_input_problems` (before any model is read) and :func:`case_fit_problems` (against the
-patched model's declarations); :func:`make_feeds` then makes the arrays, deterministically.
+:func:`case_input_problems` (before any model is read; against the patched model's declarations:
+:mod:`patchspec.ort.case_fit`); :func:`make_feeds` then makes the arrays, deterministically.
 
 Sizes are bounded: an input of more than ``max_elements`` elements (default
 :data:`DEFAULT_MAX_ELEMENTS`) is a problem of the spec, found before anything is allocated, and
@@ -19,13 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnx
 
 from patchspec.errors import did_you_mean
 from patchspec.ort.sessions import Feeds, RunFailure, TensorDecl
-from patchspec.shapes.annotations import read_dims
-from patchspec.shapes.batch_axes import fed_inputs
-from patchspec.shapes.values import input_values
 
 FILLS = ("random", "zeros", "ones", "arange")
 DTYPES = (
@@ -101,6 +97,10 @@ def case_input_problems(item: Any, key: tuple[Any, ...], max_elements: int = DEF
         yield key, "give the values once: 'file' or 'value', not both"
     if "value" in item and isinstance(item["value"], list) and "shape" in item:
         yield key, "a list 'value' has its own shape: drop 'shape', or give one number to fill it"
+    if "value" in item and value_shape(item["value"]) is None:
+        yield key + ("value",), "a list 'value' must be rectangular: every row as long as the others, numbers only"
+    elif "value" in item and "shape" not in item:
+        yield from size_problems(value_shape(item["value"]) or (), key + ("value",), max_elements)
     yield from _shape_problems(item.get("shape") or [], key + ("shape",), max_elements)
     if "fill" in item and item["fill"] not in FILLS:
         yield (
@@ -137,6 +137,15 @@ def _shape_problems(shape: list[Any], key: tuple[Any, ...], max_elements: int) -
         yield from size_problems(shape, key, max_elements)
 
 
+def value_shape(value: Any) -> tuple[int, ...] | None:
+    """The shape of a ``value`` (a number, or nested lists of them), or None when it is ragged."""
+    if not isinstance(value, list):
+        return () if isinstance(value, (int, float, bool)) else None
+    shapes = {value_shape(item) for item in value}
+    inner = shapes.pop() if len(shapes) == 1 else () if not shapes else None
+    return None if inner is None else (len(value), *inner)
+
+
 def size_problems(shape: Sequence[int], key: tuple[Any, ...], max_elements: int) -> Iterator[Problem]:
     """One problem when ``shape`` holds more than ``max_elements`` elements (counted exactly)."""
     count = math.prod(int(d) for d in shape)
@@ -148,84 +157,28 @@ def size_problems(shape: Sequence[int], key: tuple[Any, ...], max_elements: int)
         )
 
 
-# -- how a case fits the patched model ------------------------------------------------------------------
-def case_fit_problems(info: onnx.ValueInfoProto, item: Any, key: tuple[Any, ...]) -> Iterator[Problem]:
-    """A case input's rank, fixed sizes and element type against the model's declaration."""
-    dims = read_dims(info)
-    shape = item if isinstance(item, list) else item.get("shape")
-    if shape is None and isinstance(item, dict) and "value" in item:
-        shape = list(np.shape(item["value"]))
-    if dims is not None and shape is not None:
-        if len(shape) != len(dims):
-            yield (
-                key,
-                (
-                    f"a shape of rank {len(shape)} ({list(shape)}) for an input of rank {len(dims)}, declared "
-                    f"{format_shape(tuple(dims))}"
-                ),
-            )
-        else:
-            wrong = [
-                f"axis {axis} is fixed at {want}, the case gives {got}"
-                for axis, (want, got) in enumerate(zip(dims, shape))
-                if isinstance(want, int) and want != got
-            ]
-            if wrong:
-                yield key, f"{'; '.join(wrong)} (declared {format_shape(tuple(dims))})"
-    dtype = item.get("dtype") if isinstance(item, dict) else None
-    declared = numpy_name(info.type.tensor_type.elem_type)
-    if dtype and declared and dtype != declared:
-        yield key + ("dtype",), f"the patched model's input is {declared}, the case gives {dtype}"
-
-
-def unlisted_input_problems(
-    model: onnx.ModelProto, given: dict[str, Any], key: tuple[Any, ...], max_elements: int
-) -> Iterator[Problem]:
-    """The inputs a case leaves out: each needs fixed sizes (random values are made), within the limit."""
-    for name, info in fed_inputs(model.graph).items():
-        dims = read_dims(info)
-        if name in given or dims is None:
-            continue
-        sizes = [d for d in dims if isinstance(d, int)]
-        if len(sizes) < len(dims):
-            yield (
-                key,
-                f"the case gives no shape for input '{name}', declared {format_shape(tuple(dims))}: "
-                f"add '{name}: [sizes...]'",
-            )
-        else:
-            yield from size_problems(sizes, key, max_elements)
-
-
-def value_notes(model: onnx.ModelProto, feeds: Feeds | None) -> list[str]:
-    """For a run that failed: integer inputs whose values the graph says something about, and do not fit."""
-    notes = []
-    for name, info in fed_inputs(model.graph).items():
-        array = (feeds or {}).get(name)
-        if array is None or array.dtype.kind not in "iub":
-            continue
-        wanted = input_values(model, name, info.type.tensor_type.elem_type)
-        if wanted is None or wanted.flag:
-            continue
-        item = wanted.item
-        if "value" in item and not np.all(array == item["value"]):
-            notes.append(
-                f"input '{name}' is {array.reshape(-1)[:4].tolist()}, but {wanted.why}: "
-                f"give it {{value: {item['value']}}}"
-            )
-        elif "high" in item and array.size and (array.min() < item.get("low", 0) or array.max() >= item["high"]):
-            notes.append(
-                f"input '{name}' has values from {array.min()} to {array.max()}, but it {wanted.why}: "
-                f"give it {{low: {item.get('low', 0)}, high: {item['high']}}}"
-            )
-    return notes
-
-
-def numpy_name(elem_type: int) -> str | None:
-    try:
-        return str(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
-    except (KeyError, ValueError, TypeError):
+def random_range_problem(dtype: str, low: float | None, high: float | None) -> str | None:
+    """Why ``fill: random`` cannot draw ``dtype`` values in [low, high), or None when it can."""
+    if dtype not in DTYPES or dtype == "bool":
         return None
+    given = [v for v in (low, high) if v is not None]
+    if any(not math.isfinite(v) for v in given):
+        return f"low and high must be finite numbers; got low {low}, high {high}"
+    np_dtype = np.dtype(dtype)
+    if np_dtype.kind not in "iu":
+        bound = float(np.finfo(np_dtype).max)
+        if any(abs(v) > bound for v in given):
+            return f"low and high must lie within {dtype}'s range (±{bound:g}); got low {low}, high {high}"
+        return None
+    info = np.iinfo(np_dtype)
+    lo = INTEGER_RANGE[0] if low is None else int(low)
+    hi = INTEGER_RANGE[1] if high is None else int(high)
+    if lo < info.min or hi > info.max + 1:
+        shown = f"low {lo if low is None else low} and high {hi if high is None else high}"
+        return f"{dtype} values lie in [{info.min}, {info.max}]; {shown} (exclusive) must too"
+    if lo >= hi:
+        return f"no {dtype} value lies in [{lo}, {hi}) (low and high as integers): give a high above low"
+    return None
 
 
 def default_case(declared: list[TensorDecl]) -> dict[str, Any]:
@@ -338,6 +291,9 @@ def generate(
 ) -> np.ndarray:
     """A deterministic array: ``numpy.random.default_rng(seed)`` for ``random``."""
     np_dtype = np.dtype(dtype)
+    problem = random_range_problem(dtype, low, high) if fill == "random" else None
+    if problem is not None:
+        raise RunFailure(problem, "set low and high in the case to values the input's type holds")
     if fill == "zeros":
         return np.zeros(shape, np_dtype)
     if fill == "ones":
@@ -382,22 +338,6 @@ def shape_problems(kind: str, decl: TensorDecl, actual: tuple[int, ...]) -> list
     ]
 
 
-def declared_shape_problems(model: onnx.ModelProto, outputs: Feeds) -> list[str]:
-    """Outputs whose rank or fixed sizes, as the model file declares them, differ from the run's.
-
-    Read from the file, not from the session: onnxruntime reports its own inferred shape where
-    the declaration disagrees with it (a declared [N, 3] that is [N, 2] reads [N, None] there).
-    Only ranks and fixed sizes: a dim_param shared by tensors of different sizes is the lint
-    verifier's business (exporters write '?' for "unknown" on several axes).
-    """
-    problems = []
-    for info in model.graph.output:
-        dims = read_dims(info)
-        if dims is not None and info.name in outputs:
-            problems += shape_problems("output", TensorDecl(info.name, None, tuple(dims)), outputs[info.name].shape)
-    return [f"the output declares a shape it does not produce: {p}" for p in problems]
-
-
 def format_shape(shape: Sequence[int | str | None]) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
@@ -407,16 +347,13 @@ __all__ = [
     "DEFAULT_MAX_ELEMENTS",
     "DTYPES",
     "FILLS",
-    "case_fit_problems",
     "case_input_problems",
-    "declared_shape_problems",
     "default_case",
     "feed_shape_problems",
     "format_shape",
     "generate",
     "make_feeds",
+    "random_range_problem",
     "shape_problems",
     "size_problems",
-    "unlisted_input_problems",
-    "value_notes",
 ]

@@ -11,8 +11,9 @@ written, and the input is never modified or loaded whole.
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,34 +22,23 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from patchspec.errors import Interrupted, UsageError, did_you_mean
+from patchspec.errors import Interrupted
 from patchspec.model.external_data import is_external, iter_tensors
 from patchspec.model.graph import bodies, subgraphs
+from patchspec.ort.feeds import DEFAULT_MAX_ELEMENTS
+from patchspec.ort.probe_inputs import (
+    DEFAULT_BATCH,
+    DEFAULT_SIZES,
+    InputOptionError,
+    declared_dims,
+    feed_values,
+    model_inputs,
+    parse_shape_options,
+    parse_value_options,
+    probe_shapes,
+    value_shapes,
+)
 from patchspec.ort.sessions import DEFAULT_TIMEOUT, RunFailure, build_session, run_bounded
-from patchspec.shapes.values import input_values
-
-#: symbolic or unknown size on axis 0 of an input (batch-like) when no shape is given
-DEFAULT_BATCH = 1
-#: sizes for the other symbolic or unknown input axes, one per distinct dim, in order of appearance:
-#: distinct (so height and width sharing a name shows up) and multiples of 32 (so strided FPNs run)
-DEFAULT_SIZES = (64, 96, 128, 160, 192, 224, 256, 288)
-SHAPE_OPTION = re.compile(r"^(?P<name>[^=]+)=(?P<dims>([0-9]+(,[0-9]+)*)?)$")
-VALUE_OPTION = re.compile(r"^(?P<name>[^=]+)=(?P<values>[^=]+)$")
-#: what ``--value NAME=...`` gives: one number, or a list of them
-OptionValue = float | int | list[float | int]
-
-
-class InputOptionError(UsageError):
-    """A ``--shape`` or ``--value`` that does not fit the model's input (exit 2).
-
-    ``key`` is (option, input name) and ``detail`` the problem alone, so the ``lint`` verifier, whose
-    shapes come from a spec, names the input instead of the option: ``input x: the input has 4 axes``.
-    """
-
-    def __init__(self, option: str, name: str, detail: str) -> None:
-        super().__init__(detail, key=(option, name))
-        self.message = f"{option} {name}: {detail}"
-        self.args = (self.message,)
 
 
 @dataclass
@@ -151,148 +141,6 @@ def _yaml_str(text: str) -> str:
     return text if re.fullmatch(r"[A-Za-z_][0-9A-Za-z_.]*", text) else '"' + text.replace('"', '\\"') + '"'
 
 
-# -- shapes for the probe ------------------------------------------------------------------------------
-def parse_shape_options(values: Iterable[str]) -> dict[str, list[int]]:
-    """``["x=1,3,640,640"]`` -> ``{"x": [1, 3, 640, 640]}``; bad syntax is a usage error (exit 2)."""
-    shapes: dict[str, list[int]] = {}
-    for value in values:
-        found = SHAPE_OPTION.match(value.strip())
-        if not found:
-            msg = f"--shape {value!r}: expected NAME=D0,D1,... with non-negative integers, e.g. --shape input.1=1,3,640,640"
-            raise UsageError(msg)
-        dims = found.group("dims")
-        shapes[found.group("name")] = [int(d) for d in dims.split(",")] if dims else []
-    return shapes
-
-
-def parse_value_options(values: Iterable[str]) -> dict[str, OptionValue]:
-    """``["sr=16000", "ids=1,2,3"]`` -> ``{"sr": 16000, "ids": [1, 2, 3]}``; bad syntax is exit 2."""
-    parsed: dict[str, OptionValue] = {}
-    for value in values:
-        found = VALUE_OPTION.match(value.strip())
-        parts = [_number(part) for part in found.group("values").split(",")] if found else [None]
-        numbers = [number for number in parts if number is not None]
-        if found is None or len(numbers) < len(parts):
-            msg = f"--value {value!r}: expected NAME=V or NAME=V0,V1,... with numbers, e.g. --value sr=16000"
-            raise UsageError(msg)
-        parsed[found.group("name")] = numbers[0] if len(numbers) == 1 else numbers
-    return parsed
-
-
-def _number(text: str) -> float | int | None:
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
-def feed_values(model: onnx.ModelProto, given: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
-    """The value each input is fed with, where not random: ``given`` (``--value``), else what the graph
-    says an integer input needs (a sample rate compared with 16000 to choose a branch)."""
-    known = {v.name: v for v in model_inputs(model)}
-    chosen = {}
-    for name, value in (given or {}).items():
-        if name not in known:
-            raise InputOptionError(
-                "--value",
-                name,
-                f"the model has no input {name!r}{did_you_mean(name, known)}; its inputs: {', '.join(known)}",
-            )
-        chosen[name] = {"value": value, "origin": "given", "why": "--value"}
-    for name, value in known.items():
-        elem = value.type.tensor_type.elem_type if value.type.HasField("tensor_type") else 0
-        needs = input_values(model, name, elem) if name not in chosen and elem else None
-        if needs is not None and "value" in needs.item:
-            chosen[name] = {"value": needs.item["value"], "origin": "graph", "why": needs.why}
-    return chosen
-
-
-def _value_shapes(model: onnx.ModelProto, values: dict[str, dict[str, Any]]) -> dict[str, list[int]]:
-    """A list given to a rank-1 input is its shape too (``--value ids=1,2,3``: [3])."""
-    dims = {v.name: _dims(v) for v in model_inputs(model)}
-    return {
-        name: [len(v["value"])]
-        for name, v in values.items()
-        if isinstance(v["value"], list) and len(dims[name]) == 1 and not isinstance(dims[name][0], int)
-    }
-
-
-def model_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
-    """Graph inputs that must be fed (initializers listed as inputs are not)."""
-    initializers = {t.name for t in model.graph.initializer}
-    return [v for v in model.graph.input if v.name not in initializers]
-
-
-def probe_shapes(
-    model: onnx.ModelProto, given: dict[str, list[int]] | None, split: bool = True
-) -> dict[str, list[int]]:
-    """Shapes to run: ``given`` ones, the rest from the declared dims with the documented defaults.
-
-    A dim_param shared by several inputs gets one size. With ``split``, one repeated on several
-    axes of the same input (``[1, 3, "?", "?"]``) gets a different size per axis, so that
-    height/width aliasing shows up.
-    """
-    given = dict(given or {})
-    inputs = model_inputs(model)
-    known = {v.name: v for v in inputs}
-    for name, dims in given.items():
-        if name not in known:
-            raise InputOptionError(
-                "--shape",
-                name,
-                f"the model has no input {name!r}{did_you_mean(name, known)}; its inputs: {', '.join(known)}",
-            )
-        rank = len(_dims(known[name]))
-        if len(dims) != rank:
-            raise InputOptionError("--shape", name, f"the input has {rank} axes, got {len(dims)} sizes")
-    chosen: dict[str, tuple[int, str]] = {}  # dim_param -> (size, input that set it)
-    for name, dims in given.items():
-        for dim, size in zip(_dims(known[name]), dims):
-            if isinstance(dim, str):
-                chosen.setdefault(dim, (size, ""))
-    pool = iter(DEFAULT_SIZES)
-    shapes = {}
-    for value in inputs:
-        if value.name in given:
-            shapes[value.name] = [int(d) for d in given[value.name]]
-            continue
-        owner = value.name if split else ""
-        shapes[value.name] = [_default_size(dim, axis, chosen, pool, owner) for axis, dim in enumerate(_dims(value))]
-    return shapes
-
-
-def _default_size(
-    dim: int | str | None, axis: int, chosen: dict[str, tuple[int, str]], pool: Iterator[int], owner: str
-) -> int:
-    if isinstance(dim, int):
-        return dim
-    if isinstance(dim, str) and dim in chosen and not (owner and chosen[dim][1] == owner):
-        return chosen[dim][0]
-    size = DEFAULT_BATCH if axis == 0 else next(pool, DEFAULT_SIZES[-1])
-    if isinstance(dim, str):
-        chosen.setdefault(dim, (size, owner))
-    return size
-
-
-def _dims(value: onnx.ValueInfoProto) -> list[int | str | None]:
-    """Declared dims: int for a fixed size, str for a dim_param, None when unknown."""
-    if not value.type.HasField("tensor_type") or not value.type.tensor_type.HasField("shape"):
-        return []
-    dims = []
-    for dim in value.type.tensor_type.shape.dim:
-        if dim.HasField("dim_value") and dim.dim_value >= 0:  # -1: "unknown" as some exporters write it
-            dims.append(dim.dim_value)
-        elif dim.HasField("dim_param"):
-            dims.append(dim.dim_param)
-        else:
-            dims.append(None)
-    return dims
-
-
 # -- the probe --------------------------------------------------------------------------------------
 def probe_model(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[onnx.ValueInfoProto]]:
     """A copy without any shape annotation whose annotated main-graph tensors are extra outputs."""
@@ -374,7 +222,7 @@ def lint_model(
     needs one value (:func:`patchspec.shapes.values.input_values`) gets it by default.
     """
     chosen = feed_values(model, values)
-    shaped = {**_value_shapes(model, chosen), **(given or {})}
+    shaped = {**value_shapes(model, chosen), **(given or {})}
     attempts = [probe_shapes(model, shaped, split=True), probe_shapes(model, shaped, split=False)]
     for shapes in attempts[:1] if attempts[0] == attempts[1] else attempts:
         result = LintResult(shapes, bool(given), values=chosen)
@@ -382,6 +230,10 @@ def lint_model(
         for value in model_inputs(model):
             if value.name in chosen:  # a --value that does not fit its shape is exit 2, not a failed run
                 _feed(value, shapes[value.name], chosen[value.name]["value"])
+        oversized = _oversized(shapes)
+        if oversized:  # the model's own fixed sizes, or given ones: never allocated past the limit
+            result.error = oversized
+            return result
         try:
             actual = run_probe(model, model_dir, shapes, chosen)
             break
@@ -398,6 +250,18 @@ def lint_model(
     inputs = {v.name for v in model.graph.input}
     result.conflicts = [Conflict(p, sizes) for p, sizes in bindings.items() if _aliased(sizes, inputs)]
     return result
+
+
+def _oversized(shapes: dict[str, list[int]]) -> str | None:
+    """Why the probe will not run at these shapes: an input over the run cases' element limit."""
+    for name, dims in shapes.items():
+        count = math.prod(dims)
+        if count > DEFAULT_MAX_ELEMENTS:
+            return (
+                f"input {name} at {dims} is {count:,} elements, over the limit of {DEFAULT_MAX_ELEMENTS:,} "
+                "per input: give smaller sizes (--shape, or lint's inputs)"
+            )
+    return None
 
 
 def _first_line(exc: Exception) -> str:
@@ -423,7 +287,7 @@ def _compare(
     bindings: dict[str, dict[int, list[Binding]]],
     result: LintResult,
 ) -> None:
-    declared = _dims(value)
+    declared = declared_dims(value)
     if sizes is None or not declared:
         return
     result.probed += 1
@@ -451,6 +315,8 @@ def graph_bodies(graph: onnx.GraphProto, path: str = "main") -> Iterator[tuple[s
             yield sub_path, sub
             yield from graph_bodies(sub, sub_path)
 
+
+_dims = declared_dims  # the name patchspec.ort.report imports
 
 __all__ = [
     "DEFAULT_BATCH",

@@ -5,7 +5,7 @@ A shared library's constructor runs as soon as onnxruntime loads it, so a spec t
 request. patchspec loads none unless the person running it allowed native code: with
 ``--allow-native-code`` on the command line, or in the project's own settings, never in the spec::
 
-    # pyproject.toml at the project root (the nearest folder above the spec holding .git)
+    # pyproject.toml at the project root (the nearest folder above the spec holding .git, or --root)
     [tool.patchspec]
     allow-native-code = true
 
@@ -20,7 +20,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from patchspec.errors import UsageError
+from patchspec.errors import UsageError, Where
 
 #: the command-line option and the key under ``[tool.patchspec]`` in the project's pyproject.toml
 OPTION = "--allow-native-code"
@@ -36,15 +36,6 @@ class NativeCodeRefused(UsageError):
 def allow_native_code(allowed: bool = True) -> None:
     """What ``--allow-native-code`` sets for this run (the caller's choice, like ``--output``)."""
     _allowed_by_caller.set(allowed)
-
-
-def project_root(spec_folder: Path) -> Path:
-    """The nearest folder at or above ``spec_folder`` that holds ``.git``; else ``spec_folder``."""
-    folder = Path(spec_folder).absolute()
-    for candidate in (folder, *folder.parents):
-        if (candidate / ".git").exists():
-            return candidate
-    return folder
 
 
 def allowed_by_project(root: Path) -> bool:
@@ -73,13 +64,13 @@ def _setting(text: str) -> Any:
     return settings.get(SETTING) if isinstance(settings, dict) else None
 
 
-def check_native_code(libraries: Sequence[str], spec_folder: Path, key: tuple[Any, ...] = ()) -> None:
+def check_native_code(libraries: Sequence[str], root: Path, where: Where | None = None) -> None:
     """Raise :class:`NativeCodeRefused` when ``libraries`` (paths as the spec gives them) is not empty
     and neither the caller nor the project allowed native code. Every path counts the same:
-    relative, ``../`` or absolute."""
+    relative, ``../`` or absolute. ``root``: the project root (:class:`patchspec.spec.confine.Root`),
+    whose ``pyproject.toml`` may allow it; ``where``: the place in the spec that names them."""
     if not libraries or _allowed_by_caller.get():
         return
-    root = project_root(spec_folder)
     if allowed_by_project(root):
         return
     msg = (
@@ -90,7 +81,7 @@ def check_native_code(libraries: Sequence[str], spec_folder: Path, key: tuple[An
         f"if you trust this spec, pass {OPTION}, or set '{SETTING} = true' under [tool.patchspec] in "
         f"{root / 'pyproject.toml'} (the spec itself cannot allow it)"
     )
-    raise NativeCodeRefused(msg, hint, key=key)
+    raise NativeCodeRefused(msg, hint, where=where)
 
 
-__all__ = ["OPTION", "SETTING", "NativeCodeRefused", "allow_native_code", "check_native_code", "project_root"]
+__all__ = ["OPTION", "SETTING", "NativeCodeRefused", "allow_native_code", "check_native_code"]

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from patchspec.ort.case_fit import declared_shape_problems, value_notes
 from patchspec.ort.comparison import Tolerances, nonfinite_problems
 from patchspec.ort.diagnosis import original_fails_too, unstable_reference_notes
 from patchspec.ort.feeds import (
     DEFAULT_MAX_ELEMENTS,
-    declared_shape_problems,
     default_case,
     feed_shape_problems,
     make_feeds,
-    value_notes,
 )
 from patchspec.ort.native_code import check_native_code
 from patchspec.ort.references import CaseRun, References, ReferenceSettings
@@ -32,6 +31,7 @@ from patchspec.ort.sessions import (
     provider_skip_reasons,
 )
 from patchspec.plugin.contract import VerifyContext, VerifyResult
+from patchspec.spec.confine import Root
 
 
 def run_verification(params: dict[str, Any], context: VerifyContext) -> VerifyResult:
@@ -41,7 +41,8 @@ def run_verification(params: dict[str, Any], context: VerifyContext) -> VerifyRe
     the params name custom-op libraries that the caller has not allowed.
     """
     libraries = list(params.get("custom_op_libraries", []))
-    check_native_code(libraries, context.spec.folder, ("custom_op_libraries",))
+    root = Root.of(context.spec.path).folder  # the run's root: --root, $PATCHSPEC_ROOT or the nearest .git
+    check_native_code(libraries, root, context.location(("custom_op_libraries",)))
     return _Run(params, context).result()
 
 

@@ -297,7 +297,8 @@ class Session:
             msg = f"{self.provider}: onnxruntime failed to run {self.path}{_at(node)}: {message}"
             found = diagnose(message)
             raise RunFailure(msg, found.hint if found else None, detail=message, node=node) from None
-        return dict(zip(self.output_names, values)), time.perf_counter() - started
+        arrays = {name: as_array(name, value) for name, value in zip(self.output_names, values)}
+        return arrays, time.perf_counter() - started
 
     def run_split(
         self, feeds: Feeds, split: BatchSplit | None = None, batched_ranks: dict[str, int] | None = None
@@ -348,6 +349,23 @@ def _at(node: str | None) -> str:
 
 def _version(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", text)[:2])
+
+
+def as_array(name: str, value: Any) -> np.ndarray:
+    """An output as an array, whatever onnxruntime returned: a sequence of maps (ZipMap, as
+    skl2onnx and onnxmltools classifiers end) becomes one row per element, in key order; a sequence
+    of tensors of one shape is stacked; a map is its values in key order."""
+    if isinstance(value, np.ndarray):
+        return value
+    try:
+        if isinstance(value, dict):
+            return np.asarray([value[key] for key in sorted(value)])
+        if isinstance(value, list) and all(isinstance(item, dict) for item in value):
+            return np.asarray([[item[key] for key in sorted(item)] for item in value])
+        return np.asarray(value) if not isinstance(value, list) or value else np.zeros((0,))
+    except (TypeError, ValueError) as exc:
+        msg = f"output '{name}' is a {type(value).__name__} patchspec cannot compare as an array: {exc}"
+        raise RunFailure(msg, f"skip it: compare: {{outputs: {{{name}: skip}}}}") from None
 
 
 def _decl(arg: Any) -> TensorDecl:

@@ -59,8 +59,9 @@ def has_shape(info: onnx.ValueInfoProto) -> bool:
 
 
 def typed(info: onnx.ValueInfoProto) -> bool:
-    """A tensor annotation with a known element type (onnxruntime refuses elem_type 0)."""
-    return info.type.HasField("tensor_type") and info.type.tensor_type.elem_type != 0
+    """A tensor annotation with a known element type (onnxruntime refuses elem_type 0). Another type
+    (a sequence, a map) reads as a default tensor type, whose elem_type is 0."""
+    return bool(info.type.tensor_type.elem_type != 0)
 
 
 def untyped_annotations(model: onnx.ModelProto) -> list[str]:

@@ -4,6 +4,9 @@ shown even when the weights are missing, and the values the lint feeds (issues 1
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import jsonschema
 import numpy as np
@@ -15,6 +18,9 @@ from helpers import graph_model, tensor_info
 from patchspec.ort.report import fold_names
 from real_models import CORPUS
 from scrfd_like import fpn_model
+
+#: the run_cli fixture: patchspec ARGS in-process, giving exit_code and output
+RunCli = Callable[..., Any]
 
 SILERO = {
     "silero_vad": CORPUS / "silero_vad/data/silero_vad.onnx",
@@ -153,9 +159,10 @@ def nested_if_model() -> onnx.ModelProto:
         [helper.make_node("Neg", ["x"], ["e1"], name="else_neg")], "oe", [], [tensor_info("e1", [2])]
     )
     nodes = [helper.make_node("If", ["cond"], ["y"], name="outer", then_branch=outer_then, else_branch=outer_else)]
-    return graph_model(
+    model: onnx.ModelProto = graph_model(
         nodes, [tensor_info("x", [2]), tensor_info("cond", [], TensorProto.BOOL)], [tensor_info("y", [2])]
     )
+    return model
 
 
 def described_model() -> onnx.ModelProto:
@@ -169,14 +176,16 @@ def described_model() -> onnx.ModelProto:
         helper.make_node("Relu", ["r"], ["r2"], name="relu1"),
         helper.make_node("FusedGelu", ["r2"], ["y"], name="gelu", domain="com.example"),
     ]
-    model = graph_model(nodes, [tensor_info("x", [1, 3, 8, 8])], [tensor_info("y", [1, 4, 8, 8])], [weight, bias, axes])
+    model: onnx.ModelProto = graph_model(
+        nodes, [tensor_info("x", [1, 3, 8, 8])], [tensor_info("y", [1, 4, 8, 8])], [weight, bias, axes]
+    )
     model.opset_import.append(helper.make_opsetid("com.example", 1))
     model.producer_name, model.producer_version = "exporter", "2.1"
     helper.set_model_props(model, {"author": "someone", "license": "MIT"})
     return model
 
 
-def inspect_json(run_cli, *args, code=0):
+def inspect_json(run_cli: RunCli, *args: Any, code: int = 0) -> Any:
     result = run_cli("inspect", *args, "--json")
     assert result.exit_code == code, result.output
     data = json.loads(result.stdout)
@@ -185,7 +194,7 @@ def inspect_json(run_cli, *args, code=0):
 
 
 # -- the graph's description -------------------------------------------------------------------------
-def test_ops_initializers_metadata_and_producer(run_cli, tmp_path):
+def test_ops_initializers_metadata_and_producer(run_cli: RunCli, tmp_path: Path) -> None:
     path = tmp_path / "m.onnx"
     onnx.save(described_model(), path)
     data = inspect_json(run_cli, path)
@@ -209,7 +218,7 @@ def test_ops_initializers_metadata_and_producer(run_cli, tmp_path):
     assert "metadata: author=someone, license=MIT" in text
 
 
-def test_external_weights_are_counted_apart(run_cli, tmp_path):
+def test_external_weights_are_counted_apart(run_cli: RunCli, tmp_path: Path) -> None:
     path = tmp_path / "m.onnx"
     onnx.save(fpn_model(), path, save_as_external_data=True, location="m.data", size_threshold=256)
     init = inspect_json(run_cli, path)["initializers"]
@@ -218,7 +227,7 @@ def test_external_weights_are_counted_apart(run_cli, tmp_path):
 
 
 # -- folding -----------------------------------------------------------------------------------------
-def test_nested_ifs_fold_into_one_line_and_all_unfolds(run_cli, tmp_path):
+def test_nested_ifs_fold_into_one_line_and_all_unfolds(run_cli: RunCli, tmp_path: Path) -> None:
     path = tmp_path / "if.onnx"
     onnx.save(nested_if_model(), path)
     text = run_cli("inspect", path).stdout
@@ -235,7 +244,7 @@ def test_nested_ifs_fold_into_one_line_and_all_unfolds(run_cli, tmp_path):
     assert len(data["subgraphs"]) == 4  # --json keeps every detail
 
 
-def test_unk_names_and_long_use_lists_are_summarised(run_cli, tmp_path):
+def test_unk_names_and_long_use_lists_are_summarised(run_cli: RunCli, tmp_path: Path) -> None:
     nodes = [helper.make_node("Relu", ["x" if i == 0 else f"t{i - 1}"], [f"t{i}"], name=f"n{i}") for i in range(12)]
     nodes.append(helper.make_node("Identity", ["t11"], ["y"], name="out"))
     value_info = [tensor_info(f"t{i}", ["batch", f"unk__{i}"]) for i in range(12)]
@@ -252,7 +261,7 @@ def test_unk_names_and_long_use_lists_are_summarised(run_cli, tmp_path):
 
 
 @pytest.mark.parametrize("key", SILERO)
-def test_silero_text_is_short_with_inputs_and_outputs_first(run_cli, key):
+def test_silero_text_is_short_with_inputs_and_outputs_first(run_cli: RunCli, key: Any) -> None:
     path = SILERO[key]
     if not path.is_file():
         pytest.skip(f"the real-model corpus is not installed ({path} is absent): make venv installs it")
@@ -269,7 +278,7 @@ def test_silero_text_is_short_with_inputs_and_outputs_first(run_cli, key):
 
 
 # -- missing weights: the graph view, then the problem ------------------------------------------------
-def _broken_external(tmp_path, lfs: bool):
+def _broken_external(tmp_path: Path, lfs: bool) -> Path:
     path = tmp_path / "m.onnx"
     onnx.save(fpn_model(), path, save_as_external_data=True, location="m.data", size_threshold=256)
     data = tmp_path / "m.data"
@@ -281,7 +290,7 @@ def _broken_external(tmp_path, lfs: bool):
 
 
 @pytest.mark.parametrize("lfs", [False, True], ids=["deleted", "git lfs pointer"])
-def test_missing_weights_show_the_graph_then_the_files_once(run_cli, tmp_path, lfs):
+def test_missing_weights_show_the_graph_then_the_files_once(run_cli: RunCli, tmp_path: Path, lfs: bool) -> None:
     path = _broken_external(tmp_path, lfs)
     result = run_cli("inspect", path)
     assert result.exit_code == 3, result.output
@@ -294,7 +303,7 @@ def test_missing_weights_show_the_graph_then_the_files_once(run_cli, tmp_path, l
 
 
 @pytest.mark.parametrize("lfs", [False, True], ids=["deleted", "git lfs pointer"])
-def test_missing_weights_json_is_complete_and_valid(run_cli, tmp_path, lfs):
+def test_missing_weights_json_is_complete_and_valid(run_cli: RunCli, tmp_path: Path, lfs: bool) -> None:
     data = inspect_json(run_cli, _broken_external(tmp_path, lfs), code=3)
     assert data["lint"] is None and data["lint_skipped"]
     assert data["external_data_problem"]["exit_code"] == 3 and "m.data" in data["external_data_problem"]["message"]
@@ -303,7 +312,7 @@ def test_missing_weights_json_is_complete_and_valid(run_cli, tmp_path, lfs):
     assert entry["file"] == "m.data" and (entry["size"] is None) != lfs
 
 
-def test_json_of_a_usable_model_has_no_problem(run_cli, tmp_path):
+def test_json_of_a_usable_model_has_no_problem(run_cli: RunCli, tmp_path: Path) -> None:
     path = tmp_path / "fpn.onnx"
     onnx.save(fpn_model(), path)
     data = inspect_json(run_cli, path)
@@ -314,12 +323,13 @@ def test_json_of_a_usable_model_has_no_problem(run_cli, tmp_path):
 def reshape_model() -> onnx.ModelProto:
     """x [1, 64] reshaped to the int64 input ``shape``: zeros (the default feed) cannot run."""
     nodes = [helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape", allowzero=1)]
-    return graph_model(
+    model: onnx.ModelProto = graph_model(
         nodes, [tensor_info("x", [1, 64]), tensor_info("shape", [2], TensorProto.INT64)], [tensor_info("y", ["a", "b"])]
     )
+    return model
 
 
-def test_value_reaches_the_lint(run_cli, tmp_path):
+def test_value_reaches_the_lint(run_cli: RunCli, tmp_path: Path) -> None:
     path = tmp_path / "r.onnx"
     onnx.save(reshape_model(), path)
     assert inspect_json(run_cli, path)["lint"]["error"]  # zeros: Reshape to [0, 0] fails
@@ -338,7 +348,7 @@ def test_value_reaches_the_lint(run_cli, tmp_path):
         ("shape=1,2,3", "3 values for shape [2]"),
     ],
 )
-def test_bad_value_option_is_exit_2(run_cli, tmp_path, option, message):
+def test_bad_value_option_is_exit_2(run_cli: RunCli, tmp_path: Path, option: str, message: str) -> None:
     path = tmp_path / "r.onnx"
     onnx.save(reshape_model(), path)
     result = run_cli("inspect", path, "--value", option)

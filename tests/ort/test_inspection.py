@@ -5,6 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -17,25 +20,28 @@ from patchspec.ort import sessions
 from patchspec.ort.inspection import lint_model, parse_shape_options, probe_shapes
 from scrfd_like import fpn_model, if_model
 
+#: the run_cli fixture: patchspec ARGS in-process, giving exit_code and output
+RunCli = Callable[..., Any]
+
 
 @pytest.fixture
-def fpn_path(tmp_path):
+def fpn_path(tmp_path: Path) -> Path:
     path = tmp_path / "fpn.onnx"
     onnx.save(fpn_model(), path)
     return path
 
 
-def inspect_json(run_cli, *args, cwd=None):
+def inspect_json(run_cli: RunCli, *args: Any, cwd: Path | None = None) -> Any:
     result = run_cli("inspect", *args, "--json", cwd=cwd)
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
 
 
-def sizes_of(conflict: dict) -> dict[int, set[str]]:
+def sizes_of(conflict: dict[str, Any]) -> dict[int, set[str]]:
     return {int(size): {b["tensor"] for b in bindings} for size, bindings in conflict["sizes"].items()}
 
 
-def test_inspect_names_conflicting_sizes_and_tensors(run_cli, fpn_path):
+def test_inspect_names_conflicting_sizes_and_tensors(run_cli: RunCli, fpn_path: Path) -> None:
     result = run_cli("inspect", fpn_path, "--shape", "input.1=1,3,640,640")
     assert result.exit_code == 0, result.output
     text = result.stdout
@@ -45,7 +51,7 @@ def test_inspect_names_conflicting_sizes_and_tensors(run_cli, fpn_path):
     assert "- rename_dims: {unique: true}" in text
 
 
-def test_inspect_json_groups_tensors_by_size(run_cli, fpn_path):
+def test_inspect_json_groups_tensors_by_size(run_cli: RunCli, fpn_path: Path) -> None:
     data = inspect_json(run_cli, fpn_path, "--shape", "input.1=1,3,640,640")
     lint = data["lint"]
     assert lint["shapes_given"] and lint["input_shapes"] == {"input.1": [1, 3, 640, 640]}
@@ -59,7 +65,7 @@ def test_inspect_json_groups_tensors_by_size(run_cli, fpn_path):
     assert not lint["clean"]
 
 
-def test_inspect_lists_inputs_outputs_and_dim_param_users(run_cli, fpn_path):
+def test_inspect_lists_inputs_outputs_and_dim_param_users(run_cli: RunCli, fpn_path: Path) -> None:
     data = inspect_json(run_cli, fpn_path)
     assert data["inputs"] == [{"name": "input.1", "dtype": "float", "dims": [1, 3, "?", "?"]}]
     assert [o["name"] for o in data["outputs"]] == ["out0", "out1", "out2"]
@@ -68,14 +74,14 @@ def test_inspect_lists_inputs_outputs_and_dim_param_users(run_cli, fpn_path):
     assert data["external_data"] == {"tensors": 0, "files": []}
 
 
-def test_default_shapes_give_height_and_width_different_sizes(run_cli, fpn_path):
+def test_default_shapes_give_height_and_width_different_sizes(run_cli: RunCli, fpn_path: Path) -> None:
     lint = inspect_json(run_cli, fpn_path)["lint"]
     assert lint["input_shapes"] == {"input.1": [1, 3, 64, 96]}
     assert not lint["shapes_given"]
     assert set(sizes_of(lint["conflicts"][0])) == {64, 96, 8, 12, 4, 6, 2, 3}
 
 
-def test_ort_fails_on_the_model_but_the_probe_runs(fpn_path):
+def test_ort_fails_on_the_model_but_the_probe_runs(fpn_path: Path) -> None:
     session = ort.InferenceSession(str(fpn_path), providers=["CPUExecutionProvider"])
     with pytest.raises(Exception, match="Shape mismatch attempting to re-use buffer"):
         session.run(None, {"input.1": np.zeros((1, 3, 64, 64), np.float32)})
@@ -83,7 +89,7 @@ def test_ort_fails_on_the_model_but_the_probe_runs(fpn_path):
     assert result.error is None and result.conflicts
 
 
-def test_a_uniquely_named_model_is_clean(run_cli, tmp_path):
+def test_a_uniquely_named_model_is_clean(run_cli: RunCli, tmp_path: Path) -> None:
     path = tmp_path / "clean.onnx"
     onnx.save(fpn_model(unique=True), path)
     result = run_cli("inspect", path, "--shape", "input.1=1,3,640,480")
@@ -92,7 +98,7 @@ def test_a_uniquely_named_model_is_clean(run_cli, tmp_path):
     assert "fix:" not in result.stdout
 
 
-def test_inspect_never_writes_or_changes_anything(run_cli, tmp_path):
+def test_inspect_never_writes_or_changes_anything(run_cli: RunCli, tmp_path: Path) -> None:
     path = tmp_path / "m.onnx"
     onnx.save(fpn_model(), path, save_as_external_data=True, location="m.data", size_threshold=256)
     before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in tmp_path.iterdir()}
@@ -108,7 +114,9 @@ def test_inspect_never_writes_or_changes_anything(run_cli, tmp_path):
 
 
 @pytest.mark.parametrize("since", [(1, 21), (99, 0)], ids=["folder option", "older onnxruntime: working directory"])
-def test_external_weights_are_read_from_the_model_folder(tmp_path, monkeypatch, since):
+def test_external_weights_are_read_from_the_model_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, since: tuple[int, int]
+) -> None:
     monkeypatch.setattr(sessions, "EXTERNAL_FOLDER_OPTION_SINCE", since)
     folder = tmp_path / "models"
     folder.mkdir()
@@ -120,7 +128,7 @@ def test_external_weights_are_read_from_the_model_folder(tmp_path, monkeypatch, 
     assert sorted(p.name for p in folder.iterdir()) == ["m.data", "m.onnx"]
 
 
-def test_inspect_summarises_subgraphs(run_cli, tmp_path):
+def test_inspect_summarises_subgraphs(run_cli: RunCli, tmp_path: Path) -> None:
     path = tmp_path / "if.onnx"
     onnx.save(if_model(), path)
     data = inspect_json(run_cli, path)
@@ -129,7 +137,7 @@ def test_inspect_summarises_subgraphs(run_cli, tmp_path):
     assert data["lint"]["clean"]
 
 
-def test_fixed_sizes_that_lie_are_reported(tmp_path):
+def test_fixed_sizes_that_lie_are_reported(tmp_path: Path) -> None:
     model = fpn_model()
     for value in model.graph.value_info:
         if value.name == "c4":
@@ -138,14 +146,14 @@ def test_fixed_sizes_that_lie_are_reported(tmp_path):
     assert "c4: axis 2 declared 5, ran as 4" in result.wrong_sizes
 
 
-def test_a_model_ort_cannot_run_is_reported_not_fatal(run_cli, fpn_path):
+def test_a_model_ort_cannot_run_is_reported_not_fatal(run_cli: RunCli, fpn_path: Path) -> None:
     result = run_cli("inspect", fpn_path, "--shape", "input.1=1,3,60,60")  # 60/32 does not round-trip
     assert result.exit_code == 0, result.output
     assert "not run: onnxruntime could not run the model at input.1=1,3,60,60" in result.stdout
 
 
 @pytest.mark.parametrize("content, message", [(b"", "not an ONNX model (0 bytes)"), (b"garbage!", "not an ONNX model")])
-def test_unusable_model_is_exit_3(run_cli, tmp_path, content, message):
+def test_unusable_model_is_exit_3(run_cli: RunCli, tmp_path: Path, content: Any, message: str) -> None:
     path = tmp_path / "bad.onnx"
     path.write_bytes(content)
     result = run_cli("inspect", path)
@@ -153,7 +161,7 @@ def test_unusable_model_is_exit_3(run_cli, tmp_path, content, message):
     assert run_cli("inspect", tmp_path / "missing.onnx").exit_code == 3
 
 
-def test_broken_external_data_is_exit_3(run_cli, tmp_path):
+def test_broken_external_data_is_exit_3(run_cli: RunCli, tmp_path: Path) -> None:
     path = tmp_path / "m.onnx"
     onnx.save(fpn_model(), path, save_as_external_data=True, location="m.data", size_threshold=256)
     (tmp_path / "m.data").write_bytes(b"short")
@@ -171,19 +179,19 @@ def test_broken_external_data_is_exit_3(run_cli, tmp_path):
         ("input.1=1,3,64", "the input has 4 axes, got 3 sizes"),
     ],
 )
-def test_bad_shape_option_is_exit_2(run_cli, fpn_path, shape, message):
+def test_bad_shape_option_is_exit_2(run_cli: RunCli, fpn_path: Path, shape: Any, message: str) -> None:
     result = run_cli("inspect", fpn_path, "--shape", shape)
     assert result.exit_code == 2, result.output
     assert message in result.stderr
 
 
-def test_parse_shape_options():
+def test_parse_shape_options() -> None:
     assert parse_shape_options(["x=1,3,640,640", "scalar="]) == {"x": [1, 3, 640, 640], "scalar": []}
     with pytest.raises(UsageError):
         parse_shape_options(["x"])
 
 
-def test_probe_shapes_share_a_dim_param_across_inputs_but_split_it_within_one():
+def test_probe_shapes_share_a_dim_param_across_inputs_but_split_it_within_one() -> None:
     model = graph_model(
         [],
         [
@@ -198,7 +206,7 @@ def test_probe_shapes_share_a_dim_param_across_inputs_but_split_it_within_one():
     assert probe_shapes(model, {"ids": [4, 7]})["mask"] == [4, 7]
 
 
-def test_ppocr_models_lint_with_default_shapes(ppocr_models, tmp_path):
+def test_ppocr_models_lint_with_default_shapes(ppocr_models: Any, tmp_path: Path) -> None:
     for kind, path in ppocr_models.items():
         result = lint_model(onnx.load(path, load_external_data=False), path.parent)
         assert result.error is None, (kind, result.error)
@@ -213,7 +221,9 @@ def test_ppocr_models_lint_with_default_shapes(ppocr_models, tmp_path):
         (b"version https://git-lfs.github.com/spec/v1\nsize 9\n", 3, "Git LFS"),
     ],
 )
-def test_inspect_json_prints_json_even_for_an_error(run_cli, tmp_path, content, code, text):
+def test_inspect_json_prints_json_even_for_an_error(
+    run_cli: RunCli, tmp_path: Path, content: Any, code: int, text: str
+) -> None:
     path = tmp_path / "m.onnx"
     if content is not None:
         path.write_bytes(content)

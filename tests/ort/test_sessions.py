@@ -1,6 +1,8 @@
 """patchspec.ort.sessions without the plugin: input generation, sessions, shape checks, comparison."""
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -13,7 +15,9 @@ from patchspec.ort.feeds import feed_shape_problems, generate, make_feeds, shape
 from patchspec.ort.sessions import RunFailure, Session, TensorDecl, provider_skip_reasons
 
 
-def relu_model(tmp_path, in_shape=("N", 4), out_shape=("N", 4), name="m.onnx"):
+def relu_model(
+    tmp_path: Path, in_shape: Sequence[Any] = ("N", 4), out_shape: Sequence[Any] = ("N", 4), name: str = "m.onnx"
+) -> Path:
     model = graph_model(
         [helper.make_node("Relu", ["x"], ["y"])],
         [tensor_info("x", list(in_shape))],
@@ -27,7 +31,7 @@ def relu_model(tmp_path, in_shape=("N", 4), out_shape=("N", 4), name="m.onnx"):
 # -- inputs -----------------------------------------------------------------------------------------
 
 
-def test_random_fill_is_deterministic_per_seed_and_in_default_ranges():
+def test_random_fill_is_deterministic_per_seed_and_in_default_ranges() -> None:
     first = generate((64, 8), "float32", "random", seed=3)
     assert np.array_equal(first, generate((64, 8), "float32", "random", seed=3))
     assert not np.array_equal(first, generate((64, 8), "float32", "random", seed=4))
@@ -39,30 +43,30 @@ def test_random_fill_is_deterministic_per_seed_and_in_default_ranges():
     assert generate((10,), "bool", "random").dtype == np.bool_
 
 
-def test_fills_zeros_ones_arange():
+def test_fills_zeros_ones_arange() -> None:
     assert not generate((2, 3), "float16", "zeros").any()
     assert generate((2, 3), "int64", "ones").sum() == 6
     assert generate((2, 3), "float32", "arange").tolist() == [[0, 1, 2], [3, 4, 5]]
     assert generate((300,), "uint8", "arange")[256] == 0  # wraps instead of overflowing
 
 
-def test_make_feeds_names_unknown_input_with_close_matches():
+def test_make_feeds_names_unknown_input_with_close_matches() -> None:
     declared = [TensorDecl("images", "float32", ("N", 3))]
     with pytest.raises(RunFailure) as caught:
-        make_feeds({"image": [1, 3]}, declared, lambda p: p)
+        make_feeds({"image": [1, 3]}, declared, Path)
     assert "'image' is not an input of the model" in caught.value.message
     assert "did you mean 'images'" in caught.value.message
 
 
-def test_make_feeds_fills_fixed_inputs_the_case_leaves_out_and_refuses_symbolic_ones():
+def test_make_feeds_fills_fixed_inputs_the_case_leaves_out_and_refuses_symbolic_ones() -> None:
     declared = [TensorDecl("x", "float32", ("N", 4)), TensorDecl("k", "int64", (2,))]
-    feeds = make_feeds({"x": {"shape": [3, 4], "fill": "ones"}}, declared, lambda p: p)
+    feeds = make_feeds({"x": {"shape": [3, 4], "fill": "ones"}}, declared, Path)
     assert feeds["x"].shape == (3, 4) and feeds["k"].shape == (2,) and feeds["k"].dtype == np.int64
     with pytest.raises(RunFailure, match="gives no shape for input 'x', declared \\[N, 4\\]"):
-        make_feeds({}, declared, lambda p: p)
+        make_feeds({}, declared, Path)
 
 
-def test_file_input_checks_dtype_and_shape(tmp_path):
+def test_file_input_checks_dtype_and_shape(tmp_path: Path) -> None:
     np.save(tmp_path / "x.npy", np.arange(8, dtype=np.float64).reshape(2, 4))
     declared = [TensorDecl("x", "float32", ("N", 4))]
     with pytest.raises(RunFailure, match="holds float64 \\[2, 4\\], expected float32 \\[2, 4\\]"):
@@ -74,7 +78,7 @@ def test_file_input_checks_dtype_and_shape(tmp_path):
 # -- shapes -----------------------------------------------------------------------------------------
 
 
-def test_shape_problems_name_axis_declared_and_actual():
+def test_shape_problems_name_axis_declared_and_actual() -> None:
     decl = TensorDecl("y", "float32", (1, 4))
     assert shape_problems("output", decl, (1, 4)) == []
     (problem,) = shape_problems("output", decl, (2, 4))
@@ -86,13 +90,13 @@ def test_shape_problems_name_axis_declared_and_actual():
 # -- comparison -------------------------------------------------------------------------------------
 
 
-def test_compare_passes_within_tolerance_and_reports_errors():
+def test_compare_passes_within_tolerance_and_reports_errors() -> None:
     expected = np.array([1.0, 2.0, 0.0], np.float32)
     result = compare_output("y", expected + np.float32(1e-6), expected, rtol=1e-4, atol=1e-5)
     assert result.passed and 0 < result.max_abs < 1e-5
 
 
-def test_compare_fails_beyond_tolerance_naming_the_worst_element():
+def test_compare_fails_beyond_tolerance_naming_the_worst_element() -> None:
     expected = np.zeros((2, 3), np.float32) + 1
     actual = expected.copy()
     actual[1, 2] = 1.5
@@ -105,7 +109,7 @@ def test_compare_fails_beyond_tolerance_naming_the_worst_element():
     assert result.max_abs == pytest.approx(0.5)
 
 
-def test_compare_nan_only_where_reference_has_none_fails():
+def test_compare_nan_only_where_reference_has_none_fails() -> None:
     expected = np.array([1.0, np.nan, np.inf])
     assert compare_output("y", expected.copy(), expected, 1e-4, 1e-5).passed
     actual = np.array([np.nan, np.nan, np.inf])
@@ -114,7 +118,7 @@ def test_compare_nan_only_where_reference_has_none_fails():
     assert nonfinite_problems({"y": actual}) and not nonfinite_problems({"y": np.ones(3)})
 
 
-def test_compare_shape_mismatch_fails():
+def test_compare_shape_mismatch_fails() -> None:
     result = compare_output("y", np.zeros((2, 4)), np.zeros((1, 4)), 1e-4, 1e-5)
     assert not result.passed and "[2, 4]" in result.message and "[1, 4]" in result.message
 
@@ -122,7 +126,7 @@ def test_compare_shape_mismatch_fails():
 # -- providers and sessions -------------------------------------------------------------------------
 
 
-def test_unavailable_provider_gets_a_reason():
+def test_unavailable_provider_gets_a_reason() -> None:
     reasons = provider_skip_reasons(["CPUExecutionProvider", "CUDAExecutionProvider"], ["CPUExecutionProvider"])
     assert reasons["CPUExecutionProvider"] is None
     assert (
@@ -130,7 +134,7 @@ def test_unavailable_provider_gets_a_reason():
     )
 
 
-def test_session_runs_by_path_and_split_batch_joins(tmp_path):
+def test_session_runs_by_path_and_split_batch_joins(tmp_path: Path) -> None:
     session = Session(relu_model(tmp_path), "CPUExecutionProvider")
     assert [d.shape for d in session.inputs] == [("N", 4)]
     x = generate((3, 4), "float32", "random")
@@ -139,7 +143,7 @@ def test_session_runs_by_path_and_split_batch_joins(tmp_path):
     assert np.array_equal(whole["y"], np.maximum(x, 0)) and np.array_equal(joined["y"], whole["y"])
 
 
-def test_session_build_failure_names_provider_path_and_ort_message(tmp_path):
+def test_session_build_failure_names_provider_path_and_ort_message(tmp_path: Path) -> None:
     model = graph_model(
         [helper.make_node("NoSuchOp", ["x"], ["y"], domain="my.ops")], [tensor_info("x", [1])], [tensor_info("y", [1])]
     )
@@ -152,7 +156,7 @@ def test_session_build_failure_names_provider_path_and_ort_message(tmp_path):
     assert message.startswith("CPUExecutionProvider: onnxruntime") and str(path) in message and "NoSuchOp" in message
 
 
-def test_run_failure_names_provider_and_path(tmp_path):
+def test_run_failure_names_provider_and_path(tmp_path: Path) -> None:
     session = Session(relu_model(tmp_path, in_shape=(2, 4), out_shape=(2, 4)), "CPUExecutionProvider")
     with pytest.raises(RunFailure, match=r"CPUExecutionProvider: onnxruntime failed to run .*m\.onnx"):
         session.run({"x": np.zeros((3, 4), np.float32)})
@@ -162,7 +166,7 @@ def test_run_failure_names_provider_and_path(tmp_path):
         session.run_split({"x": np.zeros((2, 4), np.float32), "z": np.zeros((3,), np.int64)})
 
 
-def test_integer_model_types_are_read_from_the_session(tmp_path):
+def test_integer_model_types_are_read_from_the_session(tmp_path: Path) -> None:
     model = graph_model(
         [helper.make_node("Identity", ["k"], ["y"])],
         [tensor_info("k", [3], TensorProto.INT64)],
@@ -170,7 +174,7 @@ def test_integer_model_types_are_read_from_the_session(tmp_path):
     )
     onnx.save(model, tmp_path / "k.onnx")
     session = Session(tmp_path / "k.onnx", "CPUExecutionProvider")
-    feeds = make_feeds({}, session.inputs, lambda p: p)
+    feeds = make_feeds({}, session.inputs, Path)
     assert feeds["k"].dtype == np.int64
 
 
@@ -180,16 +184,16 @@ class _FakeSession:
     error = None
     providers = ["CPUExecutionProvider"]
 
-    def __init__(self, path, sess_options=None, providers=None):
+    def __init__(self, path: Any, sess_options: Any = None, providers: Any = None) -> None:
         assert sess_options.log_severity_level == 4
         if self.error:
             raise RuntimeError(self.error)
 
-    def get_providers(self):
+    def get_providers(self) -> list[str]:
         return self.providers
 
 
-def test_opaque_initialize_error_gets_context_and_a_hint(tmp_path, monkeypatch):
+def test_opaque_initialize_error_gets_context_and_a_hint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import onnxruntime
 
     monkeypatch.setattr(_FakeSession, "error", "[ONNXRuntimeError] : 6 : Encountered unknown exception in Initialize()")
@@ -198,10 +202,10 @@ def test_opaque_initialize_error_gets_context_and_a_hint(tmp_path, monkeypatch):
         Session(tmp_path / "out.onnx", "CUDAExecutionProvider")
     assert caught.value.message.startswith("CUDAExecutionProvider: onnxruntime")
     assert str(tmp_path / "out.onnx") in caught.value.message and "unknown exception" in caught.value.message
-    assert "check" in caught.value.hint and "patchspec inspect" in caught.value.hint
+    assert "check" in (caught.value.hint or "") and "patchspec inspect" in (caught.value.hint or "")
 
 
-def test_provider_that_falls_back_to_cpu_is_unusable(tmp_path, monkeypatch):
+def test_provider_that_falls_back_to_cpu_is_unusable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import onnxruntime
 
     from patchspec.ort.sessions import ProviderUnusable
@@ -213,7 +217,7 @@ def test_provider_that_falls_back_to_cpu_is_unusable(tmp_path, monkeypatch):
         Session(tmp_path / "out.onnx", "CUDAExecutionProvider")
 
 
-def test_no_ansi_escape_reaches_the_user_when_onnxruntime_refuses_a_model(tmp_path):
+def test_no_ansi_escape_reaches_the_user_when_onnxruntime_refuses_a_model(tmp_path: Path) -> None:
     """onnxruntime logs coloured lines straight to the process's stderr; patchspec turns them off and
     reports the error itself (issue 12). A subprocess, since the lines bypass Python's streams."""
     import subprocess

@@ -1,6 +1,9 @@
 """The ``run`` verifier end to end: ``patchspec apply`` on a spec with ``patches: []`` and a run step."""
 
 import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -10,30 +13,39 @@ from onnx import helper, numpy_helper
 
 from helpers import graph_model, tensor_info, write_spec
 
+#: the run_cli fixture: patchspec ARGS in-process, giving exit_code and output
+RunCli = Callable[..., Any]
+
 CUDA = "CUDAExecutionProvider"
 HAS_CUDA = CUDA in onnxruntime.get_available_providers()
 
 
-def unary_model(op="Relu", in_shape=("N", 4), out_shape=("N", 4), **attrs):
-    return graph_model(
+def unary_model(
+    op: str = "Relu", in_shape: Sequence[Any] = ("N", 4), out_shape: Sequence[Any] = ("N", 4), **attrs: Any
+) -> onnx.ModelProto:
+    model: onnx.ModelProto = graph_model(
         [helper.make_node(op, ["x"], ["y"], **attrs)],
         [tensor_info("x", list(in_shape))],
         [tensor_info("y", list(out_shape))],
     )
+    return model
 
 
-def scaled_model(factor, in_shape=("N", 4)):
+def scaled_model(factor: float, in_shape: Sequence[Any] = ("N", 4)) -> onnx.ModelProto:
     """y = x * factor: a reference that differs from the identity by a known amount."""
     scale = numpy_helper.from_array(np.array(factor, np.float32), "scale")
-    return graph_model(
+    model: onnx.ModelProto = graph_model(
         [helper.make_node("Mul", ["x", "scale"], ["y"])],
         [tensor_info("x", list(in_shape))],
         [tensor_info("y", list(in_shape))],
         initializers=[scale],
     )
+    return model
 
 
-def apply(tmp_path, run_cli, model, verify_yaml, extra=None):
+def apply(
+    tmp_path: Path, run_cli: RunCli, model: onnx.ModelProto, verify_yaml: str, extra: dict[str, Any] | None = None
+) -> tuple[Any, Any]:
     """Write model (+ extra files), a spec verifying it with ``verify_yaml``, run apply; return (result, report).
 
     Each call uses a fresh folder: the output's digest covers the spec and the model, not the files
@@ -57,18 +69,19 @@ def apply(tmp_path, run_cli, model, verify_yaml, extra=None):
     return result, report
 
 
-def run_data(report):
+def run_data(report: dict[str, Any]) -> dict[str, Any]:
     (step,) = [v for v in report["verifiers"] if v["label"].endswith("(run)")]
-    return step
+    found: dict[str, Any] = step
+    return found
 
 
-def assert_failed_without_output(tmp_path, result):
+def assert_failed_without_output(tmp_path: Path, result: Any) -> None:
     assert result.exit_code == 1, result.output
     out = tmp_path / "out"
     assert not out.exists() or not any(out.iterdir()), f"left behind: {list(out.iterdir())}"
 
 
-def test_compare_against_original_passes_and_reports_per_output(tmp_path, run_cli):
+def test_compare_against_original_passes_and_reports_per_output(tmp_path: Path, run_cli: RunCli) -> None:
     verify = (
         "  - run:\n      cases:\n        - inputs: {x: [2, 4]}\n        - inputs: {x: {shape: [5, 4], fill: arange}}\n"
     )
@@ -88,7 +101,7 @@ def test_compare_against_original_passes_and_reports_per_output(tmp_path, run_cl
     )
 
 
-def test_tolerance_failure_names_output_index_and_errors(tmp_path, run_cli):
+def test_tolerance_failure_names_output_index_and_errors(tmp_path: Path, run_cli: RunCli) -> None:
     verify = (
         "  - run:\n      cases: [{inputs: {x: [2, 4]}}]\n      compare: {against: ref.onnx, rtol: 1.0e-4, atol: 0}\n"
     )
@@ -100,28 +113,28 @@ def test_tolerance_failure_names_output_index_and_errors(tmp_path, run_cli):
     assert outputs[0]["status"] == "fail" and outputs[0]["max_rel"] == pytest.approx(0.01 / 1.01, rel=1e-3)
 
 
-def test_looser_tolerance_lets_the_same_difference_pass(tmp_path, run_cli):
+def test_looser_tolerance_lets_the_same_difference_pass(tmp_path: Path, run_cli: RunCli) -> None:
     verify = "  - run:\n      cases: [{inputs: {x: [2, 4]}}]\n      compare: {against: ref.onnx, rtol: 2.0e-2}\n"
     result, _ = apply(tmp_path, run_cli, scaled_model(1.0), verify, {"ref.onnx": scaled_model(1.01)})
     assert result.exit_code == 0, result.output
     assert (tmp_path / "out" / "m2.onnx").is_file()
 
 
-def test_nan_in_output_where_reference_has_none_fails(tmp_path, run_cli):
+def test_nan_in_output_where_reference_has_none_fails(tmp_path: Path, run_cli: RunCli) -> None:
     verify = "  - run:\n      cases: [{inputs: {x: [3, 4]}}]\n      compare: {against: ref.onnx}\n"
     result, _ = apply(tmp_path, run_cli, unary_model("Log"), verify, {"ref.onnx": unary_model("Abs")})
     assert_failed_without_output(tmp_path, result)
     assert "NaN/Inf" in result.stderr and "output 'y'" in result.stderr
 
 
-def test_nan_fails_without_a_reference_too(tmp_path, run_cli):
+def test_nan_fails_without_a_reference_too(tmp_path: Path, run_cli: RunCli) -> None:
     verify = "  - run:\n      cases: [{inputs: {x: [3, 4]}}]\n      compare: {against: none}\n"
     result, _ = apply(tmp_path, run_cli, unary_model("Log"), verify)
     assert_failed_without_output(tmp_path, result)
     assert "NaN/Inf" in result.stderr
 
 
-def test_declared_shape_that_the_model_does_not_produce_fails(tmp_path, run_cli):
+def test_declared_shape_that_the_model_does_not_produce_fails(tmp_path: Path, run_cli: RunCli) -> None:
     lying = unary_model(in_shape=("N", 4), out_shape=(1, 4))
     verify = "  - run:\n      cases: [{inputs: {x: [2, 4]}}]\n"
     result, _ = apply(tmp_path, run_cli, lying, verify)
@@ -130,7 +143,7 @@ def test_declared_shape_that_the_model_does_not_produce_fails(tmp_path, run_cli)
     assert "output 'y'" in result.stderr and "axis 0 declared 1, actual 2" in result.stderr
 
 
-def test_batch_one_reference_needs_split_batch(tmp_path, run_cli):
+def test_batch_one_reference_needs_split_batch(tmp_path: Path, run_cli: RunCli) -> None:
     extra = {"b1.onnx": unary_model(in_shape=(1, 4), out_shape=(1, 4))}
     verify = "  - run:\n      cases: [{inputs: {x: [4, 4]}}]\n      compare: {against: b1.onnx}\n"
     result, _ = apply(tmp_path, run_cli, unary_model(), verify, extra)
@@ -143,7 +156,7 @@ def test_batch_one_reference_needs_split_batch(tmp_path, run_cli):
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="CUDAExecutionProvider is available here, so it is not skipped")
-def test_unavailable_provider_is_skipped_with_the_reason(tmp_path, run_cli):
+def test_unavailable_provider_is_skipped_with_the_reason(tmp_path: Path, run_cli: RunCli) -> None:
     verify = f"  - run:\n      providers: [CPUExecutionProvider, {CUDA}, DmlExecutionProvider]\n      cases: [{{inputs: {{x: [1, 4]}}}}]\n"
     result, report = apply(tmp_path, run_cli, unary_model(), verify)
     assert result.exit_code == 0, result.output
@@ -157,7 +170,7 @@ def test_unavailable_provider_is_skipped_with_the_reason(tmp_path, run_cli):
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="CUDAExecutionProvider is available here, so require passes")
-def test_required_provider_that_is_unavailable_fails(tmp_path, run_cli):
+def test_required_provider_that_is_unavailable_fails(tmp_path: Path, run_cli: RunCli) -> None:
     verify = (
         f"  - run:\n      providers: [CPUExecutionProvider, {CUDA}]\n      require: [{CUDA}]\n"
         "      cases: [{inputs: {x: [1, 4]}}]\n"
@@ -168,14 +181,14 @@ def test_required_provider_that_is_unavailable_fails(tmp_path, run_cli):
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="CUDAExecutionProvider is not available in this onnxruntime build (CPU only)")
-def test_cuda_runs_and_compares_for_real(tmp_path, run_cli):
+def test_cuda_runs_and_compares_for_real(tmp_path: Path, run_cli: RunCli) -> None:
     verify = f"  - run:\n      providers: [{CUDA}]\n      require: [{CUDA}]\n      cases: [{{inputs: {{x: [8, 4]}}}}]\n"
     result, report = apply(tmp_path, run_cli, unary_model(), verify)
     assert result.exit_code == 0, result.output
     assert run_data(report)["data"]["results"][0]["status"] == "pass"
 
 
-def test_case_input_not_in_the_model_is_a_spec_error_before_anything_runs(tmp_path, run_cli):
+def test_case_input_not_in_the_model_is_a_spec_error_before_anything_runs(tmp_path: Path, run_cli: RunCli) -> None:
     """Found after the patches, before staging or running (exit 2, located at the key); plan finds it too."""
     verify = "  - run:\n      cases: [{inputs: {xx: [1, 4]}}]\n"
     result, _ = apply(tmp_path, run_cli, unary_model(), verify)
@@ -198,13 +211,15 @@ def test_case_input_not_in_the_model_is_a_spec_error_before_anything_runs(tmp_pa
         ("{x: {shape: [3, 4], dtype: int64}}", "the patched model's input is float32, the case gives int64"),
     ],
 )
-def test_a_case_that_does_not_fit_the_patched_model_is_a_spec_error(tmp_path, run_cli, case, message):
+def test_a_case_that_does_not_fit_the_patched_model_is_a_spec_error(
+    tmp_path: Path, run_cli: RunCli, case: Any, message: str
+) -> None:
     result, _ = apply(tmp_path, run_cli, unary_model(), f"  - run:\n      cases: [{{inputs: {case}}}]\n")
     assert result.exit_code == 2, result.output
     assert message in result.stderr
 
 
-def test_file_inputs_are_read_relative_to_the_spec(tmp_path, run_cli):
+def test_file_inputs_are_read_relative_to_the_spec(tmp_path: Path, run_cli: RunCli) -> None:
     x = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
     verify = "  - run:\n      cases: [{inputs: {x: {file: data/x.npy}}}]\n"
     for folder, array in ((tmp_path / "good", x), (tmp_path / "bad", x.astype(np.float64))):
@@ -217,7 +232,7 @@ def test_file_inputs_are_read_relative_to_the_spec(tmp_path, run_cli):
     assert "holds float64 [3, 4], expected float32 [3, 4]" in result.stderr
 
 
-def test_against_npz_of_expected_outputs(tmp_path, run_cli):
+def test_against_npz_of_expected_outputs(tmp_path: Path, run_cli: RunCli) -> None:
     x = np.linspace(-2, 2, 8, dtype=np.float32).reshape(2, 4)
     verify = "  - run:\n      cases: [{inputs: {x: {file: x.npy}}}]\n      compare: {against: expected.npz}\n"
     good = {"x.npy": x, "expected.npz": {"y": np.maximum(x, 0)}}
@@ -229,7 +244,7 @@ def test_against_npz_of_expected_outputs(tmp_path, run_cli):
     assert "output 'y' differs beyond tolerance" in result.stderr
 
 
-def test_per_case_against_overrides_compare(tmp_path, run_cli):
+def test_per_case_against_overrides_compare(tmp_path: Path, run_cli: RunCli) -> None:
     x1, x2 = (np.full((n, 4), -1.0 + n, np.float32) for n in (1, 3))
     verify = (
         "  - run:\n      cases:\n        - {inputs: {x: {file: x1.npy}}, against: y1.npz}\n"
@@ -240,14 +255,14 @@ def test_per_case_against_overrides_compare(tmp_path, run_cli):
     assert result.exit_code == 0, result.output
 
 
-def test_nothing_compared_fails(tmp_path, run_cli):
+def test_nothing_compared_fails(tmp_path: Path, run_cli: RunCli) -> None:
     verify = "  - run:\n      cases: [{inputs: {x: [2, 4]}}]\n      compare: {against: expected.npz}\n"
     result, _ = apply(tmp_path, run_cli, unary_model(), verify, {"expected.npz": {"other": np.zeros(3)}})
     assert_failed_without_output(tmp_path, result)
     assert "nothing compared" in result.stderr
 
 
-def test_session_that_cannot_be_built_names_provider_and_path(tmp_path, run_cli):
+def test_session_that_cannot_be_built_names_provider_and_path(tmp_path: Path, run_cli: RunCli) -> None:
     model = graph_model(
         [helper.make_node("NoSuchOp", ["x"], ["y"], domain="my.ops")], [tensor_info("x", [1])], [tensor_info("y", [1])]
     )
@@ -259,7 +274,7 @@ def test_session_that_cannot_be_built_names_provider_and_path(tmp_path, run_cli)
     assert "m2.onnx" in result.output and "NoSuchOp" in result.stderr
 
 
-def test_static_model_needs_no_cases_and_symbolic_one_asks_for_them(tmp_path, run_cli):
+def test_static_model_needs_no_cases_and_symbolic_one_asks_for_them(tmp_path: Path, run_cli: RunCli) -> None:
     result, _ = apply(tmp_path / "static", run_cli, unary_model(in_shape=(2, 4), out_shape=(2, 4)), "  - run: {}\n")
     assert result.exit_code == 0, result.output
     result, _ = apply(tmp_path / "dynamic", run_cli, unary_model(), "  - run: {}\n")
@@ -278,7 +293,7 @@ def test_static_model_needs_no_cases_and_symbolic_one_asks_for_them(tmp_path, ru
         ("{x: {fill: zeros}}", "give 'shape'"),
     ],
 )
-def test_bad_cases_are_spec_errors_found_by_validate(tmp_path, run_cli, case, message):
+def test_bad_cases_are_spec_errors_found_by_validate(tmp_path: Path, run_cli: RunCli, case: Any, message: str) -> None:
     spec = write_spec(
         tmp_path,
         "patchspec: 1\nmodel: absent.onnx\noutput: out.onnx\npatches: []\n"
@@ -289,7 +304,7 @@ def test_bad_cases_are_spec_errors_found_by_validate(tmp_path, run_cli, case, me
     assert message in result.output and "spec.yaml:" in result.output and "verify[0] (run)" in result.output
 
 
-def test_provider_typo_and_require_outside_providers_are_spec_errors(tmp_path, run_cli):
+def test_provider_typo_and_require_outside_providers_are_spec_errors(tmp_path: Path, run_cli: RunCli) -> None:
     spec = write_spec(
         tmp_path,
         "patchspec: 1\nmodel: absent.onnx\noutput: out.onnx\npatches: []\n"
@@ -303,7 +318,9 @@ def test_provider_typo_and_require_outside_providers_are_spec_errors(tmp_path, r
     assert "against must be original, none, or a path ending in .onnx or .npz" in result.output
 
 
-def test_real_ppocr_cls_runs_batched_and_split_against_original(tmp_path, run_cli, ppocr_models):
+def test_real_ppocr_cls_runs_batched_and_split_against_original(
+    tmp_path: Path, run_cli: RunCli, ppocr_models: Any
+) -> None:
     spec = write_spec(
         tmp_path,
         f"patchspec: 1\nmodel: {ppocr_models['cls']}\noutput: out/cls.onnx\npatches: []\n"
@@ -318,14 +335,16 @@ def test_real_ppocr_cls_runs_batched_and_split_against_original(tmp_path, run_cl
     assert all(o["max_abs"] < 1e-4 for r in step["data"]["results"] for o in r["outputs"])
 
 
-def test_every_verify_example_in_the_docs_validates(tmp_path, run_cli):
+def test_every_verify_example_in_the_docs_validates(tmp_path: Path, run_cli: RunCli) -> None:
     import re
 
     from helpers import REPO
 
     text = (REPO / "docs" / "verifiers.md").read_text()
     blocks = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if b.startswith("verify:")]
-    blocks.append(re.search(r"cat > spec.yaml <<'EOF'\n(.*?)EOF", text, re.S).group(1))
+    found = re.search(r"cat > spec.yaml <<'EOF'\n(.*?)EOF", text, re.S)
+    assert found is not None, "the docs show a spec written with cat > spec.yaml <<'EOF'"
+    blocks.append(found.group(1))
     assert len(blocks) >= 5
     for index, block in enumerate(blocks):
         body = (
@@ -339,11 +358,13 @@ def test_every_verify_example_in_the_docs_validates(tmp_path, run_cli):
 
 @pytest.mark.parametrize("required, exit_code", [(False, 0), (True, 1)])
 def test_provider_listed_but_not_loadable_is_skipped_or_fails_when_required(
-    tmp_path, run_cli, monkeypatch, required, exit_code
-):
+    tmp_path: Path, run_cli: RunCli, monkeypatch: pytest.MonkeyPatch, required: bool, exit_code: Any
+) -> None:
     real = onnxruntime.InferenceSession
 
-    def falls_back_to_cpu(path, sess_options=None, providers=None):  # what ORT does when CUDA libs are missing
+    def falls_back_to_cpu(
+        path: Any, sess_options: Any = None, providers: Any = None
+    ) -> Any:  # what ORT does when CUDA libs are missing
         return real(path, sess_options=sess_options, providers=["CPUExecutionProvider"])
 
     monkeypatch.setattr(
@@ -360,7 +381,7 @@ def test_provider_listed_but_not_loadable_is_skipped_or_fails_when_required(
 
 
 # -- declarations, batch axes, optimization levels ---------------------------------------------------------
-def test_declared_fixed_size_that_differs_at_run_time_fails_naming_both_shapes(tmp_path, run_cli):
+def test_declared_fixed_size_that_differs_at_run_time_fails_naming_both_shapes(tmp_path: Path, run_cli: RunCli) -> None:
     """onnxruntime reports [N, None] for this output; the file says [N, 3], the run gives [N, 2]."""
     verify = "  - run:\n      cases: [{inputs: {x: [2, 2]}}]\n      compare: {against: none}\n"
     result, _ = apply(tmp_path, run_cli, unary_model(in_shape=("N", 2), out_shape=("N", 3)), verify)
@@ -368,14 +389,14 @@ def test_declared_fixed_size_that_differs_at_run_time_fails_naming_both_shapes(t
     assert "output 'y' (declared [N, 3], actual [2, 2]): axis 1 declared 3, actual 2" in result.stderr
 
 
-def test_declared_rank_that_differs_at_run_time_fails(tmp_path, run_cli):
+def test_declared_rank_that_differs_at_run_time_fails(tmp_path: Path, run_cli: RunCli) -> None:
     verify = "  - run:\n      cases: [{inputs: {x: [2, 2]}}]\n      compare: {against: none}\n"
     result, _ = apply(tmp_path, run_cli, unary_model(in_shape=("N", 2), out_shape=("N",)), verify)
     assert_failed_without_output(tmp_path, result)
     assert "declared rank 1, actual rank 2" in result.stderr
 
 
-def state_model(squeeze_batch=False):
+def state_model(squeeze_batch: bool = False) -> onnx.ModelProto:
     """x [batch, 4] and an LSTM-like state h [2, batch, 4]; outputs y [batch, 4] and h_out [2, batch, 4].
 
     ``squeeze_batch``: the export squeezed y's batch axis away (Squeeze without axes), so one sample
@@ -392,15 +413,16 @@ def state_model(squeeze_batch=False):
         nodes += [helper.make_node("Identity", ["sum"], ["y"])]
     axes = numpy_helper.from_array(np.array([0], dtype=np.int64), "axes0")
     y_shape = [None] if squeeze_batch else ["batch", 4]
-    return graph_model(
+    model: onnx.ModelProto = graph_model(
         nodes,
         [tensor_info("x", ["batch", 4]), tensor_info("h", [2, "batch", 4])],
         [tensor_info("y", y_shape), tensor_info("h_out", [2, "batch", 4])],
         [axes],
     )
+    return model
 
 
-def test_split_batch_takes_a_state_on_axis_1(tmp_path, run_cli):
+def test_split_batch_takes_a_state_on_axis_1(tmp_path: Path, run_cli: RunCli) -> None:
     cases = "      cases: [{inputs: {x: [3, 4], h: [2, 3, 4]}}]\n"
     result, _ = apply(
         tmp_path / "plain", run_cli, state_model(), "  - run:\n" + cases + "      compare: {split_batch: true}\n"
@@ -414,7 +436,7 @@ def test_split_batch_takes_a_state_on_axis_1(tmp_path, run_cli):
 
 
 @pytest.mark.parametrize("size", [3, "N"])
-def test_squeezed_output_redeclared_by_set_batch_and_stacked_by_run(tmp_path, run_cli, size):
+def test_squeezed_output_redeclared_by_set_batch_and_stacked_by_run(tmp_path: Path, run_cli: RunCli, size: int) -> None:
     """Exported at batch 1 with y squeezed to [4]: at batch 3 it is [3, 4]; set_batch says so, run stacks."""
     model = state_model(squeeze_batch=True)
     for info in model.graph.input:  # a static batch-1 export
@@ -438,7 +460,7 @@ def test_squeezed_output_redeclared_by_set_batch_and_stacked_by_run(tmp_path, ru
     assert [d.dim_value or d.dim_param for d in patched.graph.output[0].type.tensor_type.shape.dim] == [size, 4]
 
 
-def test_split_batch_input_left_whole_with_null(tmp_path, run_cli):
+def test_split_batch_input_left_whole_with_null(tmp_path: Path, run_cli: RunCli) -> None:
     """A scale input with no batch (null) goes whole to every sample run."""
     model = graph_model(
         [helper.make_node("Mul", ["x", "s"], ["y"])],
@@ -452,7 +474,7 @@ def test_split_batch_input_left_whole_with_null(tmp_path, run_cli):
     assert result.exit_code == 0, result.output
 
 
-def test_optimizations_can_be_limited_to_one_level(tmp_path, run_cli):
+def test_optimizations_can_be_limited_to_one_level(tmp_path: Path, run_cli: RunCli) -> None:
     verify = "  - run:\n      optimizations: [disabled]\n      cases: [{inputs: {x: [2, 4]}}]\n"
     result, report = apply(tmp_path, run_cli, unary_model(), verify)
     assert result.exit_code == 0, result.output
@@ -463,16 +485,17 @@ def test_optimizations_can_be_limited_to_one_level(tmp_path, run_cli):
 
 
 # -- a patch that changes the I/O element type (fp32 -> fp16) ------------------------------------------------
-def tanh_model(dtype):
+def tanh_model(dtype: int) -> onnx.ModelProto:
     """y = tanh(x) * 3 in ``dtype``: fp16 loses precision against fp32 by a known order."""
     scale = numpy_helper.from_array(np.array(3.0, helper.tensor_dtype_to_np_dtype(dtype)), "scale")
     nodes = [helper.make_node("Tanh", ["x"], ["t"]), helper.make_node("Mul", ["t", "scale"], ["y"])]
-    return graph_model(
+    model: onnx.ModelProto = graph_model(
         nodes, [tensor_info("x", ["N", 64], dtype)], [tensor_info("y", ["N", 64], dtype)], initializers=[scale]
     )
+    return model
 
 
-def test_fp16_output_is_compared_with_the_fp32_original_cast_per_side(tmp_path, run_cli):
+def test_fp16_output_is_compared_with_the_fp32_original_cast_per_side(tmp_path: Path, run_cli: RunCli) -> None:
     fp16, fp32 = tanh_model(onnx.TensorProto.FLOAT16), tanh_model(onnx.TensorProto.FLOAT)
     verify = "  - run:\n      cases: [{inputs: {x: [8, 64]}}]\n      compare: {against: fp32.onnx}\n"
     result, report = apply(tmp_path / "default", run_cli, fp16, verify, {"fp32.onnx": fp32})
@@ -484,7 +507,7 @@ def test_fp16_output_is_compared_with_the_fp32_original_cast_per_side(tmp_path, 
     assert 0 < worst < 1e-2  # it did compare values, and fp16 rounding shows
 
 
-def test_per_dtype_tolerance_can_be_tightened_and_then_fails(tmp_path, run_cli):
+def test_per_dtype_tolerance_can_be_tightened_and_then_fails(tmp_path: Path, run_cli: RunCli) -> None:
     fp16, fp32 = tanh_model(onnx.TensorProto.FLOAT16), tanh_model(onnx.TensorProto.FLOAT)
     verify = (
         "  - run:\n      cases: [{inputs: {x: [8, 64]}}]\n"
@@ -495,14 +518,14 @@ def test_per_dtype_tolerance_can_be_tightened_and_then_fails(tmp_path, run_cli):
     assert "differs beyond tolerance (rtol 0, atol 1e-07)" in result.output
 
 
-def test_unknown_dtype_in_tolerances_is_a_spec_error(tmp_path, run_cli):
+def test_unknown_dtype_in_tolerances_is_a_spec_error(tmp_path: Path, run_cli: RunCli) -> None:
     verify = "  - run:\n      cases: [{inputs: {x: [2, 4]}}]\n      compare: {tolerances: {flot16: {rtol: 0.1}}}\n"
     result, _ = apply(tmp_path, run_cli, unary_model(), verify)
     assert result.exit_code == 2, result.output
     assert "flot16" in result.output
 
 
-def test_an_input_can_be_given_its_exact_value(tmp_path, run_cli):
+def test_an_input_can_be_given_its_exact_value(tmp_path: Path, run_cli: RunCli) -> None:
     """sr: {value: 16000}: a model that only runs for certain values of an input (silero's sample rate)."""
     rate = numpy_helper.from_array(np.array(16000, np.int64), "rate")
     nodes = [
@@ -545,13 +568,13 @@ def test_an_input_can_be_given_its_exact_value(tmp_path, run_cli):
         ("{value: [1, 2], shape: [2]}", "a list 'value' has its own shape"),
     ],
 )
-def test_value_cannot_be_combined_with_other_sources(tmp_path, run_cli, item, message):
+def test_value_cannot_be_combined_with_other_sources(tmp_path: Path, run_cli: RunCli, item: Any, message: str) -> None:
     result, _ = apply(tmp_path, run_cli, unary_model(), f"  - run:\n      cases: [{{inputs: {{x: {item}}}}}]\n")
     assert result.exit_code == 2, result.output
     assert message in result.output
 
 
-def test_validate_finds_a_missing_file_without_the_model(tmp_path, run_cli):
+def test_validate_finds_a_missing_file_without_the_model(tmp_path: Path, run_cli: RunCli) -> None:
     """`file:` inputs and reference models are checked by validate: no model is needed to see they are absent."""
     spec = write_spec(
         tmp_path,
@@ -568,7 +591,7 @@ def test_validate_finds_a_missing_file_without_the_model(tmp_path, run_cli):
     assert "relative to the spec's folder" in result.output
 
 
-def test_a_failed_run_says_what_value_an_input_needs(tmp_path, run_cli):
+def test_a_failed_run_says_what_value_an_input_needs(tmp_path: Path, run_cli: RunCli) -> None:
     """silero-like: sr compared with 16000 chooses the branch; the other branch cannot run. A case with
     sr 8000 fails, and the failure says what the graph expects of sr."""
     rate = numpy_helper.from_array(np.array(16000, np.int64), "rate")

@@ -11,6 +11,10 @@ the unfused path multiplies by ``0.1f`` (not a binary fraction) in float and lan
 above or below the tie, so some outputs move by one step of 0.2.
 """
 
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import onnx
 import onnxruntime
@@ -19,8 +23,11 @@ from onnx import helper, numpy_helper
 
 from helpers import graph_model, tensor_info, write_spec
 
+#: the run_cli fixture: patchspec ARGS in-process, giving exit_code and output
+RunCli = Callable[..., Any]
 
-def qdq_matmul(activations_quantized=True):
+
+def qdq_matmul(activations_quantized: bool = True) -> onnx.ModelProto:
     """y = dq(q(dq(q(x)) @ dq(w))): int8 weights, and int8 activations unless told otherwise.
 
     x steps of 0.1, integer weights in [-2, 2], y steps of 0.2: every output is in range (|y| < 25.4)
@@ -49,10 +56,13 @@ def qdq_matmul(activations_quantized=True):
         ]
     else:
         nodes.append(helper.make_node("MatMul", ["x", "wd"], ["y"]))
-    return graph_model(nodes, [tensor_info("x", ["N", 64])], [tensor_info("y", ["N", 64])], initializers)
+    model: onnx.ModelProto = graph_model(
+        nodes, [tensor_info("x", ["N", 64])], [tensor_info("y", ["N", 64])], initializers
+    )
+    return model
 
 
-def level_difference(path) -> float:
+def level_difference(path: Path) -> float:
     x = np.random.default_rng(1).uniform(-1, 1, (4, 64)).astype(np.float32)
     outputs = []
     for level in (
@@ -66,24 +76,27 @@ def level_difference(path) -> float:
     return float(np.abs(outputs[0] - outputs[1]).max())
 
 
-def spec(tmp_path, patches="  - set_batch: 4\n", run="", model=None):
+def spec(
+    tmp_path: Path, patches: str = "  - set_batch: 4\n", run: str = "", model: onnx.ModelProto | None = None
+) -> Path:
     onnx.save(model or qdq_matmul(), tmp_path / "m.onnx")
-    return write_spec(
+    path: Path = write_spec(
         tmp_path,
         "patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches:\n"
         + patches
         + "verify:\n  - run:\n      cases: [{inputs: {x: [4, 64]}}]\n"
         + run,
     )
+    return path
 
 
-def test_the_original_of_the_family_differs_between_levels(tmp_path):
+def test_the_original_of_the_family_differs_between_levels(tmp_path: Path) -> None:
     """The premise of the tests below: without it they would prove nothing. One step is 0.2."""
     onnx.save(qdq_matmul(), tmp_path / "m.onnx")
     assert level_difference(tmp_path / "m.onnx") > 0.1
 
 
-def test_a_correct_patch_of_a_qdq_model_passes_at_every_level(tmp_path, run_cli):
+def test_a_correct_patch_of_a_qdq_model_passes_at_every_level(tmp_path: Path, run_cli: RunCli) -> None:
     """Batched, not per sample: at ``disabled`` the float MatMul's summation order depends on the
     batch, and on a tie that moves an output by a step (the next tests' other kind of instability)."""
     path = spec(tmp_path, run="      compare: {against: original}\n")
@@ -93,14 +106,14 @@ def test_a_correct_patch_of_a_qdq_model_passes_at_every_level(tmp_path, run_cli)
     assert "case 0 (optimizations disabled) y: pass max abs 0 " in result.stdout
 
 
-def test_a_single_level_runs_the_reference_at_that_level(tmp_path, run_cli):
+def test_a_single_level_runs_the_reference_at_that_level(tmp_path: Path, run_cli: RunCli) -> None:
     path = spec(tmp_path, run="      optimizations: [disabled]\n      compare: {against: original}\n")
     result = run_cli("apply", path, "-v")
     assert result.exit_code == 0, result.output
     assert "max abs error 0 " in result.stdout
 
 
-def unstable_setup(tmp_path, run=""):
+def unstable_setup(tmp_path: Path, run: str = "") -> Path:
     """The output drops the activation quantization (a float model); the reference is the QDQ original.
 
     At every level the two differ, and so does the reference from itself across levels: the failure
@@ -115,7 +128,7 @@ def unstable_setup(tmp_path, run=""):
     )
 
 
-def test_an_unstable_reference_is_named_with_its_figure_and_the_way_out(tmp_path, run_cli):
+def test_an_unstable_reference_is_named_with_its_figure_and_the_way_out(tmp_path: Path, run_cli: RunCli) -> None:
     result = run_cli("apply", unstable_setup(tmp_path))
     assert result.exit_code == 1, result.output
     message = result.output
@@ -126,7 +139,7 @@ def test_an_unstable_reference_is_named_with_its_figure_and_the_way_out(tmp_path
     assert not (tmp_path / "out" / "m2.onnx").exists()
 
 
-def test_per_output_tolerance_is_the_way_out(tmp_path, run_cli):
+def test_per_output_tolerance_is_the_way_out(tmp_path: Path, run_cli: RunCli) -> None:
     result = run_cli(
         "apply", unstable_setup(tmp_path, "      compare: {against: qdq.onnx, outputs: {y: {atol: 2.0}}}\n")
     )
@@ -143,7 +156,7 @@ def test_per_output_tolerance_is_the_way_out(tmp_path, run_cli):
     assert "'y' rtol 0.0001, atol 2" in result.stdout
 
 
-def test_a_skipped_output_is_run_but_not_compared(tmp_path, run_cli):
+def test_a_skipped_output_is_run_but_not_compared(tmp_path: Path, run_cli: RunCli) -> None:
     onnx.save(qdq_matmul(), tmp_path / "qdq.onnx")
     path = spec(
         tmp_path,
@@ -156,7 +169,7 @@ def test_a_skipped_output_is_run_but_not_compared(tmp_path, run_cli):
     assert "not compared: y" in result.stdout
 
 
-def test_per_output_settings_name_an_output_of_the_model(tmp_path, run_cli):
+def test_per_output_settings_name_an_output_of_the_model(tmp_path: Path, run_cli: RunCli) -> None:
     path = spec(tmp_path, run="      compare: {outputs: {why: skip}}\n")
     result = run_cli("apply", path)
     assert result.exit_code == 2, result.output  # found before anything runs
@@ -168,7 +181,7 @@ def test_per_output_settings_name_an_output_of_the_model(tmp_path, run_cli):
     assert verified.exit_code == 2 and "'why' is not an output of the patched model" in verified.output
 
 
-def test_a_wrong_patch_is_not_excused_when_the_reference_is_stable(tmp_path, run_cli):
+def test_a_wrong_patch_is_not_excused_when_the_reference_is_stable(tmp_path: Path, run_cli: RunCli) -> None:
     """A float model whose reference scales its output: the original is stable, so no excuse is offered."""
     scale = numpy_helper.from_array(np.array(1.5, np.float32), "scale")
     reference = graph_model(
@@ -188,7 +201,7 @@ def test_a_wrong_patch_is_not_excused_when_the_reference_is_stable(tmp_path, run
     assert "unstable" not in result.output
 
 
-def test_an_original_that_mixes_samples_is_named_by_its_batched_run(tmp_path, run_cli):
+def test_an_original_that_mixes_samples_is_named_by_its_batched_run(tmp_path: Path, run_cli: RunCli) -> None:
     """y = x - mean over the batch: per-sample runs of the original cannot be the reference, and the
     failure says so (the original batched differs from the original per sample), not "the patch"."""
     axes = numpy_helper.from_array(np.array([0], np.int64), "axes")
@@ -209,7 +222,7 @@ def test_an_original_that_mixes_samples_is_named_by_its_batched_run(tmp_path, ru
     assert "run batched and per sample" in result.output
 
 
-def test_a_model_onnxruntime_cannot_run_at_all_is_not_blamed_on_the_patch(tmp_path, run_cli):
+def test_a_model_onnxruntime_cannot_run_at_all_is_not_blamed_on_the_patch(tmp_path: Path, run_cli: RunCli) -> None:
     """A bfloat16 MatMul (Polygraphy's matmul.bf16.onnx): the CPU provider has no kernel for it. The
     run fails, but leads with the original failing the same way, not with the patched file."""
     from onnx import TensorProto
@@ -231,7 +244,7 @@ def test_a_model_onnxruntime_cannot_run_at_all_is_not_blamed_on_the_patch(tmp_pa
 FIXTURES = __import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures" / "torch"
 
 
-def test_a_qdq_speech_encoder_rebatched_passes_at_both_levels(tmp_path, run_cli):
+def test_a_qdq_speech_encoder_rebatched_passes_at_both_levels(tmp_path: Path, run_cli: RunCli) -> None:
     """torch dynamo export, then onnxruntime's static QDQ quantization: at `all` the original's logits
     differ from its own at `disabled` by whole quantization steps (0.3 measured); the patch does not."""
     import shutil
@@ -252,7 +265,7 @@ def test_a_qdq_speech_encoder_rebatched_passes_at_both_levels(tmp_path, run_cli)
 
 
 @pytest.mark.parametrize("name", ["yolo_topk_dynamo.onnx", "yolo_topk_ts.onnx"])
-def test_an_nms_free_topk_head_rebatched_passes(name, tmp_path, run_cli):
+def test_an_nms_free_topk_head_rebatched_passes(name: str, tmp_path: Path, run_cli: RunCli) -> None:
     import shutil
 
     shutil.copy(FIXTURES / name, tmp_path / "m.onnx")
@@ -266,7 +279,7 @@ def test_an_nms_free_topk_head_rebatched_passes(name, tmp_path, run_cli):
     assert result.exit_code == 0, result.output
 
 
-def level_difference_of(path, feeds) -> float:
+def level_difference_of(path: Path, feeds: dict[str, Any]) -> float:
     feeds = {k: v.astype(np.float32) for k, v in feeds.items()}
     outputs = []
     for level in (

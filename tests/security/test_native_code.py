@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import onnx
 import pytest
 from onnx import helper
 
 from helpers import graph_model, tensor_info, write_spec
+
+#: the run_cli fixture: patchspec ARGS in-process, giving exit_code and output
+RunCli = Callable[..., Any]
 
 CONSTRUCTOR = r"""
 #include <stdio.h>
@@ -54,14 +59,17 @@ def repo(tmp_path: Path, library_path: str) -> Path:
     )
     onnx.save(model, folder / "m.onnx")
     verify = f"verify:\n  - run:\n      custom_op_libraries: ['{library_path}']\n"
-    return write_spec(folder, "patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches: []\n" + verify)
+    spec: Path = write_spec(folder, "patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches: []\n" + verify)
+    return spec
 
 
 def ran(tmp_path: Path) -> bool:
     return (tmp_path / "marker").exists()
 
 
-def test_a_library_in_the_repository_is_refused_without_the_opt_in(tmp_path, library, run_cli):
+def test_a_library_in_the_repository_is_refused_without_the_opt_in(
+    tmp_path: Path, library: Path, run_cli: RunCli
+) -> None:
     spec = repo(tmp_path, "libs/libplanted.so")
     (spec.parent / "libs").mkdir()
     shutil.copy(library, spec.parent / "libs" / "libplanted.so")
@@ -73,7 +81,9 @@ def test_a_library_in_the_repository_is_refused_without_the_opt_in(tmp_path, lib
 
 
 @pytest.mark.parametrize("where", ["parent", "absolute"])
-def test_a_library_outside_by_dotdot_or_absolute_path_is_refused_too(tmp_path, library, run_cli, where):
+def test_a_library_outside_by_dotdot_or_absolute_path_is_refused_too(
+    tmp_path: Path, library: Path, run_cli: RunCli, where: str
+) -> None:
     path = "../build/libplanted.so" if where == "parent" else str(library)
     spec = repo(tmp_path, path)
     result = run_cli("apply", spec)
@@ -81,7 +91,7 @@ def test_a_library_outside_by_dotdot_or_absolute_path_is_refused_too(tmp_path, l
     assert not ran(tmp_path)
 
 
-def test_the_opt_in_on_the_command_line_loads_it(tmp_path, library, run_cli):
+def test_the_opt_in_on_the_command_line_loads_it(tmp_path: Path, library: Path, run_cli: RunCli) -> None:
     spec = repo(tmp_path, "libs/libplanted.so")
     (spec.parent / "libs").mkdir()
     shutil.copy(library, spec.parent / "libs" / "libplanted.so")
@@ -90,7 +100,7 @@ def test_the_opt_in_on_the_command_line_loads_it(tmp_path, library, run_cli):
     assert ran(tmp_path)
 
 
-def test_the_opt_in_does_not_outlive_its_run(tmp_path, library, run_cli):
+def test_the_opt_in_does_not_outlive_its_run(tmp_path: Path, library: Path, run_cli: RunCli) -> None:
     spec = repo(tmp_path, "libs/libplanted.so")
     (spec.parent / "libs").mkdir()
     shutil.copy(library, spec.parent / "libs" / "libplanted.so")
@@ -101,7 +111,7 @@ def test_the_opt_in_does_not_outlive_its_run(tmp_path, library, run_cli):
     assert not ran(tmp_path)
 
 
-def test_the_project_settings_allow_it(tmp_path, library, run_cli):
+def test_the_project_settings_allow_it(tmp_path: Path, library: Path, run_cli: RunCli) -> None:
     spec = repo(tmp_path, "libs/libplanted.so")
     (spec.parent / "libs").mkdir()
     shutil.copy(library, spec.parent / "libs" / "libplanted.so")
@@ -111,7 +121,7 @@ def test_the_project_settings_allow_it(tmp_path, library, run_cli):
     assert ran(tmp_path)
 
 
-def test_settings_below_the_project_root_do_not_count(tmp_path, library, run_cli):
+def test_settings_below_the_project_root_do_not_count(tmp_path: Path, library: Path, run_cli: RunCli) -> None:
     """A pull request may add a pyproject.toml beside its spec: only the root's counts."""
     folder = repo(tmp_path, "libs/libplanted.so").parent
     nested = folder / "models"
@@ -126,10 +136,35 @@ def test_settings_below_the_project_root_do_not_count(tmp_path, library, run_cli
     assert not ran(tmp_path)
 
 
-def test_the_spec_cannot_allow_it_itself(tmp_path, library, run_cli):
+def test_the_spec_cannot_allow_it_itself(tmp_path: Path, library: Path, run_cli: RunCli) -> None:
     spec = repo(tmp_path, "libs/libplanted.so")
     spec.write_text(spec.read_text().replace("  - run:\n", "  - run:\n      allow_native_code: true\n"))
     result = run_cli("apply", spec)
     assert result.exit_code == 2, result.output
     assert "allow_native_code" in result.output
     assert not ran(tmp_path)
+
+
+def test_verify_takes_the_opt_in_too(tmp_path: Path, library: Path, run_cli: RunCli) -> None:
+    spec = repo(tmp_path, "libs/libplanted.so")
+    (spec.parent / "libs").mkdir()
+    shutil.copy(library, spec.parent / "libs" / "libplanted.so")
+    assert run_cli("apply", spec, "--allow-native-code").exit_code == 0
+    (tmp_path / "marker").unlink()
+    refused = run_cli("verify", spec)
+    assert refused.exit_code == 2, refused.output
+    assert "--allow-native-code" in refused.output and not ran(tmp_path)
+    assert run_cli("verify", spec, "--allow-native-code").exit_code == 0
+    assert ran(tmp_path)
+
+
+def test_the_settings_of_the_root_the_caller_names_count(tmp_path: Path, library: Path, run_cli: RunCli) -> None:
+    """--root names the project root: its pyproject.toml is the project's settings."""
+    spec = repo(tmp_path, "libs/libplanted.so")
+    (spec.parent / "libs").mkdir()
+    shutil.copy(library, spec.parent / "libs" / "libplanted.so")
+    (tmp_path / "pyproject.toml").write_text("[tool.patchspec]\nallow-native-code = true\n")
+    assert run_cli("apply", spec).exit_code == 2  # the repository's own root has no such setting
+    result = run_cli("apply", spec, "--root", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert ran(tmp_path)
