@@ -111,6 +111,18 @@ def _tie(
     )
 
 
+def refuted(runs: OriginalRuns, layout: CaseLayout, chosen: Sequence[Pair], extra: Pair) -> str | None:
+    """Why ``extra`` is not the batch, when the runs show it: the original runs with ``chosen`` at two
+    batches above 1 but fails with ``extra`` there too (a recurrent state whose op keeps a batch of 1)."""
+    b1, b2 = _sizes(layout, [*chosen, extra])
+    if not all(_ok(runs.run(layout.items(b, chosen))) for b in (b1, b2)):
+        return None
+    with_it = runs.run(layout.items(b2, [*chosen, extra]))
+    if with_it is None or with_it.ok:
+        return None
+    return f"the original runs at batch {b1} and {b2} without it, and fails with it at {b2}: {with_it.failure}"
+
+
 def _ok(ran: Ran | None) -> bool:
     return ran is not None and ran.ok
 
@@ -127,4 +139,4 @@ def _sizes(layout: CaseLayout, batch_axes: Sequence[Pair]) -> tuple[int, int]:
     return free[0], free[1]
 
 
-__all__ = ["BatchEvidence", "CaseLayout", "Tie", "tie_batch"]
+__all__ = ["BatchEvidence", "CaseLayout", "Tie", "refuted", "tie_batch"]

@@ -24,7 +24,7 @@ import numpy as np
 
 from patchspec.author.fit import Atom, Fit, fit, folded_into, same_values
 from patchspec.author.pairing import Export, Rewrite, pair, rewrites
-from patchspec.author.spec_text import DraftStep, SpecDraft, checked
+from patchspec.author.spec_text import DraftStep, SpecDraft, checked, next_command, root_needed
 from patchspec.author.traced_sizes import Traced, traced_sizes
 from patchspec.errors import ModelFileError, PatchError
 from patchspec.host.registry import PluginRegistry
@@ -55,6 +55,7 @@ class Derivation:
     freed: list[str] = field(default_factory=list)  # 'x[2] 320 -> 256 as x_dim2'
     arrays: dict[Path, np.ndarray] = field(default_factory=dict)  # .npy files the run cases read
     notes: list[str] = field(default_factory=list)
+    next: str = ""  # the command to run next, as printed
 
 
 def derive(
@@ -79,10 +80,12 @@ def derive(
     sizes = _Sizes(fresh_name(SIZES_INPUT, all_names(a.model)))
     _fit_entries(changed, atoms, sizes)
     folder = spec_path.resolve().parent
+    root = root_needed(spec_path, [a_path, b_path])
+    outside = [f"A and B lie outside this spec's project root: apply with --root {root}."] if root else []
     draft = SpecDraft(
         _relative(a_path, folder),
         _relative(a_path.parent / f"{a_path.stem}.dynamic.onnx", folder),
-        header=_header(a_path, b_path, spec_path),
+        header=_header(a_path, b_path, spec_path) + outside,
     )
     arrays: dict[Path, np.ndarray] = {}
     if sizes.pairs:
@@ -97,7 +100,8 @@ def derive(
     ]
     text = checked(draft, spec_path, registry)
     rows = [Row(f"{r.name}[{i}]", r.a[i], r.b[i], r.fits[i].text) for r in changed for i in sorted(r.fits)]
-    return Derivation(text, spec_path, rows, freed, arrays, _notes(atoms, changed, traced))
+    notes = _notes(atoms, changed, traced)
+    return Derivation(text, spec_path, rows, freed, arrays, notes, next_command(spec_path, root))
 
 
 # -- fitting --------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from typing import Any
 
 import onnx
 
-from patchspec.author.batch_ties import BatchEvidence, CaseLayout, Pair, tie_batch
+from patchspec.author.batch_ties import BatchEvidence, CaseLayout, Pair, refuted, tie_batch
 from patchspec.author.init_case import (
     PROBE,
     InputRow,
@@ -37,7 +37,7 @@ from patchspec.author.init_case import (
     unified_shapes,
 )
 from patchspec.author.original_runs import OriginalRuns
-from patchspec.author.spec_text import DraftStep, SpecDraft, checked, quoted
+from patchspec.author.spec_text import DraftStep, SpecDraft, checked, next_command, quoted, root_needed
 from patchspec.errors import PatchError
 from patchspec.model.graph import walk_nodes
 from patchspec.run.engine import Engine
@@ -55,6 +55,7 @@ class InitResult:
     text: str
     rows: list[InputRow] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    next: str = ""  # the command to run next, as printed
 
 
 def draft_spec(model_path: Path, spec_path: Path, size: int | str, registry: Any) -> InitResult:
@@ -76,13 +77,15 @@ def draft_spec(model_path: Path, spec_path: Path, size: int | str, registry: Any
     rows, case = case_inputs(model, axes, how, rules, shapes, batch, runner.evidence.untied)
     split = _per_sample(model, axes, old_size, runner, batch)
     alone = _run_alone(runner, shapes, axes, old_size, batch) if split is None else None
+    root = root_needed(spec_path, [model_path])
     draft = SpecDraft(
         model_ref,
         output_ref,
         header=[
             f"Written by 'patchspec init {model_path.name}': check the comments, then 'patchspec apply {spec_path.name}'.",
             "Paths are relative to this file's folder.",
-        ],
+        ]
+        + ([f"The model lies outside this spec's project root: apply with --root {root}."] if root else []),
     )
     draft.patches += renames
     given = {name: axis for name, axis in axes}
@@ -99,7 +102,7 @@ def draft_spec(model_path: Path, spec_path: Path, size: int | str, registry: Any
     draft.verify.append(run_step(probe, rows, case, split, alone))
     text = checked(draft, spec_path, registry)
     notes = [f"{row.name}: {row.values}" for row in rows if row.flagged]
-    return InitResult(text, rows, notes)
+    return InitResult(text, rows, notes, next_command(spec_path, root))
 
 
 def _relative(path: Path, folder: Path) -> str:
@@ -117,6 +120,10 @@ class _Runner:
         shapes = case_shapes(self.model)
         unified = unified_shapes(self.model, shapes, batch)
         return [CaseLayout(shapes, self.values)] + ([CaseLayout(unified, self.values)] if unified != shapes else [])
+
+    def refutes(self, chosen: list[Pair], pair: Pair) -> str | None:
+        """Why the runs show ``pair`` is not the batch, or None."""
+        return refuted(self.runs, self.layouts([*chosen, pair])[0], chosen, pair)
 
     def tie(self, chosen: list[Pair]) -> BatchEvidence:
         """Axis 0 of every other input whose axis 0 is not fixed, tried against ``chosen``."""
@@ -169,9 +176,22 @@ def _batch_axes(
     how = {pair: "detected (the first input's batch dim, wherever it appears)" for pair in chosen}
     for pair, node in _recurrent_states(model).items():
         if pair not in chosen and pair[0] not in {name for name, _ in chosen}:
+            why_not = runner.refutes(chosen, pair)
+            if why_not:  # the op keeps a batch of 1 while the inputs' axis varies: a sequence, not a batch
+                axes_text = ", ".join(f"{quoted(n)}[{a}]" for n, a in chosen)
+                raise PatchError(
+                    f"the model cannot be batched on {axes_text}: {node} keeps a batch of 1 in its initial state "
+                    f"{quoted(pair[0])} while {axes_text} varies ({why_not}), so that axis is the sequence the "
+                    "recurrent op runs through, and its samples are not independent",
+                    "a streaming model is batched by its recurrent state's batch axis, which this export fixes "
+                    "at 1: export it with that axis free, or run it one stream at a time",
+                    node=node,
+                )
             chosen.append(pair)
             how[pair] = f"the initial state of {node}, whose batch axis is {pair[1]}"
+    untied = dict(runner.evidence.untied)
     ties = runner.tie(chosen).ties
+    runner.evidence.untied.update(untied)
     refused = prober.refusal([*chosen, *((t.name, t.axis) for t in ties)]) if ties else None
     for tie in ties:
         if refused is None:

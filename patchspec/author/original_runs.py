@@ -77,7 +77,7 @@ class OriginalRuns:
             feeds = make_feeds(items, session.inputs, lambda name: Path(name))
             outputs, _ = session.run(feeds)
         except RunFailure as exc:
-            return Ran(None, short(exc.message, str(self.path)))
+            return Ran(None, short(exc))
         except MemoryError:
             return Ran(None, "out of memory")
         return Ran({name: _shape(value) for name, value in outputs.items()})
@@ -111,10 +111,11 @@ _BOILERPLATE = re.compile(
 )
 
 
-def short(message: str, path: str, limit: int = 200) -> str:
-    """onnxruntime's reason without the provider, the model's path and its own framing, on one line."""
-    text = message.replace(f"onnxruntime failed to run {path}", "").removeprefix("CPUExecutionProvider: ")
-    text = " ".join(_BOILERPLATE.sub("", text).split()).lstrip(": ")
+def short(failure: RunFailure, limit: int = 200) -> str:
+    """onnxruntime's reason (the failure's ``detail`` and ``node``, without its own framing) on one line."""
+    text = " ".join(_BOILERPLATE.sub("", failure.detail).split()).lstrip(": ")
+    if failure.node:
+        text = f"at node '{failure.node}': {text}"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -7,6 +7,7 @@ patchspec writes has the same layout, and none is handed out that patchspec itse
 from __future__ import annotations
 
 import json
+import os
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from patchspec.spec.confine import Root
 from patchspec.spec.load import load_spec
 
 
@@ -73,6 +75,23 @@ def _comment(indent: str, line: str) -> str:
     return f"{indent}# {escape_controls(line)}" if line else f"{indent}#"
 
 
+def root_needed(spec_path: Path, paths: list[Path]) -> Path | None:
+    """The ``--root`` that ``apply`` needs for a spec at ``spec_path`` reading ``paths`` (the models):
+    None when they lie inside its project root (docs/security.md), else the nearest folder holding
+    the spec and them."""
+    root = Root.of(spec_path)
+    outside = [path for path in paths if not root.holds(path)]
+    if not outside:
+        return None
+    folders = [os.path.realpath(Path(os.path.abspath(spec_path)).parent), *(os.path.realpath(p) for p in outside)]
+    return Path(os.path.commonpath(folders))
+
+
+def next_command(spec_path: Path, root: Path | None) -> str:
+    """What to run next, as printed: with ``--root`` when the models lie outside the spec's root."""
+    return f"patchspec apply {spec_path}" + (f" --root {root}" if root is not None else "")
+
+
 def checked(draft: SpecDraft, spec_path: Path, registry: Any) -> str:
     """The rendered text, after the spec loader accepted it as ``spec_path`` (raises SpecError if not)."""
     text = render(draft)
@@ -103,4 +122,4 @@ def _needs_quotes(text: str) -> bool:
     )
 
 
-__all__ = ["DraftStep", "SpecDraft", "checked", "escape_controls", "quoted", "render"]
+__all__ = ["DraftStep", "SpecDraft", "checked", "escape_controls", "next_command", "quoted", "render", "root_needed"]

@@ -190,6 +190,8 @@ def _search(
         if all(_runs(runs[side], dims[side], groups, side, values) for side in (0, 1)):
             for group in unknown:
                 group.how = _proof(group, runs[0], dims[0], groups, values)
+            for group, sizes in zip(unknown, known):
+                _smallest_free(group, sizes, runs, dims, groups, values)
             return
     for group in unknown:
         group.sizes = None
@@ -198,6 +200,24 @@ def _search(
         f"{tried} sets of sizes made from the constants that differ",
         SHAPE_HINT,
     )
+
+
+def _smallest_free(
+    group: _Group,
+    known: tuple[int, int] | None,
+    runs: tuple[OriginalRuns, OriginalRuns],
+    dims: tuple[Dims, Dims],
+    groups: dict[object, _Group],
+    values: Values,
+) -> None:
+    """A free size (a batch no constant holds) runs the cases at 1 where A and B run there too."""
+    if "free" not in group.how or group.sizes is None:
+        return
+    found, group.sizes = group.sizes, _merged(known, (1, 1))
+    if all(_runs(runs[side], dims[side], groups, side, values) for side in (0, 1)):
+        group.how = "free: A and B run at any size here, so no constant holds it; the run cases use 1"
+    else:
+        group.sizes = found
 
 
 def _merged(known: tuple[int, int] | None, candidate: tuple[int, int]) -> tuple[int, int]:

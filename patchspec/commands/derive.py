@@ -97,7 +97,7 @@ def derive_command(
     for note in result.notes:
         state.echo(f"note: {note}")
     files = "".join(f", {path.name}" for path in result.arrays)
-    state.echo(f"wrote {spec_path}{files}; next: patchspec apply {spec_path}")
+    state.echo(f"wrote {spec_path}{files}; next: {result.next}")
 
 
 def _shapes(flag: str, values: tuple[str, ...]) -> dict[str, list[int]]:

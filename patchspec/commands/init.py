@@ -51,6 +51,7 @@ def init_command(
     4 set_batch cannot batch the model (the reason is printed).
     """
     from patchspec.author.init import draft_spec
+    from patchspec.author.spec_text import escape_controls
 
     if batch is not None and dynamic is not None:
         raise UsageError("give --batch N (static) or --dynamic NAME (symbolic), not both")
@@ -60,15 +61,17 @@ def init_command(
             f"{spec_path} exists; nothing was written", "give another --output, or --force to overwrite it"
         )
     result = draft_spec(model_path, spec_path, batch if batch is not None else (dynamic or "N"), state.registry())
-    width = max([len("input")] + [len(row.name) for row in result.rows])
+    names = {row.name: escape_controls(row.name) for row in result.rows}  # a name cannot forge a line
+    width = max([len("input")] + [len(name) for name in names.values()])
     state.echo(f"{'input'.ljust(width)}  batch axis  how it was decided")
     for row in result.rows:
         axis = "-" if row.axis is None else str(row.axis)
         state.echo(
-            f"{row.name.ljust(width)}  {axis.ljust(10)}  {row.how}" + (f"; values: {row.values}" if row.values else "")
+            f"{names[row.name].ljust(width)}  {axis.ljust(10)}  {row.how}"
+            + (f"; values: {row.values}" if row.values else "")
         )
     spec_path.parent.mkdir(parents=True, exist_ok=True)
     spec_path.write_text(result.text, encoding="utf-8")
     for note in result.notes:
-        state.echo(f"flagged: {note}")
-    state.echo(f"wrote {spec_path}; next: patchspec apply {spec_path}")
+        state.echo(f"flagged: {escape_controls(note)}")
+    state.echo(f"wrote {spec_path}; next: {result.next}")

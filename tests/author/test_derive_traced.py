@@ -118,3 +118,16 @@ def test_a_crafted_input_name_stays_a_name_in_derive(tmp_path, run_cli):
     loaded = yaml.safe_load(spec.read_text())
     assert [next(iter(step)) for step in loaded["patches"]] == ["replace_initializer", "rename_dims"]
     assert loaded["patches"][1]["rename_dims"]["tensor"] == evil
+
+
+def test_a_free_symbolic_batch_is_run_at_1(tmp_path, run_cli):
+    """x ['N', W]: N is in no constant, so A and B run at any N; the cases use 1, and no fit reads N."""
+    for side, width in (("a", 8), ("b", 12)):
+        shape = numpy_helper.from_array(np.array([-1, width // 4, 4], np.int64), "shape")
+        nodes = [helper.make_node("Reshape", ["x", "shape"], ["y"])]
+        model = graph_model(nodes, [tensor_info("x", ["N", width])], [tensor_info("y", ["N", width // 4, 4])], [shape])
+        onnx.save(model, tmp_path / f"{side}.onnx")
+    spec, made = _derive_and_apply(run_cli, tmp_path, tmp_path / "a.onnx", tmp_path / "b.onnx")
+    assert "'N': 1 in A, 1 in B (free: A and B run at any size here" in made.stdout
+    assert [case["inputs"]["x"] for case in _cases(spec)] == [[1, 8], [1, 12]]
+    assert "dim(x, 1) // 4" in spec.read_text()

