@@ -53,7 +53,9 @@ def _run(session: ort.InferenceSession, feeds: dict[str, np.ndarray]) -> dict[st
     return {name: _as_array(value) for name, value in zip(names, outputs, strict=True)}
 
 
-def per_sample(model: Model, session: ort.InferenceSession, feeds: dict[str, np.ndarray], batch: int) -> list:
+def per_sample(
+    model: Model, session: ort.InferenceSession, feeds: dict[str, np.ndarray], batch: int
+) -> list[dict[str, np.ndarray]]:
     axes = batch_axes(model.inputs)
     parts = []
     for index in range(batch):
@@ -132,9 +134,9 @@ def judge(model: Model, original: Path, candidate: Path, batch: int) -> dict[str
             details.append(f"{name}: shape {list(value.shape)} is no join of the per-sample {shapes}")
             verdict = "wrong"
             continue
-        ok, error = close(value, joined, model.rtol, model.atol)
+        ok, largest = close(value, joined, model.rtol, model.atol)
         if not ok:
-            details.append(f"{name}: differs from the per-sample run (max error {error:.3g})")
+            details.append(f"{name}: differs from the per-sample run (max error {largest:.3g})")
             verdict = "wrong"
     if verdict == "right":
         declared = _declared(onnx.load(str(candidate), load_external_data=False))

@@ -44,9 +44,14 @@ def run(command: list[str], cwd: Path) -> Outcome:
         text = (done.stderr + done.stdout).strip()
     except subprocess.TimeoutExpired as expired:
         code = None
-        text = f"timed out after {TIMEOUT} s; {expired.stderr or ''}"
-    lines = [line for line in str(text).splitlines() if line.strip()]
+        partial = expired.stderr or b""
+        text = f"timed out after {TIMEOUT} s; " + (
+            partial.decode(errors="replace") if isinstance(partial, bytes) else partial
+        )
+    lines = [line for line in text.splitlines() if line.strip()]
     shown = " | ".join(lines[:6])[:700]
+    if "Traceback (most recent" in text:  # the error itself is at the end
+        shown += " ... " + " | ".join(lines[-2:])[:300]
     return Outcome(" ".join(command), code, round(time.monotonic() - start, 1), shown, "Traceback (most recent" in text)
 
 
