@@ -46,7 +46,8 @@ class Model:
     old_batch: int = 1
     rtol: float = 1e-3
     atol: float = 1e-4
-    extra: dict[str, Any] = field(default_factory=dict)
+    output_axes: dict[str, int] = field(default_factory=dict)
+    replicate: bool = False
 
     def file(self, folder: Path) -> Path:
         return folder / self.package / self.path
@@ -68,6 +69,7 @@ def load(path: Path = MANIFEST) -> Manifest:
         packages[entry["name"]] = Package(**entry)
     models = []
     known = {"key", "package", "path", "exporter", "batchable", "why", "inputs", "old_batch", "rtol", "atol"}
+    known |= {"output_axes", "replicate"}
     for entry in data["model"]:
         unknown = set(entry) - known
         if unknown:

@@ -83,9 +83,12 @@ def _spec(model: Model, size: int | str, verify: bool, batch: int) -> dict[str, 
             described = model.inputs[name]
             if isinstance(described, dict) and "value" in described:
                 case[name] = {"value": described["value"]}
+            elif isinstance(described, dict):  # the manifest's bounds or fill, as a run case states them
+                case[name] = {"shape": shape, **{k: v for k, v in described.items() if k in ("low", "high", "fill")}}
             else:
                 case[name] = shape
         plain = all(axis in (0, None) for axis in axes.values()) and model.old_batch == 1
+        plain = plain and not any(model.output_axes.values())
         compare: dict[str, Any] = {"against": "original", "split_batch": True} if plain else {"against": "none"}
         compare.update({"rtol": model.rtol, "atol": model.atol} if plain else {})
         spec["verify"] = [{"check": {}}, {"run": {"cases": [{"inputs": case}], "compare": compare}}]
