@@ -159,7 +159,8 @@ def findings(data: dict[str, Any]) -> str:
 
 def section(data: dict[str, Any]) -> str:
     models = data["models"]
-    parts = [BEGIN, "", f"Measured on {data.get('machine', '?')} with `{data.get('command', '')}`.", ""]
+    found = ", ".join(f"{k} {v}" for k, v in sorted(data.get("versions", {}).items()))
+    parts = [BEGIN, "", f"Measured on {data.get('machine', '?')} ({found}) with `{data.get('command', '')}`.", ""]
     parts += summarize(models) + [""] + table(models) + ["", END]
     return "\n".join(parts)
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,6 +34,19 @@ import steps
 from manifest import REPO, Model, load, models_folder
 
 RESULTS = REPO / "benchmarks" / "results" / "corpus.json"
+
+
+def versions() -> dict[str, str]:
+    """patchspec, onnx and onnxruntime in the project venv, and Polygraphy in its own."""
+    import importlib.metadata as metadata
+
+    found = {name: metadata.version(name) for name in ("patchspec", "onnx", "onnxruntime", "numpy")}
+    polygraphy = steps.POLYGRAPHY.parent / "python"
+    if polygraphy.is_file():
+        code = "import importlib.metadata as m; print(m.version('polygraphy'))"
+        done = subprocess.run([str(polygraphy), "-c", code], capture_output=True, text=True)
+        found["polygraphy"] = done.stdout.strip() or "?"
+    return found
 
 
 def one(model: Model, folder: Path) -> dict[str, Any]:
@@ -73,6 +87,7 @@ def main() -> None:
         models = [m for m in models if m.key in args.only]
     folder = models_folder()
     data = _load_results() if args.only else {"models": {}}
+    data["versions"] = versions()
     for model in models:
         start = time.monotonic()
         outcome = one(model, folder)
