@@ -78,10 +78,10 @@ def per_sample(
 
 def join(arrays: list[np.ndarray], shape: tuple[int, ...]) -> np.ndarray | None:
     """The per-sample arrays joined the way that gives ``shape``: concatenated on an axis where each has
-    size 1 (then any axis), else stacked (a batch squeezed away at one sample). None when nothing fits."""
+    size 1, else stacked (a batch squeezed away at one sample). None when nothing fits: a batch folded
+    into another axis (``[1, 4 * 7600, 10]`` for per-sample ``[1, 7600, 10]``) is no join."""
     first = arrays[0]
-    axes = sorted(range(first.ndim), key=lambda a: (first.shape[a] != 1, a))
-    for axis in axes:
+    for axis in (a for a in range(first.ndim) if first.shape[a] == 1):
         joined = np.concatenate(arrays, axis=axis)
         if joined.shape == tuple(shape):
             return joined

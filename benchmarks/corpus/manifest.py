@@ -11,7 +11,8 @@ import tomllib
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-MANIFEST = HERE / "models.toml"
+#: CORPUS_MANIFEST overrides it (run.py --quick points it at a one-model manifest of its own)
+MANIFEST = Path(os.environ.get("CORPUS_MANIFEST", str(HERE / "models.toml")))
 #: where `make corpus` puts wheels and models; CORPUS_MODELS overrides it
 DEFAULT_FOLDER = REPO / ".venv" / "corpus-models"
 

@@ -5,6 +5,7 @@ Polygraphy, each result judged per sample by judge.py (not by patchspec's verifi
     nice .venv/bin/python benchmarks/corpus/run.py     # all models; writes benchmarks/results/corpus.json
     .venv/bin/python benchmarks/corpus/run.py --only silero_vad_spox dnsmos_v8   # these, merged into the JSON
     .venv/bin/python benchmarks/corpus/report.py       # the table and rates into docs/corpus.md
+    .venv/bin/python benchmarks/corpus/run.py --quick  # the whole harness on one generated model, seconds
 
 Each model runs in <CORPUS_MODELS>/work/<key>/ (a copy of the model, the specs and outputs of every step),
 so a step can be rerun by hand there with the command the JSON records. Each command has a timeout
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -30,10 +32,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import numpy as np
+import report
 import steps
 from manifest import REPO, Model, load, models_folder
 
-RESULTS = REPO / "benchmarks" / "results" / "corpus.json"
+RESULTS = Path(os.environ.get("CORPUS_RESULTS", str(REPO / "benchmarks" / "results" / "corpus.json")))
 
 
 def versions() -> dict[str, str]:
@@ -67,6 +71,53 @@ def one(model: Model, folder: Path) -> dict[str, Any]:
     return result
 
 
+QUICK_MANIFEST = """
+[[package]]
+name = "generated"
+version = "0"
+wheel = "none"
+sha256 = "none"
+license = "this repository's"
+
+[[model]]
+key = "generated_reshape"
+package = "generated"
+path = "reshape.onnx"
+exporter = "onnx.helper"
+batchable = true
+why = "Relu, then a Reshape whose shape constant bakes batch 1"
+inputs = { x = "B,8" }
+"""
+
+
+def quick() -> None:
+    """Every step on a generated model in a temporary folder: prints its row, writes no results."""
+    import tempfile
+
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        (root / "models.toml").write_text(QUICK_MANIFEST)
+        graph = helper.make_graph(
+            [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Reshape", ["r", "shape"], ["y"])],
+            "generated_reshape",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4])],
+            [numpy_helper.from_array(np.array([1, 2, 4], dtype=np.int64), "shape")],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        (root / "generated").mkdir()
+        onnx.save(model, str(root / "generated" / "reshape.onnx"))
+        os.environ["CORPUS_MANIFEST"] = str(root / "models.toml")
+        steps.ENV["CORPUS_MANIFEST"] = str(root / "models.toml")
+        entry = load(root / "models.toml").models[0]
+        outcome = one(entry, root)
+        outcome.update({"package": "generated==0", "exporter": entry.exporter, "batchable": True, "why": entry.why})
+        print("\n".join(report.table({entry.key: outcome})))
+
+
 def _load_results() -> dict[str, Any]:
     if RESULTS.is_file():
         data: dict[str, Any] = json.loads(RESULTS.read_text())
@@ -77,7 +128,11 @@ def _load_results() -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", metavar="KEY", help="run these models, keep the others' results")
+    parser.add_argument("--quick", action="store_true", help="one generated model, seconds; writes no results")
     args = parser.parse_args()
+    if args.quick:
+        quick()
+        return
     manifest = load()
     models = manifest.models
     if args.only:

@@ -31,9 +31,10 @@ class Outcome:
     seconds: float
     first_lines: str
     traceback: bool
+    stdout: str = ""  # whole, for the judge's JSON line; not recorded
 
     def as_dict(self) -> dict[str, Any]:
-        return self.__dict__.copy()
+        return {k: v for k, v in self.__dict__.items() if k != "stdout"}
 
 
 def run(command: list[str], cwd: Path) -> Outcome:
@@ -42,8 +43,10 @@ def run(command: list[str], cwd: Path) -> Outcome:
         done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT, env=ENV)
         code: int | None = done.returncode
         text = (done.stderr + done.stdout).strip()
+        stdout = done.stdout
     except subprocess.TimeoutExpired as expired:
         code = None
+        stdout = ""
         partial = expired.stderr or b""
         text = f"timed out after {TIMEOUT} s; " + (
             partial.decode(errors="replace") if isinstance(partial, bytes) else partial
@@ -52,7 +55,8 @@ def run(command: list[str], cwd: Path) -> Outcome:
     shown = " | ".join(lines[:6])[:700]
     if "Traceback (most recent" in text:  # the error itself is at the end
         shown += " ... " + " | ".join(lines[-2:])[:300]
-    return Outcome(" ".join(command), code, round(time.monotonic() - start, 1), shown, "Traceback (most recent" in text)
+    seconds = round(time.monotonic() - start, 1)
+    return Outcome(" ".join(command), code, seconds, shown, "Traceback (most recent" in text, stdout)
 
 
 def judge(model: Model, original: Path, candidate: Path, batch: int, cwd: Path) -> dict[str, Any]:
@@ -60,7 +64,7 @@ def judge(model: Model, original: Path, candidate: Path, batch: int, cwd: Path) 
     outcome = run(command, cwd)
     if outcome.exit != 0:
         return {"verdict": "judge error", "detail": outcome.first_lines}
-    result: dict[str, Any] = json.loads(outcome.first_lines.split(" | ")[-1])
+    result: dict[str, Any] = json.loads(outcome.stdout.strip().splitlines()[-1])
     return result
 
 
