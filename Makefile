@@ -125,7 +125,7 @@ $(POLYGRAPHY_VENV)/bin/polygraphy:
 	test -x $(POLYGRAPHY_VENV)/bin/python || $(PYTHON) -m venv $(POLYGRAPHY_VENV)
 	$(POLYGRAPHY_VENV)/bin/python -m pip install -q $(POLYGRAPHY_PINS)
 
-# every model through set_batch, init + apply, inspect --suggest and Polygraphy (about 30 minutes on 2 cores);
+# every model through set_batch, init + apply, inspect --suggest and Polygraphy (20 to 40 minutes on 2 cores);
 # the JSON goes to benchmarks/results/corpus.json, the table into docs/corpus.md
 corpus-run: corpus $(POLYGRAPHY_VENV)/bin/polygraphy
 	CORPUS_MODELS=$(abspath $(CORPUS_MODELS)) CORPUS_POLYGRAPHY=$(abspath $(POLYGRAPHY_VENV))/bin/polygraphy \
