@@ -57,6 +57,7 @@ def snapshot(folder: Path) -> dict:
 
 @pytest.fixture
 def project(tmp_path):
+    (tmp_path / ".git").mkdir()  # a repository: its root holds specs/, models/ and out/
     model = build(tmp_path / "models")
     (tmp_path / "specs").mkdir()
     spec = write_spec(tmp_path / "specs", "patchspec: 1\nmodel: ../models/m.onnx\noutput: ../out/o.onnx\npatches: []\n")
