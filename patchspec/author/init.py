@@ -174,6 +174,15 @@ def _batch_axes(
         raise PatchError(f"cannot find the batch: {exc.message}", exc.hint) from None
     chosen = list(detected.axes)
     how = {pair: "detected (the first input's batch dim, wherever it appears)" for pair in chosen}
+    for (name, axis), node in _recurrent_states(model, _SEQUENCES).items():  # X [seq, batch, ...]: axis 0 is time
+        for at, (chosen_name, chosen_axis) in enumerate(chosen):
+            if chosen_name == name and chosen_axis != axis:
+                how.pop(chosen[at])
+                chosen[at] = (name, axis)
+                how[(name, axis)] = (
+                    f"the sequence input of {node}, whose batch axis is {axis} (axis {chosen_axis} is time)"
+                )
+    old_size = batch_axes(model, dict(chosen)).old_size
     for pair, node in _recurrent_states(model).items():
         if pair not in chosen and pair[0] not in {name for name, _ in chosen}:
             why_not = runner.refutes(chosen, pair)
@@ -203,7 +212,7 @@ def _batch_axes(
             )
     refusal = prober.refusal(chosen)
     if refusal is None:
-        paired = _state_pairs(model, prober.patched(chosen), chosen, detected.old_size)
+        paired = _state_pairs(model, prober.patched(chosen), chosen, old_size)
         if paired and prober.refusal(chosen + list(paired)) is None:
             how.update(
                 {
@@ -236,17 +245,20 @@ def _batch_axes(
 
 #: recurrent ops and the operands that hold their initial state ([directions, batch, hidden] by default)
 _STATES = {"LSTM": (5, 6), "GRU": (5,), "RNN": (5,)}
+#: the operand a recurrent op runs through: its sequence X, batch on the same axis as its state
+_SEQUENCES = {"LSTM": (0,), "GRU": (0,), "RNN": (0,)}
 #: ops between a state input and the recurrent op that keep its batch axis (a Slice of its layers)
 _STATE_PATH = {"Identity", "Cast", "Slice", "Split"}
 
 
-def _recurrent_states(model: onnx.ModelProto) -> dict[Pair, str]:
-    """Graph inputs that an LSTM/GRU/RNN takes as its initial state: {(input, batch axis): "GRU 'name'"}."""
+def _recurrent_states(model: onnx.ModelProto, operands: dict[str, tuple[int, ...]] = _STATES) -> dict[Pair, str]:
+    """Graph inputs that an LSTM/GRU/RNN takes as its initial state (or, with ``_SEQUENCES``, as its
+    sequence): {(input, batch axis): "GRU 'name'"}."""
     inputs = fed_inputs(model.graph)
     producers = {o: node for node in model.graph.node for o in node.output if o}
     found: dict[Pair, str] = {}
     for graph_node in (site.node for site in walk_nodes(model.graph)):
-        for operand in _STATES.get(graph_node.op_type, ()):
+        for operand in operands.get(graph_node.op_type, ()):
             if operand >= len(graph_node.input) or not graph_node.input[operand]:
                 continue
             name = graph_node.input[operand]

@@ -143,6 +143,9 @@ def test_a_state_that_keeps_the_batch_on_axis_1_is_found(tmp_path, run_cli):
     result = run_cli("init", tmp_path / "gru.onnx", "--output", spec)
     assert result.exit_code == 0, result.output
     assert "h0     1" in result.stdout and "the initial state of GRU" in result.stdout
+    # x [5, 1, 4] is [sequence, batch, features]: its batch is axis 1, not the time axis 0
+    assert yaml.safe_load(spec.read_text())["patches"][0]["set_batch"]["inputs"] == {"x": 1, "h0": 1}
+    assert "the sequence input of GRU" in spec.read_text()
 
 
 def test_options_and_refusals(tmp_path, run_cli):
