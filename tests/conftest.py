@@ -20,12 +20,17 @@ def ppocr_models() -> dict[str, Path]:
     return models
 
 
+@pytest.fixture
+def models_outside_the_project(monkeypatch):
+    """Real models live in site-packages or the corpus, outside any test's project: the runs name the
+    project root (``$PATCHSPEC_ROOT``, as ``--root``), as a user with such a layout would."""
+    monkeypatch.setenv("PATCHSPEC_ROOT", "/")
+
+
 @pytest.fixture(autouse=True)
-def _real_models_outside_the_project(request, monkeypatch):
-    """The PP-OCR models live in site-packages, outside any test's project: tests that use them name
-    the project root (``$PATCHSPEC_ROOT``, as ``--root``), as a user with such a layout would."""
-    if "ppocr_models" in request.fixturenames:
-        monkeypatch.setenv("PATCHSPEC_ROOT", "/")
+def _ppocr_models_outside_the_project(request):
+    if "ppocr_models" in request.fixturenames:  # the PP-OCR models are in site-packages
+        request.getfixturevalue("models_outside_the_project")
 
 
 @dataclass

@@ -30,6 +30,10 @@ ALL = sorted(
 )
 
 
+#: the models lie outside each test's folder (site-packages, the corpus): the runs name the root
+pytestmark = pytest.mark.usefixtures("models_outside_the_project")
+
+
 def patchspec(*args) -> tuple[int, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -23,6 +23,7 @@ def load_example():
 @pytest.fixture
 def workspace(tmp_path):
     """A copy of the repo layout the spec expects: specs/ next to models/ and build/."""
+    (tmp_path / ".git").mkdir()  # a repository: its root holds the three
     (tmp_path / "specs").mkdir()
     shutil.copy(SPEC, tmp_path / "specs" / SPEC.name)
     maker = load_example()

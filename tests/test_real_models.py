@@ -25,11 +25,8 @@ def _session(path):
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-@pytest.fixture(autouse=True)
-def _corpus_outside_the_project(monkeypatch):
-    """The corpus models lie outside each test's folder: the runs name the root ($PATCHSPEC_ROOT, as
-    --root), as a user with such a layout would."""
-    monkeypatch.setenv("PATCHSPEC_ROOT", "/")
+#: the models lie outside each test's folder (site-packages, the corpus): the runs name the root
+pytestmark = pytest.mark.usefixtures("models_outside_the_project")
 
 
 def _spec(tmp_path, model, size, verify=""):

@@ -10,6 +10,7 @@ from helpers import REPO
 
 
 def _setup(tmp_path):
+    (tmp_path / ".git").mkdir()  # laid out as the repository, whose root holds specs/ and models/
     (tmp_path / "specs").mkdir()
     (tmp_path / "models").mkdir()
     subprocess.run(

@@ -45,6 +45,7 @@ def seed_spec(tmp_path_factory, original):
     """A copy of specs/scrfd_b32.yaml and the generated model, laid out as in the repository;
     the run cases use smaller images."""
     root = tmp_path_factory.mktemp("seed")
+    (root / ".git").mkdir()  # a repository: its root holds specs/, models/ and build/
     (root / "specs").mkdir()
     (root / "models").mkdir()
     (root / "models" / "scrfd_like.onnx").write_bytes(original.read_bytes())
