@@ -71,7 +71,7 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" tests
 
-# ruff (lint and format) on everything, mypy (strict) on the public API; the versions come from the
+# ruff (lint and format) on everything, mypy (strict) on patchspec/ and plugins/; the versions come from the
 # `lint` extra
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

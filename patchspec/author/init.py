@@ -244,9 +244,9 @@ def _batch_axes(
 
 
 #: recurrent ops and the operands that hold their initial state ([directions, batch, hidden] by default)
-_STATES = {"LSTM": (5, 6), "GRU": (5,), "RNN": (5,)}
+_STATES: dict[str, tuple[int, ...]] = {"LSTM": (5, 6), "GRU": (5,), "RNN": (5,)}
 #: the operand a recurrent op runs through: its sequence X, batch on the same axis as its state
-_SEQUENCES = {"LSTM": (0,), "GRU": (0,), "RNN": (0,)}
+_SEQUENCES: dict[str, tuple[int, ...]] = {"LSTM": (0,), "GRU": (0,), "RNN": (0,)}
 #: ops between a state input and the recurrent op that keep its batch axis (a Slice of its layers)
 _STATE_PATH = {"Identity", "Cast", "Slice", "Split"}
 

@@ -40,9 +40,10 @@ def _declare_params(cls: type) -> None:
     if declared is None:
         return
     if "Params" not in vars(cls):
-        cls.Params = declared  # type: ignore[attr-defined]
+        cls.Params = declared  # type: ignore[attr-defined]  # set on the class the generic base names
     if "params_schema" not in vars(cls):
-        cls.params_schema = schema_of(declared, vars(cls).get("description", ""))  # type: ignore[attr-defined]
+        schema = schema_of(declared, vars(cls).get("description", ""))
+        cls.params_schema = schema  # type: ignore[attr-defined]  # set on the class the generic base names
 
 
 @dataclass(frozen=True, eq=False)

@@ -110,7 +110,7 @@ def _faults_fail(check: F) -> F:
         except PluginError as fault:
             raise AssertionError(str(fault)) from fault.__cause__
 
-    return checked  # type: ignore[return-value]
+    return checked  # type: ignore[return-value]  # functools.wraps keeps the signature; mypy sees Any
 
 
 @_faults_fail
