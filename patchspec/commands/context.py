@@ -3,7 +3,6 @@ plugin registry), the ``-q``/``-v`` options a command repeats, and the exit code
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -94,18 +93,11 @@ def exit_code_of(exc: BaseException) -> int:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``path`` whole or not at all: a temporary file beside it, renamed over it (an
-    unpredictable name made with ``O_EXCL``, never written through a link planted there)."""
-    import tempfile
+    """Write ``path`` whole or not at all (the depfile, the report, the schema): see
+    :func:`patchspec.run.commit.write_text_atomically`, imported here only when a command writes."""
+    from patchspec.run.commit import write_text_atomically
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomically(path, text)
 
 
 def root_option(command: F) -> F:
