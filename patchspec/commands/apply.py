@@ -80,9 +80,9 @@ def apply(
     if check_only and (force or depfile or report_path):
         raise UsageError("--check writes nothing: it does not take --force, --depfile or --report")
     state.more(verbose, quiet)
-    requests = noop_requests(state, specs, model, output, no_verify, strict_paths)
+    requests = noop_requests(state, specs, model, output, no_verify, strict_paths, allow_undecided)
     if check_only:
-        check(state, specs, model, output, no_verify, strict_paths, requests, root)
+        check(state, specs, model, output, no_verify, strict_paths, requests, root, allow_undecided)
         return
     if not (force or depfile or report_path) and all_up_to_date(state, requests):
         return
@@ -136,7 +136,13 @@ def apply(
 
 
 def noop_requests(
-    state: State, specs: tuple[Path, ...], model: Path | None, output: Path | None, no_verify: bool, strict_paths: bool
+    state: State,
+    specs: tuple[Path, ...],
+    model: Path | None,
+    output: Path | None,
+    no_verify: bool,
+    strict_paths: bool,
+    allow_undecided: bool = False,
 ) -> list[Request]:
     """How each spec is asked for, as the stat cache's record of a no-op keeps it (``run/noop``); none
     while the plugins are not only the installed ones (a test's)."""
@@ -146,7 +152,7 @@ def noop_requests(
     plugins = installed_plugins()
     if plugins is None or state.registry is not load_registry:
         return []
-    return [Request(spec, model, output, no_verify, strict_paths, plugins) for spec in specs]
+    return [Request(spec, model, output, no_verify, strict_paths, allow_undecided, plugins) for spec in specs]
 
 
 def all_up_to_date(state: State, requests: list[Request]) -> bool:
@@ -175,6 +181,7 @@ def check(
     strict_paths: bool,
     requests: list[Request],
     root: Path | None = None,
+    allow_undecided: bool = False,
 ) -> None:
     """apply --check: one line per output; exit 6 when any would be rebuilt."""
     from patchspec.run.noop import up_to_date
@@ -191,7 +198,9 @@ def check(
     engine = Engine(registry, state.reporter, strict_paths=strict_paths, root=root)
     stale = []
     for spec in [load_spec(path, registry, root=root) for path in specs]:
-        verdict, reasons = engine.check(spec, model=model, output=output, no_verify=no_verify)
+        verdict, reasons = engine.check(
+            spec, model=model, output=output, no_verify=no_verify, allow_undecided=allow_undecided
+        )
         target = output or cwd_relative(spec.output)
         if verdict == "up to date":
             state.echo(f"{target}: up to date")

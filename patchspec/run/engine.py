@@ -274,7 +274,7 @@ class Engine:
         with ThreadPoolExecutor(max_workers=1) as pool:
             # hashing gigabytes of weights overlaps the patches and the copy unless an existing
             # output's digest must be compared first (the stat cache makes that a stat per file)
-            parts = pool.submit(self.digest_parts, loaded, no_verify, cache)
+            parts = pool.submit(self.digest_parts, loaded, no_verify, cache, allow_undecided)
             parts.add_done_callback(
                 lambda done: setattr(report, "digest", digest_of(done.result())) if not done.exception() else None
             )
@@ -347,15 +347,19 @@ class Engine:
         report.status = "written" if changed else "unchanged"
         return written
 
-    def digest_parts(self, loaded: LoadedInput, no_verify: bool, cache: StatCache | None = None) -> dict[str, str]:
+    def digest_parts(
+        self, loaded: LoadedInput, no_verify: bool, cache: StatCache | None = None, allow_undecided: bool = False
+    ) -> dict[str, str]:
         """Each thing the output depends on, by a name that says what it is, with its hash or version:
         the spec text, model and data bytes, the bytes of the files steps read, patchspec's and each
         plugin's version. Files enter by content and by the name the spec gives them, never by
         absolute path, so two checkouts at different folders build the same bytes (docs/cli.md).
-        With a stat cache, a file whose identity did not change is not read again."""
+        With a stat cache, a file whose identity did not change is not read again. An output written
+        with undecided points (``--no-verify --allow-undecided``) is a build of its own."""
         sha256 = self._hashing(cache.sha256 if cache is not None else file_sha256)
         parts = {
-            "patchspec": f"{__version__} no_verify={no_verify}",
+            "patchspec": f"{__version__} no_verify={no_verify}"
+            + (" allow_undecided" if no_verify and allow_undecided else ""),
             "spec": loaded.spec.text_digest,
             f"model {loaded.model_path.name}": sha256(loaded.model_path),
         }
@@ -371,7 +375,13 @@ class Engine:
 
     @_within_root
     def check(
-        self, spec: Spec, *, model: Path | None = None, output: Path | None = None, no_verify: bool = False
+        self,
+        spec: Spec,
+        *,
+        model: Path | None = None,
+        output: Path | None = None,
+        no_verify: bool = False,
+        allow_undecided: bool = False,
     ) -> tuple[str, list[str]]:
         """Whether ``apply`` would rebuild, without writing anything: ("up to date" | "missing" |
         "stale", what changed since the output was built, files named by their paths)."""
@@ -382,7 +392,7 @@ class Engine:
             return "stale", ["the output is incomplete (a data file missing or short) or not written by patchspec"]
         if stamped is None:
             return "missing", []
-        parts = self.digest_parts(loaded, no_verify, cache)
+        parts = self.digest_parts(loaded, no_verify, cache, allow_undecided)
         changed = self._input_changes(loaded, stamped.parts, parts) if stamped.digest != digest_of(parts) else []
         changed += stamped.data_changes(cache.sha256)
         return ("stale", changed) if changed else ("up to date", [])

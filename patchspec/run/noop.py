@@ -31,6 +31,7 @@ class Request:
     output: Path | None = None
     no_verify: bool = False
     strict_paths: bool = False
+    allow_undecided: bool = False
     #: every installed plugin's name -> distribution and version (and the plugins disabled)
     plugins: dict[str, str] = field(default_factory=dict)
 
@@ -41,6 +42,7 @@ class Request:
             "model": os.path.abspath(self.model) if self.model else None,
             "output": os.path.abspath(self.output) if self.output else None,
             "no_verify": self.no_verify,
+            "allow_undecided": self.no_verify and self.allow_undecided,
             "strict_paths": self.strict_paths,
             "patchspec": __version__,
             "plugins": self.plugins,

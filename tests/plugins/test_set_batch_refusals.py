@@ -138,6 +138,19 @@ def test_an_undecided_point_without_verification_is_written_only_when_allowed(tm
     assert not (tmp_path / "out" / "m2.onnx").exists()
 
 
+def test_an_output_written_with_undecided_points_is_no_build_of_a_plain_no_verify(tmp_path, run_cli):
+    """--allow-undecided is part of the build: a later plain --no-verify refuses again (exit 4) instead
+    of calling the model it would not have written "up to date", and --check says it is stale."""
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["y"], name="regroup")]
+    model = graph_model(nodes, [tensor_info("x", [2, 3])], [tensor_info("y", [3, 2])], [ints("shape", [3, -1])])
+    spec = spec_for(tmp_path, model)
+    assert run_cli("apply", spec, "--no-verify", "--allow-undecided").exit_code == 0
+    assert "up to date" in run_cli("apply", spec, "--no-verify", "--allow-undecided").stdout
+    assert run_cli("apply", spec, "--check", "--no-verify", "--allow-undecided").exit_code == 0
+    assert run_cli("apply", spec, "--check", "--no-verify").exit_code == 6
+    assert run_cli("apply", spec, "--no-verify").exit_code == 4
+
+
 def test_a_model_onnx_inference_gives_up_on_is_a_located_refusal_not_a_bug(tmp_path, run_cli):
     """A custom-op node whose domain has no opset import (Polygraphy's custom_op_node.onnx): onnx's
     inference raises even when lenient. That is the model's problem (exit 4), never patchspec's (5)."""
