@@ -152,9 +152,10 @@ class Guard:
         try:
             return call()
         except PatchError as exc:  # from a helper of the API, not context.fail: give it the step's place
+            # placed already: by context.fail (as data), or in the text by a plugin written for API 1.1
             if not self.where or exc.where is not None or exc.message.startswith(self.where):
                 raise
-            raise PatchError(f"{self.where}: {exc.message}", exc.hint) from None
+            raise PatchError(f"{self.where}: {exc.message}", exc.hint, key=exc.key, node=exc.node) from None
         except (PatchspecError, MemoryError):
             raise
         except Exception as exc:
