@@ -97,6 +97,8 @@ def _overwrite_constant(source: ConstantSource | None, tensor: onnx.TensorProto)
 
 def explicit_squeezes(model: onnx.ModelProto, squeezes: list[tuple[NodeSite, list[int]]]) -> list[str]:
     """Give each Squeeze that dropped a batch of 1 the axes it removes at the new batch."""
+    if not squeezes:
+        return []  # no name table to build: a walk over every node
     opset = default_opset(model)
     taken = all_names(model)
     lines = []
@@ -194,8 +196,8 @@ def _reconcile(info: onnx.ValueInfoProto, trace: BatchTrace, size: Size) -> bool
             tensor_type.shape.dim.add()
         dims = [None] * rank
     squeezed = ranks[0] != ranks[1]  # a Squeeze drops the batch at batch 1 only: declare the shape at the new batch
-    for axis, dim in enumerate(shape_dims(info)):
-        found = trace.batch_dim(info.name, axis)
+    written = shape_dims(info)
+    for axis, (dim, found) in enumerate(zip(written, trace.batch_dims(info.name, len(written)))):
         if isinstance(found, tuple):
             factor = found[1]
             found = size * factor if isinstance(size, int) else (size if factor == 1 else None)

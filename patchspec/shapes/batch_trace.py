@@ -91,8 +91,14 @@ class BatchTrace:
 
     def batch_dim(self, name: str, axis: int) -> BatchDim:
         """What the evaluation says of one dim: a size, ("batch", k), an input's dim_param, or None."""
-        knowns = self.at(name)[: 3 if self.moves_symbols else 2]  # the witness point aside
-        squeezed = self.squeezed_axis(name)
+        return self._dim_at(self.at(name)[: 3 if self.moves_symbols else 2], self.squeezed_axis(name), axis)
+
+    def batch_dims(self, name: str, rank: int) -> list[BatchDim]:
+        """:meth:`batch_dim` of every axis of one tensor, its points and squeeze looked up once."""
+        knowns, squeezed = self.at(name)[: 3 if self.moves_symbols else 2], self.squeezed_axis(name)
+        return [self._dim_at(knowns, squeezed, axis) for axis in range(rank)]
+
+    def _dim_at(self, knowns: list[Known], squeezed: int | None, axis: int) -> BatchDim:
         if squeezed is not None:  # the per-sample axes of the other points sit one to the left after it
             if axis == squeezed:
                 return ("batch", 1)
