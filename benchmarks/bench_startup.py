@@ -37,6 +37,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from lib.processes import compile_like_an_install
+
 PATCHSPEC = Path(sys.executable).with_name("patchspec")
 SPEC = "patchspec: 1\nmodel: model.onnx\noutput: out/model_b4.onnx\npatches:\n  - set_batch: 4\n"
 
@@ -135,6 +137,7 @@ def main() -> int:
     if not PATCHSPEC.exists():
         raise SystemExit(f"{PATCHSPEC} not found: run this with the python of the venv patchspec is installed in")
     repeat = 2 if args.quick else args.repeat
+    compile_like_an_install()
     folder = Path(tempfile.mkdtemp(prefix="bench-startup-"))
     try:
         write_model(folder)

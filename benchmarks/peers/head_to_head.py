@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lib.processes import compile_like_an_install
+
 from peers.calls import (
     PEERS_VENV,
     TOOL_TIMEOUT,
@@ -62,7 +64,16 @@ def head_to_head_commands(det: Path, folder: Path, quick: bool) -> dict[str, lis
     sanitize = [str(PEERS_VENV / "bin" / "polygraphy"), "surgeon", "sanitize", str(det)]
     sanitize += ["--override-input-shapes", *overrides, "-o", str(folder / "polygraphy.onnx")]
     commands = {
-        "patchspec apply --no-verify": [patchspec_binary(), "-q", "apply", str(spec), "--no-verify", "--force"],
+        "patchspec apply --no-verify": [
+            patchspec_binary(),
+            "-q",
+            "apply",
+            str(spec),
+            "--no-verify",
+            "--force",
+            "--root",
+            "/",
+        ],
         # onnx's shape inference: what polygraphy uses where onnxruntime's symbolic one (sympy) is not there
         "polygraphy surgeon sanitize": [*sanitize, "--no-onnxruntime-shape-inference"],
     }
@@ -79,6 +90,7 @@ def head_to_head(det: Path, workdir: Path, rounds: int, tools: Json, quick: bool
         return {"status": "skipped", "reason": f"polygraphy: {tools['polygraphy'].get('reason', 'not installed')}"}
     folder = workdir / "head-to-head"
     folder.mkdir(parents=True, exist_ok=True)
+    compile_like_an_install()
     commands = head_to_head_commands(det, folder, quick)
     slow = list(commands)[2:]
     samples: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
