@@ -161,9 +161,22 @@ def main() -> None:
         data["machine"] = f"{platform.system()} {platform.machine()}, Python {platform.python_version()}"
         data["command"] = "make corpus && nice .venv/bin/python benchmarks/corpus/run.py"
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        RESULTS.write_text(portable(json.dumps(data, indent=1, sort_keys=True)) + "\n")
         verdicts = {k: v.get("verdict") for k, v in outcome.items() if isinstance(v, dict)}
         print(f"{model.key} ({outcome['seconds']} s): {verdicts}", flush=True)
+
+
+def portable(text: str) -> str:
+    """The results without this machine's paths: the venv's tools by name, the repository as ".",
+    the models' folder as $CORPUS_MODELS (the results are committed; the paths mean nothing elsewhere)."""
+    places = [
+        (str(Path(sys.executable).parent) + os.sep, ""),
+        (str(models_folder()), "$CORPUS_MODELS"),
+        (str(REPO) + os.sep, ""),
+    ]
+    for place, shown in places:
+        text = text.replace(json.dumps(place)[1:-1], shown)
+    return text
 
 
 if __name__ == "__main__":
