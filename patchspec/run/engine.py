@@ -44,7 +44,7 @@ from patchspec.run.io_changes import io_changes
 from patchspec.run.model_paths import missing_model, refuse_same_file
 from patchspec.run.report import RunReport, StepOutcome
 from patchspec.run.reporter import Reporter
-from patchspec.run.stamp import OutputStamp, data_record, digest_of, shown_path, stamp_model
+from patchspec.run.stamp import OutputStamp, data_record, digest_of, input_changes, stamp_model
 from patchspec.run.statcache import StatCache, file_sha256
 from patchspec.spec.catalog import StepKind
 from patchspec.spec.confine import Root, check_model_path, check_output_path, within
@@ -401,23 +401,10 @@ class Engine:
         self, loaded: LoadedInput, built_from: dict[str, str] | None, parts: dict[str, str]
     ) -> list[str]:
         """What differs between the parts the output was built from and today's, files by path."""
-        if built_from is None:
-            return ["built by a patchspec that did not record its inputs"]
         paths = {"spec": loaded.spec.path, f"model {loaded.model_path.name}": loaded.model_path}
         paths.update({f"data {path.name}": path for path in loaded.data_paths})
         paths.update({f"file {written}": path for written, path in self.written_dependencies(loaded.spec)})
-        changed = []
-        for name in parts:
-            if name not in built_from:
-                changed.append(f"{shown_path(paths[name]) if name in paths else name} is new")
-            elif built_from[name] != parts[name]:  # a file by its path; a version with both values
-                changed.append(
-                    f"{shown_path(paths[name])} changed"
-                    if name in paths
-                    else f"{name} changed ({built_from[name]} -> {parts[name]})"
-                )
-        changed += [f"{name} is gone" for name in built_from if name not in parts]
-        return changed or ["the digest differs"]
+        return input_changes(built_from, parts, paths)
 
     def step_dependencies(self, spec: Spec) -> list[Path]:
         """Files the spec's patches and verifiers read besides the models (npy inputs, references)."""

@@ -145,3 +145,22 @@ def shown_path(path: Path) -> str:
         return str(absolute.relative_to(Path.cwd()))
     except (ValueError, OSError):
         return str(absolute)
+
+
+def input_changes(built_from: dict[str, str] | None, parts: dict[str, str], paths: dict[str, Path]) -> list[str]:
+    """What differs between the parts an output was built from and today's: a file by its path
+    (``paths``: part name -> file), a version with both values."""
+    if built_from is None:
+        return ["built by a patchspec that did not record its inputs"]
+    changed = []
+    for name in parts:
+        if name not in built_from:
+            changed.append(f"{shown_path(paths[name]) if name in paths else name} is new")
+        elif built_from[name] != parts[name]:
+            changed.append(
+                f"{shown_path(paths[name])} changed"
+                if name in paths
+                else f"{name} changed ({built_from[name]} -> {parts[name]})"
+            )
+    changed += [f"{name} is gone" for name in built_from if name not in parts]
+    return changed or ["the digest differs"]

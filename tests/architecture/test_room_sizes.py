@@ -20,8 +20,11 @@ def test_no_module_is_over_450_lines(room):
     sizes = {
         str(path.relative_to(REPO)): len(path.read_text(encoding="utf-8").splitlines())
         for path in sorted((REPO / room).rglob("*.py"))
-        if ".venv" not in path.parts and "build" not in path.parts
+        # not a virtual environment a benchmark made (.peers-venv), nor a build's copy
+        if not any(part.startswith(".") or part == "build" for part in path.relative_to(REPO).parts)
     }
     assert sizes, f"{room} holds no module: the test would pass on nothing"
     too_big = {path: lines for path, lines in sizes.items() if lines > MOST_LINES}
-    assert not too_big, f"split these by job (at most {MOST_LINES} lines each): {too_big}"
+    assert not too_big, (
+        f"split these by job (at most {MOST_LINES} lines each): { {k: too_big[k] for k in sorted(too_big)[:10]} }"
+    )

@@ -299,7 +299,7 @@ def test_exception_in_a_plugin_is_exit_5_naming_plugin_and_versions(project, run
 
 
 def test_unexpected_exception_in_patchspec_is_one_line_exit_5(project, run_cli, monkeypatch):
-    def broken_digest(self, loaded, no_verify, cache=None):
+    def broken_digest(self, loaded, *args):
         raise AttributeError("boom in core")
 
     monkeypatch.setattr(patchspec.run.engine.Engine, "digest_parts", broken_digest)

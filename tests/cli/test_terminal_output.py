@@ -122,7 +122,7 @@ def test_verbose_adds_no_traceback_to_an_expected_failure(tmp_path, run_cli, cod
 def test_a_bug_with_verbose_prints_one_traceback_and_the_error_once(tmp_path, run_cli, monkeypatch):
     import patchspec.run.engine
 
-    def broken_digest(self, loaded, no_verify, cache=None):
+    def broken_digest(self, loaded, *args):
         raise AttributeError("boom " + "in core")  # the source line the traceback quotes does not say it
 
     monkeypatch.setattr(patchspec.run.engine.Engine, "digest_parts", broken_digest)
