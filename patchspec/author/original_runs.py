@@ -82,15 +82,8 @@ class OriginalRuns:
             return Ran(None, short(exc))
         except MemoryError:
             return Ran(None, "out of memory")
-        return Ran({name: _shape(value) for name, value in outputs.items()})
-
-
-def _shape(value: Any) -> tuple[int, ...]:
-    """A tensor's shape; a sequence or map output (a ZipMap's list of dicts) by its length."""
-    shape = getattr(value, "shape", None)
-    if shape is not None:
-        return tuple(int(d) for d in shape)
-    return (len(value),) if isinstance(value, (list, tuple, dict)) else ()
+        # outputs are arrays: a ZipMap's sequence of maps comes as one row per element (Session.run)
+        return Ran({name: tuple(int(d) for d in value.shape) for name, value in outputs.items()})
 
 
 def weight_bytes(model: onnx.ModelProto) -> int:

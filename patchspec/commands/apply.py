@@ -155,14 +155,23 @@ def noop_requests(
     return [Request(spec, model, output, no_verify, strict_paths, allow_undecided, plugins) for spec in specs]
 
 
+def cached_outputs(requests: list[Request]) -> list[Path] | None:
+    """Every output's path when each one is up to date by the stat cache alone; None when one may not
+    be (or nothing was asked), and the full check must tell."""
+    from patchspec.run.noop import up_to_date
+
+    outputs = [up_to_date(request) for request in requests]
+    found = [path for path in outputs if path is not None]
+    return found if requests and len(found) == len(requests) else None
+
+
 def all_up_to_date(state: State, requests: list[Request]) -> bool:
     """The no-op of ``apply``, from the stat cache alone: True (and each spec's lines printed) when
     every output is up to date; False when one may not be, and the full run must tell."""
-    from patchspec.run.noop import up_to_date
     from patchspec.run.reporter import summary_line
 
-    outputs = [path for path in map(up_to_date, requests) if path is not None]
-    if not requests or len(outputs) != len(requests):
+    outputs = cached_outputs(requests)
+    if outputs is None:
         return False
     for request, path in zip(requests, outputs):
         state.echo(f"patchspec {request.spec}")
@@ -184,10 +193,8 @@ def check(
     allow_undecided: bool = False,
 ) -> None:
     """apply --check: one line per output; exit 6 when any would be rebuilt."""
-    from patchspec.run.noop import up_to_date
-
-    outputs = [path for path in map(up_to_date, requests) if path is not None]
-    if requests and len(outputs) == len(requests):  # every output up to date, by the stat cache alone
+    outputs = cached_outputs(requests)
+    if outputs is not None:
         for path in outputs:
             state.echo(f"{output or cwd_relative(path)}: up to date")
         return
