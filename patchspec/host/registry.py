@@ -333,8 +333,7 @@ def _patchspec_entry_points() -> list[metadata.EntryPoint]:
 
 
 def _is_builtin(entry_point: metadata.EntryPoint) -> bool:
-    dist = getattr(entry_point, "dist", None)
-    return dist is not None and dist.name == BUILTIN_DISTRIBUTION
+    return distribution_of(entry_point)[0] == BUILTIN_DISTRIBUTION
 
 
 def _declared_types(plugins: list[metadata.EntryPoint]) -> dict[tuple[str, str], set[str]]:
@@ -344,10 +343,10 @@ def _declared_types(plugins: list[metadata.EntryPoint]) -> dict[tuple[str, str],
     for kind, group in TYPE_GROUPS.items():
         for entry in metadata.entry_points(group=group):
             module = entry.value.split(":")[0].strip()
-            dist = getattr(getattr(entry, "dist", None), "name", None)
+            dist = distribution_of(entry)[0]
             for plugin in plugins:
                 home = plugin.value.split(":")[0].strip()
-                same_dist = getattr(getattr(plugin, "dist", None), "name", None) == dist
+                same_dist = distribution_of(plugin)[0] == dist
                 if same_dist and (module == home or module.startswith(home + ".")):
                     declared.setdefault((kind, entry.name), set()).add(plugin.name)
     return declared
