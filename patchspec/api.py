@@ -30,82 +30,165 @@ from __future__ import annotations
 
 import importlib
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from patchspec.errors import UsageError, close_matches, did_you_mean
-from patchspec.model.data_writer import DIGEST_FIELD, OUTPUT_LAYOUT, Layout, refuse_inline_overflow
-from patchspec.model.external_data import ORT_MEMORY_MARKER, is_external, iter_tensors, read_tensor
-from patchspec.model.graph import (
-    ELEMENT_TYPES,
-    Namer,
-    NodeSite,
-    ScopeIndex,
-    all_graphs,
-    all_names,
-    bodies,
-    constant_value,
-    default_opset,
-    fresh_name,
-    subgraphs,
-    use_counts,
-)
-from patchspec.model.selectors import SELECTOR_SCHEMA, check_selector, select_nodes
-from patchspec.ort.case_fit import case_fit_problems, unlisted_input_problems
-from patchspec.ort.comparison import (
-    DEFAULT_ATOL,
-    DEFAULT_RTOL,
-    DTYPE_TOLERANCES,
-    PRECISION,
-    OutputComparison,
-    compare_output,
-    nonfinite_problems,
-)
-from patchspec.ort.feeds import (
-    CASE_INPUT_SCHEMA,
-    DEFAULT_MAX_ELEMENTS,
-    DTYPES,
-    case_input_problems,
-    feed_shape_problems,
-    format_shape,
-    make_feeds,
-    shape_problems,
-)
-from patchspec.ort.inspection import lint_model
-from patchspec.ort.run_cases import run_verification
-from patchspec.ort.sessions import (
-    DEFAULT_PROVIDERS,
-    DEFAULT_TIMEOUT,
-    OPTIMIZATION_LEVELS,
-    BatchSplit,
-    ProviderUnusable,
-    RunFailure,
-    Session,
-    TensorDecl,
-    provider_skip_reasons,
-)
-from patchspec.shapes import expressions
-from patchspec.shapes.annotations import (
-    PINNED_DIMS,
-    all_annotations,
-    apply_pins,
-    dim_params,
-    format_dims,
-    has_shape,
-    read_dim,
-    read_dims,
-    rederive_shapes,
-    shape_dims,
-    typed,
-    write_dim,
-)
-from patchspec.shapes.batch_axes import BatchAxes, BatchAxesError, batch_axes, fed_inputs
-from patchspec.shapes.batch_rewrite import declare_from_trace, explicit_squeezes, rewrite_batch_constants
-from patchspec.shapes.batch_trace import BatchTrace, Rewrite, Undecided
-from patchspec.shapes.batch_tracker import trace_batch
-from patchspec.shapes.compiler import ShapeCompileError, ShapeCompiler, TensorIndex
-from patchspec.shapes.evaluate import BROADCASTING, Known, ShapeEvaluator
-from patchspec.shapes.spec_lines import FlowValue, SpecFix, spec_lines
-from patchspec.shapes.values import input_values
+if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported on first use (below)
+    from patchspec.errors import UsageError, close_matches, did_you_mean
+    from patchspec.model.data_names import DIGEST_FIELD, ORT_MEMORY_MARKER
+    from patchspec.model.data_writer import OUTPUT_LAYOUT, Layout, refuse_inline_overflow
+    from patchspec.model.element_types import ELEMENT_TYPES
+    from patchspec.model.external_data import is_external, iter_tensors, read_tensor
+    from patchspec.model.graph import (
+        Namer,
+        NodeSite,
+        ScopeIndex,
+        all_graphs,
+        all_names,
+        bodies,
+        constant_value,
+        default_opset,
+        fresh_name,
+        subgraphs,
+        use_counts,
+    )
+    from patchspec.model.selector_schema import SELECTOR_SCHEMA, check_selector
+    from patchspec.model.selectors import select_nodes
+    from patchspec.ort.case_fit import case_fit_problems, unlisted_input_problems
+    from patchspec.ort.case_inputs import (
+        CASE_INPUT_SCHEMA,
+        DEFAULT_MAX_ELEMENTS,
+        DTYPES,
+        case_input_problems,
+        value_shape,
+    )
+    from patchspec.ort.comparison import OutputComparison, compare_output, nonfinite_problems
+    from patchspec.ort.feeds import feed_shape_problems, format_shape, make_feeds, shape_problems
+    from patchspec.ort.inspection import lint_model
+    from patchspec.ort.run_cases import run_verification
+    from patchspec.ort.sessions import (
+        BatchSplit,
+        ProviderUnusable,
+        RunFailure,
+        Session,
+        TensorDecl,
+        provider_skip_reasons,
+    )
+    from patchspec.ort.settings import (
+        DEFAULT_ATOL,
+        DEFAULT_PROVIDERS,
+        DEFAULT_RTOL,
+        DEFAULT_TIMEOUT,
+        DTYPE_TOLERANCES,
+        OPTIMIZATION_LEVELS,
+        PRECISION,
+    )
+    from patchspec.shapes import expressions
+    from patchspec.shapes.annotations import (
+        PINNED_DIMS,
+        all_annotations,
+        apply_pins,
+        dim_params,
+        format_dims,
+        has_shape,
+        read_dim,
+        read_dims,
+        rederive_shapes,
+        shape_dims,
+        typed,
+        write_dim,
+    )
+    from patchspec.shapes.batch_axes import BatchAxes, BatchAxesError, batch_axes, fed_inputs
+    from patchspec.shapes.batch_rewrite import declare_from_trace, explicit_squeezes, rewrite_batch_constants
+    from patchspec.shapes.batch_trace import BatchTrace, Rewrite, Undecided
+    from patchspec.shapes.batch_tracker import trace_batch
+    from patchspec.shapes.compiler import ShapeCompileError, ShapeCompiler, TensorIndex
+    from patchspec.shapes.evaluate import BROADCASTING, Known, ShapeEvaluator
+    from patchspec.shapes.spec_lines import FlowValue, SpecFix, spec_lines
+    from patchspec.shapes.values import input_values
+
+#: each public name -> the module that defines it. ``import patchspec.api`` imports none of them (PEP 562):
+#: a plugin that takes only light names at module level (schemas, their checks, defaults) imports
+#: neither onnx nor numpy until it patches a model, so ``validate`` reads its schema cheaply
+_HOME = {
+    **dict.fromkeys(["UsageError", "close_matches", "did_you_mean"], "patchspec.errors"),
+    **dict.fromkeys(["Layout", "OUTPUT_LAYOUT", "refuse_inline_overflow"], "patchspec.model.data_writer"),
+    **dict.fromkeys(["DIGEST_FIELD", "ORT_MEMORY_MARKER"], "patchspec.model.data_names"),
+    **dict.fromkeys(["ELEMENT_TYPES"], "patchspec.model.element_types"),
+    **dict.fromkeys(["is_external", "iter_tensors", "read_tensor"], "patchspec.model.external_data"),
+    **dict.fromkeys(
+        [
+            "Namer",
+            "NodeSite",
+            "ScopeIndex",
+            "all_graphs",
+            "all_names",
+            "bodies",
+            "constant_value",
+            "default_opset",
+            "fresh_name",
+            "subgraphs",
+            "use_counts",
+        ],
+        "patchspec.model.graph",
+    ),
+    **dict.fromkeys(["SELECTOR_SCHEMA", "check_selector"], "patchspec.model.selector_schema"),
+    **dict.fromkeys(["select_nodes"], "patchspec.model.selectors"),
+    **dict.fromkeys(["case_fit_problems", "unlisted_input_problems"], "patchspec.ort.case_fit"),
+    **dict.fromkeys(
+        ["CASE_INPUT_SCHEMA", "DEFAULT_MAX_ELEMENTS", "DTYPES", "case_input_problems", "value_shape"],
+        "patchspec.ort.case_inputs",
+    ),
+    **dict.fromkeys(["OutputComparison", "compare_output", "nonfinite_problems"], "patchspec.ort.comparison"),
+    **dict.fromkeys(["feed_shape_problems", "format_shape", "make_feeds", "shape_problems"], "patchspec.ort.feeds"),
+    **dict.fromkeys(["lint_model"], "patchspec.ort.inspection"),
+    **dict.fromkeys(["run_verification"], "patchspec.ort.run_cases"),
+    **dict.fromkeys(
+        ["BatchSplit", "ProviderUnusable", "RunFailure", "Session", "TensorDecl", "provider_skip_reasons"],
+        "patchspec.ort.sessions",
+    ),
+    **dict.fromkeys(
+        [
+            "DEFAULT_ATOL",
+            "DEFAULT_PROVIDERS",
+            "DEFAULT_RTOL",
+            "DEFAULT_TIMEOUT",
+            "DTYPE_TOLERANCES",
+            "OPTIMIZATION_LEVELS",
+            "PRECISION",
+        ],
+        "patchspec.ort.settings",
+    ),
+    **dict.fromkeys(
+        [
+            "PINNED_DIMS",
+            "all_annotations",
+            "apply_pins",
+            "dim_params",
+            "format_dims",
+            "has_shape",
+            "read_dim",
+            "read_dims",
+            "rederive_shapes",
+            "shape_dims",
+            "typed",
+            "write_dim",
+        ],
+        "patchspec.shapes.annotations",
+    ),
+    **dict.fromkeys(["BatchAxes", "BatchAxesError", "batch_axes", "fed_inputs"], "patchspec.shapes.batch_axes"),
+    **dict.fromkeys(
+        ["declare_from_trace", "explicit_squeezes", "rewrite_batch_constants"], "patchspec.shapes.batch_rewrite"
+    ),
+    **dict.fromkeys(["BatchTrace", "Rewrite", "Undecided"], "patchspec.shapes.batch_trace"),
+    **dict.fromkeys(["trace_batch"], "patchspec.shapes.batch_tracker"),
+    **dict.fromkeys(["ShapeCompileError", "ShapeCompiler", "TensorIndex"], "patchspec.shapes.compiler"),
+    **dict.fromkeys(["BROADCASTING", "Known", "ShapeEvaluator"], "patchspec.shapes.evaluate"),
+    **dict.fromkeys(["FlowValue", "SpecFix", "spec_lines"], "patchspec.shapes.spec_lines"),
+    **dict.fromkeys(["input_values"], "patchspec.shapes.values"),
+    "expressions": "patchspec.shapes.expressions",
+}
+#: the public names that are modules themselves
+_MODULES = {"expressions"}
 
 __all__ = [
     # messages
@@ -208,6 +291,7 @@ __all__ = [
     "run_verification",
     "shape_problems",
     "unlisted_input_problems",
+    "value_shape",
 ]
 
 #: names 1.2 removes from the API (no plugin used them), with what to use instead; they still import,
@@ -223,13 +307,23 @@ DEPRECATED = {
 
 
 def __getattr__(name: str) -> Any:
-    """A deprecated name still imports, once more, with a warning that says what replaces it."""
+    """``patchspec.api.X``: the public name imported from its module on first use, then kept here; a
+    deprecated name still imports, with a warning that says what replaces it."""
+    if name in _HOME:
+        module = importlib.import_module(_HOME[name])
+        value = module if name in _MODULES else getattr(module, name)
+        globals()[name] = value
+        return value
     if name not in DEPRECATED:
         raise AttributeError(f"module 'patchspec.api' has no attribute {name!r}")
-    module, instead = DEPRECATED[name]
+    module_name, instead = DEPRECATED[name]
     warnings.warn(
         f"patchspec.api.{name} is deprecated since plugin API 1.2 and goes in 2.0; use {instead}",
         DeprecationWarning,
         stacklevel=2,
     )
-    return getattr(importlib.import_module(module), name)
+    return getattr(importlib.import_module(module_name), name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOME})

@@ -35,9 +35,6 @@ PROTOBUF_LIMIT = 2**31 - 1
 #: ``write_model``'s progress callback: (bytes done, bytes in all); the CLI's reporter draws it
 Progress = Callable[[int, int], None]
 
-#: in a layout's ``location``, replaced by the start of the output's digest (a content-addressed name)
-DIGEST_FIELD = "{digest}"
-
 
 @dataclass(frozen=True)
 class Layout:

@@ -23,11 +23,11 @@ import onnx
 from onnx import TensorProto, helper
 
 from patchspec.errors import ModelFileError, close_matches
+from patchspec.model.data_names import ORT_MEMORY_MARKER
 from patchspec.model.graph import subgraphs
 
 ALLOWED_KEYS = {"location", "offset", "length", "checksum", "basepath"}
 COPY_CHUNK = 8 * 1024 * 1024
-ORT_MEMORY_MARKER = "_ORT_MEM_ADDR_"
 
 
 @dataclass(frozen=True)

@@ -213,14 +213,6 @@ class Namer:
         return name
 
 
-#: element types by the names specs use: onnx's TensorProto names in lower case (``float``, ``int64``,
-#: ``float16``), and numpy's ``float32``/``float64`` for FLOAT/DOUBLE
-ELEMENT_TYPES: dict[str, int] = {
-    name.lower(): value for name, value in onnx.TensorProto.DataType.items() if value != onnx.TensorProto.UNDEFINED
-}
-ELEMENT_TYPES.update({"float32": onnx.TensorProto.FLOAT, "float64": onnx.TensorProto.DOUBLE})
-
-
 def default_opset(model: onnx.ModelProto) -> int:
     """The model's version of the default ONNX domain."""
     for opset in model.opset_import:
@@ -253,7 +245,6 @@ def sync_initializer_inputs(model: onnx.ModelProto, before: onnx.ModelProto) -> 
 
 
 __all__ = [
-    "ELEMENT_TYPES",
     "IR_INITIALIZERS_NEED_INPUTS",
     "Namer",
     "NodeSite",

@@ -8,14 +8,7 @@ from typing import Any
 import numpy as np
 
 from patchspec.ort.sessions import Feeds, RunFailure
-
-DEFAULT_RTOL = 1e-4
-DEFAULT_ATOL = 1e-5
-#: (rtol, atol) for outputs whose coarser side has this element type (a patch that casts to fp16);
-#: compare.tolerances overrides them, compare.rtol/atol apply to every other output
-DTYPE_TOLERANCES = {"float16": (1e-2, 1e-3), "bfloat16": (5e-2, 1e-2)}
-#: element types from coarse to fine, to pick the coarser side of a comparison
-PRECISION = ("bfloat16", "float16", "float32", "float64")
+from patchspec.ort.settings import DEFAULT_ATOL, DEFAULT_RTOL, DTYPE_TOLERANCES, PRECISION
 
 
 @dataclass(frozen=True)

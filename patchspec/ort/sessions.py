@@ -29,12 +29,8 @@ import numpy as np
 
 from patchspec.ort.data_links import staged_copy
 from patchspec.ort.hints import diagnose, node_of
+from patchspec.ort.settings import DEFAULT_PROVIDERS, DEFAULT_TIMEOUT, OPTIMIZATION_LEVELS
 
-DEFAULT_PROVIDERS = ("CPUExecutionProvider",)
-#: graph optimization levels a session can run at, by the name a spec gives them
-OPTIMIZATION_LEVELS = ("all", "extended", "basic", "disabled")
-#: seconds one run of a session may take before it is stopped (the ``run`` verifier's ``timeout``)
-DEFAULT_TIMEOUT = 600.0
 #: the first onnxruntime that takes the folder of external data for a model given as bytes
 EXTERNAL_FOLDER_OPTION_SINCE = (1, 21)
 _ORT_TYPES = {

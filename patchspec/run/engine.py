@@ -27,8 +27,8 @@ from patchspec.errors import (
 )
 from patchspec.host.boundary import Guard
 from patchspec.host.registry import PluginRegistry
+from patchspec.model.data_names import DIGEST_FIELD
 from patchspec.model.data_writer import (
-    DIGEST_FIELD,
     OUTPUT_LAYOUT,
     Layout,
     default_layout,
