@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Annotated, TypedDict
+from typing import TYPE_CHECKING, Annotated, TypedDict
 
-import onnx
-from onnx import helper
+from patchspec import Param, ParamProblem, PatchContext, PatchResult, PatchType, api, hookimpl
 
-from patchspec import Param, ParamProblem, PatchContext, PatchResult, PatchType, hookimpl
-from patchspec.api import ELEMENT_TYPES as DTYPES
+if TYPE_CHECKING:  # annotations only: onnx and numpy are imported where a model is patched
+    import onnx
 
 _SIZE = {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "minLength": 1}]}
 
 
 class AddInputParams(TypedDict):
     name: Annotated[str, Param("name of the new input; must not exist in the model", minLength=1)]
-    dtype: Annotated[str, Param("element type (int64, float32, ...)", schema={"enum": sorted(DTYPES)})]
+    dtype: Annotated[str, Param("element type (int64, float32, ...)", schema={"enum": sorted(api.ELEMENT_TYPES)})]
     shape: Annotated[
         list[int | str],
         Param("sizes: an integer (fixed) or a name (symbolic) per axis; [] for a scalar", items=_SIZE),
@@ -35,11 +34,13 @@ class AddInputPatch(PatchType[AddInputParams]):
                 yield ("shape", index), "a symbolic size needs a name, got a blank string"
 
     def apply(self, model: onnx.ModelProto, params: AddInputParams, context: PatchContext) -> PatchResult:
+        from onnx import helper
+
         name = params["name"]
         existing = _existing_kind(model.graph, name)
         if existing:
             context.fail(f"'{name}' already exists in the model ({existing}); choose another name", key=("name",))
-        info = helper.make_tensor_value_info(name, DTYPES[params["dtype"]], list(params["shape"]))
+        info = helper.make_tensor_value_info(name, api.ELEMENT_TYPES[params["dtype"]], list(params["shape"]))
         model.graph.input.append(info)
         shape = "[" + ", ".join(str(d) for d in params["shape"]) + "]"
         return PatchResult(True, f"added input '{name}' {params['dtype']} {shape}")

@@ -10,16 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import Annotated, Any, TypedDict
 
-from patchspec import Param, ParamProblem, PatchContext, PatchResult, PatchType, hookimpl
-from patchspec.api import (
-    DIGEST_FIELD,
-    ORT_MEMORY_MARKER,
-    OUTPUT_LAYOUT,
-    Layout,
-    is_external,
-    iter_tensors,
-    refuse_inline_overflow,
-)
+from patchspec import Param, ParamProblem, PatchContext, PatchResult, PatchType, api, hookimpl
 
 MAX_ALIGN = 1 << 30
 
@@ -73,17 +64,17 @@ class ExternalDataPatch(PatchType[ExternalDataParams]):
 
     def apply(self, model: Any, params: ExternalDataParams, context: PatchContext) -> PatchResult:
         if params.get("inline"):
-            refuse_inline_overflow(model, context.where(("inline",)))
-            context.state.set(OUTPUT_LAYOUT, Layout(location=None))
-            moved = sum(1 for t in iter_tensors(model.graph) if is_external(t))
+            api.refuse_inline_overflow(model, context.where(("inline",)))
+            context.state.set(api.OUTPUT_LAYOUT, api.Layout(location=None))
+            moved = sum(1 for t in api.iter_tensors(model.graph) if api.is_external(t))
             return PatchResult(False, f"output layout: every tensor inline ({moved} read from data files)")
-        layout = Layout(
+        layout = api.Layout(
             location=params.get("location", ""),  # no default: the output's name decides it
             size_threshold=params["size_threshold"],
             align=params["align"],
             checksum=params["checksum"],
         )
-        context.state.set(OUTPUT_LAYOUT, layout)
+        context.state.set(api.OUTPUT_LAYOUT, layout)
         name = layout.location or "<output file name>.data"
         extra = ", with sha1 checksums" if layout.checksum else ""
         summary = f"output layout: tensors of {layout.size_threshold} bytes or more in {name}, aligned to {layout.align}{extra}"
@@ -92,7 +83,7 @@ class ExternalDataPatch(PatchType[ExternalDataParams]):
 
 def location_problem(location: str) -> str | None:
     """Why ``location`` cannot name a data file next to the output, or None."""
-    if "\x00" in location or ORT_MEMORY_MARKER in location:
+    if "\x00" in location or api.ORT_MEMORY_MARKER in location:
         return f"location {location!r} is not a usable file name"
     if "/" in location or "\\" in location or PureWindowsPath(location).drive:
         return f"location '{location}' must be a plain file name next to the output model, without folders"
@@ -100,10 +91,10 @@ def location_problem(location: str) -> str | None:
         return f"location '{location}' is not a usable file name"
     if location.lower().endswith(".onnx"):
         return f"location '{location}' ends in .onnx; a data file must not look like a model (use e.g. '.data')"
-    if ("{" in location or "}" in location) and location.replace(DIGEST_FIELD, "").count("{") + location.replace(
-        DIGEST_FIELD, ""
+    if ("{" in location or "}" in location) and location.replace(api.DIGEST_FIELD, "").count("{") + location.replace(
+        api.DIGEST_FIELD, ""
     ).count("}"):
-        return f"location '{location}': the only field a data file name takes is {DIGEST_FIELD}"
+        return f"location '{location}': the only field a data file name takes is {api.DIGEST_FIELD}"
     return None
 
 

@@ -15,30 +15,12 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Callable, Iterable, Iterator
-from typing import Annotated, Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypedDict
 
-import onnx
+from patchspec import Param, ParamProblem, PatchContext, PatchResult, PatchType, api, hookimpl
 
-from patchspec import Param, ParamProblem, PatchContext, PatchResult, PatchType, hookimpl
-from patchspec.api import (
-    PINNED_DIMS,
-    SELECTOR_SCHEMA,
-    all_annotations,
-    all_graphs,
-    check_selector,
-    close_matches,
-    did_you_mean,
-    dim_params,
-    format_dims,
-    fresh_name,
-    has_shape,
-    read_dim,
-    read_dims,
-    rederive_shapes,
-    select_nodes,
-    shape_dims,
-    write_dim,
-)
+if TYPE_CHECKING:  # annotations only: onnx and numpy are imported where a model is patched
+    import onnx
 
 NAME_OR_SIZE = {
     "description": "a symbolic name (string) or a fixed size (integer)",
@@ -61,7 +43,7 @@ class RenameDimsParams(TypedDict, total=False):
             },
         ),
     ]
-    select: Annotated[dict[str, Any], Param(SELECTOR_SCHEMA["description"], schema=SELECTOR_SCHEMA)]
+    select: Annotated[dict[str, Any], Param(api.SELECTOR_SCHEMA["description"], schema=api.SELECTOR_SCHEMA)]
     tensors: Annotated[
         Literal["outputs", "inputs", "all"], Param("with select: which tensors of the selected nodes (default outputs)")
     ]
@@ -98,11 +80,11 @@ class RenameDimsPatch(PatchType[RenameDimsParams]):
                 yield ("axes", axis), f"an axis is an integer (0, 1, ..., or -1 for the last), got {axis!r}"
         for old in params.get("map") or {}:
             if not isinstance(old, str):
-                yield ("map", old), f"'map' renames dim_params (strings), got {old!r}; set fixed sizes with 'axes'"
+                yield ("map", old), f"'map' renames api.dim_params (strings), got {old!r}; set fixed sizes with 'axes'"
 
     def apply(self, model: onnx.ModelProto, params: RenameDimsParams, context: PatchContext) -> PatchResult:
         targets = target_annotations(model, params, context)
-        before = {id(info): read_dims(info) for info in targets}
+        before = {id(info): api.read_dims(info) for info in targets}
         renamed = Renamer(model, context)
         if params.get("map"):
             renamed.map_params(targets, params["map"])
@@ -110,14 +92,14 @@ class RenameDimsPatch(PatchType[RenameDimsParams]):
             renamed.set_axes(targets, params["axes"])
         if params.get("unique"):
             renamed.make_unique(targets)
-        changed = [info for info in targets if read_dims(info) != before[id(info)]]
+        changed = [info for info in targets if api.read_dims(info) != before[id(info)]]
         if not changed:
             return PatchResult(False, "every targeted dim already has that name or size")
         inputs_changed = {info.name for info in model.graph.input} & {info.name for info in changed}
         if inputs_changed:
-            rederive_shapes(model, context.state)
+            api.rederive_shapes(model, context.state)
         details = [
-            f"{info.name}: {format_dims(before[id(info)])} -> {format_dims(read_dims(info))}"
+            f"{info.name}: {api.format_dims(before[id(info)])} -> {api.format_dims(api.read_dims(info))}"
             for info in changed[:MAX_DETAILS]
         ]
         if len(changed) > MAX_DETAILS:
@@ -136,7 +118,7 @@ def _check_target(params: RenameDimsParams) -> Iterator[ParamProblem]:
     if "axes" in params and "tensor" not in params and "select" not in params:
         yield ("axes",), "'axes' needs a target ('tensor' or 'select'): axis numbers differ from tensor to tensor"
     if "select" in params:
-        for key, message in check_selector(params["select"]):
+        for key, message in api.check_selector(params["select"]):
             yield ("select", *key), message
     patterns = params.get("tensor")
     for index, pattern in enumerate(patterns if isinstance(patterns, list) else [patterns] if patterns else []):
@@ -158,10 +140,10 @@ def target_annotations(
     elif "select" in params:
         names = _names_from_selection(model, params, context)
     else:
-        return [info for info in all_annotations(model.graph) if has_shape(info)]
+        return [info for info in api.all_annotations(model.graph) if api.has_shape(info)]
     found = _annotations_named(model, names)
     if any(not found.get(name) for name in names):
-        rederive_shapes(model, context.state)  # intermediates without annotations: derive them
+        api.rederive_shapes(model, context.state)  # intermediates without annotations: derive them
         found = _annotations_named(model, names)
     return [info for name in names for info in found.get(name, [])]
 
@@ -169,8 +151,8 @@ def target_annotations(
 def _annotations_named(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, list[onnx.ValueInfoProto]]:
     wanted = set(names)
     found: dict[str, list[onnx.ValueInfoProto]] = {}
-    for info in all_annotations(model.graph):
-        if info.name in wanted and has_shape(info):
+    for info in api.all_annotations(model.graph):
+        if info.name in wanted and api.has_shape(info):
             found.setdefault(info.name, []).append(info)
     return found
 
@@ -178,7 +160,7 @@ def _annotations_named(model: onnx.ModelProto, names: Iterable[str]) -> dict[str
 def _tensor_names(model: onnx.ModelProto) -> list[str]:
     """Names of non-constant tensors, in graph order: inputs, node outputs, outputs, annotations."""
     names: dict[str, None] = {}
-    for graph in all_graphs(model.graph):
+    for graph in api.all_graphs(model.graph):
         constants = {t.name for t in graph.initializer}
         constants |= {n.output[0] for n in graph.node if n.op_type == "Constant" and n.output}
         for name in (
@@ -200,7 +182,7 @@ def _names_from_patterns(model: onnx.ModelProto, patterns: str | list[str], cont
         matched = [name for name in candidates if _matches(pattern, name)]
         if not matched:
             key = ("tensor", index) if isinstance(patterns, list) else ("tensor",)
-            near = close_matches(pattern.removeprefix("re:"), candidates)
+            near = api.close_matches(pattern.removeprefix("re:"), candidates)
             hint = f"close matches: {', '.join(near)}" if near else "'patchspec inspect MODEL' lists the tensors"
             context.fail(f"no tensor of this model matches '{pattern}'", key=key, hint=hint)
         chosen.update(dict.fromkeys(matched))
@@ -215,10 +197,12 @@ def _matches(pattern: str, name: str) -> bool:
 
 def _names_from_selection(model: onnx.ModelProto, params: RenameDimsParams, context: PatchContext) -> list[str]:
     which = params.get("tensors", "outputs")
-    constants = {t.name for g in all_graphs(model.graph) for t in g.initializer}
-    constants |= {n.output[0] for g in all_graphs(model.graph) for n in g.node if n.op_type == "Constant" and n.output}
+    constants = {t.name for g in api.all_graphs(model.graph) for t in g.initializer}
+    constants |= {
+        n.output[0] for g in api.all_graphs(model.graph) for n in g.node if n.op_type == "Constant" and n.output
+    }
     names: dict[str, None] = {}
-    for ref in select_nodes(model, params["select"], context, key=("select",)):
+    for ref in api.select_nodes(model, params["select"], context, key=("select",)):
         picked = (list(ref.node.input) if which in ("inputs", "all") else []) + (
             list(ref.node.output) if which in ("outputs", "all") else []
         )
@@ -228,7 +212,7 @@ def _names_from_selection(model: onnx.ModelProto, params: RenameDimsParams, cont
 
 def _dims(info: onnx.ValueInfoProto) -> list[int | str | None]:
     """The dims of a target (targets always have a shape)."""
-    return read_dims(info) or []
+    return api.read_dims(info) or []
 
 
 # -- actions ---------------------------------------------------------------------------------------------
@@ -238,25 +222,25 @@ class Renamer:
     def __init__(self, model: onnx.ModelProto, context: PatchContext) -> None:
         self.context = context
         self.inputs = {info.name for info in model.graph.input}
-        self.taken = dim_params(model)
+        self.taken = api.dim_params(model)
         self.touched: set[tuple[str, int]] = set()
         self.fresh: dict[tuple[str, int], str] = {}
         self.count = 0
 
     def set(self, info: onnx.ValueInfoProto, axis: int, value: int | str, *, pin: bool = True) -> None:
-        dim = shape_dims(info)[axis]
+        dim = api.shape_dims(info)[axis]
         self.touched.add((info.name, axis))
-        if read_dim(dim) != value:
-            write_dim(dim, value)
+        if api.read_dim(dim) != value:
+            api.write_dim(dim, value)
             self.count += 1
         if pin:
-            self.context.state.get(PINNED_DIMS).setdefault(info.name, {})[axis] = value
+            self.context.state.get(api.PINNED_DIMS).setdefault(info.name, {})[axis] = value
 
     def map_params(self, targets: list[onnx.ValueInfoProto], mapping: dict[str, int | str]) -> None:
         seen = {d for info in targets for d in _dims(info) if isinstance(d, str)}
         for old in mapping:
             if old not in seen:
-                msg = f"no targeted tensor has a dim named '{old}'" + did_you_mean(old, seen)
+                msg = f"no targeted tensor has a dim named '{old}'" + api.did_you_mean(old, seen)
                 self.context.fail(
                     msg, key=("map", old), hint=f"dim names on the targets: {', '.join(sorted(seen)) or 'none'}"
                 )
@@ -267,11 +251,11 @@ class Renamer:
 
     def set_axes(self, targets: list[onnx.ValueInfoProto], axes: dict[int, int | str]) -> None:
         for info in targets:
-            rank = len(shape_dims(info))
+            rank = len(api.shape_dims(info))
             for axis, value in axes.items():
                 if not -rank <= axis < rank:
                     self.context.fail(
-                        f"tensor '{info.name}' has rank {rank} {format_dims(read_dims(info))}; "
+                        f"tensor '{info.name}' has rank {rank} {api.format_dims(api.read_dims(info))}; "
                         f"axis {axis} does not exist",
                         key=("axes", axis),
                     )
@@ -285,7 +269,7 @@ class Renamer:
                     continue
                 key = (info.name, axis)
                 if key not in self.fresh:
-                    self.fresh[key] = fresh_name(f"{info.name}_dim{axis}", self.taken)
+                    self.fresh[key] = api.fresh_name(f"{info.name}_dim{axis}", self.taken)
                     self.taken.add(self.fresh[key])
                 # only graph inputs are pinned: re-derived intermediates get unique names anyway
                 self.set(info, axis, self.fresh[key], pin=info.name in self.inputs)

@@ -19,33 +19,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
-import onnx
+from patchspec import UNDECIDED, ParamProblem, PatchContext, PatchResult, PatchType, api, hookimpl
 
-from patchspec import UNDECIDED, ParamProblem, PatchContext, PatchResult, PatchType, hookimpl
-from patchspec.api import (
-    PINNED_DIMS,
-    BatchAxes,
-    BatchAxesError,
-    BatchTrace,
-    FlowValue,
-    Rewrite,
-    SpecFix,
-    Undecided,
-    apply_pins,
-    batch_axes,
-    declare_from_trace,
-    explicit_squeezes,
-    fed_inputs,
-    read_dims,
-    rederive_shapes,
-    rewrite_batch_constants,
-    shape_dims,
-    spec_lines,
-    trace_batch,
-    write_dim,
-)
+if TYPE_CHECKING:  # annotations only: onnx and numpy are imported where a model is patched
+    import onnx
 
 
 class SetBatchParams(TypedDict, total=False):
@@ -100,9 +79,9 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         size = params["size"]
         batch = choose_batch_axes(model, params, context)
         where = ", ".join(f"{name}[{axis}]" for name, axis in batch.axes)
-        inputs = fed_inputs(model.graph)
+        inputs = api.fed_inputs(model.graph)
         _refuse_name_in_use(size, inputs, batch, context)
-        if all((read_dims(inputs[name]) or [])[axis:][:1] == [size] for name, axis in batch.axes):
+        if all((api.read_dims(inputs[name]) or [])[axis:][:1] == [size] for name, axis in batch.axes):
             return PatchResult(False, f"batch already {size} on {where}", batch.notes)
         symbolic = isinstance(size, str)
         same = not symbolic and size == batch.old_size  # constants are baked for this size already
@@ -111,18 +90,18 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         others = None if "inputs" in params else other_batch_names(model, batch, inputs, size, b2, trace)
         if trace.refusals and not same:
             refuse(trace, size, where, context, others[1] if others else None)
-        rewrites: list[Rewrite] = [] if same else trace.rewrites
-        undecided: list[Undecided] = [] if same else trace.undecided
-        changed = rewrite_batch_constants(model, rewrites, f"batch_{size}")
-        squeezes = [] if same else explicit_squeezes(model, trace.squeezes)
-        declared = {info.name: read_dims(info) for info in model.graph.output}
-        pins = context.state.get(PINNED_DIMS)
+        rewrites: list[api.Rewrite] = [] if same else trace.rewrites
+        undecided: list[api.Undecided] = [] if same else trace.undecided
+        changed = api.rewrite_batch_constants(model, rewrites, f"batch_{size}")
+        squeezes = [] if same else api.explicit_squeezes(model, trace.squeezes)
+        declared = {info.name: api.read_dims(info) for info in model.graph.output}
+        pins = context.state.get(api.PINNED_DIMS)
         for name, axis in batch.axes:
-            write_dim(shape_dims(inputs[name])[axis], size)
+            api.write_dim(api.shape_dims(inputs[name])[axis], size)
             pins.get(name, {}).pop(axis, None)
-        rederive_shapes(model, context.state)  # pins is the state's own dict: the batch axes popped above
-        corrected = declare_from_trace(model, trace, size, declared)
-        apply_pins(model.graph, pins)
+        api.rederive_shapes(model, context.state)  # pins is the state's own dict: the batch axes popped above
+        corrected = api.declare_from_trace(model, trace, size, declared)
+        api.apply_pins(model.graph, pins)
         counts = summary_counts(changed, squeezes, undecided, len(others[0]) if others else 0, corrected)
         notes = tuple(undecided_text(point) for point in undecided)
         context.state.get(UNDECIDED).extend(point.message for point in undecided)  # apply --no-verify refuses them
@@ -133,7 +112,7 @@ class SetBatchPatch(PatchType[SetBatchParams]):
 
 
 def summary_counts(
-    changed: list[str], squeezes: list[str], undecided: list[Undecided], left: int, corrected: list[str]
+    changed: list[str], squeezes: list[str], undecided: list[api.Undecided], left: int, corrected: list[str]
 ) -> str:
     """``3 shape constants rewritten, 1 undecided (-v lists them), ...``: what the summary line counts."""
     counts = f"{len(changed)} shape constant{'s' * (len(changed) != 1)} rewritten"
@@ -150,26 +129,26 @@ def summary_counts(
 
 
 def follow_batch(
-    model: onnx.ModelProto, batch: BatchAxes, inputs: dict[str, onnx.ValueInfoProto], b2: int, symbolic: bool
-) -> BatchTrace:
+    model: onnx.ModelProto, batch: api.BatchAxes, inputs: dict[str, onnx.ValueInfoProto], b2: int, symbolic: bool
+) -> api.BatchTrace:
     """The trace set_batch acts on. A batch that is already dynamic was exported to run at any
     batch: when the model runs at the new one as it is, no constant is touched (at batch 1 a
     channel of 1 looks like the batch; only a model that fails is decided constant by constant)."""
-    dynamic = all(not isinstance((read_dims(inputs[name]) or [0])[axis], int) for name, axis in batch.axes)
+    dynamic = all(not isinstance((api.read_dims(inputs[name]) or [0])[axis], int) for name, axis in batch.axes)
     if dynamic:
-        as_is = trace_batch(model, batch.axes, batch.old_size, b2, symbolic=symbolic, decide=False)
+        as_is = api.trace_batch(model, batch.axes, batch.old_size, b2, symbolic=symbolic, decide=False)
         if not as_is.refusals:
             return as_is
-    return trace_batch(model, batch.axes, batch.old_size, b2, symbolic=symbolic)
+    return api.trace_batch(model, batch.axes, batch.old_size, b2, symbolic=symbolic)
 
 
 def other_batch_names(
     model: onnx.ModelProto,
-    batch: BatchAxes,
+    batch: api.BatchAxes,
     inputs: dict[str, onnx.ValueInfoProto],
     size: int | str,
     b2: int,
-    trace: BatchTrace,
+    trace: api.BatchTrace,
 ) -> tuple[list[str], str] | None:
     """Inputs whose axis 0 has a name of its own (tf2onnx's ``unk__6135`` beside ``unk__6134``) that the
     model runs with as the batch: their axes (``mask[0] ('unk__6135')``) and the hint that sets them all.
@@ -178,25 +157,25 @@ def other_batch_names(
     only. The others are proved to be the batch too when the model, evaluated with them moving with
     the batch, runs at the new batch where with sizes of their own (``trace``) it did not; else the
     hint only says that they keep a name of their own. The entry it prints runs in both cases."""
-    names = {(read_dims(inputs[name]) or [None])[axis] for name, axis in batch.axes}
+    names = {(api.read_dims(inputs[name]) or [None])[axis] for name, axis in batch.axes}
     chosen = {name for name, _ in batch.axes}
     left = [
         (name, 0)
         for name, info in inputs.items()
-        if name not in chosen and (dims := read_dims(info)) and isinstance(dims[0], str) and dims[0] not in names
+        if name not in chosen and (dims := api.read_dims(info)) and isinstance(dims[0], str) and dims[0] not in names
     ]
     if not left:
         return None
     every = [*batch.axes, *left]
-    together = trace_batch(model, every, batch.old_size, b2, symbolic=isinstance(size, str))
+    together = api.trace_batch(model, every, batch.old_size, b2, symbolic=isinstance(size, str))
     if together.refusals:
         return None
     proved = bool(trace.refusals) or len(together.undecided) < len(trace.undecided)
-    listed: FlowValue = (
+    listed: api.FlowValue = (
         [name for name, _ in every] if all(axis == 0 for _, axis in every) else {name: axis for name, axis in every}
     )
-    fix = SpecFix("set_batch", (("size", size), ("inputs", listed)))
-    found = [f"{name}[0] ('{(read_dims(inputs[name]) or [''])[0]}')" for name, _ in left]
+    fix = api.SpecFix("set_batch", (("size", size), ("inputs", listed)))
+    found = [f"{name}[0] ('{(api.read_dims(inputs[name]) or [''])[0]}')" for name, _ in left]
     one = len(found) == 1
     why = (
         f"name{'s' * one} the batch under another name: the model runs at the new batch with "
@@ -205,17 +184,17 @@ def other_batch_names(
         else f"keep{'s' * one} a batch name of {'its' if one else 'their'} own; if {'it carries' if one else 'they carry'} "
         "the batch too"
     )
-    return found, f"{', '.join(found)} {why}, use instead:\n{spec_lines(fix)}"
+    return found, f"{', '.join(found)} {why}, use instead:\n{api.spec_lines(fix)}"
 
 
-def undecided_text(point: Undecided) -> str:
+def undecided_text(point: api.Undecided) -> str:
     """An undecided point for the details, with the patch that settles it as lines to paste."""
     if point.fix is None:
         return point.message
-    return f"{point.message}; to fix it by hand, add:\n{spec_lines(point.fix)}"
+    return f"{point.message}; to fix it by hand, add:\n{api.spec_lines(point.fix)}"
 
 
-def refuse(trace: BatchTrace, size: int | str, where: str, context: PatchContext, names_hint: str | None) -> None:
+def refuse(trace: api.BatchTrace, size: int | str, where: str, context: PatchContext, names_hint: str | None) -> None:
     """Stop: the evaluation proves the model cannot run at the new batch, or drops or mixes samples there."""
     first, *rest = trace.refusals
     more = "".join(f"\n  also: {line}" for line in rest[:9])
@@ -234,15 +213,15 @@ def refuse(trace: BatchTrace, size: int | str, where: str, context: PatchContext
 
 
 # -- which axes carry the batch ---------------------------------------------------------------------------
-def choose_batch_axes(model: onnx.ModelProto, params: SetBatchParams, context: PatchContext) -> BatchAxes:
+def choose_batch_axes(model: onnx.ModelProto, params: SetBatchParams, context: PatchContext) -> api.BatchAxes:
     try:
-        return batch_axes(model, params.get("inputs"))
-    except BatchAxesError as exc:
+        return api.batch_axes(model, params.get("inputs"))
+    except api.BatchAxesError as exc:
         context.fail(exc.message, key=exc.key, hint=exc.hint)
 
 
 def _refuse_name_in_use(
-    size: int | str, inputs: dict[str, onnx.ValueInfoProto], batch: BatchAxes, context: PatchContext
+    size: int | str, inputs: dict[str, onnx.ValueInfoProto], batch: api.BatchAxes, context: PatchContext
 ) -> None:
     """A symbolic batch named like another input axis would claim the two are equal."""
     if not isinstance(size, str):
@@ -251,7 +230,7 @@ def _refuse_name_in_use(
     clashes = [
         f"{name}[{axis}]"
         for name, info in inputs.items()
-        for axis, dim in enumerate(read_dims(info) or [])
+        for axis, dim in enumerate(api.read_dims(info) or [])
         if dim == size and (name, axis) not in chosen
     ]
     if clashes:

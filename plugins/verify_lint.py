@@ -6,11 +6,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
-import numpy as np
-import onnx
-
-from patchspec import Param, ParamProblem, Verifier, VerifyContext, VerifyResult, hookimpl
-from patchspec.api import CASE_INPUT_SCHEMA, RunFailure, Session, UsageError, case_input_problems, lint_model
+from patchspec import Param, ParamProblem, Verifier, VerifyContext, VerifyResult, api, hookimpl
 
 #: where lint's inputs come from when neither lint nor a run case gives them
 DEFAULT_ORIGIN = "default shapes"
@@ -22,7 +18,7 @@ class LintParams(TypedDict, total=False):
         Param(
             "input name -> shape (as in a run case); default: the first run case's inputs, "
             "else 1 on axis 0 and 64, 96, ... on other symbolic axes",
-            schema={"type": "object", "additionalProperties": CASE_INPUT_SCHEMA},
+            schema={"type": "object", "additionalProperties": api.CASE_INPUT_SCHEMA},
         ),
     ]
 
@@ -36,14 +32,14 @@ class LintVerifier(Verifier[LintParams]):
 
     def check_params(self, params: LintParams) -> Iterator[ParamProblem]:
         for name, item in (params.get("inputs") or {}).items():  # the same inputs as a run case
-            yield from case_input_problems(item, ("inputs", name))
+            yield from api.case_input_problems(item, ("inputs", name))
 
     def verify(self, params: LintParams, context: VerifyContext) -> VerifyResult:
         inputs, origin = _inputs(params, context)
         try:
             given = {name: _shape(item, context) for name, item in inputs.items()}
-            result = lint_model(context.model, Path(context.output_path).parent, given)
-        except (UsageError, OSError, ValueError) as exc:
+            result = api.lint_model(context.model, Path(context.output_path).parent, given)
+        except (api.UsageError, OSError, ValueError) as exc:
             return VerifyResult("failed", f"cannot lint with the {origin}: {_problem(exc)}")
         data = result.to_json()
         shapes = " ".join(f"{n}={','.join(map(str, d))}" for n, d in result.input_shapes.items())
@@ -83,25 +79,27 @@ class LintVerifier(Verifier[LintParams]):
 def _problem(exc: Exception) -> str:
     """The problem, with the input it concerns (an error's ``key`` is (option, input name) for a
     shape or value that does not fit): ``input x: the input has 4 axes, got 3 sizes``."""
-    if isinstance(exc, UsageError) and len(exc.key) == 2:
+    if isinstance(exc, api.UsageError) and len(exc.key) == 2:
         return f"input {exc.key[1]}: {exc.detail}"
-    return exc.message if isinstance(exc, UsageError) else str(exc)
+    return exc.message if isinstance(exc, api.UsageError) else str(exc)
 
 
 def _original_unusable(context: VerifyContext) -> str | None:
     """Why onnxruntime cannot build a CPU session for the original, or None when it can."""
     try:
-        Session(context.original_path, "CPUExecutionProvider")
-    except RunFailure as exc:
+        api.Session(context.original_path, "CPUExecutionProvider")
+    except api.RunFailure as exc:
         return exc.message
     return None
 
 
 def _original_fails_at(context: VerifyContext, given: dict[str, list[int]]) -> bool:
     """Whether the original, linted at the same shapes, cannot run either."""
+    import onnx
+
     try:
         original = onnx.load(str(context.original_path), load_external_data=False)
-        return bool(lint_model(original, Path(context.original_path).parent, given).error)
+        return bool(api.lint_model(original, Path(context.original_path).parent, given).error)
     except Exception:  # an original that cannot be read or probed: no excuse for the output
         return False
 
@@ -117,6 +115,8 @@ def _inputs(params: LintParams, context: VerifyContext) -> tuple[dict[str, Any],
 
 
 def _shape(item: Any, context: VerifyContext) -> list[int]:
+    import numpy as np
+
     if isinstance(item, list):
         return [int(d) for d in item]
     if item.get("shape") is not None:

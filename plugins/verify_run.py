@@ -8,29 +8,12 @@ bounded in time, cases bounded in size, comparison, diagnosis of an unstable ref
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
-import onnx
+from patchspec import ParamProblem, Verifier, VerifyContext, VerifyResult, api, hookimpl
 
-from patchspec import ParamProblem, Verifier, VerifyContext, VerifyResult, hookimpl
-from patchspec.api import (
-    CASE_INPUT_SCHEMA,
-    DEFAULT_ATOL,
-    DEFAULT_MAX_ELEMENTS,
-    DEFAULT_PROVIDERS,
-    DEFAULT_RTOL,
-    DEFAULT_TIMEOUT,
-    DTYPE_TOLERANCES,
-    OPTIMIZATION_LEVELS,
-    PRECISION,
-    case_fit_problems,
-    case_input_problems,
-    close_matches,
-    did_you_mean,
-    fed_inputs,
-    run_verification,
-    unlisted_input_problems,
-)
+if TYPE_CHECKING:  # annotations only: onnx and numpy are imported where a model is patched
+    import onnx
 
 DEFAULT_OPTIMIZATIONS = ("all", "disabled")
 
@@ -66,7 +49,7 @@ class RunVerifier(Verifier[RunParams]):
                 "type": "array",
                 "items": {"type": "string"},
                 "minItems": 1,
-                "default": list(DEFAULT_PROVIDERS),
+                "default": list(api.DEFAULT_PROVIDERS),
                 "description": "execution providers to run on (default [CPUExecutionProvider]); "
                 "one not available here is skipped with the reason",
             },
@@ -83,15 +66,15 @@ class RunVerifier(Verifier[RunParams]):
             "timeout": {
                 "type": "number",
                 "exclusiveMinimum": 0,
-                "default": DEFAULT_TIMEOUT,
+                "default": api.DEFAULT_TIMEOUT,
                 "description": f"seconds one run of a session may take before it is stopped and the "
-                f"case fails (default {DEFAULT_TIMEOUT:g})",
+                f"case fails (default {api.DEFAULT_TIMEOUT:g})",
             },
             "max_elements": {
                 "type": "integer",
                 "minimum": 1,
-                "default": DEFAULT_MAX_ELEMENTS,
-                "description": f"the most elements one case input may have (default {DEFAULT_MAX_ELEMENTS:,}); "
+                "default": api.DEFAULT_MAX_ELEMENTS,
+                "description": f"the most elements one case input may have (default {api.DEFAULT_MAX_ELEMENTS:,}); "
                 "a larger one is a spec error (exit 2) found before anything runs",
             },
             "require": {
@@ -109,7 +92,7 @@ class RunVerifier(Verifier[RunParams]):
                     "properties": {
                         "inputs": {
                             "type": "object",
-                            "additionalProperties": CASE_INPUT_SCHEMA,
+                            "additionalProperties": api.CASE_INPUT_SCHEMA,
                             "description": "input name -> shape list or {shape, dtype, fill, seed, low, high, file, value}",
                         },
                         "against": dict(_AGAINST, description="this case's reference; default: compare.against"),
@@ -123,7 +106,7 @@ class RunVerifier(Verifier[RunParams]):
                 "minItems": 1,
                 "uniqueItems": True,
                 "default": list(DEFAULT_OPTIMIZATIONS),
-                "items": {"enum": list(OPTIMIZATION_LEVELS)},
+                "items": {"enum": list(api.OPTIMIZATION_LEVELS)},
                 "description": (
                     "ONNX Runtime graph optimization levels to run every case at (default [all, "
                     "disabled]): optimizations can make a wrong model look right"
@@ -169,14 +152,14 @@ class RunVerifier(Verifier[RunParams]):
                     "rtol": {
                         "type": "number",
                         "minimum": 0,
-                        "default": DEFAULT_RTOL,
-                        "description": f"relative tolerance (default {DEFAULT_RTOL:g})",
+                        "default": api.DEFAULT_RTOL,
+                        "description": f"relative tolerance (default {api.DEFAULT_RTOL:g})",
                     },
                     "atol": {
                         "type": "number",
                         "minimum": 0,
-                        "default": DEFAULT_ATOL,
-                        "description": f"absolute tolerance (default {DEFAULT_ATOL:g})",
+                        "default": api.DEFAULT_ATOL,
+                        "description": f"absolute tolerance (default {api.DEFAULT_ATOL:g})",
                     },
                     "outputs": {
                         "type": "object",
@@ -205,9 +188,9 @@ class RunVerifier(Verifier[RunParams]):
                         "description": (
                             "rtol/atol per element type, for outputs whose coarser side (output or "
                             "reference) has it; defaults: "
-                            + ", ".join(f"{k} rtol {r:g} atol {a:g}" for k, (r, a) in DTYPE_TOLERANCES.items())
+                            + ", ".join(f"{k} rtol {r:g} atol {a:g}" for k, (r, a) in api.DTYPE_TOLERANCES.items())
                         ),
-                        "propertyNames": {"enum": list(PRECISION)},
+                        "propertyNames": {"enum": list(api.PRECISION)},
                         "additionalProperties": {
                             "type": "object",
                             "additionalProperties": False,
@@ -227,20 +210,20 @@ class RunVerifier(Verifier[RunParams]):
 
     def check_params(self, params: RunParams) -> Iterator[ParamProblem]:
         yield from _provider_problems(params)
-        limit = int(params.get("max_elements", DEFAULT_MAX_ELEMENTS))
+        limit = int(params.get("max_elements", api.DEFAULT_MAX_ELEMENTS))
         for index, case in enumerate(params.get("cases") or []):
             if "against" in case:
                 yield from _against_problems(case["against"], ("cases", index, "against"))
             for name, item in case["inputs"].items():
-                yield from case_input_problems(item, ("cases", index, "inputs", name), limit)
+                yield from api.case_input_problems(item, ("cases", index, "inputs", name), limit)
         if "against" in params.get("compare", {}):
             yield from _against_problems(params["compare"]["against"], ("compare", "against"))
 
     def check_model(self, params: RunParams, model: onnx.ModelProto) -> Iterator[ParamProblem]:
         """The cases, split axes and per-output settings against the patched model's inputs and outputs."""
-        inputs = dict(fed_inputs(model.graph))
+        inputs = dict(api.fed_inputs(model.graph))
         outputs = [info.name for info in model.graph.output]
-        limit = int(params.get("max_elements", DEFAULT_MAX_ELEMENTS))
+        limit = int(params.get("max_elements", api.DEFAULT_MAX_ELEMENTS))
         for index, case in enumerate(params.get("cases") or [{"inputs": {}}]):
             given = case["inputs"]
             for name, item in given.items():
@@ -249,13 +232,13 @@ class RunVerifier(Verifier[RunParams]):
                     yield (
                         key,
                         (
-                            f"'{name}' is not an input of the patched model{did_you_mean(str(name), inputs)}; "
+                            f"'{name}' is not an input of the patched model{api.did_you_mean(str(name), inputs)}; "
                             f"its inputs are: {', '.join(inputs)}"
                         ),
                     )
                     continue
-                yield from case_fit_problems(inputs[name], item, key)
-            problems = unlisted_input_problems(model, given, ("cases", index, "inputs"), limit)
+                yield from api.case_fit_problems(inputs[name], item, key)
+            problems = api.unlisted_input_problems(model, given, ("cases", index, "inputs"), limit)
             # without cases, a symbolic input is the run's own failure ("no cases given"), said at run time
             yield from (p for p in problems if params.get("cases") or "gives no shape" not in p[1])
         split = params.get("compare", {}).get("split_batch")
@@ -264,7 +247,7 @@ class RunVerifier(Verifier[RunParams]):
                 if name not in names:
                     yield (
                         ("compare", "split_batch", section, name),
-                        (f"'{name}' is not one of the patched model's {section}{did_you_mean(str(name), names)}"),
+                        (f"'{name}' is not one of the patched model's {section}{api.did_you_mean(str(name), names)}"),
                     )
         for name in params.get("compare", {}).get("outputs", {}):
             if name not in outputs:
@@ -272,7 +255,7 @@ class RunVerifier(Verifier[RunParams]):
                     ("compare", "outputs", name),
                     (
                         f"'{name}' is not an output of the patched model"
-                        f"{did_you_mean(str(name), outputs)}; its outputs are: "
+                        f"{api.did_you_mean(str(name), outputs)}; its outputs are: "
                         f"{', '.join(outputs)}"
                     ),
                 )
@@ -290,17 +273,18 @@ class RunVerifier(Verifier[RunParams]):
                     yield item["file"]
 
     def verify(self, params: RunParams, context: VerifyContext) -> VerifyResult:
-        return run_verification(dict(params), context)
+        return api.run_verification(dict(params), context)
 
 
 def _provider_problems(params: RunParams) -> Iterator[ParamProblem]:
-    import onnxruntime
+    providers = params.get("providers") or list(api.DEFAULT_PROVIDERS)
+    if "providers" in params:  # names a spec gives: onnxruntime's list, where a typo finds its match
+        import onnxruntime
 
-    known = onnxruntime.get_all_providers()
-    providers = params.get("providers") or list(DEFAULT_PROVIDERS)
-    for index, provider in enumerate(providers):
-        if provider not in known and close_matches(provider, known):
-            yield ("providers", index), f"unknown provider '{provider}'{did_you_mean(provider, known)}"
+        known = onnxruntime.get_all_providers()
+        for index, provider in enumerate(providers):
+            if provider not in known and api.close_matches(provider, known):
+                yield ("providers", index), f"unknown provider '{provider}'{api.did_you_mean(provider, known)}"
     for index, provider in enumerate(params.get("require", [])):
         if provider not in providers:
             yield ("require", index), f"required provider '{provider}' is not in providers ({', '.join(providers)})"

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
-import onnx
+from patchspec import Verifier, VerifyContext, VerifyResult, api, hookimpl
 
-from patchspec import Verifier, VerifyContext, VerifyResult, hookimpl
-from patchspec.api import FlowValue, Known, ShapeEvaluator, SpecFix, fed_inputs, read_dims, spec_lines
+if TYPE_CHECKING:  # annotations only: onnx and numpy are imported where a model is patched
+    import onnx
 
 
 class StaticParams(TypedDict, total=False):
@@ -57,11 +57,11 @@ def _hint(model: onnx.ModelProto) -> tuple[str, ...]:
     whose size ONNX's inference cannot derive gets the exact rename_dims lines, from the sizes the
     model computes at those inputs (evaluated on the graph, no weights read).
     """
-    inputs = fed_inputs(model.graph)
+    inputs = api.fed_inputs(model.graph)
     loose = [
         (name, axis)
         for name, info in inputs.items()
-        for axis, dim in enumerate(read_dims(info) or [])
+        for axis, dim in enumerate(api.read_dims(info) or [])
         if not isinstance(dim, int)
     ]
     if loose:
@@ -72,15 +72,15 @@ def _hint(model: onnx.ModelProto) -> tuple[str, ...]:
             "the outputs from the fixed inputs",
         )
     point = {
-        name: Known(
-            info.type.tensor_type.elem_type, tuple(d if isinstance(d, int) else None for d in read_dims(info) or ())
+        name: api.Known(
+            info.type.tensor_type.elem_type, tuple(d if isinstance(d, int) else None for d in api.read_dims(info) or ())
         )
         for name, info in inputs.items()
     }
-    evaluator = ShapeEvaluator(model, [point]).run()
+    evaluator = api.ShapeEvaluator(model, [point]).run()
     fixes = []
     for info in model.graph.output:
-        dims = read_dims(info)
+        dims = api.read_dims(info)
         found = evaluator.at(info.name)[0] if info.name in evaluator.known else None
         if (
             found is None
@@ -89,8 +89,8 @@ def _hint(model: onnx.ModelProto) -> tuple[str, ...]:
             or (dims is not None and all(isinstance(d, int) for d in dims))
         ):
             continue
-        axes: dict[str | int, FlowValue] = {axis: int(size or 0) for axis, size in enumerate(found.shape)}
-        fixes.append(spec_lines(SpecFix("rename_dims", (("tensor", info.name), ("axes", axes)))))
+        axes: dict[str | int, api.FlowValue] = {axis: int(size or 0) for axis, size in enumerate(found.shape)}
+        fixes.append(api.spec_lines(api.SpecFix("rename_dims", (("tensor", info.name), ("axes", axes)))))
     if not fixes:
         return (
             "hint: the inputs are fixed, but the outputs' sizes cannot be derived from the graph alone "

@@ -18,7 +18,8 @@ from helpers import graph_model, tensor_info, write_spec
 from patchspec import PatchResult, PatchType, hookimpl
 from patchspec.testing import filled, registered
 from patchspec.testing.contexts import verify_context
-from patchspec_plugins.verify_check import CheckVerifier, normalise
+from patchspec_plugins._onnx_check import normalise
+from patchspec_plugins.verify_check import CheckVerifier
 
 ONNX = onnx.__version__
 NO_GRAPH_NAME = "Field 'name' of 'graph' is required to be non-empty"

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, TypedDict
-
-import onnx
+from typing import TYPE_CHECKING, Annotated, TypedDict
 
 from patchspec import Param, Verifier, VerifyContext, VerifyResult
+
+if TYPE_CHECKING:  # in annotations only: `patchspec validate` imports this module, and needs no onnx
+    import onnx
 
 
 class MaxNodesParams(TypedDict, total=False):

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Annotated, Any, TypedDict
-
-import onnx
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 from patchspec import Param, PatchContext, PatchResult, PatchType
+
+if TYPE_CHECKING:  # in annotations only: `patchspec validate` imports this module, and needs no onnx
+    import onnx
 
 
 class StripDocStringsParams(TypedDict, total=False):
