@@ -117,3 +117,30 @@ def test_a_deprecated_name_still_imports_and_says_what_replaces_it(name):
     assert value is getattr(importlib.import_module(module), name)
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         patchspec.api.nope  # noqa: B018
+
+
+def _type_checking_names(module) -> dict[str, str]:
+    """name -> module of each import under ``if TYPE_CHECKING:`` in ``module``'s source."""
+    tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
+    names = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for imported in node.body:
+                if isinstance(imported, ast.ImportFrom):
+                    for alias in imported.names:
+                        names[alias.asname or alias.name] = f"{imported.module}.{alias.name}"
+    return names
+
+
+@pytest.mark.parametrize("module", [patchspec, patchspec.api], ids=lambda m: m.__name__)
+def test_the_lazy_modules_three_lists_agree(module):
+    """What a type checker sees (the TYPE_CHECKING imports), what is imported at run time (``_HOME``)
+    and what is public (``__all__``) are one list, written three times: they must not drift."""
+    seen = _type_checking_names(module)
+    public = set(module.__all__) - {"__version__"}
+    assert set(seen) == public == set(module._HOME), (
+        sorted(set(seen) ^ public),
+        sorted(set(module._HOME) ^ public),
+    )
+    for name, home in module._HOME.items():  # the same module in both places
+        assert seen[name] in (f"{home}.{name}", home), (name, seen[name], home)
