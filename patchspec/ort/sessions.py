@@ -296,10 +296,23 @@ class Session:
         arrays = {name: as_array(name, value) for name, value in zip(self.output_names, values)}
         return arrays, time.perf_counter() - started
 
+    def _fixed_batch(self, axes: dict[str, int | None]) -> int:
+        """The fixed batch above 1 that this model declares on every split input's axis (an export
+        traced at batch 3 runs only at 3), else 1."""
+        declared = {d.name: d.shape for d in self.inputs}
+        sizes = {
+            declared[name][axis]
+            for name, axis in axes.items()
+            if axis is not None and name in declared and -len(declared[name]) <= axis < len(declared[name])
+        }
+        (size,) = sizes if len(sizes) == 1 else (None,)
+        return size if isinstance(size, int) and size > 1 else 1
+
     def run_split(
         self, feeds: Feeds, split: BatchSplit | None = None, batched_ranks: dict[str, int] | None = None
     ) -> tuple[Feeds, float]:
-        """Run once per sample of the batch axes; join each output along its batch axis.
+        """Run once per sample of the batch axes; join each output along its batch axis. A model with a
+        fixed batch above 1 (N) gets each sample repeated N times, and the first copy of each output.
 
         ``batched_ranks``: rank of each output of the batched model, to tell a per-sample output
         that keeps the batch axis (concatenated) from one that lost it (stacked).
@@ -318,12 +331,19 @@ class Session:
             msg = f"split_batch needs one batch size across the split inputs; found {found}"
             raise RunFailure(msg, "give each input's batch axis: split_batch: {inputs: {state: 1, sr: null}}")
         parts, seconds = [], 0.0
+        fixed = self._fixed_batch(axes)
         for index in range(next(iter(sizes.values()))):
             sample = {
-                name: (array if axes[name] is None else np.take(array, [index], axis=axes[name]))
+                name: (
+                    array if axes[name] is None else np.take(array, [index], axis=axes[name]).repeat(fixed, axes[name])
+                )
                 for name, array in feeds.items()
             }
             outputs, took = self.run(sample)
+            if fixed > 1:  # every copy gives the sample's output: keep the first
+                outputs = {
+                    name: _first_copy(name, value, split.outputs.get(name, 0), fixed) for name, value in outputs.items()
+                }
             parts.append(outputs)
             seconds += took
         ranks = batched_ranks or {}
@@ -331,6 +351,17 @@ class Session:
             name: _join(name, [p[name] for p in parts], split.outputs.get(name, 0), ranks.get(name))
             for name in self.output_names
         }, seconds
+
+
+def _first_copy(name: str, value: np.ndarray, axis: int, copies: int) -> np.ndarray:
+    """The first of ``copies`` copies of one sample along ``axis`` of an output."""
+    if not -value.ndim <= axis < value.ndim or value.shape[axis] != copies:
+        msg = (
+            f"split_batch runs the reference at its fixed batch of {copies} (each sample repeated), but its "
+            f"output '{name}' has shape {list(value.shape)}, not {copies} on axis {axis}"
+        )
+        raise RunFailure(msg, f"give its batch axis: split_batch: {{outputs: {{{name}: AXIS}}}}")
+    return np.take(value, [0], axis=axis)
 
 
 def ort_message(exc: BaseException) -> str:

@@ -143,6 +143,46 @@ def test_session_runs_by_path_and_split_batch_joins(tmp_path: Path) -> None:
     assert np.array_equal(whole["y"], np.maximum(x, 0)) and np.array_equal(joined["y"], whole["y"])
 
 
+def test_split_batch_runs_a_reference_of_fixed_batch_3_with_each_sample_repeated(tmp_path: Path) -> None:
+    """An original traced at batch 3 runs only at 3: each sample goes in three times, the first copy
+    of each output comes out, so a batch of 4 is compared sample by sample."""
+    session = Session(relu_model(tmp_path, in_shape=(3, 4), out_shape=(3, 4)), "CPUExecutionProvider")
+    x = generate((4, 4), "float32", "random")
+    joined, _ = session.run_split({"x": x})
+    assert joined["y"].shape == (4, 4) and np.array_equal(joined["y"], np.maximum(x, 0))
+
+
+def test_split_batch_at_a_fixed_batch_finds_a_model_that_mixes_samples(tmp_path: Path) -> None:
+    """y = x - mean over the batch: per sample (repeated) it is 0; a model that mixes samples is caught."""
+    model = graph_model(
+        [
+            helper.make_node("ReduceMean", ["x"], ["m"], axes=[0], keepdims=1),
+            helper.make_node("Sub", ["x", "m"], ["y"]),
+        ],
+        [tensor_info("x", [3, 4])],
+        [tensor_info("y", [3, 4])],
+        opset=13,
+    )
+    onnx.save(model, tmp_path / "mix.onnx")
+    x = generate((3, 4), "float32", "random")
+    per_sample, _ = Session(tmp_path / "mix.onnx", "CPUExecutionProvider").run_split({"x": x})
+    whole, _ = Session(tmp_path / "mix.onnx", "CPUExecutionProvider").run({"x": x})
+    assert np.allclose(per_sample["y"], 0.0, atol=1e-6)
+    assert not np.allclose(whole["y"], per_sample["y"])
+
+
+def test_split_batch_at_a_fixed_batch_says_which_output_lost_it(tmp_path: Path) -> None:
+    model = graph_model(
+        [helper.make_node("ReduceSum", ["x"], ["y"], axes=[0], keepdims=0)],
+        [tensor_info("x", [3, 4])],
+        [tensor_info("y", [4])],
+        opset=12,
+    )
+    onnx.save(model, tmp_path / "sum.onnx")
+    with pytest.raises(RunFailure, match=r"fixed batch of 3 .* output 'y' has shape \[4\], not 3 on axis 0"):
+        Session(tmp_path / "sum.onnx", "CPUExecutionProvider").run_split({"x": np.ones((2, 4), np.float32)})
+
+
 def test_session_build_failure_names_provider_path_and_ort_message(tmp_path: Path) -> None:
     model = graph_model(
         [helper.make_node("NoSuchOp", ["x"], ["y"], domain="my.ops")], [tensor_info("x", [1])], [tensor_info("y", [1])]
