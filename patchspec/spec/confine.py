@@ -2,7 +2,8 @@
 
 A spec may come from a pull request, so it is untrusted input. Every path it gives (``model``,
 ``output``, the files its steps read) must lead, links followed, into the project root: the nearest
-folder above the spec holding ``.git``, else the spec's own folder. ``--root DIR``
+folder above the spec holding ``.git``; without one, the outermost holding a ``pyproject.toml`` with a
+``[tool.patchspec]`` table; else the spec's own folder. ``--root DIR``
 (the caller's choice, never the spec's) names another. Outputs never go under ``.git`` and are
 only ever regular files; no string in a spec holds a control character.
 """
@@ -26,6 +27,9 @@ from patchspec.spec.steps import Spec
 ROOT_ENV = "PATCHSPEC_ROOT"
 #: the folder whose presence marks a project root
 GIT = ".git"
+#: without .git, a project marks its root with a [tool.patchspec] table in this file
+PROJECT_FILE = "pyproject.toml"
+PATCHSPEC_TABLE = re.compile(r"^\[tool\.patchspec(\.[\w-]+)?\]\s*(#.*)?$", re.M)
 #: C0 controls, DEL and C1 controls: never in a path or name (a newline would inject a Make rule)
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 #: names patchspec keeps for itself beside an output: never a data file's ``location``
@@ -39,13 +43,28 @@ ROOT_HINT = (
 
 
 def project_root(spec_path: Path) -> Path:
-    """The nearest folder above the spec that holds ``.git``, else the spec's folder: the spec as
-    named (a linked spec, as in a Bazel sandbox, keeps its folder; spec.folder does the same)."""
+    """The nearest folder above the spec that holds ``.git``; without one (a source tarball, a Docker
+    build that leaves .git out), the outermost folder above it whose ``pyproject.toml`` has a
+    ``[tool.patchspec]`` table; else the spec's folder. The spec as named: a linked spec, as in a
+    Bazel sandbox, keeps its folder (spec.folder does the same)."""
     folder = Path(os.path.abspath(spec_path)).parent
-    for candidate in (folder, *folder.parents):
+    above = (folder, *folder.parents)
+    for candidate in above:
         if os.path.lexists(candidate / GIT):
             return candidate
-    return folder
+    marked = [candidate for candidate in above if _declares_patchspec(candidate / PROJECT_FILE)]
+    return marked[-1] if marked else folder
+
+
+def _declares_patchspec(pyproject: Path) -> bool:
+    """Whether ``pyproject`` is a regular file with a ``[tool.patchspec]`` table (a line of its own)."""
+    try:
+        if not stat.S_ISREG(os.stat(pyproject).st_mode):
+            return False
+        text = pyproject.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return PATCHSPEC_TABLE.search(text) is not None
 
 
 @dataclass(frozen=True)
