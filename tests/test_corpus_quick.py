@@ -95,3 +95,11 @@ def test_judge_runs_old_opsets_on_the_reference_evaluator(tmp_path, runs, then, 
     result = judge.judge(model, original, candidate, 4)
     assert result["verdict"] == verdict, result
     assert (result.get("runtime") == "onnx.reference") == (not runs)
+
+
+def test_report_names_the_runtime_that_judged():
+    import report
+
+    assert report.cell({"verdict": "right", "runtime": "onnx.reference"}, True) == "right (onnx.reference)"
+    assert report.cell({"verdict": "wrong", "runtime": "onnx.reference"}, True) == "**WRONG** (wrong) (onnx.reference)"
+    assert report.cell({"verdict": "right"}, True) == "right"
