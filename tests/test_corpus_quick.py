@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,3 +61,45 @@ def test_run_quick_judges_every_step():
     assert cells[10] == "exit 0", row
     # Polygraphy keeps the baked Reshape: the judge must see that model fail (or Polygraphy is absent)
     assert cells[11] in ("**WRONG** (fails to run)", "not installed"), row
+
+
+def _old_add(path: Path, batch: int, then: str | None = None) -> Path:
+    """``x + y`` at opset 6 (Add with the legacy ``broadcast`` attribute: ONNX Runtime has no kernel for it)."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Add", ["x", "y"], ["s" if then else "z"], broadcast=1)]
+    nodes += [helper.make_node(then, ["s"], ["z"])] if then else []
+    graph = helper.make_graph(
+        nodes,
+        "old_add",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3]),
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [3]),
+        ],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [batch, 3])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 6)], ir_version=3), str(path))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("runs", "then", "verdict"),
+    [(False, None, "right"), (False, "Neg", "wrong"), (True, None, "not runnable")],
+)
+def test_judge_runs_old_opsets_on_the_reference_evaluator(tmp_path, runs, then, verdict):
+    model = manifest.Model(
+        "old_add", "generated", "old_add.onnx", "onnx.helper", True, "rows", {"x": "B,3", "y": "3"}, runs=runs
+    )
+    original = _old_add(tmp_path / "original.onnx", 1)
+    candidate = _old_add(tmp_path / "candidate.onnx", 4, then)
+    result = judge.judge(model, original, candidate, 4)
+    assert result["verdict"] == verdict, result
+    assert (result.get("runtime") == "onnx.reference") == (not runs)
+
+
+def test_report_names_the_runtime_that_judged():
+    import report
+
+    assert report.cell({"verdict": "right", "runtime": "onnx.reference"}, True) == "right (onnx.reference)"
+    assert report.cell({"verdict": "wrong", "runtime": "onnx.reference"}, True) == "**WRONG** (wrong) (onnx.reference)"
+    assert report.cell({"verdict": "right"}, True) == "right"

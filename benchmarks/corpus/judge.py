@@ -9,7 +9,10 @@ within the manifest's tolerances, and every fixed dim the candidate declares for
     python benchmarks/corpus/judge.py KEY ORIGINAL CANDIDATE --batch 4     # prints one JSON line
 
 Verdicts: ``right``, ``wrong`` (another value or shape), ``lies`` (right values, a declared output dim
-is false), ``fails to load``, ``fails to run``.
+is false), ``fails to load``, ``fails to run``, and ``not runnable`` where the runtime cannot load the
+original itself (nothing to judge against). A model the manifest marks ``runs = false`` (ONNX Runtime has
+no kernel for one of its old-opset nodes) is run on onnx's reference evaluator instead, for the original
+and the candidate alike; its result says ``"runtime": "onnx.reference"``.
 """
 
 from __future__ import annotations
@@ -18,11 +21,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import onnx
 import onnxruntime as ort
+from onnx.reference import ReferenceEvaluator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -30,12 +34,65 @@ from feeds import batch_axes, make_feeds
 from manifest import Model, load
 
 
-def _session(path: Path) -> ort.InferenceSession:
+class _Named:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class ReferenceSession:
+    """onnx's reference evaluator behind the calls the judge makes of an ONNX Runtime session, for the
+    models ONNX Runtime cannot run (``runs = false``). Like ONNX Runtime, it refuses a feed whose shape
+    contradicts a fixed dim the model declares for that input."""
+
+    def __init__(self, path: Path) -> None:
+        self.model = onnx.load(str(path), load_external_data=False)
+        self.evaluator = ReferenceEvaluator(self.model)
+        initializers = {i.name for i in self.model.graph.initializer}
+        self.inputs = [v for v in self.model.graph.input if v.name not in initializers]
+
+    def get_inputs(self) -> list[_Named]:
+        return [_Named(v.name) for v in self.inputs]
+
+    def get_outputs(self) -> list[_Named]:
+        return [_Named(v.name) for v in self.model.graph.output]
+
+    def run(self, names: None, feeds: dict[str, np.ndarray]) -> list[Any]:
+        for value in self.inputs:
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in value.type.tensor_type.shape.dim]
+            shape = feeds[value.name].shape
+            if len(dims) != len(shape) or any(d and d != s for d, s in zip(dims, shape, strict=False)):
+                raise ValueError(f"Got invalid dimensions for input {value.name}: declared {dims}, fed {list(shape)}")
+        return list(self.evaluator.run(names, feeds))
+
+
+class Session(Protocol):
+    """What the judge calls of a session: ONNX Runtime's, or a ReferenceSession."""
+
+    def get_inputs(self) -> list[Any]: ...
+
+    def get_outputs(self) -> list[Any]: ...
+
+    def run(self, names: None, feeds: dict[str, np.ndarray]) -> list[Any]: ...
+
+
+def _session(path: Path, model: Model) -> Session:
+    if not model.runs:
+        return ReferenceSession(path)
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    session: Session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return session
+
+
+def _load_error(path: Path, model: Model) -> str | None:
+    """Why the runtime cannot load the model at ``path`` (None: it can)."""
+    try:
+        _session(path, model)
+    except Exception as error:
+        return str(error).strip().splitlines()[0][:300]
+    return None
 
 
 def _as_array(value: Any) -> np.ndarray:
@@ -46,16 +103,14 @@ def _as_array(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
-def _run(session: ort.InferenceSession, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _run(session: Session, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     names = [o.name for o in session.get_outputs()]
     wanted = {i.name for i in session.get_inputs()}
     outputs = session.run(None, {k: v for k, v in feeds.items() if k in wanted})
     return {name: _as_array(value) for name, value in zip(names, outputs, strict=True)}
 
 
-def per_sample(
-    model: Model, session: ort.InferenceSession, feeds: dict[str, np.ndarray], batch: int
-) -> list[dict[str, np.ndarray]]:
+def per_sample(model: Model, session: Session, feeds: dict[str, np.ndarray], batch: int) -> list[dict[str, np.ndarray]]:
     axes = batch_axes(model.inputs)
     parts = []
     for index in range(batch):
@@ -131,7 +186,9 @@ def judge(model: Model, original: Path, candidate: Path, batch: int) -> dict[str
         strict = _judge(model, original, candidate, _replicated(model, feeds), batch, 1e-3, 1e-4)
         if strict["verdict"] != "right":
             strict["detail"] = "one sample repeated: " + strict["detail"]
-            return strict
+            verdict = strict
+    if not model.runs:
+        verdict["runtime"] = "onnx.reference"
     return verdict
 
 
@@ -139,14 +196,18 @@ def _judge(
     model: Model, original: Path, candidate: Path, feeds: dict[str, np.ndarray], batch: int, rtol: float, atol: float
 ) -> dict[str, Any]:
     try:
-        session = _session(candidate)
+        session = _session(candidate, model)
     except Exception as error:
+        unloadable = _load_error(original, model)
+        if unloadable is not None:
+            hint = "" if not model.runs else " (say runs = false in models.toml to judge it on onnx.reference)"
+            return {"verdict": "not runnable", "detail": f"the original does not load: {unloadable}{hint}"}
         return {"verdict": "fails to load", "detail": str(error).strip().splitlines()[0][:300]}
     try:
         got = _run(session, feeds)
     except Exception as error:
         return {"verdict": "fails to run", "detail": str(error).strip().splitlines()[0][:300]}
-    parts = per_sample(model, _session(original), feeds, batch)
+    parts = per_sample(model, _session(original, model), feeds, batch)
     details = []
     verdict = "right"
     for name, value in got.items():

@@ -49,6 +49,9 @@ class Model:
     atol: float = 1e-4
     output_axes: dict[str, int] = field(default_factory=dict)
     replicate: bool = False
+    #: False: onnxruntime (CPU) cannot run the model as exported (no kernel for an old opset); the judge
+    #: runs it on onnx's reference evaluator instead
+    runs: bool = True
 
     def file(self, folder: Path) -> Path:
         return folder / self.package / self.path
@@ -70,7 +73,7 @@ def load(path: Path = MANIFEST) -> Manifest:
         packages[entry["name"]] = Package(**entry)
     models = []
     known = {"key", "package", "path", "exporter", "batchable", "why", "inputs", "old_batch", "rtol", "atol"}
-    known |= {"output_axes", "replicate"}
+    known |= {"output_axes", "replicate", "runs"}
     for entry in data["model"]:
         unknown = set(entry) - known
         if unknown:

@@ -28,6 +28,12 @@ BROKEN = {"crash", "timeout"}
 
 
 def cell(step: dict[str, Any] | None, batchable: bool) -> str:
+    """The step's verdict as the table shows it, with the runtime that judged it where not onnxruntime."""
+    text = _verdict(step, batchable)
+    return f"{text} ({step['runtime']})" if step and step.get("runtime") else text
+
+
+def _verdict(step: dict[str, Any] | None, batchable: bool) -> str:
     if not step:
         return "-"
     verdict = str(step.get("verdict", "-"))
@@ -44,6 +50,12 @@ def cell(step: dict[str, Any] | None, batchable: bool) -> str:
     if verdict == "right" and not batchable:
         return "right (judged not batchable!)"
     return verdict
+
+
+def _original(step: dict[str, Any]) -> str:
+    """The original fed at batch 4: the judge's verdict as it is (no model was written to be wrong)."""
+    verdict = str(step.get("verdict", "-"))
+    return f"{verdict} ({step['runtime']})" if step.get("runtime") else verdict
 
 
 def rate(hits: int, total: int) -> str:
@@ -101,7 +113,7 @@ def table(models: dict[str, Any]) -> list[str]:
             m["package"],
             m["exporter"],
             "yes" if b else f"no: {m['why']}",
-            m.get("original_b4", {}).get("verdict", "-"),
+            _original(m.get("original_b4") or {}),
             *(cell(m.get(s), b) for s in SET_BATCH),
             cell(m.get("init_apply"), b),
             m.get("suggest", {}).get("verdict", "-"),

@@ -115,6 +115,8 @@ def classify(outcome: Outcome, written: Path, model: Model, original: Path, batc
         judged = judge(model, original, written, batch, cwd)
         result["verdict"] = judged["verdict"]
         result["detail"] = judged.get("detail", "")
+        if "runtime" in judged:  # judged on onnx.reference: onnxruntime cannot run the model
+            result["runtime"] = judged["runtime"]
     return result
 
 
