@@ -20,6 +20,7 @@ import os
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -329,7 +330,7 @@ class Session:
             found = ", ".join(f"{name}: {size} on axis {axes[name]}" for name, size in sizes.items())
             found += "".join(f", {name}: no axis {axes[name]} (rank {feeds[name].ndim})" for name in bad_axes)
             msg = f"split_batch needs one batch size across the split inputs; found {found}"
-            raise RunFailure(msg, "give each input's batch axis: split_batch: {inputs: {state: 1, sr: null}}")
+            raise RunFailure(msg, _split_hint(sizes, bad_axes))
         parts, seconds = [], 0.0
         fixed = self._fixed_batch(axes)
         for index in range(next(iter(sizes.values()))):
@@ -351,6 +352,19 @@ class Session:
             name: _join(name, [p[name] for p in parts], split.outputs.get(name, 0), ranks.get(name))
             for name in self.output_names
         }, seconds
+
+
+def _split_hint(sizes: dict[str, int], bad_axes: list[str]) -> str:
+    """The split_batch entry that gives every input but those of the commonest size whole (null), or
+    says how to give an axis."""
+    counts = Counter(sizes.values())
+    batch = max(counts, key=lambda size: (counts[size], size)) if counts else None
+    whole = [*bad_axes, *(name for name, size in sizes.items() if size != batch)]
+    entries = ", ".join(f"{name}: null" for name in whole)
+    return (
+        f"give the inputs without the batch whole (null), or their batch axis (a number): "
+        f"split_batch: {{inputs: {{{entries}}}}}"
+    )
 
 
 def _first_copy(name: str, value: np.ndarray, axis: int, copies: int) -> np.ndarray:

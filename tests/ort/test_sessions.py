@@ -206,6 +206,15 @@ def test_run_failure_names_provider_and_path(tmp_path: Path) -> None:
         session.run_split({"x": np.zeros((2, 4), np.float32), "z": np.zeros((3,), np.int64)})
 
 
+def test_split_batch_hint_names_the_inputs_to_give_whole(tmp_path: Path) -> None:
+    """An Expand whose shape is an input: the batch of 4 on x, the shape's 2 values given whole."""
+    session = Session(relu_model(tmp_path), "CPUExecutionProvider")
+    feeds = {"x": np.zeros((4, 4), np.float32), "shape": np.array([4, 4], np.int64), "k": np.zeros((4,), np.int64)}
+    with pytest.raises(RunFailure) as caught:
+        session.run_split(feeds)
+    assert caught.value.hint is not None and caught.value.hint.endswith("split_batch: {inputs: {shape: null}}")
+
+
 def test_integer_model_types_are_read_from_the_session(tmp_path: Path) -> None:
     model = graph_model(
         [helper.make_node("Identity", ["k"], ["y"])],
