@@ -36,7 +36,7 @@ def rewrite_batch_constants(model: onnx.ModelProto, rewrites: list[Rewrite], lab
         grouped.setdefault((id(rewrite.site.node), rewrite.operand), []).append(rewrite)
     details = []
     uses = use_counts(model)  # counted once: a rescan per rewrite made 1,000 rewrites quadratic
-    taken = all_names(model)
+    names = _Names(model)  # built at the first new name only: constants overwritten in place need none
     index = ScopeIndex()  # one table of constants per graph, not one per rewrite
     copies: dict[tuple[int, str, str, bytes], str] = {}  # (graph, constant, new values) -> the copy made
     for group in grouped.values():
@@ -44,8 +44,7 @@ def rewrite_batch_constants(model: onnx.ModelProto, rewrites: list[Rewrite], lab
         name = site.node.input[operand]
         if group[0].whole:  # a computed shape: the node reads a new constant instead
             values = np.array([value for _, value in group[0].elements], dtype=np.int64)
-            new_name = fresh_name(f"{site.node.name or site.node.output[0]}_shape_{label}", taken)
-            taken.add(new_name)
+            new_name = names.fresh(f"{site.node.name or site.node.output[0]}_shape_{label}")
             site.graph.initializer.append(numpy_helper.from_array(values, new_name))
             site.node.input[operand] = new_name
             details.append(f"rewrote {group[0].reason}: new initializer '{new_name}' {_shown(values)}")
@@ -69,8 +68,7 @@ def rewrite_batch_constants(model: onnx.ModelProto, rewrites: list[Rewrite], lab
             site.node.input[operand] = copies[same]
             details.append(f"rewrote {reasons}: reads '{copies[same]}' (the copy made above)")
             continue
-        new_name = fresh_name(f"{name}_{label}", taken)
-        taken.add(new_name)
+        new_name = names.fresh(f"{name}_{label}")
         copies[same] = new_name
         uses[name] -= 1
         site.graph.initializer.append(numpy_helper.from_array(new, new_name))
@@ -79,6 +77,21 @@ def rewrite_batch_constants(model: onnx.ModelProto, rewrites: list[Rewrite], lab
             f"rewrote {reasons}: new initializer '{new_name}' {_shown(new)} ('{name}' is shared, left as it was)"
         )
     return details
+
+
+class _Names:
+    """Fresh tensor names, from a table of every name in the model made at the first one asked."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.model = model
+        self.taken: set[str] | None = None
+
+    def fresh(self, wanted: str) -> str:
+        if self.taken is None:
+            self.taken = all_names(self.model)
+        name = fresh_name(wanted, self.taken)
+        self.taken.add(name)
+        return name
 
 
 def _shown(values: np.ndarray) -> list[int | str]:
@@ -177,12 +190,29 @@ def _contradicted(before: Dims | None, now: Dims | None, trace: BatchTrace, name
     )
 
 
+def _agrees(trace: BatchTrace, name: str, dims: Dims, size: int) -> bool:
+    """Whether ``_reconcile`` would leave an annotation as it is, told from the shapes alone (most of a
+    large graph: inference derived what the evaluation found). The annotation must be the shape at
+    the point of the new batch (the old batch's point when it is the new size), with the same rank at
+    the old batch (no Squeeze dropped it), and no dim may move with another symbolic input dim (those
+    are declared by name). Then each dim is a size the trace finds, or one it cannot tell."""
+    knowns = trace.at(name)
+    first, second = knowns[0].shape, knowns[1].shape
+    if first is None or second is None or len(first) != len(second) or len(dims) != len(first):
+        return False
+    if trace.moves_symbols and knowns[2].shape != first:
+        return False
+    return tuple(dims) == (first if size == trace.b1 else second)
+
+
 def _reconcile(info: onnx.ValueInfoProto, trace: BatchTrace, size: Size) -> bool:
     """Bring one annotation in line with the evaluation; True when a declared fact was wrong."""
     if not typed(info):
         return False  # an annotation without an element type gets no shape (onnxruntime refuses it)
     tensor_type = info.type.tensor_type
     dims: Dims | None = read_dims(info)
+    if isinstance(size, int) and dims is not None and _agrees(trace, info.name, dims, size):
+        return False
     ranks = trace.ranks(info.name)
     if isinstance(size, str) and None in ranks[:2]:
         return False

@@ -22,6 +22,7 @@ from onnx import TensorProto
 from patchspec.model.graph import NodeSite
 from patchspec.shapes.annotations import read_dims
 from patchspec.shapes.evaluate import BROADCASTING, Known, ShapeEvaluator
+from patchspec.shapes.known import Shape
 from patchspec.shapes.spec_lines import SpecFix
 
 #: sizes given to symbolic input dims that are not the batch: distinct, divisible by the usual
@@ -84,6 +85,8 @@ class BatchTrace:
     squeezes: list[tuple[NodeSite, list[int]]] = field(default_factory=list)
     #: the batch at each point: b1, b2, (b1 again where other dims move), then the second witness
     sizes: tuple[int, ...] = ()
+    #: squeezed_axis of every tensor that has one, found at its first call
+    _squeezed: dict[str, int] | None = field(default=None, repr=False)
 
     def at(self, name: str) -> list[Known]:
         assert self.evaluator is not None, "trace_batch sets the evaluator"
@@ -123,18 +126,26 @@ class BatchTrace:
 
     def squeezed_axis(self, name: str) -> int | None:
         """The batch axis of a tensor that has it at the new batch only (a Squeeze without axes drops a
-        batch of 1): its shape there is the old batch's shape with the batch inserted."""
-        first, second = self.at(name)[:2]
-        if first.shape is None or second.shape is None or not (first.full and second.full):
-            return None
-        if len(second.shape) != len(first.shape) + 1:
+        batch of 1): its shape there is the old batch's shape with the batch inserted.
+
+        Asked after the walk only: the first call finds them all in one pass (a few per model at most),
+        and each later one is a lookup (the findings and the declarations ask of every tensor)."""
+        if self._squeezed is None:
+            assert self.evaluator is not None, "trace_batch sets the evaluator"
+            self._squeezed = {}
+            for each, knowns in self.evaluator.known.items():
+                first, second = knowns[0].shape, knowns[1].shape
+                if first is not None and second is not None and len(second) == len(first) + 1:
+                    axis = self._inserted_batch(first, second)
+                    if axis is not None:
+                        self._squeezed[each] = axis
+        return self._squeezed.get(name)
+
+    def _inserted_batch(self, first: Shape, second: Shape) -> int | None:
+        if None in first or None in second:
             return None
         return next(
-            (
-                j
-                for j, d in enumerate(second.shape)
-                if d == self.b2 and second.shape[:j] + second.shape[j + 1 :] == first.shape
-            ),
+            (j for j, d in enumerate(second) if d == self.b2 and second[:j] + second[j + 1 :] == first),
             None,
         )
 

@@ -73,6 +73,8 @@ def trace_batch(
     return trace
 
 
+#: the ops whose shape operand the tracker decides (the hook is called for these only)
+_HANDLED = frozenset({"Reshape", "Expand", "Slice", "Resize"})
 #: an element's value at one point, from the point's index and the element's value there
 NewValue = Callable[[int, int], int]
 
@@ -89,7 +91,7 @@ class _Tracker:
         self.sizes = trace.sizes
         self.a, self.b = (1 if self.b2 > 1 else 0), len(points) - 1
         self.wa, self.wb = self.sizes[self.a], self.sizes[self.b]
-        self.evaluator = ShapeEvaluator(model, points, hook=self.hook)
+        self.evaluator = ShapeEvaluator(model, points, hook=self.hook, hook_ops=_HANDLED)
         trace.evaluator = self.evaluator
         self.folds = Folds(self.evaluator, (self.a, self.b), (self.wa, self.wb))
         self.operands = Operands(model, self.evaluator)
@@ -98,6 +100,7 @@ class _Tracker:
 
     # -- the hook ------------------------------------------------------------------------------------
     def hook(self, site: NodeSite, inputs: PointInputs) -> PointInputs | None:
+        """Called for the ``_HANDLED`` ops only (the evaluator's ``hook_ops``)."""
         node = site.node
         if not self.deciding or node.domain not in ("", "ai.onnx") or not all(self.evaluator.runs(site)):
             return None  # in a branch not taken at one of the batches: there is nothing to compare
