@@ -60,9 +60,11 @@ def _constant_coordinates(trace: BatchTrace, index: ScopeIndex, site: NodeSite) 
     node = site.node
     if len(node.input) < 2 or index.constant_source(node.input[1], site.scopes) is None:
         return None
-    indices = np.asarray(index.constant(node.input[1], site.scopes))
     batch = _batch_axes(trace, node.input[0])
-    if not batch or indices.size == 0:
+    if not batch:
+        return None  # asked first: most Gathers read a shape, and their indices need not be converted
+    indices = np.asarray(index.constant(node.input[1], site.scopes))
+    if indices.size == 0:
         return None
     if node.op_type == "Gather":
         axis = next((a.i for a in node.attribute if a.name == "axis"), 0)

@@ -21,7 +21,7 @@ from patchspec.model.graph import (
     fresh_name,
     use_counts,
 )
-from patchspec.shapes.annotations import Dim, format_dims, read_dims, shape_dims, typed, write_dim
+from patchspec.shapes.annotations import Dim, format_dims, has_shape, read_dims, shape_dims, typed, write_dim
 from patchspec.shapes.batch_trace import INT64_MAX, BatchTrace, Rewrite, Undecided
 
 #: the new batch: a size, or a name for a symbolic batch
@@ -190,29 +190,34 @@ def _contradicted(before: Dims | None, now: Dims | None, trace: BatchTrace, name
     )
 
 
-def _agrees(trace: BatchTrace, name: str, dims: Dims, size: int) -> bool:
+def _agrees(trace: BatchTrace, info: onnx.ValueInfoProto, size: int) -> bool:
     """Whether ``_reconcile`` would leave an annotation as it is, told from the shapes alone (most of a
     large graph: inference derived what the evaluation found). The annotation must be the shape at
     the point of the new batch (the old batch's point when it is the new size), with the same rank at
     the old batch (no Squeeze dropped it), and no dim may move with another symbolic input dim (those
     are declared by name). Then each dim is a size the trace finds, or one it cannot tell."""
-    knowns = trace.at(name)
+    if not has_shape(info):
+        return False
+    knowns = trace.at(info.name)
     first, second = knowns[0].shape, knowns[1].shape
-    if first is None or second is None or len(first) != len(second) or len(dims) != len(first):
+    if first is None or second is None or len(first) != len(second):
         return False
     if trace.moves_symbols and knowns[2].shape != first:
         return False
-    return tuple(dims) == (first if size == trace.b1 else second)
+    expected = first if size == trace.b1 else second
+    if None in expected or 0 in expected:  # an unknown dim, or a size that reads like an unset dim_value
+        return tuple(read_dims(info) or ()) == expected
+    return tuple([dim.dim_value for dim in shape_dims(info)]) == expected  # each a size: no dim_param
 
 
 def _reconcile(info: onnx.ValueInfoProto, trace: BatchTrace, size: Size) -> bool:
     """Bring one annotation in line with the evaluation; True when a declared fact was wrong."""
     if not typed(info):
         return False  # an annotation without an element type gets no shape (onnxruntime refuses it)
+    if isinstance(size, int) and _agrees(trace, info, size):
+        return False
     tensor_type = info.type.tensor_type
     dims: Dims | None = read_dims(info)
-    if isinstance(size, int) and dims is not None and _agrees(trace, info.name, dims, size):
-        return False
     ranks = trace.ranks(info.name)
     if isinstance(size, str) and None in ranks[:2]:
         return False

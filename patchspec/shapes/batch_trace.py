@@ -12,6 +12,7 @@ following; this module holds what it returns (``BatchTrace``) and the small help
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -130,6 +131,13 @@ class BatchTrace:
 
         Asked after the walk only: the first call finds them all in one pass (a few per model at most),
         and each later one is a lookup (the findings and the declarations ask of every tensor)."""
+        return self._squeezed_table().get(name)
+
+    def squeezed_names(self) -> frozenset[str]:
+        """The tensors :meth:`squeezed_axis` finds an axis for (after the walk)."""
+        return frozenset(self._squeezed_table())
+
+    def _squeezed_table(self) -> dict[str, int]:
         if self._squeezed is None:
             assert self.evaluator is not None, "trace_batch sets the evaluator"
             self._squeezed = {}
@@ -139,7 +147,7 @@ class BatchTrace:
                     axis = self._inserted_batch(first, second)
                     if axis is not None:
                         self._squeezed[each] = axis
-        return self._squeezed.get(name)
+        return self._squeezed
 
     def _inserted_batch(self, first: Shape, second: Shape) -> int | None:
         if None in first or None in second:
@@ -228,7 +236,7 @@ def sizes_of(known: Known) -> tuple[int, ...] | None:
 
 
 def product(dims: Sequence[int]) -> int:
-    return int(np.prod(list(dims), dtype=np.int64)) if len(dims) else 1
+    return math.prod(dims)
 
 
 def with_element(values: list[int], index: int, value: int) -> list[int]:

@@ -329,8 +329,9 @@ def _node_key(node: onnx.NodeProto) -> Hashable | None:
     Constant (read as it is: a weight's bytes are never serialized into a key)."""
     if node.op_type == "Constant":
         return None
-    attributes = tuple([attribute.SerializeToString() for attribute in node.attribute])
-    present = tuple([bool(name) for name in node.input])
+    given = node.attribute
+    attributes = tuple([attribute.SerializeToString() for attribute in given]) if given else ()
+    present = tuple(map(bool, node.input))
     return node.op_type, node.domain, len(node.output), present, attributes
 
 
