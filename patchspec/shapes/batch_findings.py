@@ -12,7 +12,7 @@ from functools import cached_property
 
 import onnx
 
-from patchspec.model.graph import NodeSite
+from patchspec.model.graph import NodeSite, ScopeIndex
 from patchspec.shapes.batch_pinned import batch_wide, pinned_batch
 from patchspec.shapes.batch_trace import AXIS_FREE, BatchTrace, Undecided, product, shape_text, sizes_of
 from patchspec.shapes.evaluate import BROADCASTING, ShapeEvaluator
@@ -21,8 +21,11 @@ from patchspec.shapes.evaluate import BROADCASTING, ShapeEvaluator
 class BatchFindings:
     """Reads a finished trace; ``decided`` holds the ids of nodes the walk already reported."""
 
-    def __init__(self, trace: BatchTrace, evaluator: ShapeEvaluator, decided: set[int]) -> None:
+    def __init__(
+        self, trace: BatchTrace, evaluator: ShapeEvaluator, decided: set[int], index: ScopeIndex | None = None
+    ) -> None:
         self.trace = trace
+        self.index = index  # the tracker's table of constants
         self.evaluator = evaluator
         self.decided = decided
         self.b1, self.b2 = trace.b1, trace.b2
@@ -31,7 +34,7 @@ class BatchFindings:
         """Nodes whose constants pin the batch to the exported samples (``batch_pinned``)."""
         sites = [site for _, site in self.sites]
         found = []
-        for site, why in pinned_batch(self.trace, sites):
+        for site, why in pinned_batch(self.trace, sites, self.index):
             found.append(f"{self.label(site)} {why}")
             self.decided.add(id(site.node))
         wide = list(batch_wide(self.trace, sites))

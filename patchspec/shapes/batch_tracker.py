@@ -66,7 +66,7 @@ def trace_batch(
     tracker = _Tracker(model, trace, points)
     tracker.deciding = decide
     tracker.evaluator.run()
-    findings = BatchFindings(trace, tracker.evaluator, tracker.decided)
+    findings = BatchFindings(trace, tracker.evaluator, tracker.decided, tracker.operands.index)
     trace.refusals.extend(findings.pinned())
     trace.refusals.extend(findings.conflicts())
     trace.squeezes.extend(findings.batch_squeezes())
