@@ -57,8 +57,11 @@ def pinned_batch(
 
 def _batch_axes(trace: BatchTrace, name: str) -> list[int]:
     """The axes of ``name`` that hold the batch alone (not folded with another factor)."""
-    rank = trace.ranks(name)[1]
-    return [axis for axis in range(rank or 0) if trace.batch_dim(name, axis) == ("batch", 1)]
+    old, new = (known.shape for known in trace.at(name)[:2])
+    if old == new:
+        return []  # the same shape at both batches (a shape tensor, a weight): no axis holds the batch
+    rank = len(new) if new is not None else 0
+    return [axis for axis, dim in enumerate(trace.batch_dims(name, rank)) if dim == ("batch", 1)]
 
 
 def _constant_coordinates(trace: BatchTrace, index: ScopeIndex, site: NodeSite) -> str | None:

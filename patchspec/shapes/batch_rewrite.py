@@ -21,7 +21,7 @@ from patchspec.model.graph import (
     fresh_name,
     use_counts,
 )
-from patchspec.shapes.annotations import Dim, format_dims, has_shape, read_dims, shape_dims, typed, write_dim
+from patchspec.shapes.annotations import Dim, collector_paused, format_dims, read_dims, shape_dims, typed, write_dim
 from patchspec.shapes.batch_trace import INT64_MAX, BatchTrace, Rewrite, Undecided
 
 #: the new batch: a size, or a name for a symbolic batch
@@ -173,9 +173,51 @@ def declare_from_trace(
             if None not in ranks and ranks[0] != ranks[1]:
                 note = f" (a Squeeze without axes dropped the batch at batch {trace.b1}: rank {ranks[0]} there)"
             corrected.append(f"output '{info.name}' was declared {format_dims(before)}, is {format_dims(now)}{note}")
-    for info in model.graph.value_info:
-        _reconcile(info, trace, size)
+    agrees = _Agreement(trace, size) if isinstance(size, int) else None
+    with collector_paused():  # a collection would walk the trace's Knowns, tens of thousands of times
+        for info in model.graph.value_info:
+            if agrees is None or not agrees(info):
+                _reconcile(info, trace, size)
     return corrected
+
+
+class _Agreement:
+    """Tells, from the shapes alone, an annotation that ``_reconcile`` would leave as it is: most of a
+    large graph, where inference derived what the evaluation found (a static new batch only).
+
+    The annotation must be the evaluated shape at the new batch's point (the old batch's when that is
+    the new size), every dim a size, with the same rank at the old batch (no Squeeze dropped it), and
+    no dim may move with another symbolic input dim (those are declared by name). Then each dim is a
+    size the trace finds, or one it cannot tell. The shape is compared as serialized bytes (a dim
+    with anything else set, such as a denotation, does not match and is reconciled as before)."""
+
+    def __init__(self, trace: BatchTrace, size: int) -> None:
+        assert trace.evaluator is not None, "trace_batch sets the evaluator"
+        self.known = trace.evaluator.known
+        self.point = 0 if size == trace.b1 else 1
+        self.moves_symbols = trace.moves_symbols
+        self.encoded: dict[tuple[int | None, ...], bytes] = {}  # a shape -> its TensorShapeProto's bytes
+
+    def __call__(self, info: onnx.ValueInfoProto) -> bool:
+        tensor_type = info.type.tensor_type
+        knowns = self.known.get(info.name)
+        if knowns is None or not tensor_type.HasField("shape"):
+            return False
+        first, second = knowns[0].shape, knowns[1].shape
+        if first is None or second is None or len(first) != len(second):
+            return False
+        if self.moves_symbols and knowns[2].shape != first:
+            return False
+        expected = second if self.point else first
+        if None in expected:  # a dim the evaluation cannot tell: an unknown one in the annotation agrees
+            return tuple(read_dims(info) or ()) == expected
+        encoded = self.encoded.get(expected)
+        if encoded is None:
+            shape = onnx.TensorShapeProto()
+            for size in expected:
+                shape.dim.add().dim_value = size
+            encoded = self.encoded[expected] = shape.SerializeToString()
+        return bool(tensor_type.shape.SerializeToString() == encoded)
 
 
 def _contradicted(before: Dims | None, now: Dims | None, trace: BatchTrace, name: str) -> bool:
@@ -190,32 +232,10 @@ def _contradicted(before: Dims | None, now: Dims | None, trace: BatchTrace, name
     )
 
 
-def _agrees(trace: BatchTrace, info: onnx.ValueInfoProto, size: int) -> bool:
-    """Whether ``_reconcile`` would leave an annotation as it is, told from the shapes alone (most of a
-    large graph: inference derived what the evaluation found). The annotation must be the shape at
-    the point of the new batch (the old batch's point when it is the new size), with the same rank at
-    the old batch (no Squeeze dropped it), and no dim may move with another symbolic input dim (those
-    are declared by name). Then each dim is a size the trace finds, or one it cannot tell."""
-    if not has_shape(info):
-        return False
-    knowns = trace.at(info.name)
-    first, second = knowns[0].shape, knowns[1].shape
-    if first is None or second is None or len(first) != len(second):
-        return False
-    if trace.moves_symbols and knowns[2].shape != first:
-        return False
-    expected = first if size == trace.b1 else second
-    if None in expected or 0 in expected:  # an unknown dim, or a size that reads like an unset dim_value
-        return tuple(read_dims(info) or ()) == expected
-    return tuple([dim.dim_value for dim in shape_dims(info)]) == expected  # each a size: no dim_param
-
-
 def _reconcile(info: onnx.ValueInfoProto, trace: BatchTrace, size: Size) -> bool:
     """Bring one annotation in line with the evaluation; True when a declared fact was wrong."""
     if not typed(info):
         return False  # an annotation without an element type gets no shape (onnxruntime refuses it)
-    if isinstance(size, int) and _agrees(trace, info, size):
-        return False
     tensor_type = info.type.tensor_type
     dims: Dims | None = read_dims(info)
     ranks = trace.ranks(info.name)

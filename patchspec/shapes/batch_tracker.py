@@ -26,6 +26,7 @@ import numpy as np
 import onnx
 
 from patchspec.model.graph import NodeSite
+from patchspec.shapes.annotations import collector_paused
 from patchspec.shapes.batch_findings import BatchFindings
 from patchspec.shapes.batch_folds import Folds
 from patchspec.shapes.batch_operands import Operands, replace_fix, steady_except
@@ -65,11 +66,13 @@ def trace_batch(
     trace = BatchTrace(b1, b2, symbolic=symbolic, moves_symbols=len(points) > 3, symbols=symbols, sizes=sizes)
     tracker = _Tracker(model, trace, points)
     tracker.deciding = decide
-    tracker.evaluator.run()
-    findings = BatchFindings(trace, tracker.evaluator, tracker.decided, tracker.operands.index)
-    trace.refusals.extend(findings.pinned())
-    trace.refusals.extend(findings.conflicts())
-    trace.squeezes.extend(findings.batch_squeezes())
+    with collector_paused():  # the evaluation's Knowns hold no cycles: each collection would walk them all
+        tracker.evaluator.run()
+        tracker.evaluator.hook = None  # the bound method held the tracker: a cycle only the collector frees
+        findings = BatchFindings(trace, tracker.evaluator, tracker.decided, tracker.operands.index)
+        trace.refusals.extend(findings.pinned())
+        trace.refusals.extend(findings.conflicts())
+        trace.squeezes.extend(findings.batch_squeezes())
     return trace
 
 
