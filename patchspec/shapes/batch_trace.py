@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import onnx
@@ -230,9 +231,10 @@ def batch_position(data_prefix: Sequence[int], out_shape: Sequence[int]) -> int 
 
 def sizes_of(known: Known) -> tuple[int, ...] | None:
     """The shape when every dim is a known size (``Known.full``), typed as such; else None."""
-    if known.shape is None or None in known.shape:
+    shape = known.shape
+    if shape is None or None in shape:
         return None
-    return tuple(int(d) for d in known.shape if d is not None)
+    return cast(tuple[int, ...], shape)  # no None left (every Known's dims are Python ints or None)
 
 
 def product(dims: Sequence[int]) -> int:
