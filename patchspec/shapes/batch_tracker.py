@@ -183,12 +183,16 @@ class _Tracker:
         if behind is not None:
             self.folds.folded[site.node.output[0]] = behind
             return None
-        proved = [i for i in range(len(values)) if self._proves(site, inputs, values, i, prefix)]
-        if len(proved) > 1:  # the same memory either way (dims of 1): keep the batch where the data has it
-            proved = [i for i in proved if values[:i] == prefix] or proved
+        tried: dict[int, tuple[Known, Known]] = {}
 
         def trials(j: int) -> tuple[Known, Known]:  # the outputs with element j scaled with the batch
-            return self._outputs(site, self._trial(site, inputs, 1, j, self._scaled))
+            if j not in tried:  # asked by the proof and by the folds alike
+                tried[j] = self._outputs(site, self._trial(site, inputs, 1, j, self._scaled))
+            return tried[j]
+
+        proved = [i for i in range(len(values)) if self._proves(values, i, prefix, trials)]
+        if len(proved) > 1:  # the same memory either way (dims of 1): keep the batch where the data has it
+            proved = [i for i in proved if values[:i] == prefix] or proved
 
         folds = {} if fold is not None else self.folds.candidates(values, self.b1, data, axis, factor, trials)
         per_sample = factor * product(data[axis + 1 :])
@@ -223,11 +227,14 @@ class _Tracker:
             )
         return self._rewrite_element(site, 1, values, i, self._scaled, written, inputs, axis)
 
-    def _proves(self, site: NodeSite, inputs: PointInputs, values: list[int], i: int, prefix: list[int]) -> bool:
-        """Element ``i``, scaled with the batch at both witnesses, keeps every sample together there."""
+    def _proves(
+        self, values: list[int], i: int, prefix: list[int], trials: Callable[[int], tuple[Known, Known]]
+    ) -> bool:
+        """Element ``i``, scaled with the batch at both witnesses (``trials(i)``), keeps every sample
+        together there."""
         if values[i] in (0, -1) or values[i] % self.b1:
             return False
-        first, second = self._outputs(site, self._trial(site, inputs, 1, i, self._scaled))
+        first, second = trials(i)
         out = sizes_of(first)
         return out is not None and batch_position(prefix, out) == i and self.consistent(first, second, i)
 
