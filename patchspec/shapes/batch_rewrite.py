@@ -31,6 +31,13 @@ Dims = list[Dim]
 
 def rewrite_batch_constants(model: onnx.ModelProto, rewrites: list[Rewrite], label: str) -> list[str]:
     """Change the constants the trace proved; a shared constant is copied and only its reader rewired."""
+    if not rewrites:
+        return []
+    with collector_paused():  # the trace's Knowns are still alive: a collection here would walk them all
+        return _rewrite_constants(model, rewrites, label)
+
+
+def _rewrite_constants(model: onnx.ModelProto, rewrites: list[Rewrite], label: str) -> list[str]:
     grouped: dict[tuple[int, int], list[Rewrite]] = {}
     for rewrite in rewrites:
         grouped.setdefault((id(rewrite.site.node), rewrite.operand), []).append(rewrite)
