@@ -281,9 +281,9 @@ def copy_derived_shapes(source: onnx.GraphProto, target: onnx.GraphProto) -> Non
         if not typed(info):
             info.type.tensor_type.elem_type = found.type.tensor_type.elem_type
         info.type.tensor_type.shape.CopyFrom(found.type.tensor_type.shape)
-    for source_node, target_node in zip(source.node, target.node):
+    for index, target_node in enumerate(target.node):  # the inferred copy's node read only where a body is
         if has_body(target_node):
-            for source_sub, target_sub in zip(subgraphs(source_node), subgraphs(target_node)):
+            for source_sub, target_sub in zip(subgraphs(source.node[index]), subgraphs(target_node)):
                 copy_derived_shapes(source_sub, target_sub)
 
 

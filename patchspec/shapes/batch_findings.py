@@ -8,9 +8,11 @@ a batch of 1 are found here too, with the axes they remove at the new batch.
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import onnx
 
-from patchspec.model.graph import NodeSite
+from patchspec.model.graph import NodeSite, ScopeIndex
 from patchspec.shapes.batch_pinned import batch_wide, pinned_batch
 from patchspec.shapes.batch_trace import AXIS_FREE, BatchTrace, Undecided, product, shape_text, sizes_of
 from patchspec.shapes.evaluate import BROADCASTING, ShapeEvaluator
@@ -19,19 +21,20 @@ from patchspec.shapes.evaluate import BROADCASTING, ShapeEvaluator
 class BatchFindings:
     """Reads a finished trace; ``decided`` holds the ids of nodes the walk already reported."""
 
-    def __init__(self, trace: BatchTrace, evaluator: ShapeEvaluator, decided: set[int]) -> None:
+    def __init__(
+        self, trace: BatchTrace, evaluator: ShapeEvaluator, decided: set[int], index: ScopeIndex | None = None
+    ) -> None:
         self.trace = trace
+        self.index = index  # the tracker's table of constants
         self.evaluator = evaluator
         self.decided = decided
         self.b1, self.b2 = trace.b1, trace.b2
 
     def pinned(self) -> list[str]:
         """Nodes whose constants pin the batch to the exported samples (``batch_pinned``)."""
-        sites = [
-            site for name, site in self.evaluator.producer.items() if name == next(o for o in site.node.output if o)
-        ]
+        sites = [site for _, site in self.sites]
         found = []
-        for site, why in pinned_batch(self.trace, sites):
+        for site, why in pinned_batch(self.trace, sites, self.index):
             found.append(f"{self.label(site)} {why}")
             self.decided.add(id(site.node))
         wide = list(batch_wide(self.trace, sites))
@@ -44,9 +47,15 @@ class BatchFindings:
     def conflicts(self) -> list[str]:
         """Nodes that run at the old batch and not at the new one, each with the likely reason."""
         found = []
-        for name, site in self.evaluator.producer.items():
+        known, squeezed, decided = self.evaluator.known, self.trace.squeezed_names(), self.decided
+        for name, site in self.sites:
             node = site.node
-            if id(node) in self.decided or name != next((o for o in node.output if o), None):
+            row = known[name]
+            if (
+                row[1].shape is not None or row[0].shape is None  # it runs at the new batch, or not even at the old
+            ) and not (node.op_type in ("If", "Loop") or (squeezed and not squeezed.isdisjoint(node.input))):
+                continue  # neither a condition nor a shifted input: nothing to report (most nodes)
+            if id(node) in decided:
                 continue
             if node.domain not in ("", "ai.onnx") or not self.evaluator.runs(site)[1]:
                 continue  # a node in a branch not taken at the new batch never runs there
@@ -84,6 +93,15 @@ class BatchFindings:
             )
             found.append(self.conflict(site, why))
         return found
+
+    @cached_property
+    def sites(self) -> list[tuple[str, NodeSite]]:
+        """Each node the walk evaluated once, with its first named output, in graph order."""
+        return [
+            (name, site)
+            for name, site in self.evaluator.producer.items()
+            if name == (site.node.output[0] or next(o for o in site.node.output if o))
+        ]
 
     def _meets_a_free_dim(self, node: onnx.NodeProto) -> bool:
         """Whether the axes on which a broadcasting node's inputs disagree at the new batch include a dim

@@ -11,6 +11,8 @@ constant (``steady_except``). ``replace_fix`` is the hand-written fix for a cons
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 import onnx
 
@@ -29,8 +31,14 @@ Source = tuple[NodeSite, int, int]
 class Operands:
     def __init__(self, model: onnx.ModelProto, evaluator: ShapeEvaluator) -> None:
         self.evaluator = evaluator
+        self.model = model
         self.index = ScopeIndex()
-        self.uses = use_counts(model)
+
+    @cached_property
+    def uses(self) -> dict[str, int]:
+        """Counted at the first computed operand only: a walk over every node, which a model whose
+        shape operands are all constants never needs."""
+        return use_counts(self.model)
 
     def is_constant(self, site: NodeSite, operand: int) -> bool:
         return self.index.constant_source(site.node.input[operand], site.scopes) is not None

@@ -31,14 +31,19 @@ from patchspec.shapes.batch_trace import BatchTrace
 #: recurrent ops, with the inputs that hold a starting state ([directions, batch, hidden] in layout 0)
 _STATES = {"RNN": (5,), "GRU": (5,), "LSTM": (5, 6)}
 _STATE_NAMES = {5: "initial_h", 6: "initial_c"}
+#: every op pinned_batch looks at
+_PINNING = frozenset({"ScatterND", "GatherND", "Gather", *_STATES})
 
 
-def pinned_batch(trace: BatchTrace, sites: list[NodeSite]) -> Iterator[tuple[NodeSite, str]]:
-    """Each node that pins the batch to the exported samples, with why (for a refusal)."""
-    index = ScopeIndex()
+def pinned_batch(
+    trace: BatchTrace, sites: list[NodeSite], index: ScopeIndex | None = None
+) -> Iterator[tuple[NodeSite, str]]:
+    """Each node that pins the batch to the exported samples, with why (for a refusal). ``index``: the
+    tracker's table of constants, when it has one (the model is unchanged since)."""
+    index = index or ScopeIndex()
     for site in sites:
         node = site.node
-        if node.domain not in ("", "ai.onnx") or not node.input:
+        if node.op_type not in _PINNING or node.domain not in ("", "ai.onnx") or not node.input:
             continue
         if node.op_type in ("ScatterND", "GatherND", "Gather"):
             why = _constant_coordinates(trace, index, site)
@@ -52,17 +57,22 @@ def pinned_batch(trace: BatchTrace, sites: list[NodeSite]) -> Iterator[tuple[Nod
 
 def _batch_axes(trace: BatchTrace, name: str) -> list[int]:
     """The axes of ``name`` that hold the batch alone (not folded with another factor)."""
-    rank = trace.ranks(name)[1]
-    return [axis for axis in range(rank or 0) if trace.batch_dim(name, axis) == ("batch", 1)]
+    old, new = (known.shape for known in trace.at(name)[:2])
+    if old == new:
+        return []  # the same shape at both batches (a shape tensor, a weight): no axis holds the batch
+    rank = len(new) if new is not None else 0
+    return [axis for axis, dim in enumerate(trace.batch_dims(name, rank)) if dim == ("batch", 1)]
 
 
 def _constant_coordinates(trace: BatchTrace, index: ScopeIndex, site: NodeSite) -> str | None:
     node = site.node
-    if len(node.input) < 2 or index.constant_source(node.input[1], site.scopes) is None:
+    if len(node.input) < 2:
         return None
-    indices = np.asarray(index.constant(node.input[1], site.scopes))
     batch = _batch_axes(trace, node.input[0])
-    if not batch or indices.size == 0:
+    if not batch or index.constant_source(node.input[1], site.scopes) is None:
+        return None  # the batch asked first: most Gathers read a shape, whose indices need no look-up
+    indices = np.asarray(index.constant(node.input[1], site.scopes))
+    if indices.size == 0:
         return None
     if node.op_type == "Gather":
         axis = next((a.i for a in node.attribute if a.name == "axis"), 0)

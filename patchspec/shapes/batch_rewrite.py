@@ -21,7 +21,7 @@ from patchspec.model.graph import (
     fresh_name,
     use_counts,
 )
-from patchspec.shapes.annotations import Dim, format_dims, read_dims, shape_dims, typed, write_dim
+from patchspec.shapes.annotations import Dim, collector_paused, format_dims, read_dims, shape_dims, typed, write_dim
 from patchspec.shapes.batch_trace import INT64_MAX, BatchTrace, Rewrite, Undecided
 
 #: the new batch: a size, or a name for a symbolic batch
@@ -31,12 +31,19 @@ Dims = list[Dim]
 
 def rewrite_batch_constants(model: onnx.ModelProto, rewrites: list[Rewrite], label: str) -> list[str]:
     """Change the constants the trace proved; a shared constant is copied and only its reader rewired."""
+    if not rewrites:
+        return []
+    with collector_paused():  # the trace's Knowns are still alive: a collection here would walk them all
+        return _rewrite_constants(model, rewrites, label)
+
+
+def _rewrite_constants(model: onnx.ModelProto, rewrites: list[Rewrite], label: str) -> list[str]:
     grouped: dict[tuple[int, int], list[Rewrite]] = {}
     for rewrite in rewrites:
         grouped.setdefault((id(rewrite.site.node), rewrite.operand), []).append(rewrite)
     details = []
     uses = use_counts(model)  # counted once: a rescan per rewrite made 1,000 rewrites quadratic
-    taken = all_names(model)
+    names = _Names(model)  # built at the first new name only: constants overwritten in place need none
     index = ScopeIndex()  # one table of constants per graph, not one per rewrite
     copies: dict[tuple[int, str, str, bytes], str] = {}  # (graph, constant, new values) -> the copy made
     for group in grouped.values():
@@ -44,8 +51,7 @@ def rewrite_batch_constants(model: onnx.ModelProto, rewrites: list[Rewrite], lab
         name = site.node.input[operand]
         if group[0].whole:  # a computed shape: the node reads a new constant instead
             values = np.array([value for _, value in group[0].elements], dtype=np.int64)
-            new_name = fresh_name(f"{site.node.name or site.node.output[0]}_shape_{label}", taken)
-            taken.add(new_name)
+            new_name = names.fresh(f"{site.node.name or site.node.output[0]}_shape_{label}")
             site.graph.initializer.append(numpy_helper.from_array(values, new_name))
             site.node.input[operand] = new_name
             details.append(f"rewrote {group[0].reason}: new initializer '{new_name}' {_shown(values)}")
@@ -69,8 +75,7 @@ def rewrite_batch_constants(model: onnx.ModelProto, rewrites: list[Rewrite], lab
             site.node.input[operand] = copies[same]
             details.append(f"rewrote {reasons}: reads '{copies[same]}' (the copy made above)")
             continue
-        new_name = fresh_name(f"{name}_{label}", taken)
-        taken.add(new_name)
+        new_name = names.fresh(f"{name}_{label}")
         copies[same] = new_name
         uses[name] -= 1
         site.graph.initializer.append(numpy_helper.from_array(new, new_name))
@@ -79,6 +84,21 @@ def rewrite_batch_constants(model: onnx.ModelProto, rewrites: list[Rewrite], lab
             f"rewrote {reasons}: new initializer '{new_name}' {_shown(new)} ('{name}' is shared, left as it was)"
         )
     return details
+
+
+class _Names:
+    """Fresh tensor names, from a table of every name in the model made at the first one asked."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.model = model
+        self.taken: set[str] | None = None
+
+    def fresh(self, wanted: str) -> str:
+        if self.taken is None:
+            self.taken = all_names(self.model)
+        name = fresh_name(wanted, self.taken)
+        self.taken.add(name)
+        return name
 
 
 def _shown(values: np.ndarray) -> list[int | str]:
@@ -160,9 +180,51 @@ def declare_from_trace(
             if None not in ranks and ranks[0] != ranks[1]:
                 note = f" (a Squeeze without axes dropped the batch at batch {trace.b1}: rank {ranks[0]} there)"
             corrected.append(f"output '{info.name}' was declared {format_dims(before)}, is {format_dims(now)}{note}")
-    for info in model.graph.value_info:
-        _reconcile(info, trace, size)
+    agrees = _Agreement(trace, size) if isinstance(size, int) else None
+    with collector_paused():  # a collection would walk the trace's Knowns, tens of thousands of times
+        for info in model.graph.value_info:
+            if agrees is None or not agrees(info):
+                _reconcile(info, trace, size)
     return corrected
+
+
+class _Agreement:
+    """Tells, from the shapes alone, an annotation that ``_reconcile`` would leave as it is: most of a
+    large graph, where inference derived what the evaluation found (a static new batch only).
+
+    The annotation must be the evaluated shape at the new batch's point (the old batch's when that is
+    the new size), every dim a size, with the same rank at the old batch (no Squeeze dropped it), and
+    no dim may move with another symbolic input dim (those are declared by name). Then each dim is a
+    size the trace finds, or one it cannot tell. The shape is compared as serialized bytes (a dim
+    with anything else set, such as a denotation, does not match and is reconciled as before)."""
+
+    def __init__(self, trace: BatchTrace, size: int) -> None:
+        assert trace.evaluator is not None, "trace_batch sets the evaluator"
+        self.known = trace.evaluator.known
+        self.point = 0 if size == trace.b1 else 1
+        self.moves_symbols = trace.moves_symbols
+        self.encoded: dict[tuple[int | None, ...], bytes] = {}  # a shape -> its TensorShapeProto's bytes
+
+    def __call__(self, info: onnx.ValueInfoProto) -> bool:
+        tensor_type = info.type.tensor_type
+        knowns = self.known.get(info.name)
+        if knowns is None or not tensor_type.HasField("shape"):
+            return False
+        first, second = knowns[0].shape, knowns[1].shape
+        if first is None or second is None or len(first) != len(second):
+            return False
+        if self.moves_symbols and knowns[2].shape != first:
+            return False
+        expected = second if self.point else first
+        if None in expected:  # a dim the evaluation cannot tell: an unknown one in the annotation agrees
+            return tuple(read_dims(info) or ()) == expected
+        encoded = self.encoded.get(expected)
+        if encoded is None:
+            shape = onnx.TensorShapeProto()
+            for size in expected:
+                shape.dim.add().dim_value = size
+            encoded = self.encoded[expected] = shape.SerializeToString()
+        return bool(tensor_type.shape.SerializeToString() == encoded)
 
 
 def _contradicted(before: Dims | None, now: Dims | None, trace: BatchTrace, name: str) -> bool:

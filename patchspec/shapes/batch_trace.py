@@ -12,8 +12,10 @@ following; this module holds what it returns (``BatchTrace``) and the small help
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import onnx
@@ -22,6 +24,7 @@ from onnx import TensorProto
 from patchspec.model.graph import NodeSite
 from patchspec.shapes.annotations import read_dims
 from patchspec.shapes.evaluate import BROADCASTING, Known, ShapeEvaluator
+from patchspec.shapes.known import Shape
 from patchspec.shapes.spec_lines import SpecFix
 
 #: sizes given to symbolic input dims that are not the batch: distinct, divisible by the usual
@@ -84,6 +87,8 @@ class BatchTrace:
     squeezes: list[tuple[NodeSite, list[int]]] = field(default_factory=list)
     #: the batch at each point: b1, b2, (b1 again where other dims move), then the second witness
     sizes: tuple[int, ...] = ()
+    #: squeezed_axis of every tensor that has one, found at its first call
+    _squeezed: dict[str, int] | None = field(default=None, repr=False)
 
     def at(self, name: str) -> list[Known]:
         assert self.evaluator is not None, "trace_batch sets the evaluator"
@@ -123,18 +128,33 @@ class BatchTrace:
 
     def squeezed_axis(self, name: str) -> int | None:
         """The batch axis of a tensor that has it at the new batch only (a Squeeze without axes drops a
-        batch of 1): its shape there is the old batch's shape with the batch inserted."""
-        first, second = self.at(name)[:2]
-        if first.shape is None or second.shape is None or not (first.full and second.full):
-            return None
-        if len(second.shape) != len(first.shape) + 1:
+        batch of 1): its shape there is the old batch's shape with the batch inserted.
+
+        Asked after the walk only: the first call finds them all in one pass (a few per model at most),
+        and each later one is a lookup (the findings and the declarations ask of every tensor)."""
+        return self._squeezed_table().get(name)
+
+    def squeezed_names(self) -> frozenset[str]:
+        """The tensors :meth:`squeezed_axis` finds an axis for (after the walk)."""
+        return frozenset(self._squeezed_table())
+
+    def _squeezed_table(self) -> dict[str, int]:
+        if self._squeezed is None:
+            assert self.evaluator is not None, "trace_batch sets the evaluator"
+            self._squeezed = {}
+            for each, knowns in self.evaluator.known.items():
+                first, second = knowns[0].shape, knowns[1].shape
+                if first is not None and second is not None and len(second) == len(first) + 1:
+                    axis = self._inserted_batch(first, second)
+                    if axis is not None:
+                        self._squeezed[each] = axis
+        return self._squeezed
+
+    def _inserted_batch(self, first: Shape, second: Shape) -> int | None:
+        if None in first or None in second:
             return None
         return next(
-            (
-                j
-                for j, d in enumerate(second.shape)
-                if d == self.b2 and second.shape[:j] + second.shape[j + 1 :] == first.shape
-            ),
+            (j for j, d in enumerate(second) if d == self.b2 and second[:j] + second[j + 1 :] == first),
             None,
         )
 
@@ -211,13 +231,14 @@ def batch_position(data_prefix: Sequence[int], out_shape: Sequence[int]) -> int 
 
 def sizes_of(known: Known) -> tuple[int, ...] | None:
     """The shape when every dim is a known size (``Known.full``), typed as such; else None."""
-    if known.shape is None or None in known.shape:
+    shape = known.shape
+    if shape is None or None in shape:
         return None
-    return tuple(int(d) for d in known.shape if d is not None)
+    return cast(tuple[int, ...], shape)  # no None left (every Known's dims are Python ints or None)
 
 
 def product(dims: Sequence[int]) -> int:
-    return int(np.prod(list(dims), dtype=np.int64)) if len(dims) else 1
+    return math.prod(dims)
 
 
 def with_element(values: list[int], index: int, value: int) -> list[int]:

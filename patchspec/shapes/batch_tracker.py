@@ -26,6 +26,7 @@ import numpy as np
 import onnx
 
 from patchspec.model.graph import NodeSite
+from patchspec.shapes.annotations import collector_paused
 from patchspec.shapes.batch_findings import BatchFindings
 from patchspec.shapes.batch_folds import Folds
 from patchspec.shapes.batch_operands import Operands, replace_fix, steady_except
@@ -65,14 +66,18 @@ def trace_batch(
     trace = BatchTrace(b1, b2, symbolic=symbolic, moves_symbols=len(points) > 3, symbols=symbols, sizes=sizes)
     tracker = _Tracker(model, trace, points)
     tracker.deciding = decide
-    tracker.evaluator.run()
-    findings = BatchFindings(trace, tracker.evaluator, tracker.decided)
-    trace.refusals.extend(findings.pinned())
-    trace.refusals.extend(findings.conflicts())
-    trace.squeezes.extend(findings.batch_squeezes())
+    with collector_paused():  # the evaluation's Knowns hold no cycles: each collection would walk them all
+        tracker.evaluator.run()
+        tracker.evaluator.hook = None  # the bound method held the tracker: a cycle only the collector frees
+        findings = BatchFindings(trace, tracker.evaluator, tracker.decided, tracker.operands.index)
+        trace.refusals.extend(findings.pinned())
+        trace.refusals.extend(findings.conflicts())
+        trace.squeezes.extend(findings.batch_squeezes())
     return trace
 
 
+#: the ops whose shape operand the tracker decides (the hook is called for these only)
+_HANDLED = frozenset({"Reshape", "Expand", "Slice", "Resize"})
 #: an element's value at one point, from the point's index and the element's value there
 NewValue = Callable[[int, int], int]
 
@@ -89,7 +94,7 @@ class _Tracker:
         self.sizes = trace.sizes
         self.a, self.b = (1 if self.b2 > 1 else 0), len(points) - 1
         self.wa, self.wb = self.sizes[self.a], self.sizes[self.b]
-        self.evaluator = ShapeEvaluator(model, points, hook=self.hook)
+        self.evaluator = ShapeEvaluator(model, points, hook=self.hook, hook_ops=_HANDLED)
         trace.evaluator = self.evaluator
         self.folds = Folds(self.evaluator, (self.a, self.b), (self.wa, self.wb))
         self.operands = Operands(model, self.evaluator)
@@ -98,6 +103,7 @@ class _Tracker:
 
     # -- the hook ------------------------------------------------------------------------------------
     def hook(self, site: NodeSite, inputs: PointInputs) -> PointInputs | None:
+        """Called for the ``_HANDLED`` ops only (the evaluator's ``hook_ops``)."""
         node = site.node
         if not self.deciding or node.domain not in ("", "ai.onnx") or not all(self.evaluator.runs(site)):
             return None  # in a branch not taken at one of the batches: there is nothing to compare
@@ -177,12 +183,16 @@ class _Tracker:
         if behind is not None:
             self.folds.folded[site.node.output[0]] = behind
             return None
-        proved = [i for i in range(len(values)) if self._proves(site, inputs, values, i, prefix)]
-        if len(proved) > 1:  # the same memory either way (dims of 1): keep the batch where the data has it
-            proved = [i for i in proved if values[:i] == prefix] or proved
+        tried: dict[int, tuple[Known, Known]] = {}
 
         def trials(j: int) -> tuple[Known, Known]:  # the outputs with element j scaled with the batch
-            return self._outputs(site, self._trial(site, inputs, 1, j, self._scaled))
+            if j not in tried:  # asked by the proof and by the folds alike
+                tried[j] = self._outputs(site, self._trial(site, inputs, 1, j, self._scaled))
+            return tried[j]
+
+        proved = [i for i in range(len(values)) if self._proves(values, i, prefix, trials)]
+        if len(proved) > 1:  # the same memory either way (dims of 1): keep the batch where the data has it
+            proved = [i for i in proved if values[:i] == prefix] or proved
 
         folds = {} if fold is not None else self.folds.candidates(values, self.b1, data, axis, factor, trials)
         per_sample = factor * product(data[axis + 1 :])
@@ -217,11 +227,14 @@ class _Tracker:
             )
         return self._rewrite_element(site, 1, values, i, self._scaled, written, inputs, axis)
 
-    def _proves(self, site: NodeSite, inputs: PointInputs, values: list[int], i: int, prefix: list[int]) -> bool:
-        """Element ``i``, scaled with the batch at both witnesses, keeps every sample together there."""
+    def _proves(
+        self, values: list[int], i: int, prefix: list[int], trials: Callable[[int], tuple[Known, Known]]
+    ) -> bool:
+        """Element ``i``, scaled with the batch at both witnesses (``trials(i)``), keeps every sample
+        together there."""
         if values[i] in (0, -1) or values[i] % self.b1:
             return False
-        first, second = self._outputs(site, self._trial(site, inputs, 1, i, self._scaled))
+        first, second = trials(i)
         out = sizes_of(first)
         return out is not None and batch_position(prefix, out) == i and self.consistent(first, second, i)
 

@@ -70,6 +70,7 @@ class ShapeEvaluator:
         self._schemas: dict[tuple[str, str], onnx.defs.OpSchema | None] = {}
         self._inferred: dict[Hashable, Outputs] = {}  # see evaluate
         self._counter = 0
+        self._hooked: tuple[onnx.NodeProto | None, Hashable | None] = (None, None)  # the node the hook sees
         #: per body graph (by id): whether it runs at each point; a branch an If does not take is dead
         self._runs: dict[int, list[bool]] = {id(model.graph): [True] * len(self.points)}
         #: per body graph (by id): the node that owns it and the attribute holding it
@@ -130,9 +131,10 @@ class ShapeEvaluator:
             if has_body(node):
                 outputs = self._control_flow(site, inputs)
             else:
-                if hook is not None and (hook_ops is None or node.op_type in hook_ops):
-                    inputs = hook(site, inputs) or inputs
                 static = _node_key(node)
+                if hook is not None and (hook_ops is None or node.op_type in hook_ops):
+                    self._hooked = (node, static)  # the hook's evaluations of this node reuse its key
+                    inputs = hook(site, inputs) or inputs
                 if static is None:
                     outputs = [evaluate_once(node, at_point) for at_point in inputs]
                 else:
@@ -160,6 +162,8 @@ class ShapeEvaluator:
 
         Remembered by what decides them: the op, its attributes and the inputs' types, shapes and
         small values (the blocks of a deep network repeat those exactly, at every point)."""
+        if node is self._hooked[0]:
+            return self._evaluate_keyed(node, self._hooked[1], inputs)
         return self._evaluate_keyed(node, None if has_body(node) else _node_key(node), inputs)
 
     def _evaluate_keyed(self, node: onnx.NodeProto, static: Hashable | None, inputs: list[Known]) -> Outputs:
@@ -325,8 +329,9 @@ def _node_key(node: onnx.NodeProto) -> Hashable | None:
     Constant (read as it is: a weight's bytes are never serialized into a key)."""
     if node.op_type == "Constant":
         return None
-    attributes = tuple([attribute.SerializeToString() for attribute in node.attribute])
-    present = tuple([bool(name) for name in node.input])
+    given = node.attribute
+    attributes = tuple([attribute.SerializeToString() for attribute in given]) if given else ()
+    present = tuple(map(bool, node.input))
     return node.op_type, node.domain, len(node.output), present, attributes
 
 

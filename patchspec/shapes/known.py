@@ -9,9 +9,8 @@ two possible values of a tensor have in common (an If's branches, a loop's first
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -24,6 +23,19 @@ from patchspec.shapes.kernels import SMALL
 
 #: one dim per axis, each a size or None (unknown)
 Shape = tuple[int | None, ...]
+
+
+class _once:  # a decorator, named like functools.cached_property
+    """``functools.cached_property`` without its lock (Python 3.11 takes one at each first use, and the
+    evaluation asks the signature of every new Known): computed once, then an instance attribute."""
+
+    def __init__(self, compute: Callable[[Known], Hashable]) -> None:
+        self.compute = compute
+        self.name = compute.__name__
+
+    def __get__(self, known: Known, owner: type[Known]) -> Hashable:
+        value = known.__dict__[self.name] = self.compute(known)  # the instance's dict: frozen does not apply
+        return value
 
 
 @dataclass(frozen=True, eq=False)
@@ -39,7 +51,7 @@ class Known:
         """Every dim is a known size."""
         return self.shape is not None and None not in self.shape
 
-    @cached_property
+    @_once
     def signature(self) -> Hashable:
         """What ONNX's inference of a node reading this tensor depends on: type, shape, small value."""
         if self.value is None:
