@@ -330,7 +330,7 @@ class Session:
             found = ", ".join(f"{name}: {size} on axis {axes[name]}" for name, size in sizes.items())
             found += "".join(f", {name}: no axis {axes[name]} (rank {feeds[name].ndim})" for name in bad_axes)
             msg = f"split_batch needs one batch size across the split inputs; found {found}"
-            raise RunFailure(msg, _split_hint(sizes, bad_axes))
+            raise RunFailure(msg, _split_hint(feeds, sizes, bad_axes))
         parts, seconds = [], 0.0
         fixed = self._fixed_batch(axes)
         for index in range(next(iter(sizes.values()))):
@@ -354,15 +354,16 @@ class Session:
         }, seconds
 
 
-def _split_hint(sizes: dict[str, int], bad_axes: list[str]) -> str:
-    """The split_batch entry that gives every input but those of the commonest size whole (null), or
-    says how to give an axis."""
+def _split_hint(feeds: Feeds, sizes: dict[str, int], bad_axes: list[str]) -> str:
+    """The split_batch entry for the inputs off the commonest size: the axis where each has that size
+    (a state's batch on axis 1), else null (given whole)."""
     counts = Counter(sizes.values())
     batch = max(counts, key=lambda size: (counts[size], size)) if counts else None
-    whole = [*bad_axes, *(name for name, size in sizes.items() if size != batch)]
-    entries = ", ".join(f"{name}: null" for name in whole)
+    odd = [*bad_axes, *(name for name, size in sizes.items() if size != batch)]
+    axes = {name: next((a for a, n in enumerate(feeds[name].shape) if n == batch), None) for name in odd}
+    entries = ", ".join(f"{name}: {'null' if axis is None else axis}" for name, axis in axes.items())
     return (
-        f"give the inputs without the batch whole (null), or their batch axis (a number): "
+        "give each input's batch axis (a number), or null for one without the batch (given whole): "
         f"split_batch: {{inputs: {{{entries}}}}}"
     )
 

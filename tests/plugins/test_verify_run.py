@@ -428,7 +428,7 @@ def test_split_batch_takes_a_state_on_axis_1(tmp_path: Path, run_cli: RunCli) ->
         tmp_path / "plain", run_cli, state_model(), "  - run:\n" + cases + "      compare: {split_batch: true}\n"
     )
     assert result.exit_code == 1 and "found x: 3 on axis 0, h: 2 on axis 0" in result.stderr
-    assert "split_batch: {inputs: {state: 1" in result.stderr  # the hint shows the syntax
+    assert "split_batch: {inputs: {h: 1}}" in result.stderr  # the hint finds h's batch on axis 1
     verify = "  - run:\n" + cases + "      compare: {split_batch: {inputs: {h: 1}, outputs: {h_out: 1}}}\n"
     result, report = apply(tmp_path / "axes", run_cli, state_model(), verify)
     assert result.exit_code == 0, result.output
