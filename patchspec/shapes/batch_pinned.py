@@ -4,7 +4,8 @@ Two families, both in real exports (a streaming speech enhancer has both):
 
 - constant coordinates into an axis that carries the batch: a ScatterND or GatherND whose
   constant indices address sample 0 (a cache update), a Gather on the batch axis with constant
-  indices. At any batch they still read or write only the samples the export saw.
+  indices, a Slice before opset 10 (its bounds are attributes) that cuts the batch axis (PyTorch's
+  ``x[0]``). At any batch they still read or write only the samples the export saw.
 - a recurrent op (RNN, GRU, LSTM) that starts from a constant state (``initial_h``, ``initial_c``)
   whose batch is the exported one: ``[2, 1, 4]`` cannot start four sequences;
 - a recurrent op whose *sequence* axis carries the batch (silero's sequence models take
@@ -32,7 +33,7 @@ from patchspec.shapes.batch_trace import BatchTrace
 _STATES = {"RNN": (5,), "GRU": (5,), "LSTM": (5, 6)}
 _STATE_NAMES = {5: "initial_h", 6: "initial_c"}
 #: every op pinned_batch looks at
-_PINNING = frozenset({"ScatterND", "GatherND", "Gather", *_STATES})
+_PINNING = frozenset({"ScatterND", "GatherND", "Gather", "Slice", *_STATES})
 
 
 def pinned_batch(
@@ -49,6 +50,8 @@ def pinned_batch(
             why = _constant_coordinates(trace, index, site)
         elif node.op_type in _STATES:
             why = _along_the_sequence(trace, site) or _constant_state(trace, index, site)
+        elif node.op_type == "Slice":
+            why = _attribute_slice(trace, site)
         else:
             continue
         if why:
@@ -97,6 +100,29 @@ def _constant_coordinates(trace: BatchTrace, index: ScopeIndex, site: NodeSite) 
         f"{what}, which carries the batch: at any batch it still addresses only the samples the export "
         "saw, so the model is not batchable as exported (export it with indices computed per sample)"
     )
+
+
+def _attribute_slice(trace: BatchTrace, site: NodeSite) -> str | None:
+    """A Slice before opset 10, whose bounds are attributes set_batch cannot rewrite, that keeps only
+    some samples at the new batch (from opset 10 the bounds are inputs: the tracker rewrites them)."""
+    node = site.node
+    if len(node.input) != 1:
+        return None
+    batch = _batch_axes(trace, node.input[0])
+    attributes = {a.name: list(a.ints) for a in node.attribute}
+    starts, ends = attributes.get("starts", []), attributes.get("ends", [])
+    rank = trace.ranks(node.input[0])[1] or 1
+    cut = [(a % rank, s, e) for a, s, e in zip(attributes.get("axes") or range(len(starts)), starts, ends)]
+    given, kept = (trace.at(name)[1].shape for name in (node.input[0], node.output[0]))
+    for axis, start, end in cut:
+        if axis in batch and given is not None and kept is not None and kept[axis] != given[axis]:
+            return (
+                f"slices axis {axis}, which carries the batch, with bounds in its attributes (starts {start}, "
+                f"ends {end}: a Slice before opset 10), so at batch {trace.b2} it keeps {kept[axis]} of "
+                f"{given[axis]} samples: the model is not batchable as exported (export it at opset 10 or later, "
+                "where the bounds are inputs set_batch can rewrite, if the slice is meant to keep every sample)"
+            )
+    return None
 
 
 def _along_the_sequence(trace: BatchTrace, site: NodeSite) -> str | None:

@@ -137,3 +137,28 @@ def test_an_output_whose_rank_nothing_derives_is_undecided():
     result = set_batch(model, size=4)
     assert "1 undecided" in result.summary, result.summary
     assert any("output 'y' was declared [1, 5]; nothing derives its shape" in line for line in result.details)
+
+
+def index_model(opset=9):
+    """PyTorch 0.3's ``x[0]``: a Slice with attribute bounds [0:1] on axis 0, then Squeeze axis 0."""
+    nodes = [
+        helper.make_node("Slice", ["x"], ["first"], name="index", axes=[0], starts=[0], ends=[1]),
+        helper.make_node("Squeeze", ["first"], ["y"], axes=[0]),
+    ]
+    return graph_model(nodes, [tensor_info("x", [1, 3])], [tensor_info("y", [3])], opset=opset)
+
+
+@pytest.mark.parametrize("size", [4, "N"])
+def test_an_attribute_slice_that_keeps_sample_zero_is_refused(size):
+    with pytest.raises(PatchError) as caught:
+        set_batch(index_model(), size=size)
+    text = str(caught.value)
+    assert "Slice 'index' slices axis 0, which carries the batch, with bounds in its attributes" in text
+    assert "not batchable" in text and "nothing is written" in text
+
+
+def test_an_attribute_slice_of_another_axis_is_left_alone():
+    nodes = [helper.make_node("Slice", ["x"], ["y"], name="crop", axes=[1], starts=[0], ends=[2])]
+    model = graph_model(nodes, [tensor_info("x", [1, 3])], [tensor_info("y", [1, 2])], opset=9)
+    result = set_batch(model, size=4)
+    assert result.modified and [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim] == [4, 2]
