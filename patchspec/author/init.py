@@ -18,6 +18,7 @@ there. The spec is checked by the loader before it is written.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -37,9 +38,10 @@ from patchspec.author.init_case import (
     unified_shapes,
 )
 from patchspec.author.original_runs import OriginalRuns
+from patchspec.author.paused_gc import paused_gc
 from patchspec.author.spec_text import DraftStep, SpecDraft, checked, next_command, quoted, root_needed
 from patchspec.errors import PatchError
-from patchspec.model.graph import walk_nodes
+from patchspec.model.graph import has_body, subgraphs
 from patchspec.run.engine import Engine
 from patchspec.run.report import RunReport
 from patchspec.shapes.annotations import read_dims
@@ -60,6 +62,11 @@ class InitResult:
 
 def draft_spec(model_path: Path, spec_path: Path, size: int | str, registry: Any) -> InitResult:
     """The text of a starter spec for ``model_path``, to be written at ``spec_path``."""
+    with paused_gc():  # linear in the graph: see paused_gc
+        return _draft_spec(model_path, spec_path, size, registry)
+
+
+def _draft_spec(model_path: Path, spec_path: Path, size: int | str, registry: Any) -> InitResult:
     folder = Path(os.path.abspath(spec_path)).parent  # as named, as the spec loader takes it
     model_ref = _relative(model_path, folder)
     label = f"b{size}" if isinstance(size, int) else "dynamic"
@@ -254,10 +261,13 @@ _STATE_PATH = {"Identity", "Cast", "Slice", "Split"}
 def _recurrent_states(model: onnx.ModelProto, operands: dict[str, tuple[int, ...]] = _STATES) -> dict[Pair, str]:
     """Graph inputs that an LSTM/GRU/RNN takes as its initial state (or, with ``_SEQUENCES``, as its
     sequence): {(input, batch axis): "GRU 'name'"}."""
+    recurrent = [node for node in _nodes(model.graph) if node.op_type in operands]
+    if not recurrent:
+        return {}
     inputs = fed_inputs(model.graph)
     producers = {o: node for node in model.graph.node for o in node.output if o}
     found: dict[Pair, str] = {}
-    for graph_node in (site.node for site in walk_nodes(model.graph)):
+    for graph_node in recurrent:
         for operand in operands.get(graph_node.op_type, ()):
             if operand >= len(graph_node.input) or not graph_node.input[operand]:
                 continue
@@ -270,6 +280,15 @@ def _recurrent_states(model: onnx.ModelProto, operands: dict[str, tuple[int, ...
                     (name, 0 if layout else 1), f"{graph_node.op_type} '{graph_node.name or graph_node.output[0]}'"
                 )
     return found
+
+
+def _nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    """Every node in ``walk_nodes`` order, reading the attributes of If/Loop/Scan only (``has_body``)."""
+    for node in graph.node:
+        yield node
+        if has_body(node):
+            for sub in subgraphs(node):
+                yield from _nodes(sub)
 
 
 def _state_pairs(
