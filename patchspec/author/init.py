@@ -40,6 +40,7 @@ from patchspec.author.init_case import (
 from patchspec.author.original_runs import OriginalRuns
 from patchspec.author.paused_gc import paused_gc
 from patchspec.author.spec_text import DraftStep, SpecDraft, checked, next_command, quoted, root_needed
+from patchspec.author.weightless import weightless_copy
 from patchspec.errors import PatchError
 from patchspec.model.graph import has_body, subgraphs
 from patchspec.run.engine import Engine
@@ -324,6 +325,8 @@ class _Prober:
         self.tried: dict[tuple[Any, ...], tuple[onnx.ModelProto | None, PatchError | None]] = {}
         # the model, graph only, read (and its external data checked) once, as apply reads it
         self.loaded = self.engine.load_input(self._spec([]), model_path)
+        # what each probe patches (the engine copies it twice): the graph without the weights' bytes
+        self.weightless = replace(self.loaded, model=weightless_copy(self.loaded.model))
 
     @property
     def model(self) -> onnx.ModelProto:
@@ -348,7 +351,7 @@ class _Prober:
             spec = self._spec([*self.renames, step])
             report = RunReport(str(spec.path), str(self.model_path), "", status="planned")
             try:
-                model, _ = self.engine.patch(replace(self.loaded, spec=spec), report)
+                model, _ = self.engine.patch(replace(self.weightless, spec=spec), report)
                 self.tried[key] = (model, None)
             except PatchError as exc:  # located in the probe's spec, which the user never sees: the detail
                 self.tried[key] = (None, exc)
