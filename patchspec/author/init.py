@@ -18,7 +18,6 @@ there. The spec is checked by the loader before it is written.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from patchspec.author.batch_ties import BatchEvidence, CaseLayout, Pair, refuted
 from patchspec.author.init_case import (
     PROBE,
     InputRow,
+    all_nodes,
     case_inputs,
     case_shapes,
     input_rules,
@@ -42,7 +42,6 @@ from patchspec.author.paused_gc import paused_gc
 from patchspec.author.spec_text import DraftStep, SpecDraft, checked, next_command, quoted, root_needed
 from patchspec.author.weightless import weightless_copy
 from patchspec.errors import PatchError
-from patchspec.model.graph import has_body, subgraphs
 from patchspec.run.engine import Engine
 from patchspec.run.report import RunReport
 from patchspec.shapes.annotations import read_dims
@@ -262,7 +261,7 @@ _STATE_PATH = {"Identity", "Cast", "Slice", "Split"}
 def _recurrent_states(model: onnx.ModelProto, operands: dict[str, tuple[int, ...]] = _STATES) -> dict[Pair, str]:
     """Graph inputs that an LSTM/GRU/RNN takes as its initial state (or, with ``_SEQUENCES``, as its
     sequence): {(input, batch axis): "GRU 'name'"}."""
-    recurrent = [node for node in _nodes(model.graph) if node.op_type in operands]
+    recurrent = [node for node in all_nodes(model.graph) if node.op_type in operands]
     if not recurrent:
         return {}
     inputs = fed_inputs(model.graph)
@@ -281,15 +280,6 @@ def _recurrent_states(model: onnx.ModelProto, operands: dict[str, tuple[int, ...
                     (name, 0 if layout else 1), f"{graph_node.op_type} '{graph_node.name or graph_node.output[0]}'"
                 )
     return found
-
-
-def _nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    """Every node in ``walk_nodes`` order, reading the attributes of If/Loop/Scan only (``has_body``)."""
-    for node in graph.node:
-        yield node
-        if has_body(node):
-            for sub in subgraphs(node):
-                yield from _nodes(sub)
 
 
 def _state_pairs(
