@@ -3,7 +3,7 @@
 Each collection of the oldest generation walks every object alive, and a 200,000-node graph keeps
 hundreds of thousands alive (node views, per-tensor facts, dictionaries by name): with collections
 triggered by the allocations of the walk itself, the command grows as the square of the graph
-(``init`` on a 112,000-node graph: 1.0 s of its 10.2 s). None of these objects holds a cycle, so
+(``init`` on a 112,000-node graph: 1.3 s of its 10.2 s). None of these objects holds a cycle, so
 nothing is left for the collector while it waits; it runs as usual once the command is done.
 """
 
