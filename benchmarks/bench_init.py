@@ -6,7 +6,7 @@ baked Reshape); each command runs in a fresh process, next to `patchspec --versi
 
     .venv/bin/python benchmarks/bench_init.py --sizes-gib 0.0625 2 --repeat 3
 
-``--llm-nodes 56000 112000 224000`` adds issue 26's scaling table: the LLM decoder graph of
+``--llm-nodes 56000 112000 224000`` adds the scaling table (linear to 224,000 nodes, near set_batch's 4x ``infer_shapes``): the LLM decoder graph of
 ``lib/llm_graph.py`` at those sizes, ``init --batch 4`` and ``inspect --suggest`` against
 ``onnx.shape_inference.infer_shapes`` on the same model (CPU), with the peak RSS of ``init`` on the
 same graph with its weights in an external file (never read): the difference over the weights' size
@@ -63,7 +63,7 @@ def bench(work: Path, gib: float, repeat: int) -> list[tuple]:
     return [(size, label, *measure(command, folder, repeat)) for label, command in commands.items()]
 
 
-# -- LLM-sized graphs (issue 26): init and inspect --suggest against onnx's C++ infer_shapes ---------
+# -- LLM-sized graphs: init and inspect --suggest against onnx's C++ infer_shapes ----------------------
 #: float inputs added for the past_key_values variant (an LLM export's cache: two per layer)
 CACHE_INPUTS = 32
 
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         nargs="*",
         default=[],
-        help="also the LLM decoder graph at about these node counts (issue 26: 56000 112000 224000)",
+        help="also the LLM decoder graph at about these node counts (the table in the docs: 56000 112000 224000)",
     )
     parser.add_argument("--repeat", type=int, default=3, help="runs per command (median time, max RSS)")
     parser.add_argument("--workdir", type=Path, help="where the temporary folder goes (default: the system's)")
