@@ -6,11 +6,13 @@ baked Reshape); each command runs in a fresh process, next to `patchspec --versi
 
     .venv/bin/python benchmarks/bench_init.py --sizes-gib 0.0625 2 --repeat 3
 
-``--llm-nodes 56000 112000 224000`` adds the scaling table (linear to 224,000 nodes, near set_batch's 4x ``infer_shapes``): the LLM decoder graph of
-``lib/llm_graph.py`` at those sizes, ``init --batch 4`` and ``inspect --suggest`` against
-``onnx.shape_inference.infer_shapes`` on the same model (CPU), with the peak RSS of ``init`` on the
-same graph with its weights in an external file (never read): the difference over the weights' size
-is how many copies of them ``init`` holds at its peak (1: the model as read, no copy)::
+``--llm-nodes 56000 112000 224000`` adds the scaling table (target: linear to 224,000 nodes, near
+set_batch's 4x ``infer_shapes``): the LLM decoder graph of ``lib/llm_graph.py`` at those sizes,
+``init --batch 4`` and ``inspect --suggest`` against ``onnx.shape_inference.infer_shapes`` on the
+same model (CPU). ``init`` also runs on the same graph with its weights in an external file (never
+read: the peak RSS difference over the weights' size is how many copies of them ``init`` holds,
+1 being the model as read), with a symbolic batch (``init`` then runs the original), and with 32
+more float inputs (an export's past_key_values)::
 
     nice .venv/bin/python benchmarks/bench_init.py --sizes-gib --llm-nodes 56000 112000 224000 --repeat 1
 
