@@ -73,7 +73,49 @@ def test_init_probes_set_batch_without_the_weights_bytes(tmp_path, run_cli, monk
 
 @pytest.mark.parametrize("elements", [SMALL, SMALL + 1])
 def test_the_threshold_is_the_evaluations(elements):
-    tensor = numpy_helper.from_array(np.zeros(elements, np.int64), "t")
-    model = graph_model([helper.make_node("Identity", ["t"], ["y"])], [], [tensor_info("y", [elements])], [tensor])
+    tensor = numpy_helper.from_array(np.zeros(elements, np.float32), "t")
+    nodes = [helper.make_node("Add", ["x", "t"], ["y"])]
+    model = graph_model(nodes, [tensor_info("x", [elements])], [tensor_info("y", [elements])], [tensor])
     light = weightless_copy(model)
     assert (light.graph.initializer[0].data_location == onnx.TensorProto.EXTERNAL) == (elements > SMALL)
+
+
+def _read_by(node, extra_inputs=(), outputs=("y",)):
+    big = numpy_helper.from_array(np.zeros((SMALL + 1,), np.int64), "big")
+    inputs = [tensor_info(name, [SMALL + 1]) for name in extra_inputs]
+    return graph_model([node], inputs, [tensor_info(name, None) for name in outputs], [big])
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        _read_by(helper.make_node("Gather", ["x", "big"], ["y"]), ["x"]),  # indices: batch_pinned reads them
+        _read_by(helper.make_node("Identity", ["big"], ["y"])),  # an op not known to take weights
+        _read_by(helper.make_node("MatMul", ["x", "big"], ["y"], domain="custom"), ["x"]),  # another domain
+        _read_by(helper.make_node("Relu", ["x"], ["y"]), ["x"], outputs=("y", "big")),  # a graph output
+    ],
+    ids=["gather-indices", "unknown-op", "other-domain", "graph-output"],
+)
+def test_a_large_tensor_read_other_than_as_a_weight_is_kept_whole(model):
+    assert weightless_copy(model).graph.initializer[0] == model.graph.initializer[0]
+
+
+def test_a_recurrent_ops_constant_state_is_kept_and_its_weights_are_not():
+    hidden = 64
+    w = numpy_helper.from_array(np.zeros((1, 4 * hidden, hidden), np.float32), "W")
+    h0 = numpy_helper.from_array(np.zeros((1, 1, SMALL + 1), np.float32), "h0")
+    node = helper.make_node("LSTM", ["x", "W", "W", "", "", "h0"], ["y"], hidden_size=hidden)
+    model = graph_model([node], [tensor_info("x", [5, 1, hidden])], [tensor_info("y", None)], [w, h0])
+    stubbed = {t.name: t.data_location == onnx.TensorProto.EXTERNAL for t in weightless_copy(model).graph.initializer}
+    assert stubbed == {"W": True, "h0": False}
+
+
+def test_a_weight_read_inside_an_if_branch_by_an_unknown_op_is_kept():
+    branch = helper.make_graph([helper.make_node("Identity", ["big"], ["b"])], "then", [], [tensor_info("b", None)])
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["c"])], "else", [], [tensor_info("c", None)])
+    node = helper.make_node("If", ["flag"], ["y"], then_branch=branch, else_branch=other)
+    big = numpy_helper.from_array(np.zeros((SMALL + 1,), np.float32), "big")
+    uses = helper.make_node("MatMul", ["x", "big"], ["z"])
+    inputs = [tensor_info("flag", [], onnx.TensorProto.BOOL), tensor_info("x", [SMALL + 1])]
+    model = graph_model([uses, node], inputs, [tensor_info("y", None), tensor_info("z", None)], [big])
+    assert weightless_copy(model).graph.initializer[0] == big
