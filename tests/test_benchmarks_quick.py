@@ -36,6 +36,7 @@ FIGURES = {
     "bench_init.py": [
         rf"^\| [\d.]+ \| patchspec init --batch 4 \| {S} \| {S} \| \d+ \|$",
         rf"^\| [\d.]+ \| patchspec inspect --suggest \| {S} \| {S} \| \d+ \|$",
+        rf"^\| [\d,]+ \| [\d.]+ \| {S} \| {S} \| {S}x \| \d+ \| \d+ \| -?{S} \| {S} \| {S}x \| \d+ \| {S} \| {S} \| {S}x \| \d+ \| 1 \|$",
     ],
     "bench_verify_memory.py": [rf"^\| \d+ \| {S} \| \d+ \| \d+ \|$"],
     "bench_noop.py": [rf"^\| [\d.]+ \| {S} \| {S} \| {S} \| {S} \| {S} \|$"],

@@ -68,7 +68,11 @@ def tie_batch(
     chosen: Sequence[Pair],
     candidates: Sequence[Pair],
 ) -> BatchEvidence:
-    """The candidates the original ties to the batch of ``chosen``, with the first layout it runs with."""
+    """The candidates the original ties to the batch of ``chosen``, with the first layout it runs with.
+
+    With no candidate and one layout, the runs could change nothing: the original is not run."""
+    if not candidates and len(layouts) == 1:
+        return BatchEvidence(shapes=layouts[0].shapes)
     if runs.session is None:
         why = (
             f"not tied to the batch: the original was not run ({runs.why_not}); if it is, add it to set_batch's inputs"

@@ -28,6 +28,7 @@ from patchspec.author.batch_ties import BatchEvidence, CaseLayout, Pair, refuted
 from patchspec.author.init_case import (
     PROBE,
     InputRow,
+    all_nodes,
     case_inputs,
     case_shapes,
     input_rules,
@@ -37,9 +38,10 @@ from patchspec.author.init_case import (
     unified_shapes,
 )
 from patchspec.author.original_runs import OriginalRuns
+from patchspec.author.paused_gc import paused_gc
 from patchspec.author.spec_text import DraftStep, SpecDraft, checked, next_command, quoted, root_needed
+from patchspec.author.weightless import weightless_copy
 from patchspec.errors import PatchError
-from patchspec.model.graph import walk_nodes
 from patchspec.run.engine import Engine
 from patchspec.run.report import RunReport
 from patchspec.shapes.annotations import read_dims
@@ -60,6 +62,11 @@ class InitResult:
 
 def draft_spec(model_path: Path, spec_path: Path, size: int | str, registry: Any) -> InitResult:
     """The text of a starter spec for ``model_path``, to be written at ``spec_path``."""
+    with paused_gc():  # linear in the graph: see paused_gc
+        return _draft_spec(model_path, spec_path, size, registry)
+
+
+def _draft_spec(model_path: Path, spec_path: Path, size: int | str, registry: Any) -> InitResult:
     folder = Path(os.path.abspath(spec_path)).parent  # as named, as the spec loader takes it
     model_ref = _relative(model_path, folder)
     label = f"b{size}" if isinstance(size, int) else "dynamic"
@@ -254,10 +261,13 @@ _STATE_PATH = {"Identity", "Cast", "Slice", "Split"}
 def _recurrent_states(model: onnx.ModelProto, operands: dict[str, tuple[int, ...]] = _STATES) -> dict[Pair, str]:
     """Graph inputs that an LSTM/GRU/RNN takes as its initial state (or, with ``_SEQUENCES``, as its
     sequence): {(input, batch axis): "GRU 'name'"}."""
+    recurrent = [node for node in all_nodes(model.graph) if node.op_type in operands]
+    if not recurrent:
+        return {}
     inputs = fed_inputs(model.graph)
     producers = {o: node for node in model.graph.node for o in node.output if o}
     found: dict[Pair, str] = {}
-    for graph_node in (site.node for site in walk_nodes(model.graph)):
+    for graph_node in recurrent:
         for operand in operands.get(graph_node.op_type, ()):
             if operand >= len(graph_node.input) or not graph_node.input[operand]:
                 continue
@@ -305,6 +315,8 @@ class _Prober:
         self.tried: dict[tuple[Any, ...], tuple[onnx.ModelProto | None, PatchError | None]] = {}
         # the model, graph only, read (and its external data checked) once, as apply reads it
         self.loaded = self.engine.load_input(self._spec([]), model_path)
+        # what each probe patches (the engine copies it twice): the graph without the weights' bytes
+        self.weightless = replace(self.loaded, model=weightless_copy(self.loaded.model))
 
     @property
     def model(self) -> onnx.ModelProto:
@@ -329,7 +341,7 @@ class _Prober:
             spec = self._spec([*self.renames, step])
             report = RunReport(str(spec.path), str(self.model_path), "", status="planned")
             try:
-                model, _ = self.engine.patch(replace(self.loaded, spec=spec), report)
+                model, _ = self.engine.patch(replace(self.weightless, spec=spec), report)
                 self.tried[key] = (model, None)
             except PatchError as exc:  # located in the probe's spec, which the user never sees: the detail
                 self.tried[key] = (None, exc)

@@ -43,35 +43,52 @@ class Ran:
 
 
 class OriginalRuns:
-    """The original model in one CPU session; ``session`` is None when onnxruntime cannot load it."""
+    """The original model in one CPU session, built on the first run that needs it (most models
+    need none: building it costs more than set_batch's evaluation on a 56,000-node graph, and
+    onnxruntime holds its own copy of the weights); ``session`` is None when onnxruntime cannot load it."""
 
     def __init__(self, model_path: Path, graph: onnx.ModelProto | None = None) -> None:
         """``graph``: the model as read (weights not loaded), to measure them before a session loads them."""
         self.path = model_path
         self.done: dict[str, Ran] = {}
-        self.session: Session | None = None
-        size = weight_bytes(graph) if graph is not None else 0
-        if size > RUN_LIMIT_BYTES:
-            self.why_not = (
-                f"its weights ({size / 2**30:.1f} GiB) are over the {RUN_LIMIT_BYTES >> 30} GiB patchspec runs here"
+        self._size = weight_bytes(graph) if graph is not None else 0
+        self._built = False
+        self._session: Session | None = None
+        self._why_not = ""
+
+    @property
+    def session(self) -> Session | None:
+        """The session (built now if it is not yet), or None: ``why_not`` says why."""
+        if not self._built:
+            self._built = True
+            self._session, self._why_not = self._build()
+        return self._session
+
+    @property
+    def why_not(self) -> str:
+        """Why the original cannot be run here ("" when it can); builds the session to know."""
+        return self._why_not if self.session is None else ""
+
+    def _build(self) -> tuple[Session | None, str]:
+        if self._size > RUN_LIMIT_BYTES:
+            return None, (
+                f"its weights ({self._size / 2**30:.1f} GiB) are over the {RUN_LIMIT_BYTES >> 30} GiB patchspec runs here"
             )
-            return
         try:
             # the graph as exported, no optimizer pass: whether it runs at a size is all that is asked,
             # and a 56,000-node LLM graph builds its session in half the time (init: 13.9 s -> 7.1 s CPU)
-            self.session = Session(model_path, "CPUExecutionProvider", optimization="disabled")
+            return Session(self.path, "CPUExecutionProvider", optimization="disabled"), ""
         except RunFailure as exc:
-            self.session, self.why_not = None, exc.message
-        else:
-            self.why_not = ""
+            return None, exc.message
 
     def run(self, items: Items) -> Ran | None:
         """The run of one case (cached); None without a session."""
-        if self.session is None:
+        session = self.session
+        if session is None:
             return None
         key = json.dumps(items, sort_keys=True)
         if key not in self.done:
-            self.done[key] = self._run(self.session, items)
+            self.done[key] = self._run(session, items)
         return self.done[key]
 
     def _run(self, session: Session, items: Items) -> Ran:

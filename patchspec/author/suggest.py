@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from patchspec.author.paused_gc import paused_gc
 from patchspec.errors import UsageError, did_you_mean
 from patchspec.model.graph import ScopeIndex, walk_nodes
 from patchspec.model.io import load_model
@@ -160,6 +161,12 @@ def freeing_lines(suggestions: list[Suggestion], model: onnx.ModelProto) -> list
 
 
 def suggest_report(path: Path, given: dict[str, list[int]] | None = None) -> dict[str, Any]:
+    """What ``inspect --suggest`` prints (as JSON): the inputs, the suggestions, their spec lines."""
+    with paused_gc():  # linear in the graph: see paused_gc
+        return _report(path, given)
+
+
+def _report(path: Path, given: dict[str, list[int]] | None) -> dict[str, Any]:
     model = load_model(path)
     suggestions, notes = suggest(model, given)
     lines = freeing_lines(suggestions, model) + [line for s in suggestions for line in s.spec_lines()]
