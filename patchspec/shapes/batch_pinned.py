@@ -106,12 +106,13 @@ def _attribute_slice(trace: BatchTrace, site: NodeSite) -> str | None:
     """A Slice before opset 10, whose bounds are attributes set_batch cannot rewrite, that keeps only
     some samples at the new batch (from opset 10 the bounds are inputs: the tracker rewrites them)."""
     node = site.node
-    if len(node.input) != 1:
-        return None
+    old_rank, rank = trace.ranks(node.input[0])[:2]
+    if len(node.input) != 1 or old_rank != rank:
+        return None  # a Squeeze dropped a batch of 1 upstream: batch_findings names the shifted axes
     batch = _batch_axes(trace, node.input[0])
     attributes = {a.name: list(a.ints) for a in node.attribute}
     starts, ends = attributes.get("starts", []), attributes.get("ends", [])
-    rank = trace.ranks(node.input[0])[1] or 1
+    rank = rank or 1
     cut = [(a % rank, s, e) for a, s, e in zip(attributes.get("axes") or range(len(starts)), starts, ends)]
     given, kept = (trace.at(name)[1].shape for name in (node.input[0], node.output[0]))
     for axis, start, end in cut:
