@@ -83,7 +83,6 @@ def _draft_spec(model_path: Path, spec_path: Path, size: int | str, registry: An
     shapes = runner.evidence.shapes or case_shapes(model)
     rows, case = case_inputs(model, axes, how, rules, shapes, batch, runner.evidence.untied)
     split = _per_sample(model, axes, old_size, runner, batch)
-    alone = _run_alone(runner, shapes, axes, old_size, batch) if split is None else None
     root = root_needed(spec_path, [model_path])
     draft = SpecDraft(
         model_ref,
@@ -105,8 +104,16 @@ def _draft_spec(model_path: Path, spec_path: Path, size: int | str, registry: An
             + [f"{quoted(row.name)}: not batched ({row.how})" for row in rows if row.axis is None],
         )
     )
-    draft.verify.append(DraftStep("check", {}, ["onnx's checker and strict shape inference on the output"]))
-    draft.verify.append(run_step(probe, rows, case, split, alone))
+    check = DraftStep("check", {}, ["onnx's checker and strict shape inference on the output"])
+    draft.verify.append(check)
+    unloadable = _unloadable(model, runner.runs)
+    if unloadable:  # a run step could only fail, the original's own failure and the output's alike
+        check.comments += [
+            f"no 'run' step: onnxruntime here cannot load the original ({unloadable});",
+            "add one with providers that can (run: {providers: [...]}), or compare with your own outputs",
+        ]
+    else:
+        draft.verify.append(run_step(probe, rows, case, split))
     text = checked(draft, spec_path, registry)
     notes = [f"{row.name}: {row.values}" for row in rows if row.flagged]
     return InitResult(text, rows, notes, next_command(spec_path, root))
@@ -144,30 +151,32 @@ class _Runner:
         return self.evidence
 
 
+#: init asks onnxruntime whether it loads the original only for graphs of at most this many nodes, where
+#: a session costs about 0.1 s; a larger model's run step says so at apply (an LLM's session costs seconds)
+LOAD_CHECK_NODES = 20_000
+
+
+def _unloadable(model: onnx.ModelProto, runs: OriginalRuns) -> str | None:
+    """onnxruntime's reason when it cannot load the original here (an op or opset it has no CPU kernel
+    for), or None: then no run step could pass."""
+    if len(model.graph.node) > LOAD_CHECK_NODES or runs.why_not == "":
+        return None
+    return runs.load_failure or None
+
+
 def _per_sample(model: onnx.ModelProto, axes: list[Pair], old_size: int, runner: _Runner, batch: int) -> str | None:
     """Why the run case compares per sample, or None: the inputs' batch is fixed at 1, or the original
     fails at the case's batch and runs at 1."""
     inputs = fed_inputs(model.graph)
-    if old_size == 1 and any(isinstance((read_dims(inputs[name]) or [])[axis], int) for name, axis in axes):
-        return "the original has a fixed batch: compare per sample (split_batch)"
+    if any(isinstance((read_dims(inputs[name]) or [])[axis], int) for name, axis in axes):
+        if old_size == 1:
+            return "the original has a fixed batch: compare per sample (split_batch)"
+        return (
+            f"the original has a fixed batch of {old_size}: compare per sample (split_batch runs it with each "
+            f"sample repeated {old_size} times)"
+        )
     shapes = runner.evidence.shapes or case_shapes(model)
     return per_sample_reason(runner.runs, CaseLayout(shapes, runner.values), axes, batch)
-
-
-def _run_alone(
-    runner: _Runner, shapes: dict[str, list[int]], axes: list[Pair], old_size: int, batch: int
-) -> str | None:
-    """Why the output is run without a comparison: the original was exported at a fixed batch above 1
-    and runs neither at the case's batch nor at 1 (None when it can be compared)."""
-    if old_size <= 1 or batch == old_size:
-        return None
-    ran = runner.runs.run(CaseLayout(shapes, runner.values).items(batch, axes))
-    if ran is not None and ran.ok:
-        return None
-    return (
-        f"the original runs only at its exported batch {old_size}, not at {batch} or 1: the output is run at "
-        f"{batch} without a comparison (against: none); compare it with your own outputs (against: FILE.npz)"
-    )
 
 
 # -- the batch ---------------------------------------------------------------------------------------

@@ -169,15 +169,10 @@ def run_step(
     rows: list[InputRow],
     case: dict[str, Any],
     split: str | None,
-    alone: str | None = None,
 ) -> DraftStep:
-    """The ``run`` verifier: the case against the original, per sample when ``split`` says why, or
-    run alone when ``alone`` says why."""
+    """The ``run`` verifier: the case against the original, per sample when ``split`` says why."""
     comments = ["run the output and compare it with the original on the same inputs"]
     compare: dict[str, Any] = {"against": "original"}
-    if alone:
-        comments = [alone]
-        compare = {"against": "none"}
     if split:
         comments.append(split)
         inputs = {

@@ -55,6 +55,8 @@ class OriginalRuns:
         self._built = False
         self._session: Session | None = None
         self._why_not = ""
+        #: onnxruntime's reason when it tried to load the original and could not ("" otherwise)
+        self.load_failure = ""
 
     @property
     def session(self) -> Session | None:
@@ -79,6 +81,7 @@ class OriginalRuns:
             # and a 56,000-node LLM graph builds its session in half the time (init: 13.9 s -> 7.1 s CPU)
             return Session(self.path, "CPUExecutionProvider", optimization="disabled"), ""
         except RunFailure as exc:
+            self.load_failure = exc.message
             return None, exc.message
 
     def run(self, items: Items) -> Ran | None:

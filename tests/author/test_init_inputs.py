@@ -212,16 +212,19 @@ def test_an_input_only_multiplied_by_zero_takes_any_values(tmp_path, run_cli):
     assert run_cli("apply", spec).exit_code == 0
 
 
-def test_a_fixed_batch_above_1_is_run_at_the_batch_asked_for(tmp_path, run_cli):
-    """Exported at batch 3 and asked for 4: the case runs at 4 (the output only takes 4)."""
+def test_a_fixed_batch_above_1_is_compared_per_sample(tmp_path, run_cli):
+    """Exported at batch 3 and asked for 4: the case runs at 4 (the output only takes 4), and the
+    original, which runs only at 3, gets each sample repeated 3 times (split_batch)."""
     nodes = [helper.make_node("Relu", ["x"], ["y"])]
     model = graph_model(nodes, [tensor_info("x", [3, 2])], [tensor_info("y", [3, 2])])
     spec, made = _init(run_cli, model, tmp_path, "--batch", "4")
     assert made.exit_code == 0, made.output
     run = _case(spec)
     assert run["cases"][0]["inputs"]["x"] == [4, 2]
-    assert run["compare"] == {"against": "none"} and "runs only at its exported batch 3" in spec.read_text()
-    assert run_cli("apply", spec).exit_code == 0
+    assert run["compare"] == {"against": "original", "split_batch": True}
+    assert "fixed batch of 3: compare per sample" in spec.read_text()
+    applied = run_cli("apply", spec)
+    assert applied.exit_code == 0 and "against original" in applied.stdout, applied.output
 
 
 def test_a_recurrent_state_the_runs_refute_is_not_the_batch(tmp_path, run_cli):
@@ -245,9 +248,9 @@ def test_a_recurrent_state_the_runs_refute_is_not_the_batch(tmp_path, run_cli):
     assert "samples are not independent" in made.stderr and not spec.exists()
 
 
-def test_a_map_output_runs_without_a_comparison(tmp_path, run_cli):
-    """A classifier's ZipMap output (onnxruntime's logreg_iris) at a fixed batch 3, asked for 4: the case
-    runs alone (against: none), and its list of dicts is no NaN check's input."""
+def test_a_map_output_at_a_fixed_batch_is_compared_per_sample(tmp_path, run_cli):
+    """A classifier's ZipMap output (onnxruntime's logreg_iris) at a fixed batch 3, asked for 4: its
+    list of dicts comes as rows, and the original runs each sample repeated 3 times."""
     nodes = [
         helper.make_node("Relu", ["x"], ["y"]),
         helper.make_node("ZipMap", ["y"], ["probabilities"], domain="ai.onnx.ml", classlabels_int64s=[0, 1]),
@@ -264,7 +267,7 @@ def test_a_map_output_runs_without_a_comparison(tmp_path, run_cli):
     assert made.exit_code == 0, made.output
     applied = run_cli("apply", spec)
     assert applied.exit_code == 0, spec.read_text() + applied.output
-    assert "against none" in applied.stdout
+    assert "against original" in applied.stdout
 
 
 def test_a_model_outside_the_project_root_gets_the_root_to_apply_with(tmp_path, run_cli):

@@ -11,6 +11,7 @@ import onnx
 import yaml
 from onnx import helper, numpy_helper
 
+import patchspec.author.init as init_module
 import patchspec.author.original_runs as original_runs
 from helpers import graph_model, tensor_info
 from patchspec.author.batch_ties import CaseLayout, tie_batch
@@ -48,7 +49,10 @@ def _init(run_cli, model, folder):
 
 def test_a_fixed_batch_with_one_input_never_builds_a_session(tmp_path, run_cli, monkeypatch):
     """One input, its batch fixed at 1 (an LLM export's input_ids [1, 32]): no other input to tie, and
-    the case compares per sample whatever a run says, so nothing is run."""
+    the case compares per sample whatever a run says, so nothing is run. (A graph this small is asked
+    whether onnxruntime loads it at all; an LLM's, over LOAD_CHECK_NODES, is not: the threshold is set
+    to 0 here to stand for one.)"""
+    monkeypatch.setattr(init_module, "LOAD_CHECK_NODES", 0)
     built = _counting(monkeypatch)
     spec = _init(run_cli, _baked_reshape(1), tmp_path)
     assert built == []
@@ -105,3 +109,17 @@ def test_the_collector_is_paused_in_the_block_and_restored_after():
         assert not gc.isenabled()  # it was off before: it stays off
     finally:
         gc.enable()
+
+
+def test_a_model_onnxruntime_cannot_load_gets_no_run_step_and_applies(tmp_path, run_cli):
+    """AveragePool at opset 6 (PyTorch 0.3's exports): onnxruntime has no kernel for it, so a run step
+    could only fail; the spec says why instead, and applies as written."""
+    nodes = [helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2])]
+    model = graph_model(
+        nodes, [tensor_info("x", [1, 3, 4, 4])], [tensor_info("y", [1, 3, 2, 2])], opset=6, ir_version=3
+    )
+    spec = _init(run_cli, model, tmp_path)
+    assert [next(iter(step)) for step in spec["verify"]] == ["check"]
+    text = (tmp_path / "spec.yaml").read_text()
+    assert "no 'run' step: onnxruntime here cannot load the original" in text and "AveragePool" in text
+    assert run_cli("apply", tmp_path / "spec.yaml").exit_code == 0
