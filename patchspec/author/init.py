@@ -38,13 +38,12 @@ from patchspec.author.init_case import (
     unified_shapes,
 )
 from patchspec.author.original_runs import OriginalRuns
-from patchspec.author.paused_gc import paused_gc
 from patchspec.author.spec_text import DraftStep, SpecDraft, checked, next_command, quoted, root_needed
 from patchspec.author.weightless import weightless_copy
 from patchspec.errors import PatchError
 from patchspec.run.engine import Engine
 from patchspec.run.report import RunReport
-from patchspec.shapes.annotations import read_dims
+from patchspec.shapes.annotations import collector_paused, read_dims
 from patchspec.shapes.batch_axes import BatchAxesError, batch_axes, fed_inputs
 from patchspec.spec.load import load_spec
 
@@ -62,7 +61,7 @@ class InitResult:
 
 def draft_spec(model_path: Path, spec_path: Path, size: int | str, registry: Any) -> InitResult:
     """The text of a starter spec for ``model_path``, to be written at ``spec_path``."""
-    with paused_gc():  # linear in the graph: see paused_gc
+    with collector_paused():  # linear in the graph: no collection walks the whole graph's facts
         return _draft_spec(model_path, spec_path, size, registry)
 
 

@@ -26,11 +26,10 @@ from typing import Any
 import numpy as np
 import onnx
 
-from patchspec.author.paused_gc import paused_gc
 from patchspec.errors import UsageError, did_you_mean
 from patchspec.model.graph import ScopeIndex, walk_nodes
 from patchspec.model.io import load_model
-from patchspec.shapes.annotations import read_dims
+from patchspec.shapes.annotations import collector_paused, read_dims
 from patchspec.shapes.batch_axes import BatchAxesError, batch_axes, fed_inputs
 from patchspec.shapes.expressions import quote_tensor
 
@@ -162,7 +161,7 @@ def freeing_lines(suggestions: list[Suggestion], model: onnx.ModelProto) -> list
 
 def suggest_report(path: Path, given: dict[str, list[int]] | None = None) -> dict[str, Any]:
     """What ``inspect --suggest`` prints (as JSON): the inputs, the suggestions, their spec lines."""
-    with paused_gc():  # linear in the graph: see paused_gc
+    with collector_paused():  # linear in the graph: no collection walks the whole graph's facts
         return _report(path, given)
 
 

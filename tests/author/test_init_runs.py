@@ -16,7 +16,7 @@ import patchspec.author.original_runs as original_runs
 from helpers import graph_model, tensor_info
 from patchspec.author.batch_ties import CaseLayout, tie_batch
 from patchspec.author.original_runs import OriginalRuns
-from patchspec.author.paused_gc import paused_gc
+from patchspec.shapes.annotations import collector_paused
 
 
 class _CountedSession(original_runs.Session):
@@ -99,12 +99,12 @@ def test_weights_over_the_limit_build_no_session_and_say_why(tmp_path, monkeypat
 
 def test_the_collector_is_paused_in_the_block_and_restored_after():
     assert gc.isenabled()
-    with paused_gc():
+    with collector_paused():
         assert not gc.isenabled()
     assert gc.isenabled()
     gc.disable()
     try:
-        with paused_gc():
+        with collector_paused():
             assert not gc.isenabled()
         assert not gc.isenabled()  # it was off before: it stays off
     finally:
