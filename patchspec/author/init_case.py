@@ -36,6 +36,7 @@ class InputRow:
     how: str
     values: str = ""
     flagged: bool = False
+    rank: int = 0  # as declared: a split_batch gives an unbatched input of rank above 0 whole
 
 
 def input_rules(model: onnx.ModelProto) -> dict[str, InputValues | None]:
@@ -136,9 +137,9 @@ def case_inputs(
         batched = [axis for tensor, axis in axes if tensor == name]
         if batched:
             shape[batched[0]] = batch
-            row = InputRow(name, batched[0], how[(name, batched[0])])
+            row = InputRow(name, batched[0], how[(name, batched[0])], rank=len(dims))
         else:
-            row = InputRow(name, None, untied.get(name) or why_not_batched(dims))
+            row = InputRow(name, None, untied.get(name) or why_not_batched(dims), rank=len(dims))
         values = rules.get(name)
         item: dict[str, Any] = {"shape": shape}
         if values is not None:
@@ -178,7 +179,7 @@ def run_step(
         inputs = {
             row.name: row.axis
             for row in rows
-            if row.axis not in (0,) and (row.axis is not None or case_rank(case[row.name]))
+            if row.axis not in (0,) and (row.axis is not None or row.rank or case_rank(case[row.name]))
         }
         outputs = {
             info.name: axis
