@@ -17,8 +17,6 @@ from onnx import TensorProto, numpy_helper
 
 from patchspec import PatchContext, PatchResult, api
 
-from .replace_initializer import DTYPES
-
 if TYPE_CHECKING:
     from .replace_initializer import ReplaceInitializerParams
 
@@ -155,7 +153,8 @@ def _replace_values(
     for group in by_constant.values():
         graph, name = group[0].graph, group[0].name
         dims, old_dtype = _original_array(graph, name)
-        dtype = DTYPES[params["dtype"]] if "dtype" in params else old_dtype
+        # the schema allows every element type but string
+        dtype = api.ELEMENT_TYPES[params["dtype"]] if "dtype" in params else old_dtype
         array = _converted(params["value"], dims, dtype, context)
         tensor = numpy_helper.from_array(array, name)
         shown = array.reshape(-1).tolist()
