@@ -158,9 +158,9 @@ LOAD_CHECK_NODES = 20_000
 def _unloadable(model: onnx.ModelProto, runs: OriginalRuns) -> str | None:
     """onnxruntime's reason when it cannot load the original here (an op or opset it has no CPU kernel
     for), or None: then no run step could pass."""
-    if len(model.graph.node) > LOAD_CHECK_NODES or runs.why_not == "":
+    if len(model.graph.node) > LOAD_CHECK_NODES or runs.session is not None:
         return None
-    return runs.load_failure or None
+    return runs.load_failure or None  # "" when the weights were too large to try
 
 
 def _per_sample(model: onnx.ModelProto, axes: list[Pair], old_size: int, runner: _Runner, batch: int) -> str | None:

@@ -15,11 +15,13 @@ than a wrong value.
 
 from __future__ import annotations
 
-import numpy as np
+import math
+
 import onnx
 from google.protobuf.message import Message
 
 from patchspec.author.init_case import all_nodes
+from patchspec.shapes.annotations import external_stub
 from patchspec.shapes.kernels import SMALL
 
 #: the data file the stubs name: a reader that follows one fails here, instead of reading weights
@@ -49,7 +51,7 @@ def weightless_copy(model: onnx.ModelProto) -> onnx.ModelProto:
     large = {tensor.name for tensor in model.graph.initializer if _stored_large(tensor)}
     weights = large - _read_otherwise(model, large) if large else set()
     for tensor in model.graph.initializer:
-        copy.graph.initializer.append(_stub(tensor) if tensor.name in weights else tensor)
+        copy.graph.initializer.append(external_stub(tensor, NEVER_READ) if tensor.name in weights else tensor)
     return copy
 
 
@@ -83,14 +85,7 @@ def _copy_fields(source: Message, target: Message, skip: str) -> None:
 def _stored_large(tensor: onnx.TensorProto) -> bool:
     if tensor.data_location == onnx.TensorProto.EXTERNAL:
         return False
-    return int(np.prod(tensor.dims, dtype=np.int64)) > SMALL
-
-
-def _stub(tensor: onnx.TensorProto) -> onnx.TensorProto:
-    stub = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
-    stub.data_location = onnx.TensorProto.EXTERNAL
-    stub.external_data.add(key="location", value=NEVER_READ)
-    return stub
+    return math.prod(int(d) for d in tensor.dims) > SMALL  # exact: dims from a file never wrap around
 
 
 __all__ = ["NEVER_READ", "weightless_copy"]

@@ -263,9 +263,14 @@ def _stub_tensor(tensor: onnx.TensorProto) -> onnx.TensorProto:
     """The tensor itself when small; otherwise type and dims only, marked as external data."""
     if tensor.data_location == onnx.TensorProto.EXTERNAL or tensor.ByteSize() <= STUB_BYTES:
         return tensor
+    return external_stub(tensor, "patchspec-stub")
+
+
+def external_stub(tensor: onnx.TensorProto, location: str) -> onnx.TensorProto:
+    """``tensor``'s name, type and dims, its bytes said to be in ``location`` (a file never read)."""
     stub = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
     stub.data_location = onnx.TensorProto.EXTERNAL
-    stub.external_data.add(key="location", value="patchspec-stub")
+    stub.external_data.add(key="location", value=location)
     return stub
 
 
@@ -312,6 +317,7 @@ __all__ = [
     "copy_derived_shapes",
     "dim_params",
     "drop_derived_shapes",
+    "external_stub",
     "format_dims",
     "graph_only_copy",
     "has_shape",
