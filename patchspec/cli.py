@@ -4,12 +4,10 @@ error into one message and the contract's exit code. Each command lives in ``pat
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import traceback
 from collections.abc import Callable
-from types import FrameType
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 import click
 
@@ -27,6 +25,7 @@ from patchspec.commands.schema import schema
 from patchspec.commands.validate import validate
 from patchspec.commands.verify import verify
 from patchspec.errors import EXIT_INTERNAL, Interrupted, PatchspecError
+from patchspec.interrupts import handling, received
 from patchspec.run.reporter import Reporter
 
 if TYPE_CHECKING:
@@ -94,10 +93,6 @@ for _command in (
 _registry: Callable[[], PluginRegistry] = load_registry
 
 
-def _raise_interrupt(signum: int, frame: FrameType | None) -> NoReturn:
-    raise Interrupted(signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI, turn errors into one message and the contract's exit code.
 
@@ -108,8 +103,15 @@ def main(argv: list[str] | None = None) -> int:
     # starts at import and which spin, only burn CPU: about 0.1 s a run on 2 cores. A user's setting wins.
     os.environ.setdefault(BLAS_THREADS_ENV, "1")
     state = State(Reporter())  # made here: under a test runner, sys.stdout is the captured one now
+    with handling():
+        try:
+            return _run(argv, state)
+        except Interrupted as exc:  # arrived while the outcome was being reported: the run still stops
+            return exc.exit_code
+
+
+def _run(argv: list[str] | None, state: State) -> int:
     reporter = state.reporter
-    signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         returned = cli.main(args=argv, prog_name="patchspec", standalone_mode=False, obj=state)
         return returned if isinstance(returned, int) else 0  # click hands back an Exit's code here
@@ -123,7 +125,23 @@ def main(argv: list[str] | None = None) -> int:
         reporter.close()
         reporter.error("interrupted")
         return exit_code_of(exc)
-    except PatchspecError as exc:
+    except Exception as exc:
+        if received() is None:
+            return _failed(exc, reporter)
+        # the signal was raised inside code that turned it into an error of its own (an extension
+        # module whose import it cut short says "ImportError: initialization failed"): the run stops
+        reporter.close()
+        reporter.error("interrupted")
+        return exit_code_of(exc)
+    finally:
+        reporter.close()
+        if state.closing:
+            reporter.line(state.closing)
+
+
+def _failed(exc: Exception, reporter: Reporter) -> int:
+    """Say what failed, once, and return its exit code: the contract's for a PatchspecError, 5 for a bug."""
+    if isinstance(exc, PatchspecError):
         reporter.close()
         if (
             reporter.verbose and exc.plugin_tracebacks
@@ -134,16 +152,11 @@ def main(argv: list[str] | None = None) -> int:
             reporter.output(_traceback(exc), err=True)
         reporter.error(_only_the_error(str(exc)) if reporter.quiet else str(exc))
         return exit_code_of(exc)
-    except Exception as exc:  # a bug: one line unless -v
-        reporter.close()
-        if reporter.verbose:
-            reporter.output(_traceback(exc), err=True)
-        reporter.error(f"internal error: {type(exc).__name__}: {exc}\n{_bug_line(reporter.verbose)}")
-        return exit_code_of(exc)
-    finally:
-        reporter.close()
-        if state.closing:
-            reporter.line(state.closing)
+    reporter.close()  # a bug: one line unless -v
+    if reporter.verbose:
+        reporter.output(_traceback(exc), err=True)
+    reporter.error(f"internal error: {type(exc).__name__}: {exc}\n{_bug_line(reporter.verbose)}")
+    return exit_code_of(exc)
 
 
 def _only_the_error(text: str) -> str:

@@ -212,8 +212,13 @@ class PluginError(PatchspecError):
             self.plugin_tracebacks = (plugin_traceback,)
 
 
-class Interrupted(PatchspecError):
-    """SIGINT or SIGTERM arrived; staging was removed."""
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived; staging was removed.
+
+    A ``BaseException``, as ``KeyboardInterrupt`` is: a signal that arrives while onnxruntime builds a
+    session or a plugin runs must end the run, and no ``except Exception`` on its way (a failed
+    session build, a plugin's fault) may turn it into a verdict (exit 1) or a bug (exit 5).
+    """
 
     def __init__(self, signum: int) -> None:
         super().__init__("interrupted")

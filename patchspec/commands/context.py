@@ -78,9 +78,14 @@ def native_code_option(command: F) -> F:
 
 
 def exit_code_of(exc: BaseException) -> int:
-    """The exit code ``patchspec.cli.main`` turns ``exc`` into (the contract's table)."""
+    """The exit code ``patchspec.cli.main`` turns ``exc`` into (the contract's table): a signal's
+    (130, 143) whenever one arrived, whatever error it surfaced as."""
+    from patchspec.interrupts import received
+
     if isinstance(exc, click.exceptions.Exit):
         return int(exc.exit_code)
+    if received() is not None:
+        return int(Interrupted(received() or 0).exit_code)
     if isinstance(exc, click.ClickException):
         return 2
     if isinstance(exc, (click.exceptions.Abort, KeyboardInterrupt)):
@@ -92,14 +97,6 @@ def exit_code_of(exc: BaseException) -> int:
     return EXIT_INTERNAL
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``path`` whole or not at all (the depfile, the report, the schema): see
-    :func:`patchspec.run.commit.write_text_atomically`, imported here only when a command writes."""
-    from patchspec.run.commit import write_text_atomically
-
-    write_text_atomically(path, text)
-
-
 def root_option(command: F) -> F:
     """``--root DIR``: the project root the spec's paths must stay in (docs/security.md)."""
     return click.option(
@@ -108,4 +105,17 @@ def root_option(command: F) -> F:
         envvar="PATCHSPEC_ROOT",
         help="Project root the spec's files must lie in (default: the nearest folder above the spec "
         "holding .git, else the spec's folder). Also $PATCHSPEC_ROOT.",
+    )(command)
+
+
+def output_dir_option(command: F) -> F:
+    """``--output-dir DIR`` (repeatable): a folder the caller makes an output folder (docs/security.md)."""
+    return click.option(
+        "--output-dir",
+        "output_dirs",
+        multiple=True,
+        type=click.Path(path_type=Path, file_okay=False),
+        help="Let specs write any file name in DIR and replace any file there (never in .git or a "
+        "virtual environment). Without it a spec writes only NAME.onnx and data files (.data, .bin, ...) "
+        "and replaces only files patchspec wrote. Repeatable.",
     )(command)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from patchspec.commands.context import State, atomic_write_text
+from patchspec.commands.context import State
 from patchspec.errors import ModelFileError, PluginError
 
 
@@ -38,9 +38,11 @@ def schema(state: State, output: Path | None) -> None:
     if output is None:
         click.echo(text)
     else:
+        from patchspec.run.atomic import write_text_atomically
+
         try:
             output.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(output, text + "\n")
+            write_text_atomically(output, text + "\n")
         except OSError as exc:
             raise ModelFileError(f"{output}: cannot write the schema: {exc.strerror or exc}") from exc
         state.echo(f"wrote {output}")

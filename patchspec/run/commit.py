@@ -23,13 +23,14 @@ from pathlib import Path
 from filelock import FileLock
 
 from patchspec.errors import ModelFileError
+from patchspec.interrupts import deferred
 from patchspec.run.statcache import StatCache
 from patchspec.spec.confine import LOCK_NAME, STAGING_PREFIX
 
 PREFIX = STAGING_PREFIX
 #: LOCK_NAME: the lock file that serialises commits into one folder (filelock: flock on POSIX, LockFileEx
 #: on Windows); both names are refused as a data file's ``location``
-__all__ = ["LOCK_NAME", "PREFIX", "Staging", "remove_dead_folders", "remove_superseded", "write_text_atomically"]
+__all__ = ["LOCK_NAME", "PREFIX", "Staging", "remove_dead_folders", "remove_superseded"]
 
 
 class Staging:
@@ -81,8 +82,9 @@ class Staging:
                 os.replace(staged, final)
                 changed.append(final)
         except BaseException as exc:  # a failed or interrupted commit puts the previous files back
-            for done in reversed(changed):
-                _restore(done, previous[done])
+            with deferred():  # whole: a second signal waits until the previous files are back
+                for done in reversed(changed):
+                    _restore(done, previous[done])
             if isinstance(exc, OSError):
                 raise ModelFileError(f"{final}: cannot write: {exc.strerror or exc}") from None
             raise
@@ -104,15 +106,16 @@ class Staging:
         return backup
 
     def __exit__(self, *exc_info: object) -> None:
-        if self.folder is not None:
-            shutil.rmtree(self.folder, ignore_errors=True)
-            self.folder = None
-        if not self.committed:  # a failed run leaves no trace, not even an empty output folder
-            for created in self.created:
-                try:
-                    os.rmdir(created)
-                except OSError:
-                    break
+        with deferred():  # a signal now waits until the staging folder is gone
+            if self.folder is not None:
+                shutil.rmtree(self.folder, ignore_errors=True)
+                self.folder = None
+            if not self.committed:  # a failed run leaves no trace, not even an empty output folder
+                for created in self.created:
+                    try:
+                        os.rmdir(created)
+                    except OSError:
+                        break
 
 
 def remove_dead_folders(folder: Path, prefix: str) -> list[Path]:
@@ -163,19 +166,6 @@ def remove_superseded(output: Path, cache: StatCache, new: list[str]) -> None:
         if cache.wrote(path):
             path.unlink(missing_ok=True)
         del cache.written[name]
-
-
-def write_text_atomically(path: Path, text: str) -> None:
-    """Write ``path`` whole or not at all: a new file of an unpredictable name beside it (``mkstemp``:
-    ``O_EXCL``, never through a link planted there), renamed over it."""
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def _restore(final: Path, backup: Path | None) -> None:

@@ -25,11 +25,12 @@ import hashlib
 import json
 import os
 import stat
-import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from patchspec.run.atomic import write_text_atomically
 
 #: the cache file's format; another version is ignored (and rewritten)
 FORMAT = 1
@@ -152,15 +153,9 @@ class StatCache:
             "build": self.build,
         }
         try:  # an unpredictable name, created new (O_EXCL), never through a link planted beside the output
-            fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+            write_text_atomically(target, json.dumps(payload, sort_keys=True))
         except OSError:
             return
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(json.dumps(payload, sort_keys=True))
-            os.replace(temporary, target)
-        except OSError:
-            Path(temporary).unlink(missing_ok=True)
 
 
 __all__ = ["StatCache", "cache_path", "file_sha256", "identity"]

@@ -139,11 +139,22 @@ def test_a_signal_during_the_run_exits_with_its_code_and_keeps_the_old_output(
     assert not list((tmp_path / "out").glob(".patchspec-*"))
 
 
+def whole_output(path: Path) -> bool:
+    """A patchspec output, whole: it loads, and it carries patchspec's stamp."""
+    try:
+        model = onnx.load(str(path))
+    except Exception:
+        return False
+    return any(prop.key == "patchspec.digest" for prop in model.metadata_props)
+
+
 @pytest.mark.slow
 def test_sigterm_at_random_moments_always_ends_in_143_or_a_finished_build(tmp_path: Path) -> None:
-    """Issue 25 measured 8 of 22 random SIGTERMs ending in 143, the others in 1, 5, 2 or 0 with the
-    output committed. Now: 143 (or killed by the signal before patchspec set its handler, which a
-    shell reports as 143 too) with the old output kept, or 0 when the build had already finished."""
+    """Issue 25 measured 8 of 22 random SIGTERMs ending in 143; issue 32 still 7 of 20 ending in 1 (a
+    signal while onnxruntime built a session was taken for a failed build). Now every one: 143 (or
+    killed by the signal before patchspec set its handler, which a shell reports as 143 too), with the
+    old output kept, or with the new output whole when the signal came after the commit began; 0 only
+    when the build had finished. Never a staging folder or a temporary file left behind."""
     import random
 
     before = old_output(tmp_path)
@@ -153,17 +164,23 @@ def test_sigterm_at_random_moments_always_ends_in_143_or_a_finished_build(tmp_pa
         "patchspec: 1\nmodel: loop.onnx\noutput: out/loop2.onnx\npatches: []\n"
         "verify:\n  - run: {compare: {against: original}, optimizations: [disabled]}\n",
     )
-    chance = random.Random(25)
+    output = tmp_path / "out" / "loop2.onnx"
+    chance = random.Random(32)
     ends = []
-    for _ in range(8):
+    for _ in range(16):
+        output.write_bytes(before)  # the previous build, as a build would have left it
         process = subprocess.Popen([*PATCHSPEC, "apply", str(spec)], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
-        time.sleep(chance.uniform(0.0, 3.0))
+        time.sleep(chance.uniform(0.0, 3.5))
         process.send_signal(signal.SIGTERM)
         process.communicate(timeout=120)
-        written = (tmp_path / "out" / "loop2.onnx").read_bytes()
         ends.append(process.returncode)
-        if process.returncode == 0:
-            break  # finished before the signal: the new output is in place, as it should be
-        assert process.returncode in (143, -signal.SIGTERM), ends
-        assert written == before, ends
-        assert not list((tmp_path / "out").glob(".patchspec-*")), ends
+        assert process.returncode in (0, 143, -signal.SIGTERM), ends
+        written = output.read_bytes()
+        if process.returncode == 0:  # finished before the signal: the new output is in place
+            assert written != before and whole_output(output), ends
+        else:
+            assert written == before or whole_output(output), ends
+        leftovers = [
+            p.name for p in (tmp_path / "out").iterdir() if p.name.startswith(".patchspec-") or p.suffix == ".tmp"
+        ]
+        assert leftovers == [], ends
