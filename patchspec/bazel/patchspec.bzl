@@ -23,20 +23,26 @@ In a BUILD file:
         out_data = ["det_b8.onnx.data"],         # the output's data files, as patchspec names them
     )
 
-Confinement (docs/security.md): the action passes `--root`, the deepest folder holding the real file
-of every declared input, so the spec's paths and the model's data links may lead only there.
+Confinement (docs/security.md): the action stages every declared input at its workspace path in a
+private folder and passes that folder as `--root`, so the spec's paths may lead only to declared
+inputs. A declared input must be the file its workspace path names: one that is a link to somewhere
+else (a `data/x.npy` in a pull request that links to `~/.ssh/id_rsa`) fails the action before
+patchspec reads a byte. The files the spec's steps read (`data`) are staged as hard links or copies;
+the model and its data as links, read as `--model` (onnxruntime's rule: its data beside it).
 
 The action runs `patchspec -q apply` (which verifies before it writes) in an environment of
 PATH=/bin:/usr/bin and ORT_DISABLE_TELEMETRY=1 only, and fails when patchspec fails, with patchspec's
 message.
 """
 
-# The spec is copied into a private folder as a regular file, and every other input is linked there
-# at its workspace path (short_path): the spec's relative paths (`file:`, `against:`) then find the
-# inputs Bazel gave the action, source or generated, and nothing else. patchspec resolves the spec's
-# own path before joining those paths to its folder, so run on the sandbox's link it would read them
-# from the source tree behind the link, declared or not. With strict_paths the model and its data
-# are copied too: --strict-paths refuses data reached through a link, and a sandbox's inputs are links.
+# Every declared input is placed in a private folder at its workspace path (short_path), and that
+# folder is the project root: the spec's relative paths (`file:`, `against:`) find the inputs Bazel gave
+# the action, source or generated, and nothing else. Each input's real file must end in its workspace
+# path: a source file that is itself a link (to a secret, or anywhere) is refused, never followed. The
+# spec is copied (patchspec takes a spec's folder as named), the files the steps read are hard-linked
+# or copied (so they lie in the root), and the model and its data are linked to their real files
+# (`--model`: its data may lie beside it). With strict_paths the model and its data are copied too:
+# --strict-paths refuses data reached through a link.
 _SCRIPT = r"""set -euo pipefail
 tool=$1 spec=$2 model=$3 strict=$4 label=$5 count=$6
 shift 6
@@ -45,24 +51,22 @@ shift "$count"
 execroot=$PWD
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-common() {  # the deepest folder holding both $1 and $2
-  local a=$1
-  while [[ $a != / && $2 != "$a" && $2 != "$a"/* ]]; do a=${a%/*}; a=${a:-/}; done
-  printf '%s' "$a"
-}
-root=
-while (($#)); do  # copy or link, the workspace path, the path in the execroot
-  case $2 in */*) mkdir -p "$stage/${2%/*}" ;; esac
-  if [[ $1 == copy ]]; then cp "$3" "$stage/$2"; else
-    ln -s "$execroot/$3" "$stage/$2"
-    real=$(readlink -f "$execroot/$3")
-    root=$(common "${root:-${real%/*}}" "${real%/*}")
+while (($#)); do  # how (copy, file or link), the workspace path, the path in the execroot
+  real=$(readlink -f "$execroot/$3")
+  if [[ $real != */"$2" ]]; then  # the file its workspace path names, wherever Bazel keeps the tree
+    echo "$label: the declared input $2 is a link to $real; declare the file itself" >&2
+    exit 1
   fi
+  case $2 in */*) mkdir -p "$stage/${2%/*}" ;; esac
+  case $1 in
+    copy) cp "$real" "$stage/$2" ;;
+    file) ln "$real" "$stage/$2" 2>/dev/null || cp "$real" "$stage/$2" ;;
+    *) ln -s "$real" "$stage/$2" ;;
+  esac
   shift 3
 done
-# the project root: the deepest folder holding every declared input's real file (the sandbox's links
-# lead there); a spec's path or a model's data link that leads elsewhere is refused
-flags=(--root "${root:-$stage}")
+# the project root: the folder of declared inputs, each at its workspace path; nothing else is in it
+flags=(--root "$stage")
 if [[ $strict == 1 ]]; then flags+=(--strict-paths); fi
 cd "$stage"
 "$execroot/$tool" -q apply "$spec" --model "$model" --output "$execroot/${outs[0]}" --depfile "$stage/.d" \
@@ -98,8 +102,10 @@ def _patchspec_model_impl(ctx):
     args.add_all([tool.path, _staged_path(spec), _staged_path(model)])
     args.add_all(["1" if ctx.attr.strict_paths else "0", str(ctx.label), str(len(outs))])
     args.add_all([out.path for out in outs])
+    read = ctx.files.data
     for path, file in staged.items():
-        args.add_all(["copy" if file == spec or file in copied else "link", path, file.path])
+        how = "copy" if file == spec or file in copied else ("file" if file in read else "link")
+        args.add_all([how, path, file.path])
     ctx.actions.run_shell(
         command = _SCRIPT,
         arguments = [args],

@@ -12,10 +12,10 @@ import click
 from patchspec import __version__
 from patchspec.commands.context import (
     State,
-    atomic_write_text,
     exit_code_of,
     load_registry,
     native_code_option,
+    output_dir_option,
     root_option,
     verbosity_options,
 )
@@ -24,7 +24,6 @@ from patchspec.errors import EXIT_STALE, PatchspecError, UsageError
 if TYPE_CHECKING:
     from patchspec.run.noop import Request
     from patchspec.run.report import RunReport
-    from patchspec.spec.steps import Spec
 
 
 @click.command()
@@ -49,6 +48,7 @@ if TYPE_CHECKING:
 @native_code_option
 @click.option("--strict-paths", is_flag=True, help="Refuse symlinked or hard-linked external data files.")
 @root_option
+@output_dir_option
 @verbosity_options
 @click.pass_obj
 def apply(
@@ -64,6 +64,7 @@ def apply(
     report_path: Path | None,
     strict_paths: bool,
     root: Path | None,
+    output_dirs: tuple[Path, ...],
     verbose: int,
     quiet: bool,
 ) -> None:
@@ -96,7 +97,7 @@ def apply(
     try:
         spec_identities = [identity(path) for path in specs]  # before the specs are read: see run/noop
         registry = state.registry()
-        engine = Engine(registry, state.reporter, strict_paths=strict_paths, root=root)
+        engine = Engine(registry, state.reporter, strict_paths=strict_paths, root=root, output_dirs=output_dirs)
         loaded_specs = [load_spec(path, registry, root=root) for path in specs]  # every spec valid before any work
         for spec in loaded_specs:
             report = RunReport(str(spec.path), str(model or spec.model), str(output or spec.output))
@@ -110,6 +111,7 @@ def apply(
                 no_verify=no_verify,
                 report=report,
                 allow_undecided=allow_undecided,
+                depfile=depfile,
             )
             if report.status in ("written", "unchanged"):
                 state.echo(
@@ -117,8 +119,6 @@ def apply(
                     if report.status == "written"
                     else f"{report.output}: unchanged (identical bytes)"
                 )
-            if depfile:
-                write_depfile(depfile, report, spec, model, output)
             if requests and report.digest and not registry.in_process():
                 index = len(reports) - 1
                 remember(requests[index], spec_identities[index], Path(report.output), report.inputs, report.digest)
@@ -193,6 +193,8 @@ def check(
     allow_undecided: bool = False,
 ) -> None:
     """apply --check: one line per output; exit 6 when any would be rebuilt."""
+    from patchspec.run.depfile import cwd_relative
+
     outputs = cached_outputs(requests)
     if outputs is not None:
         for path in outputs:
@@ -219,35 +221,6 @@ def check(
         raise click.exceptions.Exit(EXIT_STALE)
 
 
-def write_depfile(depfile: Path, report: RunReport, spec: Spec, model: Path | None, output: Path | None) -> None:
-    """The Make-format dependency file of one run: the output and its data files, from the spec, the
-    model and the files the patches read."""
-    # paths as the build tool names them: Make and Ninja match targets by their spelling
-    model_path, *others = map(Path, report.inputs)
-    deps = [spec.path, model or cwd_relative(model_path), *map(cwd_relative, others)]
-    target = output or cwd_relative(Path(report.output))
-    # the output's data files are outputs too (grouped targets): deleting one makes the rule run
-    data = [cwd_relative(Path(f)) for f in report.files if Path(f).absolute() != Path(report.output).absolute()]
-    targets = " ".join(make_escape(p) for p in [target, *data])
-    text = f"{targets}: " + " ".join(make_escape(p) for p in deps) + "\n"
-    atomic_write_text(depfile, text)
-
-
-def cwd_relative(path: Path) -> Path:
-    """``path`` relative to the current directory when inside it, else absolute."""
-    try:
-        return path.relative_to(Path.cwd())
-    except ValueError:
-        return path
-
-
-def make_escape(path: Path) -> str:
-    """``path`` as Make and Ninja read a file name (:func:`patchspec.run.depfile.make_escape`)."""
-    from patchspec.run.depfile import make_escape as escape
-
-    return escape(path)
-
-
 def write_report(
     state: State,
     report_path: Path | None,
@@ -264,7 +237,9 @@ def write_report(
     if error is not None:  # the run ended before any spec started: the error, as text and as data
         payload["error"] = str(error) or type(error).__name__
         payload["problem"] = error.to_json() if isinstance(error, PatchspecError) else None
+    from patchspec.run.atomic import write_text_atomically
+
     try:
-        atomic_write_text(report_path, json.dumps(payload, indent=2) + "\n")
+        write_text_atomically(report_path, json.dumps(payload, indent=2) + "\n")
     except OSError as exc:  # the report must not hide the run's own outcome
         state.reporter.error(f"{report_path}: cannot write the report: {exc.strerror or exc}")

@@ -23,10 +23,12 @@ from patchspec.errors import (
     ModelFileError,
     PatchError,
     SpecError,
+    UsageError,
     VerificationFailed,
 )
 from patchspec.host.boundary import Guard
 from patchspec.host.registry import PluginRegistry
+from patchspec.interrupts import deferred
 from patchspec.model.data_names import DIGEST_FIELD
 from patchspec.model.data_writer import (
     OUTPUT_LAYOUT,
@@ -40,14 +42,16 @@ from patchspec.model.graph import sync_initializer_inputs
 from patchspec.model.io import FileStamp, load_model
 from patchspec.plugin.contract import UNDECIDED, PatchContext, RunState, VerifyContext
 from patchspec.run.commit import Staging, remove_superseded
+from patchspec.run.depfile import Depfile, cwd_relative
 from patchspec.run.io_changes import io_changes
 from patchspec.run.model_paths import missing_model, refuse_same_file
+from patchspec.run.ownership import refuse_foreign
 from patchspec.run.report import RunReport, StepOutcome
 from patchspec.run.reporter import Reporter
 from patchspec.run.stamp import OutputStamp, data_record, digest_of, input_changes, stamp_model
 from patchspec.run.statcache import StatCache, file_sha256
 from patchspec.spec.catalog import StepKind
-from patchspec.spec.confine import Root, check_model_path, check_output_path, within
+from patchspec.spec.confine import GRANT_HINT, Root, check_model_path, check_output_path, name_problem, within
 from patchspec.spec.steps import Spec, Step
 
 
@@ -76,7 +80,7 @@ def _within_root(method: Callable[..., T]) -> Callable[..., T]:
 
     @functools.wraps(method)
     def run(self: Engine, spec: Spec, *args: Any, **kwargs: Any) -> T:
-        with within(Root.of(spec.path, self.root)):
+        with within(Root.of(spec.path, self.root, self.output_dirs)):
             return method(self, spec, *args, **kwargs)
 
     return run
@@ -95,9 +99,11 @@ class Engine:
         verbose: bool = False,
         strict_paths: bool = False,
         root: Path | None = None,
+        output_dirs: tuple[Path, ...] = (),
     ):
         self.registry = registry
         self.root = root  # --root: the project root for every spec (default: each spec's own)
+        self.output_dirs = output_dirs  # --output-dir: where specs may write any name, replace any file
         self.reporter = echo if isinstance(echo, Reporter) else Reporter.to(echo, 1 if verbose else 0)
         self.echo = self.reporter.line
         self.verbose = verbose or self.reporter.verbose
@@ -107,7 +113,7 @@ class Engine:
     def load_input(self, spec: Spec, model: Path | None = None, output: Path | None = None) -> LoadedInput:
         model_path = (model or spec.model).absolute()
         output_path = (output or spec.output).absolute()
-        root = Root.of(spec.path, self.root)
+        root = Root.of(spec.path, self.root, self.output_dirs)
         refuse_same_file(model_path, output_path)
         if model is None:
             check_model_path(spec, root)
@@ -263,10 +269,14 @@ class Engine:
         no_verify: bool = False,
         report: RunReport | None = None,
         allow_undecided: bool = False,
+        depfile: Path | None = None,
     ) -> RunReport:
         loaded = self.load_input(spec, model, output)
+        root = Root.of(spec.path, self.root, self.output_dirs)
+        refuse_foreign(loaded.output_path, [], root, lambda path: False, output_given=output is not None)
         report = report or RunReport(str(spec.path), str(loaded.model_path), str(loaded.output_path))
         report.inputs = [str(p) for p in [loaded.model_path, *loaded.data_paths, *self.step_dependencies(spec)]]
+        rule = self._depfile(depfile, loaded, model, output) if depfile is not None else None
         cache = StatCache.beside(loaded.output_path)
         # the output and its data files as the last build or check left them: a stat per file
         cached = None if force else cache.output_digest()
@@ -283,69 +293,133 @@ class Engine:
             intact = stamp is not None and not stamp.data_changes(cache.sha256)
             existing = cached or (stamp.digest if stamp is not None and intact else None)
             if existing is not None and existing == digest_of(parts.result()):
-                report.status = "up to date"
-                self.echo(f"{loaded.output_path}: up to date")
-                if stamp is not None:  # found by reading the output: remember it, so the next check is a stat
-                    cache.record_output([loaded.output_path, *stamp.data_files], existing)
-                if cached is None or cache.hashed:
-                    cache.save()
-                report.files = list(cache.built.get("files", {}))  # the output and its data files
-                return report
+                return self._up_to_date(loaded, report, cache, stamp, existing, rule, read=cached is None)
             patched, layout = self.patch(
                 loaded, report, check_verifiers=not no_verify, refuse_undecided=no_verify and not allow_undecided
             )
             layout = layout or default_layout(patched, loaded.output_path, original=loaded.model)
             if layout.location and DIGEST_FIELD in layout.location:  # content-addressed: named by this build
                 layout = replace(layout, location=layout.location.replace(DIGEST_FIELD, digest_of(parts.result())[:16]))
-            protected = self.protected(spec, loaded.model_path, loaded.data_paths)
-            refuse_input_overwrite(layout, loaded.output_path, protected)
-            written = self._write_and_commit(loaded, patched, layout, parts.result, no_verify, report)
-            # a content-addressed name changes every build: the previous build's data files go, but only
-            # those the stat cache proves this patchspec wrote (never what a model's metadata names)
-            remove_superseded(loaded.output_path, cache, report.files)
-        cache.record_output([Path(name) for name in report.files], digest_of(parts.result()))
+            self._refuse_data_file(loaded, layout, cache, output_given=output is not None)
+            if rule is not None:
+                rule.data_files(filter(None, [layout.data_name(loaded.output_path)]))
+            with Staging(loaded.output_path) as staging:
+                files, written = self._write_and_verify(
+                    staging, loaded, patched, layout, parts.result, no_verify, report
+                )
+                # the point of no return: from the first rename on, a signal waits until this build is
+                # recorded, then ends the run (143) with the new output whole in place
+                with deferred():
+                    changed = staging.commit(files)
+                    report.files = [str(loaded.output_path.parent / f.name) for f in files]
+                    report.status = "written" if changed else "unchanged"
+                    self._record(loaded, report, cache, written, digest_of(parts.result()), rule)
+        return report
+
+    def _up_to_date(
+        self,
+        loaded: LoadedInput,
+        report: RunReport,
+        cache: StatCache,
+        stamp: OutputStamp | None,
+        digest: str,
+        rule: Depfile | None,
+        *,
+        read: bool,
+    ) -> RunReport:
+        """Nothing to build: say so, remember what was found (``read``: by reading the output or
+        hashing, so the next check is a stat), and write the depfile."""
+        report.status = "up to date"
+        self.echo(f"{loaded.output_path}: up to date")
+        if stamp is not None:  # found by reading the output: remember it, so the next check is a stat
+            cache.record_output([loaded.output_path, *stamp.data_files], digest)
+        if read or cache.hashed:
+            cache.save()
+        report.files = list(cache.built.get("files", {}))  # the output and its data files
+        if rule is not None:
+            rule.write(Path(f).name for f in report.files if Path(f).name != loaded.output_path.name)
+        return report
+
+    def _record(
+        self,
+        loaded: LoadedInput,
+        report: RunReport,
+        cache: StatCache,
+        written: dict[str, dict[str, Any]],
+        digest: str,
+        rule: Depfile | None,
+    ) -> None:
+        """After the commit: the stat cache's record of this build (what it wrote, by inode and sha256,
+        so the next check is a stat and only these files are ever deleted) and the depfile."""
+        # a content-addressed name changes every build: the previous build's data files go, but only
+        # those the stat cache proves this patchspec wrote (never what a model's metadata names)
+        remove_superseded(loaded.output_path, cache, report.files)
+        cache.record_output([Path(name) for name in report.files], digest)
         for name, entry in written.items():  # hashed at build time: the next check need not read them
             cache.remember(loaded.output_path.parent / name, entry["sha256"])
             cache.record_written(loaded.output_path.parent / name, entry["sha256"])
         cache.record_written(loaded.output_path, file_sha256(loaded.output_path))
         cache.save()
-        return report
+        if rule is not None:
+            rule.write(written)
 
-    def _write_and_commit(
+    def _depfile(self, path: Path, loaded: LoadedInput, model: Path | None, output: Path | None) -> Depfile:
+        """The build's depfile, its paths checked before anything is written; the model and the output
+        spelled as the command line gave them, else relative to the current folder."""
+        inputs = [*loaded.data_paths, *self.step_dependencies(loaded.spec)]
+        spelled_model = model or cwd_relative(loaded.model_path)
+        return Depfile.of(path, loaded.spec.path, spelled_model, inputs, output or cwd_relative(loaded.output_path))
+
+    def _write_and_verify(
         self,
+        staging: Staging,
         loaded: LoadedInput,
         patched: onnx.ModelProto,
         layout: Layout,
         parts: Callable[[], dict[str, str]],
         no_verify: bool,
         report: RunReport,
-    ) -> dict[str, dict[str, Any]]:
-        """Stage, verify and commit the output; returns its data files' record (name -> size, sha256)."""
+    ) -> tuple[list[Path], dict[str, dict[str, Any]]]:
+        """Write the output into the staging folder and verify it there; returns the staged files and
+        its data files' record (name -> size, sha256)."""
         spec = loaded.spec
         written: dict[str, dict[str, Any]] = {}
-        with Staging(loaded.output_path) as staging:
-            staged_model = staging.path(loaded.output_path)
+        staged_model = staging.path(loaded.output_path)
 
-            def finalize(out: onnx.ModelProto) -> None:  # the data file is written, the .onnx not yet
-                written.update(data_record(out, staged_model.parent, self._hashing(file_sha256)))
-                stamp_model(out, parts(), written)
+        def finalize(out: onnx.ModelProto) -> None:  # the data file is written, the .onnx not yet
+            written.update(data_record(out, staged_model.parent, self._hashing(file_sha256)))
+            stamp_model(out, parts(), written)
 
-            try:
-                with self.reporter.bytes("copying weights") as progress:
-                    files = write_model(
-                        patched, staged_model, loaded.model_path.parent, layout, progress, finalize=finalize
-                    )
-            except OSError as exc:
-                raise ModelFileError(f"{loaded.output_path}: cannot write: {exc.strerror or exc}") from None
-            if not no_verify:
-                self.verify(spec, staged_model, loaded.model_path, report, staged=True)
-            if not loaded.unchanged():
-                msg = f"{loaded.model_path}: the input changed while patchspec was running; nothing was written"
-                raise ModelFileError(msg, "run again once whatever writes the input has finished")
-            changed = staging.commit(files)
-        report.files = [str(loaded.output_path.parent / f.name) for f in files]
-        report.status = "written" if changed else "unchanged"
-        return written
+        try:
+            with self.reporter.bytes("copying weights") as progress:
+                files = write_model(
+                    patched, staged_model, loaded.model_path.parent, layout, progress, finalize=finalize
+                )
+        except OSError as exc:
+            raise ModelFileError(f"{loaded.output_path}: cannot write: {exc.strerror or exc}") from None
+        if not no_verify:
+            self.verify(spec, staged_model, loaded.model_path, report, staged=True)
+        if not loaded.unchanged():
+            msg = f"{loaded.model_path}: the input changed while patchspec was running; nothing was written"
+            raise ModelFileError(msg, "run again once whatever writes the input has finished")
+        return files, written
+
+    def _refuse_data_file(self, loaded: LoadedInput, layout: Layout, cache: StatCache, *, output_given: bool) -> None:
+        """The output's data file may be written: not a file the run reads, a data file's name (unless
+        the caller made its folder an output folder), and not a file patchspec did not write."""
+        protected = self.protected(loaded.spec, loaded.model_path, loaded.data_paths)
+        refuse_input_overwrite(layout, loaded.output_path, protected)
+        name = layout.data_name(loaded.output_path)
+        if name is None:
+            return
+        root = Root.of(loaded.spec.path, self.root, self.output_dirs)
+        refused = None if root.granted(loaded.output_path) else name_problem(name, model=False)
+        if refused:
+            target = loaded.output_path.parent / name
+            raise UsageError(
+                f"{target}: the output's data file '{name}' {refused}", f"choose another 'location', {GRANT_HINT}"
+            )
+        refuse_foreign(loaded.output_path, [name], root, cache.wrote, output_given=output_given)
 
     def digest_parts(
         self, loaded: LoadedInput, no_verify: bool, cache: StatCache | None = None, allow_undecided: bool = False

@@ -36,6 +36,15 @@ CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 LOCK_NAME = ".patchspec.lock"
 STAGING_PREFIX = ".patchspec-"
 CACHE_SUFFIX = ".patchspec-cache.json"
+#: a folder holding one of these is a virtual environment: what lies in it runs (a .pth at start-up)
+VENV_MARKERS = ("pyvenv.cfg", "conda-meta")
+#: folders whose files a package tool imports or runs
+TOOL_FOLDER = re.compile(r"site-packages|dist-packages|node_modules|__pycache__|.+\.egg-info|.+\.dist-info", re.I)
+#: the one file name ending of a model a spec names as its output
+MODEL_SUFFIX = ".onnx"
+#: the endings of a data file name a spec chooses: files no tool reads as code or settings
+DATA_SUFFIXES = (".data", "_data", ".bin", ".weights", ".w", ".dat", ".pb", ".raw", ".tensors")
+GRANT_HINT = "or pass --output-dir FOLDER to let specs write any file name in that folder (the caller's choice)"
 ROOT_HINT = (
     "move the file inside the project root, or run with --root DIR naming a folder that holds it "
     "(a command-line choice; a spec cannot widen its own root)"
@@ -69,20 +78,31 @@ def _declares_patchspec(pyproject: Path) -> bool:
 
 @dataclass(frozen=True)
 class Root:
-    """The folder a spec's paths must stay in, and whether the command line named it."""
+    """The folder a spec's paths must stay in, whether the command line named it, and the folders the
+    caller made output folders (``--output-dir``), where a spec may write any file name."""
 
     folder: Path
     given: bool = False
+    output_dirs: tuple[Path, ...] = ()
 
     @classmethod
-    def of(cls, spec_path: Path, given: Path | None = None) -> Root:
+    def of(cls, spec_path: Path, given: Path | None = None, output_dirs: tuple[Path, ...] = ()) -> Root:
         """``--root`` when given, else ``$PATCHSPEC_ROOT`` (the caller's environment, trusted as the
         command line is), else the root of the run in progress (:func:`within`), else
         :func:`project_root`."""
         given = given if given is not None else (Path(os.environ[ROOT_ENV]) if os.environ.get(ROOT_ENV) else None)
+        grants = tuple(Path(os.path.realpath(folder)) for folder in output_dirs)
         if given is not None:
-            return cls(Path(os.path.realpath(given)), True)
-        return _ACTIVE.get() or cls(project_root(spec_path))
+            return cls(Path(os.path.realpath(given)), True, grants)
+        active = _ACTIVE.get()
+        if active is not None:
+            return active
+        return cls(project_root(spec_path), False, grants)
+
+    def granted(self, path: Path) -> bool:
+        """Whether ``path``'s folder (links followed) lies in a folder the caller made an output folder."""
+        real = os.path.realpath(path.parent)
+        return any(real == str(d) or real.startswith(str(d).rstrip(os.sep) + os.sep) for d in self.output_dirs)
 
     def holds(self, path: Path) -> bool:
         """Whether ``path``, links followed (as far as it exists), is the root or inside it."""
@@ -137,6 +157,37 @@ def control_characters(data: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[
 def under_git(path: Path) -> bool:
     """Whether ``path`` (links followed) lies in a ``.git`` folder, where git keeps what it runs."""
     return any(part.lower() == GIT for part in Path(os.path.realpath(path)).parts)
+
+
+def tool_folder(path: Path, root: Root) -> str | None:
+    """Why ``path``'s folder belongs to a tool (a virtual environment, site-packages, node_modules,
+    __pycache__, an .egg-info), from its folder up to the root, links followed; else None."""
+    folder = Path(os.path.realpath(path.parent))
+    top = Path(os.path.realpath(root.folder))
+    above = [folder, *folder.parents]
+    above = above[: above.index(top) + 1] if top in above else above
+    for candidate in above:
+        marker = next((m for m in VENV_MARKERS if os.path.lexists(candidate / m)), None)
+        if marker:
+            return f"would be written in the virtual environment {candidate} (it holds {marker}), whose files run"
+    for candidate in above:
+        if TOOL_FOLDER.fullmatch(candidate.name):
+            return f"would be written in {candidate}, a package tool's folder ({candidate.name}), whose files run"
+    return None
+
+
+def name_problem(name: str, *, model: bool) -> str | None:
+    """Why a spec may not give a file this name: a model ends in .onnx, a data file in one of
+    :data:`DATA_SUFFIXES`, so nothing a spec creates is a file a tool runs or reads as settings."""
+    lowered = name.lower()
+    if model:
+        if lowered.endswith(MODEL_SUFFIX) and len(lowered) > len(MODEL_SUFFIX):
+            return None
+        return f"is not a model file name: a spec's output must end in {MODEL_SUFFIX}"
+    if any(lowered.endswith(suffix) and len(lowered) > len(suffix) for suffix in DATA_SUFFIXES):
+        return None
+    endings = ", ".join(DATA_SUFFIXES)
+    return f"is not a data file name: a spec's data file must end in one of {endings}"
 
 
 def not_regular(path: Path, *, links_ok: bool = False) -> str | None:
@@ -195,6 +246,9 @@ def write_problem(root: Root | None, path: Path, protected: list[tuple[str, Path
         return f"would be written in {os.path.realpath(path.parent)}, outside the project root {root.describe()}"
     if root is not None and under_git(path):
         return "would be written inside a .git folder, where git keeps its configuration and hooks"
+    tool = tool_folder(path, root) if root is not None else None
+    if tool:
+        return tool
     kind = not_regular(path, links_ok=True)
     if kind:
         return f"is {kind}; patchspec only ever replaces regular files"
@@ -235,9 +289,13 @@ def check_model_path(spec: Spec, root: Root) -> None:
 def check_output_path(spec: Spec, output: Path, root: Root | None, protected: list[tuple[str, Path]]) -> None:
     """The output (``root`` None: ``--output``, trusted for its place): see :func:`write_problem`."""
     refused = write_problem(root, output, protected)
+    if refused is None and root is not None and not root.granted(output):
+        refused = name_problem(output.name, model=True)
     if refused is None:
         return
     hint = ROOT_HINT if root is not None and not root.holds(output.parent) else "choose another 'output'"
+    if root is not None and refused.startswith("is not a model"):
+        hint = f"name the output NAME.onnx, {GRANT_HINT}"
     if root is None:
         raise SpecError(f"--output {output}: {refused}", hint)
     raise spec_path_error(spec, "output", refused, hint)
@@ -246,8 +304,11 @@ def check_output_path(spec: Spec, output: Path, root: Root | None, protected: li
 __all__ = [
     "CACHE_SUFFIX",
     "CONTROL",
+    "DATA_SUFFIXES",
     "GIT",
+    "GRANT_HINT",
     "LOCK_NAME",
+    "MODEL_SUFFIX",
     "ROOT_ENV",
     "ROOT_HINT",
     "STAGING_PREFIX",
@@ -257,12 +318,14 @@ __all__ = [
     "control_character",
     "control_characters",
     "file_kind",
+    "name_problem",
     "not_regular",
     "project_root",
     "read_problem",
     "reserved_name",
     "same_file",
     "spec_path_error",
+    "tool_folder",
     "under_git",
     "within",
     "write_problem",

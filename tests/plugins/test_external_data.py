@@ -127,7 +127,8 @@ def test_same_bytes_twice_and_stale_data_replaced(tmp_path, model, run_cli):
     out = tmp_path / "out"
     out.mkdir()
     (out / "w.bin").write_bytes(b"\x01" * 1_000_000)  # a stale, larger data file from an earlier run
-    assert run_cli("apply", spec).exit_code == 0
+    assert run_cli("apply", spec).exit_code == 2  # no record says patchspec wrote it: not replaced
+    assert run_cli("apply", spec, "--output-dir", out).exit_code == 0  # the caller's output folder
     first = {p.name: p.read_bytes() for p in out.iterdir()}
     assert len(first["w.bin"]) == 2 * 64 * 64 * 4
     assert run_cli("apply", "--force", spec).exit_code == 0

@@ -241,6 +241,26 @@ def test_an_undeclared_input_fails_the_build(clones: Clones) -> None:
         build.write_text(text)
 
 
+def test_a_declared_input_that_links_to_a_secret_fails_before_it_is_read(clones: Clones, tmp_path: Path) -> None:
+    """A pull request replaces data/x_b2.npy by a link to a file outside the workspace. The old rule
+    took the deepest folder of every input's real file as --root, here /: the secret was read, and its
+    bytes reached the log. The input must be the file its workspace path names."""
+    _, b, _ = clones
+    secret = tmp_path / "id_rsa"
+    secret.write_bytes(b"-----BEGIN OPENSSH PRIVATE KEY----- s3cr3t")
+    data = b.folder / "data" / "x_b2.npy"
+    kept = data.read_bytes()
+    try:
+        data.unlink()
+        data.symlink_to(secret)
+        output = b.build("//:scale_b2", ok=False)
+        assert f"the declared input data/x_b2.npy is a link to {secret}; declare the file itself" in output, output
+        assert "s3cr3t" not in output
+    finally:
+        data.unlink()
+        data.write_bytes(kept)
+
+
 def test_an_undeclared_output_data_file_fails_the_build(clones: Clones) -> None:
     _, b, _ = clones
     build = b.folder / "BUILD.bazel"

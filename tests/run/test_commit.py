@@ -83,9 +83,12 @@ def test_symlinked_output_is_replaced_and_its_target_untouched(inline_project, r
     target.write_bytes(b"someone else's file")
     (inline_project / "out" / "m.onnx").symlink_to(target)
     before = snapshot(target, inline_project / "m.onnx")
-    result = run_cli("apply", inline_project / "spec.yaml")
-    assert result.exit_code == 0, result.output
     output = inline_project / "out" / "m.onnx"
+    refused = run_cli("apply", inline_project / "spec.yaml")  # the spec's output: a link is not patchspec's file
+    assert refused.exit_code == 2 and "patchspec did not write" in refused.stderr, refused.output
+    assert output.is_symlink() and snapshot(target, inline_project / "m.onnx") == before
+    result = run_cli("apply", inline_project / "spec.yaml", "--output", output)  # the caller's: the link goes
+    assert result.exit_code == 0, result.output
     assert not output.is_symlink() and onnx.load(str(output)).graph.node[0].op_type == "Add"
     assert snapshot(target, inline_project / "m.onnx") == before
 
@@ -97,7 +100,10 @@ def test_symlinked_output_data_file_is_replaced_and_its_target_untouched(externa
     target.write_bytes(b"\x07" * 4096)
     (out / "m.onnx.data").symlink_to(target)
     before = snapshot(target)
-    result = run_cli("apply", external_project / "spec.yaml")
+    refused = run_cli("apply", external_project / "spec.yaml")
+    assert refused.exit_code == 2 and "patchspec did not write" in refused.stderr, refused.output
+    assert (out / "m.onnx.data").is_symlink() and snapshot(target) == before
+    result = run_cli("apply", external_project / "spec.yaml", "--output-dir", out)  # the caller's output folder
     assert result.exit_code == 0, result.output
     assert not (out / "m.onnx.data").is_symlink()
     assert snapshot(target) == before
@@ -108,7 +114,7 @@ def test_stale_data_file_is_never_appended_to(external_project, run_cli):
     out = external_project / "out"
     out.mkdir()
     (out / "m.onnx.data").write_bytes(b"\xff" * (1 << 20))
-    result = run_cli("apply", external_project / "spec.yaml")
+    result = run_cli("apply", external_project / "spec.yaml", "--output-dir", out)
     assert result.exit_code == 0, result.output
     size = (out / "m.onnx.data").stat().st_size
     assert 256 * 4 <= size < (1 << 20)

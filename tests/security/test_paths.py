@@ -50,20 +50,6 @@ def files_under(folder: Path) -> dict[str, tuple[int, bytes]]:
     return found
 
 
-@pytest.fixture
-def repo(tmp_path, monkeypatch):
-    """A repository with a model (its weights in a data file), and an ``outside`` folder beside it."""
-    monkeypatch.delenv("PATCHSPEC_ROOT", raising=False)
-    project = tmp_path / "repo"
-    (project / ".git").mkdir(parents=True)
-    (project / ".git" / "config").write_text("[core]\n\trepositoryformatversion = 0\n")
-    save_external(add_model(), project / "m.onnx")
-    outside = tmp_path / "outside"
-    (outside / "lib" / "site-packages").mkdir(parents=True)
-    (outside / "id_rsa").write_bytes(b"-----BEGIN OPENSSH PRIVATE KEY----- secret")
-    return project
-
-
 def outside_of(repo: Path) -> Path:
     return repo.parent / "outside"
 
@@ -211,10 +197,26 @@ def test_newline_in_a_file_path_is_refused_before_any_depfile(repo, run_cli):
 
 @pytest.mark.parametrize(
     ("path", "escaped"),
-    [("a b", "a\\ b"), ("a#b", "a\\#b"), ("a$(x)", "a$$(x)"), ("c:/x", "c\\:/x"), ("a\\b", "a\\\\b")],
+    [
+        ("a b", "a\\ b"),
+        ("a#b", "a\\#b"),
+        ("a$b", "a$$b"),
+        ("c:/x", "c\\:/x"),
+        ("modèle-1+2,3@x.npy", "modèle-1+2,3@x.npy"),
+    ],
 )
 def test_depfile_escapes_what_make_and_ninja_treat_specially(path, escaped):
     assert make_escape(path) == escaped
+
+
+@pytest.mark.parametrize(
+    "path", ["a;b", "a|b", "a=b", "a%b", "a*b", "a?b", "a[b]", "a(b)", "a\\b", "a'b", "a{b}", "~/x", "a`b`", "a&b"]
+)
+def test_depfile_refuses_what_has_no_escape(path):
+    from patchspec.errors import UsageError
+
+    with pytest.raises(UsageError, match="cannot be named in a depfile"):
+        make_escape(path)
 
 
 @pytest.mark.parametrize("char", ["\n", "\r", "\t", "\x00", "\x1b", "\x7f", "\x85"])
