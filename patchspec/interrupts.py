@@ -1,7 +1,8 @@
 """SIGINT and SIGTERM as one exception, :class:`~patchspec.errors.Interrupted`, at any moment.
 
 The CLI installs :func:`handling` for the length of a command: either signal raises ``Interrupted``
-(exit 130 or 143) in the main thread. Work that must not be cut in half, the removal of a staging
+(exit 130 or 143) in the main thread, except inside an import, where it is delivered again moments
+later, once the module is whole. Work that must not be cut in half, the removal of a staging
 folder or the renames that commit an output, runs in :func:`deferred`: a signal that arrives then is
 held, and raised as soon as that work is done. So an interrupted run always ends in 130 or 143, with
 the previous output in place and no staging folder or temporary file behind.
@@ -10,6 +11,7 @@ the previous output in place and no staging folder or temporary file behind.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -24,12 +26,31 @@ _depth = 0  # how many deferred() blocks the main thread is in
 _received: list[int] = []  # every signal of the command in progress, first first
 
 
+#: seconds before a signal that arrived during an import is delivered again
+REDELIVER_AFTER = 0.05
+
+
 def _raise(signum: int, frame: FrameType | None) -> None:
     _received.append(signum)
     if _depth:
         _held.append(signum)
         return
+    if _importing(frame):  # raised inside an import it would become the module's error, an extension
+        # module half made (onnxruntime's: 'ImportError: initialization failed'; a later abort at exit)
+        timer = threading.Timer(REDELIVER_AFTER, os.kill, (os.getpid(), signum))
+        timer.daemon = True
+        timer.start()
+        return
     raise Interrupted(signum)
+
+
+def _importing(frame: FrameType | None) -> bool:
+    """Whether the main thread is inside an import (a frame of importlib's bootstrap is on its stack)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def received() -> int | None:
