@@ -71,6 +71,7 @@ def native_code_option(command: F) -> F:
     return click.option(
         "--allow-native-code",
         is_flag=True,
+        envvar="PATCHSPEC_ALLOW_NATIVE_CODE",
         expose_value=False,
         callback=remember,
         help="Load the custom-op libraries the spec's run verifier names (native code runs when loaded).",

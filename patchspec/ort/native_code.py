@@ -5,9 +5,12 @@ A shared library's constructor runs as soon as onnxruntime loads it, so a spec t
 request. patchspec loads none unless the person running it allowed native code: with
 ``--allow-native-code`` on the command line, or in the project's own settings, never in the spec::
 
-    # pyproject.toml at the project root (the nearest folder above the spec holding .git, or --root)
+    # pyproject.toml of the outermost repository above the spec (or of --root, when the caller names it)
     [tool.patchspec]
     allow-native-code = true
+
+or ``PATCHSPEC_ALLOW_NATIVE_CODE=1`` in the caller's environment. A ``.git`` and a ``pyproject.toml``
+that a pull request adds in a subfolder never count (:meth:`Root.settings_folder`).
 
 Without it, a spec that names a library is refused with exit 2 before anything runs.
 """

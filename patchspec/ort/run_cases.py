@@ -41,8 +41,8 @@ def run_verification(params: dict[str, Any], context: VerifyContext) -> VerifyRe
     the params name custom-op libraries that the caller has not allowed.
     """
     libraries = list(params.get("custom_op_libraries", []))
-    root = Root.of(context.spec.path).folder  # the run's root: --root, $PATCHSPEC_ROOT or the nearest .git
-    check_native_code(libraries, root, context.location(("custom_op_libraries",)))
+    settings = Root.of(context.spec.path).settings_folder()  # --root, $PATCHSPEC_ROOT or the outermost .git
+    check_native_code(libraries, settings, context.location(("custom_op_libraries",)))
     return _Run(params, context).result()
 
 

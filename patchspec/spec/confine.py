@@ -99,6 +99,15 @@ class Root:
             return active
         return cls(project_root(spec_path), False, grants)
 
+    def settings_folder(self) -> Path:
+        """Where the caller's own settings (``[tool.patchspec]``, ``allow-native-code``) are read: the
+        root the caller named, else the outermost folder at or above the root holding ``.git`` (the
+        checkout itself; a ``.git`` a pull request adds in a subfolder never counts), else the root."""
+        if self.given:
+            return self.folder
+        repositories = [folder for folder in (self.folder, *self.folder.parents) if os.path.lexists(folder / GIT)]
+        return repositories[-1] if repositories else self.folder
+
     def granted(self, path: Path) -> bool:
         """Whether ``path``'s folder (links followed) lies in a folder the caller made an output folder."""
         real = os.path.realpath(path.parent)

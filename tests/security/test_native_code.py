@@ -168,3 +168,37 @@ def test_the_settings_of_the_root_the_caller_names_count(tmp_path: Path, library
     result = run_cli("apply", spec, "--root", tmp_path)
     assert result.exit_code == 0, result.output
     assert ran(tmp_path)
+
+
+def test_a_git_file_and_settings_a_pull_request_adds_in_a_subfolder_do_not_count(
+    tmp_path: Path, library: Path, run_cli: RunCli
+) -> None:
+    """Issue 32: a `.git` file (as a submodule has) in a subfolder made that subfolder a root of its
+    own, and the pyproject.toml beside it allowed native code. The outermost repository decides."""
+    folder = repo(tmp_path, "libs/libplanted.so").parent
+    nested = folder / "models"
+    (nested / "libs").mkdir(parents=True)
+    shutil.copy(library, nested / "libs" / "libplanted.so")
+    shutil.copy(folder / "m.onnx", nested / "m.onnx")
+    spec = shutil.copy(folder / "spec.yaml", nested / "spec.yaml")
+    (nested / ".git").write_text("gitdir: ../.git/modules/models\n")
+    (nested / "pyproject.toml").write_text("[tool.patchspec]\nallow-native-code = true\n")
+    result = run_cli("apply", spec)
+    assert result.exit_code == 2, result.output
+    assert str(folder / "pyproject.toml") in result.output  # the hint names the file that does count
+    assert not ran(tmp_path)
+    (folder / "pyproject.toml").write_text("[tool.patchspec]\nallow-native-code = true\n")
+    assert run_cli("apply", spec).exit_code == 0
+    assert ran(tmp_path)
+
+
+def test_the_callers_environment_allows_it(
+    tmp_path: Path, library: Path, run_cli: RunCli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = repo(tmp_path, "libs/libplanted.so")
+    (spec.parent / "libs").mkdir()
+    shutil.copy(library, spec.parent / "libs" / "libplanted.so")
+    monkeypatch.setenv("PATCHSPEC_ALLOW_NATIVE_CODE", "1")
+    result = run_cli("apply", spec)
+    assert result.exit_code == 0, result.output
+    assert ran(tmp_path)
