@@ -138,16 +138,17 @@ def _missing_files(
             doc_path = step.path if step.shorthand_used else step.path + key
             where = step.label + (" > " + ".".join(map(str, key)) if key else "")
             hint = None
-            if not os.path.lexists(folder / relative) or not (folder / relative).exists():
+            target = Path(os.path.normpath(folder / relative))  # the path the step opens (StepContext.resolve)
+            if not os.path.lexists(target) or not target.exists():
                 message = (
-                    f"{relative} does not exist (resolved to {(folder / relative).resolve()}); paths in a spec are "
+                    f"{relative} does not exist (resolved to {target.resolve()}); paths in a spec are "
                     f"relative to the spec's folder"
                 )
             else:
-                refused = read_problem(root, folder / relative)
+                refused = read_problem(root, target)  # checked as it is read: 'link/..' means one thing
                 if refused is None:
                     continue
-                message, hint = f"{relative} {refused}", ROOT_HINT if not root.holds(folder / relative) else None
+                message, hint = f"{relative} {refused}", ROOT_HINT if not root.holds(target) else None
             problems.append(_located(document, doc_path, where, message, hint))
     return problems
 

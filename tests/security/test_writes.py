@@ -165,3 +165,16 @@ def test_the_issue_chain_one_spec_cannot_enable_native_code_for_the_next(project
     assert result.exit_code == 2, result.output
     assert (project / "pyproject.toml").read_bytes() == before
     assert_refused(run_cli("apply", b), 2, "native code")
+
+
+def test_dotdot_after_a_link_is_checked_as_it_is_read(repo, run_cli):
+    """Issue 32: 'in/../../x.npy' with 'in' a link to 'd1/d2' inside the root: the check resolved it
+    the kernel's way (repo/x.npy, a decoy inside), the read lexically (../x.npy, outside)."""
+    (repo / "d1" / "d2").mkdir(parents=True)
+    (repo / "in").symlink_to(repo / "d1" / "d2")
+    np.save(repo / "x.npy", np.zeros((1, 256), np.float32))  # the decoy the check saw
+    np.save(repo.parent / "x.npy", np.full((1, 256), 7, np.float32))  # the secret the read reached
+    path = spec_with(
+        repo, "output: o.onnx\npatches: []\nverify:\n  - run: {cases: [{inputs: {x: {file: in/../../x.npy}}}]}\n"
+    )
+    assert_refused(run_cli("apply", path), 2, "outside the project root")
