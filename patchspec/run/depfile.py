@@ -15,9 +15,13 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from patchspec.errors import UsageError
 from patchspec.spec.confine import control_character
+
+if TYPE_CHECKING:
+    from patchspec.run.freshness import LoadedInput
 
 #: what a path may hold as it is: letters and digits of any script, ``. _ - + , @ /``, ``~`` past the start
 PLAIN = re.compile(r"[\w.\-+,@/~]")
@@ -85,11 +89,16 @@ class Depfile:
     dependencies: tuple[Path, ...]
 
     @classmethod
-    def of(cls, path: Path, spec: Path, model: Path, inputs: list[Path], output: Path) -> Depfile:
-        """``model`` and ``output`` as given on the command line, else the spec's; ``inputs``: the
-        model's data files and every file a step reads. Refused (exit 2) before anything is written
-        when one of them cannot be named in a depfile."""
-        made = cls(path, output, (spec, model, *map(cwd_relative, inputs)))
+    def of(
+        cls, path: Path, loaded: LoadedInput, step_files: list[Path], model: Path | None, output: Path | None
+    ) -> Depfile:
+        """The build's depfile: ``model`` and ``output`` as the command line gave them, else relative to
+        the current folder; ``step_files``: every file a step reads. Refused (exit 2) before anything is
+        written when one of the paths cannot be named in a depfile."""
+        inputs = [*loaded.data_paths, *step_files]
+        spelled_model = model or cwd_relative(loaded.model_path)
+        spelled_output = output or cwd_relative(loaded.output_path)
+        made = cls(path, spelled_output, (loaded.spec.path, spelled_model, *map(cwd_relative, inputs)))
         refuse_unwritable([made.output, *made.dependencies])
         return made
 

@@ -12,19 +12,16 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 import onnx
 
-from patchspec import __version__
 from patchspec.errors import (
     ModelFileError,
     PatchError,
     SpecError,
-    UsageError,
-    VerificationFailed,
 )
 from patchspec.host.boundary import Guard
 from patchspec.host.registry import PluginRegistry
@@ -42,33 +39,18 @@ from patchspec.model.graph import sync_initializer_inputs
 from patchspec.model.io import FileStamp, load_model
 from patchspec.plugin.contract import UNDECIDED, PatchContext, RunState, VerifyContext
 from patchspec.run.commit import Staging, remove_superseded
-from patchspec.run.depfile import Depfile, cwd_relative
+from patchspec.run.depfile import Depfile
+from patchspec.run.freshness import Freshness, LoadedInput, same_files, trusted_stamp
 from patchspec.run.io_changes import io_changes
 from patchspec.run.model_paths import missing_model, refuse_same_file
-from patchspec.run.ownership import refuse_foreign
-from patchspec.run.report import RunReport, StepOutcome
+from patchspec.run.ownership import refuse_data_file, refuse_foreign
+from patchspec.run.report import RunReport, StepOutcome, verification_failed, verifier_outcome
 from patchspec.run.reporter import Reporter
-from patchspec.run.stamp import OutputStamp, data_record, digest_of, input_changes, stamp_model
+from patchspec.run.stamp import OutputStamp, data_record, digest_of, stamp_model
 from patchspec.run.statcache import StatCache, file_sha256
 from patchspec.spec.catalog import StepKind
-from patchspec.spec.confine import GRANT_HINT, Root, check_model_path, check_output_path, name_problem, within
+from patchspec.spec.confine import Root, check_model_path, check_output_path, within
 from patchspec.spec.steps import Spec, Step
-
-
-@dataclass
-class LoadedInput:
-    """The input model, graph only, with what is needed to prove it did not change."""
-
-    spec: Spec
-    model_path: Path
-    output_path: Path
-    model: onnx.ModelProto
-    data_paths: list[Path]
-    stamps: list[FileStamp]
-
-    def unchanged(self) -> bool:
-        return all(stamp.unchanged() for stamp in self.stamps)
-
 
 Echo = Callable[[str], None]
 T = TypeVar("T")
@@ -104,6 +86,7 @@ class Engine:
         self.registry = registry
         self.root = root  # --root: the project root for every spec (default: each spec's own)
         self.output_dirs = output_dirs  # --output-dir: where specs may write any name, replace any file
+        self.freshness = Freshness(registry, self._hashing, self.written_dependencies)
         self.reporter = echo if isinstance(echo, Reporter) else Reporter.to(echo, 1 if verbose else 0)
         self.echo = self.reporter.line
         self.verbose = verbose or self.reporter.verbose
@@ -155,7 +138,7 @@ class Engine:
             with self.reporter.task(step.type_name):  # the status line: its name and seconds, if slow
                 outcome = self._run_patch(step, model, context)
             report.patches.append(outcome)
-            self._print_step(step, outcome)
+            self.reporter.outcome(step.type_name, outcome, self.verbose)
         if check_verifiers:
             self.check_verifiers(loaded.spec, model)
         undecided = state.get(UNDECIDED)
@@ -221,41 +204,17 @@ class Engine:
             self.check_verifiers(spec, model)
         failed: list[tuple[Step, StepOutcome, tuple[Any, ...]]] = []  # with the key a context.fail pointed at
         for step in spec.verify:
-            started = time.perf_counter()
             with self.reporter.task(step.type_name) as task:
                 context = VerifyContext(
                     spec, step, output_path=output, original_path=original, model=model, progress=task.say
                 )
-                result, key = self._guard(spec, step).verify(step.params, context)  # key: where context.fail pointed
-            outcome = StepOutcome(
-                step.label,
-                result.status,
-                result.summary,
-                list(result.details),
-                time.perf_counter() - started,
-                dict(result.data),
-            )
+                outcome, key = verifier_outcome(self._guard(spec, step), step, context)
             report.verifiers.append(outcome)
-            self._print_step(step, outcome)
+            self.reporter.outcome(step.type_name, outcome, self.verbose)
             if outcome.status == "failed":
                 failed.append((step, outcome, key))
         if failed:
-            raise self._verification_failed(spec, failed, staged)
-
-    def _verification_failed(
-        self, spec: Spec, failed: list[tuple[Step, StepOutcome, tuple[Any, ...]]], staged: bool
-    ) -> VerificationFailed:
-        step, outcome, key = failed[0]
-        message = f"{spec.locate(step, key)}: verification failed: {outcome.summary}"
-        if len(failed) > 1:
-            others = ", ".join(o.label for _, o, _ in failed[1:])
-            message += f" (and {len(failed) - 1} more failed: {others})"
-        if staged:
-            message += "; nothing was written"
-        message += "".join(f"\n    {d}" for d in outcome.details)  # said here only: the step line just says failed
-        for _, other, _ in failed[1:]:
-            message += f"\n  {other.label}: {other.summary}" + "".join(f"\n    {d}" for d in other.details)
-        return VerificationFailed(message)
+            raise verification_failed(spec, failed, staged)
 
     # -- commands ---------------------------------------------------------------------------------
     @_within_root
@@ -276,15 +235,18 @@ class Engine:
         refuse_foreign(loaded.output_path, [], root, lambda path: False, output_given=output is not None)
         report = report or RunReport(str(spec.path), str(loaded.model_path), str(loaded.output_path))
         report.inputs = [str(p) for p in [loaded.model_path, *loaded.data_paths, *self.step_dependencies(spec)]]
-        rule = self._depfile(depfile, loaded, model, output) if depfile is not None else None
-        cache = StatCache.beside(loaded.output_path)
+        rule = Depfile.of(depfile, loaded, self.step_dependencies(spec), model, output) if depfile else None
+        cache = self._stat_cache(loaded.output_path)
         # the output and its data files as the last build or check left them: a stat per file
         cached = None if force else cache.output_digest()
-        stamp = None if force or cached else OutputStamp.read(loaded.output_path)  # the output parsed once
+        # else the output's stamp, parsed once; it counts only where this machine's cache proves the file
+        stamp = (
+            None if force or cached else trusted_stamp(loaded.output_path, OutputStamp.read(loaded.output_path), cache)
+        )
         with ThreadPoolExecutor(max_workers=1) as pool:
             # hashing gigabytes of weights overlaps the patches and the copy unless an existing
             # output's digest must be compared first (the stat cache makes that a stat per file)
-            parts = pool.submit(self.digest_parts, loaded, no_verify, cache, allow_undecided)
+            parts = pool.submit(self.freshness.parts, loaded, no_verify, cache, allow_undecided)
             parts.add_done_callback(
                 lambda done: setattr(report, "digest", digest_of(done.result())) if not done.exception() else None
             )
@@ -300,12 +262,20 @@ class Engine:
             layout = layout or default_layout(patched, loaded.output_path, original=loaded.model)
             if layout.location and DIGEST_FIELD in layout.location:  # content-addressed: named by this build
                 layout = replace(layout, location=layout.location.replace(DIGEST_FIELD, digest_of(parts.result())[:16]))
-            self._refuse_data_file(loaded, layout, cache, output_given=output is not None)
+            protected = self.protected(spec, loaded.model_path, loaded.data_paths)
+            refuse_input_overwrite(layout, loaded.output_path, protected)
+            refuse_data_file(
+                loaded.output_path,
+                layout.data_name(loaded.output_path),
+                root,
+                cache.wrote,
+                output_given=output is not None,
+            )
             if rule is not None:
                 rule.data_files(filter(None, [layout.data_name(loaded.output_path)]))
             with Staging(loaded.output_path) as staging:
                 files, written = self._write_and_verify(
-                    staging, loaded, patched, layout, parts.result, no_verify, report
+                    staging.path(loaded.output_path), loaded, patched, layout, parts.result, no_verify, report
                 )
                 # the point of no return: from the first rename on, a signal waits until this build is
                 # recorded, then ends the run (143) with the new output whole in place
@@ -358,21 +328,16 @@ class Engine:
         for name, entry in written.items():  # hashed at build time: the next check need not read them
             cache.remember(loaded.output_path.parent / name, entry["sha256"])
             cache.record_written(loaded.output_path.parent / name, entry["sha256"])
-        cache.record_written(loaded.output_path, file_sha256(loaded.output_path))
+        output_sha256 = file_sha256(loaded.output_path)
+        cache.remember(loaded.output_path, output_sha256)
+        cache.record_written(loaded.output_path, output_sha256)
         cache.save()
         if rule is not None:
             rule.write(written)
 
-    def _depfile(self, path: Path, loaded: LoadedInput, model: Path | None, output: Path | None) -> Depfile:
-        """The build's depfile, its paths checked before anything is written; the model and the output
-        spelled as the command line gave them, else relative to the current folder."""
-        inputs = [*loaded.data_paths, *self.step_dependencies(loaded.spec)]
-        spelled_model = model or cwd_relative(loaded.model_path)
-        return Depfile.of(path, loaded.spec.path, spelled_model, inputs, output or cwd_relative(loaded.output_path))
-
     def _write_and_verify(
         self,
-        staging: Staging,
+        staged_model: Path,
         loaded: LoadedInput,
         patched: onnx.ModelProto,
         layout: Layout,
@@ -380,11 +345,10 @@ class Engine:
         no_verify: bool,
         report: RunReport,
     ) -> tuple[list[Path], dict[str, dict[str, Any]]]:
-        """Write the output into the staging folder and verify it there; returns the staged files and
-        its data files' record (name -> size, sha256)."""
+        """Write the output at ``staged_model`` (in a staging folder) and verify it there; returns the
+        staged files and its data files' record (name -> size, sha256)."""
         spec = loaded.spec
         written: dict[str, dict[str, Any]] = {}
-        staged_model = staging.path(loaded.output_path)
 
         def finalize(out: onnx.ModelProto) -> None:  # the data file is written, the .onnx not yet
             written.update(data_record(out, staged_model.parent, self._hashing(file_sha256)))
@@ -404,49 +368,6 @@ class Engine:
             raise ModelFileError(msg, "run again once whatever writes the input has finished")
         return files, written
 
-    def _refuse_data_file(self, loaded: LoadedInput, layout: Layout, cache: StatCache, *, output_given: bool) -> None:
-        """The output's data file may be written: not a file the run reads, a data file's name (unless
-        the caller made its folder an output folder), and not a file patchspec did not write."""
-        protected = self.protected(loaded.spec, loaded.model_path, loaded.data_paths)
-        refuse_input_overwrite(layout, loaded.output_path, protected)
-        name = layout.data_name(loaded.output_path)
-        if name is None:
-            return
-        root = Root.of(loaded.spec.path, self.root, self.output_dirs)
-        refused = None if root.granted(loaded.output_path) else name_problem(name, model=False)
-        if refused:
-            target = loaded.output_path.parent / name
-            raise UsageError(
-                f"{target}: the output's data file '{name}' {refused}", f"choose another 'location', {GRANT_HINT}"
-            )
-        refuse_foreign(loaded.output_path, [name], root, cache.wrote, output_given=output_given)
-
-    def digest_parts(
-        self, loaded: LoadedInput, no_verify: bool, cache: StatCache | None = None, allow_undecided: bool = False
-    ) -> dict[str, str]:
-        """Each thing the output depends on, by a name that says what it is, with its hash or version:
-        the spec text, model and data bytes, the bytes of the files steps read, patchspec's and each
-        plugin's version. Files enter by content and by the name the spec gives them, never by
-        absolute path, so two checkouts at different folders build the same bytes (docs/cli.md).
-        With a stat cache, a file whose identity did not change is not read again. An output written
-        with undecided points (``--no-verify --allow-undecided``) is a build of its own."""
-        sha256 = self._hashing(cache.sha256 if cache is not None else file_sha256)
-        parts = {
-            "patchspec": f"{__version__} no_verify={no_verify}"
-            + (" allow_undecided" if no_verify and allow_undecided else ""),
-            "spec": loaded.spec.text_digest,
-            f"model {loaded.model_path.name}": sha256(loaded.model_path),
-        }
-        for path in loaded.data_paths:
-            parts[f"data {path.name}"] = sha256(path)
-        for written, path in self.written_dependencies(loaded.spec):
-            parts[f"file {written}"] = sha256(path)
-        for step in (*loaded.spec.patches, *loaded.spec.verify):
-            kind = StepKind.of_section(step.section)
-            owner = self.registry.owner(kind, step.type_name)
-            parts[f"plugin {step.type_name}"] = f"{owner.distribution} {owner.version}" if owner else "?"
-        return parts
-
     @_within_root
     def check(
         self,
@@ -460,25 +381,45 @@ class Engine:
         """Whether ``apply`` would rebuild, without writing anything: ("up to date" | "missing" |
         "stale", what changed since the output was built, files named by their paths)."""
         loaded = self.load_input(spec, model, output)
-        cache = StatCache.beside(loaded.output_path)  # read, never written: --check writes nothing
+        cache = self._stat_cache(loaded.output_path)  # read, never written: --check writes nothing
         stamped = OutputStamp.read(loaded.output_path)
         if stamped is None and loaded.output_path.exists():
             return "stale", ["the output is incomplete (a data file missing or short) or not written by patchspec"]
         if stamped is None:
             return "missing", []
-        parts = self.digest_parts(loaded, no_verify, cache, allow_undecided)
-        changed = self._input_changes(loaded, stamped.parts, parts) if stamped.digest != digest_of(parts) else []
+        parts = self.freshness.parts(loaded, no_verify, cache, allow_undecided)
+        changed = self.freshness.changes(loaded, stamped.parts, parts) if stamped.digest != digest_of(parts) else []
         changed += stamped.data_changes(cache.sha256)
-        return ("stale", changed) if changed else ("up to date", [])
+        if changed:
+            return "stale", changed
+        if trusted_stamp(loaded.output_path, stamped, cache) or self._rebuilds_same(loaded, parts):
+            return "up to date", []
+        return "stale", [
+            "its stamp matches, but its bytes are not what this spec builds (a committed or copied output?)"
+        ]
 
-    def _input_changes(
-        self, loaded: LoadedInput, built_from: dict[str, str] | None, parts: dict[str, str]
-    ) -> list[str]:
-        """What differs between the parts the output was built from and today's, files by path."""
-        paths = {"spec": loaded.spec.path, f"model {loaded.model_path.name}": loaded.model_path}
-        paths.update({f"data {path.name}": path for path in loaded.data_paths})
-        paths.update({f"file {written}": path for written, path in self.written_dependencies(loaded.spec)})
-        return input_changes(built_from, parts, paths)
+    def _rebuilds_same(self, loaded: LoadedInput, parts: dict[str, str]) -> bool:
+        """Whether building the output again, into a temporary folder away from the output (``--check``
+        writes nothing beside it), gives the output's bytes: the check of an output no record of this
+        machine vouches for. Builds are deterministic, so a committed output passes, a forged one not."""
+        import tempfile
+
+        report = RunReport(str(loaded.spec.path), str(loaded.model_path), str(loaded.output_path))
+        patched, layout = self.patch(loaded, report, check_verifiers=False)
+        layout = layout or default_layout(patched, loaded.output_path, original=loaded.model)
+        if layout.location and DIGEST_FIELD in layout.location:
+            layout = replace(layout, location=layout.location.replace(DIGEST_FIELD, digest_of(parts)[:16]))
+        with tempfile.TemporaryDirectory(prefix="patchspec-check-") as folder:
+            staged = Path(folder) / loaded.output_path.name
+            files, _ = self._write_and_verify(staged, loaded, patched, layout, lambda: parts, True, report)
+            return same_files(files, loaded.output_path.parent)
+
+    def _stat_cache(self, output: Path) -> StatCache:
+        """The stat cache beside ``output``; one this machine did not sign is ignored, and said so."""
+        cache = StatCache.beside(output)
+        if cache.ignored:
+            self.reporter.error(f"warning: {cache.ignored}")
+        return cache
 
     def step_dependencies(self, spec: Spec) -> list[Path]:
         """Files the spec's patches and verifiers read besides the models (npy inputs, references)."""
@@ -499,16 +440,6 @@ class Engine:
         return self.registry.guard(kind, step.type_name, spec.locate(step))
 
     # -- what the user reads ------------------------------------------------------------------------------
-    def _print_step(self, step: Step, outcome: StepOutcome) -> None:
-        """The step's line; its details with -v. A failed step's summary and details are the error's."""
-        if outcome.status == "failed":
-            self.reporter.step(step.type_name, "failed", "", outcome.seconds)
-            return
-        self.reporter.step(step.type_name, outcome.status, outcome.summary, outcome.seconds)
-        if self.verbose:
-            for line in outcome.details:
-                self.reporter.detail(line)
-
     def _hashing(self, sha256: Callable[..., str]) -> Callable[[Path], str]:
         """``sha256`` with its bytes, rate and ETA on the status line while it reads a file."""
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from patchspec.errors import UsageError
 from patchspec.model.external_data import external_info, is_external, iter_tensors
 from patchspec.run.stamp import DIGEST_KEY, FILES_KEY
-from patchspec.spec.confine import GRANT_HINT, Root
+from patchspec.spec.confine import GRANT_HINT, Root, name_problem
 
 
 def output_names(model_path: Path) -> set[str] | None:
@@ -76,4 +76,20 @@ def refuse_foreign(
             )
 
 
-__all__ = ["output_names", "refuse_foreign"]
+def refuse_data_file(
+    output: Path, name: str | None, root: Root, proven: Callable[[Path], bool], *, output_given: bool
+) -> None:
+    """The output's data file ``name`` (None: no data file) may be written: a data file's name (unless
+    the caller made its folder an output folder), and not a file patchspec did not write."""
+    if name is None:
+        return
+    refused = None if root.granted(output) else name_problem(name, model=False)
+    if refused:
+        raise UsageError(
+            f"{output.parent / name}: the output's data file '{name}' {refused}",
+            f"choose another 'location', {GRANT_HINT}",
+        )
+    refuse_foreign(output, [name], root, proven, output_given=output_given)
+
+
+__all__ = ["output_names", "refuse_data_file", "refuse_foreign"]

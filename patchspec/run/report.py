@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from patchspec.errors import VerificationFailed
+
+if TYPE_CHECKING:
+    from patchspec.host.boundary import Guard
+    from patchspec.plugin.contract import VerifyContext
+    from patchspec.spec.steps import Spec, Step
 
 
 @dataclass
@@ -34,3 +42,29 @@ class RunReport:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def verification_failed(
+    spec: Spec, failed: list[tuple[Step, StepOutcome, tuple[Any, ...]]], staged: bool
+) -> VerificationFailed:
+    """The error of failed verifiers: the first one's place, summary and details, then the others'.
+    ``staged``: the output was not written (apply), which the message says."""
+    step, outcome, key = failed[0]
+    message = f"{spec.locate(step, key)}: verification failed: {outcome.summary}"
+    if len(failed) > 1:
+        others = ", ".join(o.label for _, o, _ in failed[1:])
+        message += f" (and {len(failed) - 1} more failed: {others})"
+    if staged:
+        message += "; nothing was written"
+    message += "".join(f"\n    {d}" for d in outcome.details)  # said here only: the step line just says failed
+    for _, other, _ in failed[1:]:
+        message += f"\n  {other.label}: {other.summary}" + "".join(f"\n    {d}" for d in other.details)
+    return VerificationFailed(message)
+
+
+def verifier_outcome(guard: Guard, step: Step, context: VerifyContext) -> tuple[StepOutcome, tuple[Any, ...]]:
+    """Run one verifier through its guard: its outcome, timed, and the key a ``context.fail`` pointed at."""
+    started = time.perf_counter()
+    result, key = guard.verify(step.params, context)
+    seconds = time.perf_counter() - started
+    return StepOutcome(step.label, result.status, result.summary, list(result.details), seconds, dict(result.data)), key

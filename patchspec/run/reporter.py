@@ -18,9 +18,12 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from patchspec.run.report import StepOutcome
 
 #: seconds a task runs before the status line shows it (fast steps never flicker)
 DELAY = 1.0
@@ -206,6 +209,17 @@ class Reporter:
             word = rest.split(" ", 1)[0]
             text = head + self._paint(word, _COLOURS.get(word)) + rest[len(word) :]
         self._write(self.out, text)
+
+    def outcome(self, name: str, outcome: StepOutcome, verbose: bool = False) -> None:
+        """A patch's or verifier's line as it ends; its details with ``verbose``. A failed step's line
+        says only that: its summary and details are the error's, said once."""
+        if outcome.status == "failed":
+            self.step(name, "failed", "", outcome.seconds)
+            return
+        self.step(name, outcome.status, outcome.summary, outcome.seconds)
+        if verbose:
+            for line in outcome.details:
+                self.detail(line)
 
     def detail(self, text: str) -> None:
         """A detail under a step line."""

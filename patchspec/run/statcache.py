@@ -17,11 +17,18 @@ rebuilds. Without a cache, the data files are hashed and compared with that reco
 The cache is a file beside the output (``.NAME.patchspec-cache.json``), written after a build or a
 no-op that found the output up to date, atomically and on a best-effort basis. It is never part of
 the output's bytes or digest; a missing, foreign or damaged cache only means hashing everything.
+
+A cache decides what is deleted and what is up to date, so a cache a pull request commits (forged
+entries deleted the tracked LICENSE; ``{output: null}`` made ``apply`` say "up to date") must
+decide nothing. Each cache is signed (HMAC-SHA256) with a key of this machine's user, kept outside
+every repository (:func:`machine_key`); one whose signature does not check is ignored, with the
+reason in :attr:`StatCache.ignored`. Where no key can be kept (a read-only home) nothing is saved.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
 import stat
@@ -33,7 +40,47 @@ from typing import Any
 from patchspec.run.atomic import write_text_atomically
 
 #: the cache file's format; another version is ignored (and rewritten)
-FORMAT = 1
+FORMAT = 2
+#: where the signing key lives: $PATCHSPEC_CACHE_KEY, else $XDG_CACHE_HOME/patchspec/cache.key, else
+#: ~/.cache/patchspec/cache.key
+KEY_ENV = "PATCHSPEC_CACHE_KEY"
+KEY_BYTES = 32
+_keys: dict[str, bytes | None] = {}  # by path: read or made once per process
+
+
+def machine_key() -> bytes | None:
+    """This user's key for signing stat caches, made on first use (0600, created exclusively); None
+    when it can be neither read nor made."""
+    cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = Path(os.environ.get(KEY_ENV) or os.path.join(cache_home, "patchspec", "cache.key"))
+    if str(path) in _keys:
+        return _keys[str(path)]
+    key = _read_key(path)
+    if key is None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(os.urandom(KEY_BYTES))
+        except OSError:
+            pass  # made by another process meanwhile, or not writable: read what is there
+        key = _read_key(path)
+    _keys[str(path)] = key
+    return key
+
+
+def _read_key(path: Path) -> bytes | None:
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != KEY_BYTES:
+            return None
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def signature(payload: dict[str, Any], key: bytes) -> str:
+    return hmac.new(key, json.dumps(payload, sort_keys=True).encode(), hashlib.sha256).hexdigest()
 
 
 def cache_path(output: Path) -> Path:
@@ -77,15 +124,29 @@ class StatCache:
         #: up-to-date ``apply`` or ``--check`` answer without parsing the spec's steps or the model
         self.build: dict[str, Any] = dict((data or {}).get("build", {}))
         self.hashed: list[str] = []  # files this run had to read (for messages and tests)
+        #: why the cache file beside the output was not used (not signed here), or None
+        self.ignored: str | None = None
         self._lock = threading.Lock()  # the inputs are hashed on a worker thread, the output's data here
 
     @classmethod
     def beside(cls, output: Path) -> StatCache:
+        """The cache beside ``output`` when this machine signed it; else an empty one, the reason kept
+        in :attr:`ignored` (a cache of an older format is simply replaced)."""
         try:
             data = json.loads(cache_path(output).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return cls(output)
-        return cls(output, data if isinstance(data, dict) and data.get("format") == FORMAT else None)
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            return cls(output)
+        key, mac = machine_key(), data.pop("signature", None)
+        if key is None or not isinstance(mac, str) or not hmac.compare_digest(mac, signature(data, key)):
+            empty = cls(output)
+            empty.ignored = (
+                f"{cache_path(output)} was not written by patchspec for this user on this machine (a committed "
+                "or copied cache decides nothing): it is ignored, and the output is judged from its files"
+            )
+            return empty
+        return cls(output, data)
 
     def sha256(self, path: Path, progress: Callable[[int, int], None] | None = None) -> str:
         """The file's hash: remembered when its identity is unchanged, else read (and remembered);
@@ -130,9 +191,11 @@ class StatCache:
             return
         self.written[str(path.absolute())] = {"inode": inode, "sha256": sha256}
 
-    def wrote(self, path: Path) -> bool:
+    def wrote(self, path: Path, *, reread: bool = True) -> bool:
         """Whether ``path`` is still, provably, a file a build wrote: a regular file (not a link) with
-        the recorded inode and sha256. Nothing read from a model decides what patchspec deletes."""
+        the recorded inode and sha256. Nothing read from a model decides what patchspec deletes.
+        ``reread=False``: the hash may come from this (signed) cache while the file's identity is the
+        one it remembers (a freshness question, not a deletion)."""
         entry = self.written.get(str(path.absolute()))
         try:
             st = os.lstat(path)
@@ -140,7 +203,7 @@ class StatCache:
             return False
         if entry is None or not stat.S_ISREG(st.st_mode) or st.st_ino != entry.get("inode"):
             return False
-        return file_sha256(path) == entry.get("sha256")
+        return (file_sha256(path) if reread else self.sha256(path)) == entry.get("sha256")
 
     def save(self) -> None:
         """Write the cache beside the output; a failure only costs hashing next time."""
@@ -152,10 +215,14 @@ class StatCache:
             "written": self.written,
             "build": self.build,
         }
+        key = machine_key()
+        if key is None:  # unsigned, it would be ignored
+            return
+        payload["signature"] = signature(payload, key)
         try:  # an unpredictable name, created new (O_EXCL), never through a link planted beside the output
             write_text_atomically(target, json.dumps(payload, sort_keys=True))
         except OSError:
             return
 
 
-__all__ = ["StatCache", "cache_path", "file_sha256", "identity"]
+__all__ = ["KEY_ENV", "StatCache", "cache_path", "file_sha256", "identity", "machine_key", "signature"]

@@ -15,6 +15,7 @@ from onnx import helper, numpy_helper
 import patchspec
 import patchspec.cli
 import patchspec.run.engine
+import patchspec.run.freshness
 from helpers import graph_model, tensor_info, write_spec
 from patchspec import PatchType, Verifier, hookimpl
 from patchspec.host.registry import PluginRegistry
@@ -302,7 +303,7 @@ def test_unexpected_exception_in_patchspec_is_one_line_exit_5(project, run_cli, 
     def broken_digest(self, loaded, *args):
         raise AttributeError("boom in core")
 
-    monkeypatch.setattr(patchspec.run.engine.Engine, "digest_parts", broken_digest)
+    monkeypatch.setattr(patchspec.run.freshness.Freshness, "parts", broken_digest)
     before_tree, before = tree(project), snapshot(project / "spec.yaml", project / "m.onnx")
     result = run_cli("apply", project / "spec.yaml")
     assert_failed_cleanly(

@@ -120,12 +120,12 @@ def test_verbose_adds_no_traceback_to_an_expected_failure(tmp_path, run_cli, cod
 
 
 def test_a_bug_with_verbose_prints_one_traceback_and_the_error_once(tmp_path, run_cli, monkeypatch):
-    import patchspec.run.engine
+    import patchspec.run.freshness
 
     def broken_digest(self, loaded, *args):
         raise AttributeError("boom " + "in core")  # the source line the traceback quotes does not say it
 
-    monkeypatch.setattr(patchspec.run.engine.Engine, "digest_parts", broken_digest)
+    monkeypatch.setattr(patchspec.run.freshness.Freshness, "parts", broken_digest)
     result = run_cli("-v", "apply", passing_spec(tmp_path, "spec.yaml", "out/m2.onnx"))
     assert result.exit_code == 5
     assert result.stderr.count("Traceback (most recent call last):") == 1

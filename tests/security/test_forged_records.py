@@ -1,0 +1,76 @@
+"""Committed caches and stamps are hints, not truth (issue 32, item 6).
+
+A pull request can commit a stat cache and an output. A forged cache deleted the tracked LICENSE
+(its "written" entry named it with the right inode and hash), ``{output: null}`` made ``apply`` say
+"up to date" and write nothing, and an output whose stamp was computed offline passed ``--check``.
+A cache counts only when this machine signed it; a stamp counts only where such a cache vouches
+for the file, else ``--check`` builds again and compares the bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import onnx
+from test_paths import spec_with
+
+from patchspec.run.statcache import cache_path, file_sha256
+
+
+def forge(path, payload):
+    """A cache as a pull request commits it: well formed, current format, not signed here."""
+    path.write_text(json.dumps({"format": 2, **payload}), encoding="utf-8")
+
+
+def test_a_forged_cache_deletes_nothing(repo, run_cli):
+    (repo / "LICENSE").write_text("Apache-2.0")
+    spec = spec_with(repo, "output: o.onnx\npatches:\n  - external_data: {location: '{digest}.w'}\n")
+    licence = repo / "LICENSE"
+    entry = {"inode": os.lstat(licence).st_ino, "sha256": file_sha256(licence)}
+    forge(cache_path(repo / "o.onnx"), {"output": {}, "files": {}, "written": {str(licence): entry}, "build": {}})
+    result = run_cli("apply", spec)
+    assert result.exit_code == 0, result.output
+    assert licence.read_text() == "Apache-2.0"
+    assert "was not written by patchspec for this user on this machine" in result.stderr
+
+
+def test_a_forged_up_to_date_record_builds_the_output(repo, run_cli):
+    spec = spec_with(repo, "output: o.onnx\npatches: []\n")
+    forge(cache_path(repo / "o.onnx"), {"output": None, "files": {}, "written": {}, "build": {}})
+    result = run_cli("apply", spec)
+    assert result.exit_code == 0 and "wrote" in result.stdout, result.output
+    assert (repo / "o.onnx").is_file()
+
+
+def test_an_output_stamped_offline_is_stale_for_check_and_rebuilt_by_apply(repo, run_cli, tmp_path):
+    """The committed output carries the right digest (copied from a real build) but other bytes."""
+    spec = spec_with(repo, "output: o.onnx\npatches: []\n")
+    assert run_cli("apply", spec).exit_code == 0
+    real = onnx.load(str(repo / "o.onnx"))
+    forged = onnx.ModelProto()
+    forged.CopyFrom(real)
+    forged.graph.node[0].op_type = "Sub"  # a backdoor, with the stamp of the honest build
+    for name in ("o.onnx", "o.onnx.data"):
+        (repo / name).unlink(missing_ok=True)
+    cache_path(repo / "o.onnx").unlink()
+    onnx.save(forged, repo / "o.onnx", save_as_external_data=True, location="o.onnx.data", size_threshold=0)
+    check = run_cli("apply", "--check", spec)
+    assert check.exit_code == 6 and "not what this spec builds" in check.stdout, check.output
+    rebuilt = run_cli("apply", spec)
+    assert rebuilt.exit_code == 0 and "wrote" in rebuilt.stdout, rebuilt.output
+    assert onnx.load(str(repo / "o.onnx")).graph.node[0].op_type == "Add"
+
+
+def test_an_honest_committed_output_is_up_to_date_on_a_fresh_clone(repo, run_cli, tmp_path):
+    """No record of this machine vouches for it: --check builds again in a temporary folder, finds
+    the same bytes, and writes nothing beside the output."""
+    spec = spec_with(repo, "output: o.onnx\npatches: []\n")
+    assert run_cli("apply", spec).exit_code == 0
+    clone = tmp_path / "clone"
+    shutil.copytree(repo, clone, ignore=shutil.ignore_patterns("*.patchspec-cache.json", ".patchspec.lock"))
+    before = sorted(p.name for p in clone.iterdir())
+    check = run_cli("apply", "--check", clone / "spec.yaml")
+    assert check.exit_code == 0 and "up to date" in check.stdout, check.output
+    assert sorted(p.name for p in clone.iterdir()) == before
