@@ -13,6 +13,7 @@ from patchspec import __version__
 from patchspec.commands.context import (
     State,
     exit_code_of,
+    limit_option,
     load_registry,
     native_code_option,
     output_dir_option,
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
 @root_option
 @output_dir_option
 @verbosity_options
+@limit_option
 @click.pass_obj
 def apply(
     state: State,

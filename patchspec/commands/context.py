@@ -120,3 +120,27 @@ def output_dir_option(command: F) -> F:
         "virtual environment). Without it a spec writes only NAME.onnx and data files (.data, .bin, ...) "
         "and replaces only files patchspec wrote. Repeatable.",
     )(command)
+
+
+def limit_option(command: F) -> F:
+    """``--limit NAME=VALUE`` (repeatable): raise a limit a spec cannot lift (patchspec.limits)."""
+
+    def remember(ctx: click.Context, param: click.Parameter, given: tuple[str, ...]) -> tuple[str, ...]:
+        from patchspec import limits
+
+        try:
+            limits.use(limits.parse(given))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+        return given
+
+    return click.option(
+        "--limit",
+        "limits",
+        multiple=True,
+        metavar="NAME=VALUE",
+        expose_value=False,
+        callback=remember,
+        help="Raise a limit a spec cannot lift: timeout (s, 600), max-elements (per input, 2**27), "
+        "case-bytes (all inputs of a case, 2 GiB), align (bytes, 65536). Repeatable.",
+    )(command)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from patchspec.commands.context import State, root_option, verbosity_options
+from patchspec.commands.context import State, limit_option, root_option, verbosity_options
 
 
 @click.command()
@@ -16,6 +16,7 @@ from patchspec.commands.context import State, root_option, verbosity_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @root_option
 @verbosity_options
+@limit_option
 @click.pass_obj
 def plan(
     state: State, spec_path: Path, model: Path | None, as_json: bool, root: Path | None, verbose: int, quiet: bool

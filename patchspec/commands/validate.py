@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from patchspec.commands.context import State, root_option
+from patchspec.commands.context import State, limit_option, root_option
 from patchspec.errors import PatchspecError, SpecError, UsageError
 
 
@@ -16,6 +16,7 @@ from patchspec.errors import PatchspecError, SpecError, UsageError
 @click.argument("specs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @root_option
+@limit_option
 @click.pass_obj
 def validate(state: State, specs: tuple[Path, ...], as_json: bool, root: Path | None) -> None:
     """Check SPEC(s) against the schema and each plugin's rules; no model is read."""

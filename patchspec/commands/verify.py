@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from patchspec.commands.context import State, native_code_option, root_option, verbosity_options
+from patchspec.commands.context import State, limit_option, native_code_option, root_option, verbosity_options
 
 
 @click.command()
@@ -16,6 +16,7 @@ from patchspec.commands.context import State, native_code_option, root_option, v
 @native_code_option
 @root_option
 @verbosity_options
+@limit_option
 @click.pass_obj
 def verify(state: State, spec_path: Path, output: Path | None, root: Path | None, verbose: int, quiet: bool) -> None:
     """Run only the spec's verifiers against the existing output."""

@@ -13,7 +13,9 @@ PyYAML alone keeps the last of two duplicate keys, reads ``1e-5`` as a string an
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,8 +90,18 @@ class YamlDocument:
 Scalar = str | int | float | bool | None
 
 
+#: the most digits an integer in a spec may have (int64 and uint64 have 20): Python refuses to read
+#: more than 4,300, and a number that long is an attack, not a size
+MAX_INTEGER_DIGITS = 40
+
+
 def resolve_plain_scalar(text: str) -> Scalar:
-    """Type a plain (unquoted) scalar by the YAML 1.2 core schema."""
+    """Type a plain (unquoted) scalar by the YAML 1.2 core schema (an integer of more than
+    :data:`MAX_INTEGER_DIGITS` digits is a :class:`ValueError`)."""
+    if len(text) > MAX_INTEGER_DIGITS + 2 and (_INT.match(text) or _OCT.match(text) or _HEX.match(text)):
+        raise ValueError(
+            f"an integer of {len(text.lstrip('+-'))} digits; a spec's integers have at most {MAX_INTEGER_DIGITS}"
+        )
     if text in _NULL:
         return None
     if text in _TRUE:
@@ -112,21 +124,34 @@ def resolve_plain_scalar(text: str) -> Scalar:
 
 
 def read_spec_text(path: Path) -> str:
-    """Read a spec file as UTF-8 text, with one clear error for each way that can fail."""
+    """Read a spec file as UTF-8 text, with one clear error for each way that can fail.
+
+    Bounded as models are read: the file opened is the file checked (a regular file, never a FIFO,
+    a device or ``/dev/zero`` behind a link), and never more than :data:`MAX_FILE_BYTES` is read."""
     name = str(path)
     try:
-        if path.is_dir():
-            raise SpecError(f"{name}: is a directory, not a spec file")
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise SpecError(f"{name}: file is {size} bytes; specs are limited to 16 MiB")
-        raw = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO opens without a writer
     except FileNotFoundError:
         raise SpecError(f"{name}: No such file or directory") from None
     except PermissionError:
         raise SpecError(f"{name}: permission denied") from None
+    except IsADirectoryError:
+        raise SpecError(f"{name}: is a directory, not a spec file") from None
     except OSError as exc:
         raise SpecError(f"{name}: cannot read: {exc.strerror or exc}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise SpecError(f"{name}: is a directory, not a spec file")
+        raise SpecError(f"{name}: is not a regular file (a device, FIFO or socket); a spec is a YAML file")
+    with os.fdopen(fd, "rb") as handle:
+        try:
+            raw = handle.read(MAX_FILE_BYTES + 1)
+        except OSError as exc:
+            raise SpecError(f"{name}: cannot read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise SpecError(f"{name}: file is over {MAX_FILE_BYTES} bytes; specs are limited to 16 MiB")
     nul = raw.find(b"\x00")
     if nul >= 0:
         raise SpecError(f"{name}: binary file (NUL byte at offset {nul}); a spec is UTF-8 YAML text")
@@ -249,6 +274,12 @@ class _Builder:
             self.anchors[event.anchor] = (value, 1)
 
     def scalar_value(self, event: Any) -> Scalar:
+        try:
+            return self._typed(event)
+        except ValueError as exc:
+            self.fail(event.start_mark, f"{str(event.value)[:20]}...: {exc}")
+
+    def _typed(self, event: Any) -> Scalar:
         text: str = event.value  # a scalar's text as written
         if event.tag not in (None, "!"):
             kind = _CORE_TAGS.get(event.tag)

@@ -1,0 +1,60 @@
+"""Limits a spec cannot lift (issue 32, item 7): only the command line raises them, the spec is read
+as boundedly as a model, and every such fault is exit 2, never 5 and never a hang."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from test_paths import spec_with
+
+from patchspec.limits import Limits, parse
+
+
+def test_align_past_the_limit_is_a_spec_error_the_caller_can_lift(repo, run_cli):
+    """align: 1073741824 turned 96 bytes of weights into a 5.1 GiB file."""
+    spec = spec_with(repo, "output: o.onnx\npatches:\n  - external_data: {align: 1073741824}\n")
+    refused = run_cli("validate", spec)
+    assert refused.exit_code == 2, refused.output
+    assert "align 1,073,741,824 is over the limit of 65,536" in refused.stderr
+    assert "--limit align=N" in refused.stderr
+    spec.write_text(spec.read_text().replace("1073741824", "131072"))
+    assert run_cli("validate", spec).exit_code == 2
+    assert run_cli("validate", spec, "--limit", "align=131072").exit_code == 0
+    assert run_cli("validate", spec).exit_code == 2  # one run's limit does not outlive it
+
+
+@pytest.mark.parametrize("given", ["align", "speed=3", "timeout=x", "timeout=-1", "timeout=inf"])
+def test_a_malformed_limit_is_a_usage_error(repo, run_cli, given):
+    spec = spec_with(repo, "output: o.onnx\npatches: []\n")
+    result = run_cli("validate", spec, "--limit", given)
+    assert result.exit_code == 2 and "--limit" in result.stderr, result.output
+
+
+def test_limits_parse_names_with_dashes():
+    assert parse(("max-elements=10", "timeout=1.5")) == Limits(timeout=1.5, max_elements=10)
+
+
+def test_an_integer_of_thousands_of_digits_is_a_spec_error(repo, run_cli):
+    spec = spec_with(repo, "output: o.onnx\npatches:\n  - set_batch: " + "9" * 4300 + "\n")
+    result = run_cli("validate", spec)
+    assert result.exit_code == 2, result.output
+    assert "digits" in result.stderr and "this is a bug" not in result.stderr
+
+
+def test_a_spec_that_links_to_dev_zero_is_refused_at_once(repo, run_cli):
+    (repo / "zero.yaml").symlink_to("/dev/zero")
+    started = time.monotonic()
+    result = run_cli("validate", repo / "zero.yaml")
+    assert result.exit_code == 2 and "not a regular file" in result.stderr, result.output
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_a_fifo_spec_does_not_hang(repo, run_cli):
+    os.mkfifo(repo / "pipe.yaml")
+    started = time.monotonic()
+    result = run_cli("validate", repo / "pipe.yaml")
+    assert result.exit_code == 2 and "not a regular file" in result.stderr, result.output
+    assert time.monotonic() - started < 10
