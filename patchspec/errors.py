@@ -150,8 +150,10 @@ class SpecProblem:
     key: tuple[Any, ...] = field(default=(), compare=False)
 
     def __str__(self) -> str:
+        from patchspec.printable import escape_controls
+
         place = f"{self.file}:{self.line}:{self.column}" if self.line else self.file
-        parts = [part for part in (place, self.where, self.message) if part]
+        parts = [part for part in (place, escape_controls(self.where), self.message) if part]
         text = ": ".join(parts)
         if self.hint:
             text += f"\n  hint: {self.hint}"

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from patchspec.printable import escape_controls
 from patchspec.spec.confine import Root
 from patchspec.spec.load import load_spec
 
@@ -56,19 +56,6 @@ def quoted(name: str) -> str:
     """A name from the model as a comment or a message shows it: in single quotes, control characters
     escaped (``'x\\n- y'``), so it reads as one name on one line."""
     return f"'{escape_controls(name)}'"
-
-
-def escape_controls(text: str) -> str:
-    """``text`` with every control or line-breaking character written as its escape (``\\n``, ``\\u001b``)."""
-    return "".join(_escaped(c) if _breaks(c) else c for c in text)
-
-
-def _escaped(char: str) -> str:
-    return json.dumps(char)[1:-1] if char in "\n\r\t" else f"\\u{ord(char):04x}"
-
-
-def _breaks(char: str) -> bool:
-    return unicodedata.category(char) in ("Cc", "Zl", "Zp") or char in "\x85\u2028\u2029"
 
 
 def _comment(indent: str, line: str) -> str:
@@ -118,7 +105,7 @@ def _needs_quotes(text: str) -> bool:
         not text
         or any(c in text for c in ":#{}[],&*!|>'\"%@`")
         or text != text.strip()
-        or any(_breaks(c) for c in text)
+        or escape_controls(text) != text
     )
 
 

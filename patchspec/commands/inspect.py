@@ -63,12 +63,14 @@ def inspect_command(
     """
     from patchspec.ort.inspection import parse_shape_options, parse_value_options
     from patchspec.ort.report import format_inspection, inspect_model
+    from patchspec.printable import one_line_strings
 
     if suggest:
         from patchspec.author.suggest import format_suggestions, suggest_report
 
         data = suggest_report(model_path, parse_shape_options(shapes))
-        click.echo(json.dumps(data, indent=2) if as_json else format_suggestions(data))
+        text = json.dumps(data, indent=2) if as_json else format_suggestions(one_line_strings(data))
+        state.reporter.output(text)  # the model's names, escaped: none can steer the terminal or start a line
         return
     try:
         data = inspect_model(model_path, parse_shape_options(shapes), parse_value_options(values))
@@ -82,7 +84,9 @@ def inspect_command(
         }
         click.echo(json.dumps(error, indent=2))
         raise click.exceptions.Exit(exc.exit_code) from None
-    click.echo(json.dumps(data, indent=2) if as_json else format_inspection(data, unfold or state.verbosity > 0))
+    state.reporter.output(
+        json.dumps(data, indent=2) if as_json else format_inspection(data, unfold or state.verbosity > 0)
+    )
     problem = data["external_data_problem"]
     if problem and as_json:
         raise click.exceptions.Exit(problem["exit_code"])

@@ -22,6 +22,7 @@ from patchspec.model.external_data import expected_nbytes, external_info, is_ext
 from patchspec.model.graph import all_graphs, bodies
 from patchspec.model.io import load_model
 from patchspec.ort.inspection import Binding, Conflict, _dims, _shapes_text, graph_bodies, lint_model, model_inputs
+from patchspec.printable import one_line_strings
 
 #: uses of a dim_param, names of a list, shown before "and N more" (``unfold`` shows all)
 SHOWN = 3
@@ -163,7 +164,10 @@ def _control_flow(node: onnx.NodeProto) -> Json:
 
 # -- the text ----------------------------------------------------------------------------------------
 def format_inspection(data: Json, unfold: bool = False) -> str:
-    """The human-readable form of :func:`inspect_model`'s data; ``unfold`` lists every detail."""
+    """The human-readable form of :func:`inspect_model`'s data; ``unfold`` lists every detail. Every
+    string in it is the model's (names, producer, metadata): each is printed on one line, its control
+    and line-breaking characters escaped, so a ``producer_name`` cannot start a line of its own."""
+    data = one_line_strings(data)
     opsets = ", ".join(f"{domain} {version}" for domain, version in data["opsets"].items())
     producer = " ".join(part for part in data["producer"].values() if part) or "unknown"
     inner = sum(s["nodes"] for s in data["subgraphs"])

@@ -22,6 +22,8 @@ from typing import IO, TYPE_CHECKING
 
 import click
 
+from patchspec.printable import printable
+
 if TYPE_CHECKING:
     from patchspec.run.report import StepOutcome
 
@@ -182,6 +184,7 @@ class Reporter:
         """A line on stdout (nothing with ``-q``); on a terminal wrapped, continuation under ``hang``."""
         if self.quiet:
             return
+        text = printable(text)
         if self._echo is not None:
             self._echo(text)
             return
@@ -193,6 +196,7 @@ class Reporter:
 
     def step(self, name: str, status: str, summary: str, seconds: float = 0.0) -> None:
         """``  name ........ status    summary``: one patch or verifier, as it ends."""
+        name, summary = printable(name), printable(summary)
         if self.on_terminal and seconds >= DELAY:
             summary = f"{summary} ({seconds:.1f} s)" if summary else f"({seconds:.1f} s)"
         dots = "." * max(2, 24 - len(name))
@@ -226,7 +230,9 @@ class Reporter:
         self.line(f"      {text}", hang=8)
 
     def output(self, text: str, err: bool = False) -> None:
-        """A command's product (JSON, a listing): always printed, exactly as given, even with ``-q``."""
+        """A command's product (JSON, a listing): always printed, even with ``-q``, exactly as given but
+        for characters that would steer the terminal (:func:`patchspec.printable.printable`)."""
+        text = printable(text)
         if self._echo is not None and not err:
             self._echo(text)
             return
@@ -235,6 +241,7 @@ class Reporter:
     def error(self, text: str) -> None:
         """An error (or a warning) on stderr, printed whatever the verbosity; on a terminal wrapped,
         its first line in red."""
+        text = printable(text)
         if self.err_tty:
             text = wrap(text, self._width(self.err))
         if self.err_colour:
