@@ -16,6 +16,7 @@ import contextlib
 import filecmp
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +26,7 @@ from filelock import FileLock
 from patchspec.errors import ModelFileError
 from patchspec.interrupts import deferred
 from patchspec.run.statcache import StatCache
-from patchspec.spec.confine import LOCK_NAME, STAGING_PREFIX
+from patchspec.spec.confine import LOCK_NAME, STAGING_PREFIX, file_kind
 
 PREFIX = STAGING_PREFIX
 #: LOCK_NAME: the lock file that serialises commits into one folder (filelock: flock on POSIX, LockFileEx
@@ -184,7 +185,17 @@ def _folder_lock(folder: Path) -> Iterator[None]:
 
     The lock file stays (removing it would race with a waiting run); it is empty and hidden.
     """
-    with FileLock(str(folder / LOCK_NAME)):
+    lock = folder / LOCK_NAME
+    try:
+        mode = os.lstat(lock).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):  # a committed link would be opened, and truncated, through
+        raise ModelFileError(
+            f"{lock}: patchspec's lock file is {file_kind(mode)}, not a file patchspec made; nothing was written",
+            "remove it (patchspec makes its own), and keep .patchspec.lock out of version control",
+        )
+    with FileLock(str(lock)):
         yield
 
 

@@ -44,6 +44,19 @@ TOOL_FOLDER = re.compile(r"site-packages|dist-packages|node_modules|__pycache__|
 MODEL_SUFFIX = ".onnx"
 #: the endings of a data file name a spec chooses: files no tool reads as code or settings
 DATA_SUFFIXES = (".data", "_data", ".bin", ".weights", ".w", ".dat", ".pb", ".raw", ".tensors")
+#: names Windows keeps for devices, whatever their extension (``nul.onnx`` is the null device)
+WINDOWS_DEVICES = frozenset(
+    [
+        "con",
+        "prn",
+        "aux",
+        "nul",
+        "conin$",
+        "conout$",
+        *(f"com{i}" for i in "123456789"),
+        *(f"lpt{i}" for i in "123456789"),
+    ]
+)
 GRANT_HINT = "or pass --output-dir FOLDER to let specs write any file name in that folder (the caller's choice)"
 ROOT_HINT = (
     "move the file inside the project root, or run with --root DIR naming a folder that holds it "
@@ -189,6 +202,8 @@ def name_problem(name: str, *, model: bool) -> str | None:
     """Why a spec may not give a file this name: a model ends in .onnx, a data file in one of
     :data:`DATA_SUFFIXES`, so nothing a spec creates is a file a tool runs or reads as settings."""
     lowered = name.lower()
+    if lowered.split(".")[0].rstrip(" ") in WINDOWS_DEVICES:
+        return f"is a device on Windows ({name.split('.')[0].upper()}): no file of that name can be written there"
     if model:
         if lowered.endswith(MODEL_SUFFIX) and len(lowered) > len(MODEL_SUFFIX):
             return None
@@ -271,7 +286,8 @@ def reserved_name(name: str) -> str | None:
     """Why ``name`` cannot be a data file beside the output (patchspec's own bookkeeping), or None."""
     if name in ("", ".", ".."):
         return f"'{name}' names a folder, not a file"
-    if name == LOCK_NAME or name.startswith(STAGING_PREFIX) or name.endswith(CACHE_SUFFIX):
+    folded = name.lower()  # case-insensitive file systems (macOS, Windows) take .PATCHSPEC.LOCK for the lock
+    if folded == LOCK_NAME or folded.startswith(STAGING_PREFIX) or folded.endswith(CACHE_SUFFIX):
         return f"'{name}' is a name patchspec keeps for its lock, staging folders and stat cache"
     if name.lower() == GIT:
         return f"'{name}' is git's folder"

@@ -58,3 +58,15 @@ def test_a_fifo_spec_does_not_hang(repo, run_cli):
     result = run_cli("validate", repo / "pipe.yaml")
     assert result.exit_code == 2 and "not a regular file" in result.stderr, result.output
     assert time.monotonic() - started < 10
+
+
+def test_a_committed_lock_link_is_refused_and_its_target_untouched(repo, run_cli, tmp_path):
+    target = tmp_path / "victim.txt"
+    target.write_text("keep me")
+    (repo / "build").mkdir()
+    (repo / "build" / ".patchspec.lock").symlink_to(target)
+    spec = spec_with(repo, "output: build/o.onnx\npatches: []\n")
+    result = run_cli("apply", spec)
+    assert result.exit_code == 3 and "lock file is a symbolic link" in result.stderr, result.output
+    assert target.read_text() == "keep me"
+    assert not (repo / "build" / "o.onnx").exists()

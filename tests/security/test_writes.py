@@ -178,3 +178,14 @@ def test_dotdot_after_a_link_is_checked_as_it_is_read(repo, run_cli):
         repo, "output: o.onnx\npatches: []\nverify:\n  - run: {cases: [{inputs: {x: {file: in/../../x.npy}}}]}\n"
     )
     assert_refused(run_cli("apply", path), 2, "outside the project root")
+
+
+@pytest.mark.parametrize("body", ["output: NUL.onnx\npatches: []\n", "output: o.onnx\npatches:\n  - external_data: {location: com1.data}\n"])
+def test_windows_device_names_are_refused_everywhere(repo, run_cli, body):
+    assert_refused(run_cli("apply", spec_with(repo, body)), 2, "is a device on Windows")
+
+
+@pytest.mark.parametrize("name", [".PATCHSPEC.LOCK", ".Patchspec-1-x.data", ".o.onnx.PATCHSPEC-CACHE.JSON"])
+def test_patchspecs_own_names_are_refused_in_any_case(repo, run_cli, name):
+    result = run_cli("apply", spec_with(repo, f"output: o.onnx\npatches:\n  - external_data: {{location: '{name}'}}\n"))
+    assert result.exit_code == 2, result.output
