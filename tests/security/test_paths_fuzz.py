@@ -48,6 +48,17 @@ FRAGMENTS = [
     "\x1b",
     "é",
     "",
+    "x.npy;touch pwned;true",
+    "a|b",
+    "*",
+    "pyproject.toml",
+    "conftest.py",
+    "LICENSE",
+    "GNUmakefile",
+    ".venv",
+    "lib/site-packages",
+    "zz.pth",
+    "NUL",
 ]
 paths = st.lists(st.sampled_from(FRAGMENTS), min_size=1, max_size=4).map("/".join)
 absolute = st.sampled_from(["/dev/zero", "/etc/passwd", "/tmp", "//server/share"])
@@ -84,7 +95,18 @@ def make_repo(base: Path) -> Path:
     (base / "outside").mkdir()
     (base / "outside" / "secret").write_bytes(b"secret")
     os.symlink(base / "outside", repo / "link")
+    (repo / "pyproject.toml").write_text('[project]\nname = "victim"\n')
+    (repo / "LICENSE").write_text("Apache-2.0\n")
+    (repo / ".venv" / "lib" / "site-packages").mkdir(parents=True)
+    (repo / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
     return repo
+
+
+def created_by_a_build(name: str) -> bool:
+    """What a spec may create: a model, a data file, patchspec's bookkeeping (issue 32, item 1)."""
+    from patchspec.spec.confine import CACHE_SUFFIX, DATA_SUFFIXES, LOCK_NAME
+
+    return name.endswith((".onnx", CACHE_SUFFIX, *DATA_SUFFIXES)) or name == LOCK_NAME
 
 
 def quoted(text: str) -> str:
@@ -113,7 +135,7 @@ def test_hostile_paths_and_names_never_escape_and_never_crash(model, output, loc
         )
         text = f"patchspec: 1\nmodel: {quoted(model)}\noutput: {quoted(output)}\npatches:\n" + "\n".join(patches)
         (repo / "spec.yaml").write_text(text + "\n" + verify)
-        outside, git = tree(base / "outside"), tree(repo / ".git")
+        outside, git, before = tree(base / "outside"), tree(repo / ".git"), tree(repo)
         inputs = {p: (repo / p).read_bytes() for p in ("m.onnx", "m.onnx.data", "x.npy", "spec.yaml")}
         code, _, stderr = run_cli(["apply", str(repo / "spec.yaml"), "--depfile", str(base / "deps.d")], cwd=repo)
         assert code in (0, 1, 2, 3, 4), stderr
@@ -122,7 +144,14 @@ def test_hostile_paths_and_names_never_escape_and_never_crash(model, output, loc
         assert tree(base / "outside") == outside
         assert tree(repo / ".git") == git
         assert {p: (repo / p).read_bytes() for p in inputs} == inputs
-        assert not (repo / "pwned").exists()
+        assert not (repo / "pwned").exists() and not (base / "pwned").exists()
+        after = tree(repo)
+        assert {p: after.get(p) for p in before if p != str(repo / "spec.yaml")} == {
+            p: v for p, v in before.items() if p != str(repo / "spec.yaml")
+        }, "a file that was there before the build changed"
+        new = [p for p, v in after.items() if p not in before and v != "dir"]
+        assert all(created_by_a_build(Path(p).name) for p in new), new
+        assert not any(".venv" in Path(p).parts for p in new), new
 
 
 @pytest.fixture(autouse=True)

@@ -180,7 +180,9 @@ def test_dotdot_after_a_link_is_checked_as_it_is_read(repo, run_cli):
     assert_refused(run_cli("apply", path), 2, "outside the project root")
 
 
-@pytest.mark.parametrize("body", ["output: NUL.onnx\npatches: []\n", "output: o.onnx\npatches:\n  - external_data: {location: com1.data}\n"])
+@pytest.mark.parametrize(
+    "body", ["output: NUL.onnx\npatches: []\n", "output: o.onnx\npatches:\n  - external_data: {location: com1.data}\n"]
+)
 def test_windows_device_names_are_refused_everywhere(repo, run_cli, body):
     assert_refused(run_cli("apply", spec_with(repo, body)), 2, "is a device on Windows")
 
