@@ -18,8 +18,10 @@ def plugins(state: State, as_json: bool) -> None:
     from patchspec.spec.catalog import DISABLE_ENV
 
     registry = state.registry()
+    broken = [info.name for info in registry.plugins if info.error]
     if as_json:
         state.reporter.output(json.dumps([vars(p) for p in [*registry.plugins, *registry.disabled]], indent=2))
+        _fail_if_broken(broken)
         return
     for info in registry.plugins:
         kind = "built-in" if info.builtin else info.distribution
@@ -40,4 +42,19 @@ def plugins(state: State, as_json: bool) -> None:
         installed = [info.name for info in [*registry.plugins, *registry.disabled]]
         state.reporter.error(
             f"warning: {DISABLE_ENV} names '{name}', which is not an installed plugin" + did_you_mean(name, installed)
+        )
+    _fail_if_broken(broken)
+
+
+def _fail_if_broken(broken: list[str]) -> None:
+    """Exit 5 when a plugin is broken (a bug in that plugin, as ``schema`` says too; the listing above
+    says why), so a CI step that runs ``patchspec plugins`` to check its environment fails."""
+    if broken:
+        from patchspec.errors import PluginError
+
+        names = ", ".join(f"'{name}'" for name in broken)
+        raise PluginError(
+            f"{len(broken)} installed plugin{'s' * (len(broken) != 1)} failed to load: {names}",
+            "see BROKEN above (-v for the traceback); reinstall or fix the plugin, or disable it with "
+            "PATCHSPEC_DISABLE_PLUGINS",
         )

@@ -158,8 +158,11 @@ class Guard:
             raise PatchError(f"{self.where}: {exc.message}", exc.hint, key=exc.key, node=exc.node) from None
         except (PatchspecError, MemoryError):
             raise
-        except Exception as exc:
-            raise self.fault(f"{method}() raised {type(exc).__name__}: {exc}", exc=exc, method=method) from exc
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:
+            # SystemExit: a plugin's sys.exit(0) once ended apply with 0 and nothing written. A real
+            # Ctrl-C or SIGTERM is patchspec's Interrupted (patchspec.interrupts), never caught here, so a
+            # KeyboardInterrupt here is the plugin's own raise
+            raise self.fault(f"{method}() raised {_raised(exc)}", exc=exc, method=method) from exc
 
     def _problems(self, method: str, found: list[Any]) -> list[ParamProblem]:
         for item in found:
@@ -270,6 +273,13 @@ def plugin_failure(exc: BaseException, modules: Iterable[str]) -> tuple[str | No
             "Traceback (most recent call last):\n" + "".join(traceback.StackSummary.from_list(frames).format()) + text
         )
     return site, text
+
+
+def _raised(exc: BaseException) -> str:
+    """What a plugin raised, as a fault names it (a SystemExit says it left the process)."""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code!r}): a plugin must not exit the process; it returns a result or raises"
+    return f"{type(exc).__name__}: {exc}"
 
 
 __all__ = ["Guard", "Origin", "dialect", "plugin_failure", "schema_fault", "schema_site"]

@@ -168,7 +168,7 @@ def test_an_invalid_schema_is_found_at_load_and_names_the_plugin(site, folder, c
 def test_a_plugin_with_an_invalid_schema_is_listed_as_broken(site, folder):
     plugin_file = site.install(BAD_SCHEMA)
     code, listing, _ = run_cli(["plugins"])
-    assert code == 0
+    assert code == 5
     assert (
         "  BROKEN: patch type 'fric.bad_schema': params_schema is not a valid JSON Schema: type: 'objet' is not "
         f"valid under any of the given schemas (at {plugin_file}:{line_of(BAD_SCHEMA, '# the schema')} in BadSchemaPatch)"
@@ -250,3 +250,72 @@ def test_the_test_kit_checks_the_contract_with_the_engines_code(site, tmp_path, 
     assert message.startswith(f"patch type '{cls.name}' {said}"), message
     method = "check_params" if "check_params" in said else "apply"
     assert_the_plugins_fault(message + "\n", plugin_file, line_of(FAULTY, marker), method)
+
+
+# -- a plugin that leaves the process: SystemExit and KeyboardInterrupt are its fault too (issue 35) -------
+
+EXITING = """\
+import sys
+
+from patchspec import PatchResult, PatchType, hookimpl
+
+NO_PARAMS = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+class ExitsPatch(PatchType):
+    name = "fric.exits"
+    description = "calls sys.exit(0) from apply"
+    params_schema = NO_PARAMS
+
+    def apply(self, model, params, context):
+        sys.exit(0)  # apply exits
+
+
+class ExitsInCheckPatch(PatchType):
+    name = "fric.exits_in_check"
+    description = "calls sys.exit() from check_params"
+    params_schema = NO_PARAMS
+
+    def check_params(self, params):
+        sys.exit()  # check_params exits
+        yield
+
+    def apply(self, model, params, context):
+        return PatchResult(False, "never")
+
+
+class InterruptsPatch(PatchType):
+    name = "fric.interrupts"
+    description = "raises KeyboardInterrupt itself"
+    params_schema = NO_PARAMS
+
+    def apply(self, model, params, context):
+        raise KeyboardInterrupt  # apply interrupts
+
+
+@hookimpl
+def register_patch_types(register):
+    for cls in (ExitsPatch, ExitsInCheckPatch, InterruptsPatch):
+        register(cls)
+"""
+
+
+@pytest.mark.parametrize("type_name", ["fric.exits", "fric.interrupts"])
+def test_a_plugin_that_exits_or_interrupts_from_apply_is_its_fault_and_nothing_is_written(site, folder, type_name):
+    """A plugin's sys.exit(0) got past the guard: apply exited 0, wrote nothing, left the old output."""
+    site.install(EXITING)
+    (folder / "out").mkdir()
+    (folder / "faulty.yaml").write_text(spec_using(type_name))
+    code, _, stderr = run_cli(["apply", "faulty.yaml"], cwd=folder)
+    assert code == 5, stderr
+    assert f"patch type '{type_name}' apply() raised" in stderr and "this is a bug in plugin 'fric'" in stderr
+    assert list((folder / "out").iterdir()) == []
+
+
+def test_a_plugin_that_exits_from_check_params_does_not_stop_validate(site, folder):
+    site.install(EXITING)
+    (folder / "faulty.yaml").write_text(spec_using("fric.exits_in_check"))
+    code, stdout, stderr = run_cli(["validate", "faulty.yaml", "builtin_only.yaml"], cwd=folder)
+    assert code == 5, stderr
+    assert "check_params() raised SystemExit(None): a plugin must not exit the process" in stderr
+    assert "builtin_only.yaml: ok" in stdout  # the next spec is still validated

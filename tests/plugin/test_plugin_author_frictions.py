@@ -203,8 +203,9 @@ def test_import_failure_without_v_is_one_line_with_the_plugins_file_and_line(sit
         f"(at {plugin_file}:{RAISE_LINE} in connect)"
     )
     assert cause in run.stderr
-    code, listing, _ = run_cli(["plugins"])
-    assert code == 0 and f"  BROKEN: {cause}" in listing
+    code, listing, stderr = run_cli(["plugins"])
+    assert code == 5 and f"  BROKEN: {cause}" in listing  # a CI step that checks its plugins fails
+    assert "installed plugin failed to load: 'fric'" in stderr
 
 
 def test_import_failure_with_v_shows_the_plugins_traceback(site, tmp_path):
@@ -220,7 +221,7 @@ def test_import_failure_with_v_shows_the_plugins_traceback(site, tmp_path):
     for ours in ("patchspec/cli.py", "patchspec/spec/load.py", "patchspec/host/registry.py", "<frozen importlib"):
         assert ours not in stderr, stderr
     code, listing, _ = run_cli(["-v", "plugins"])
-    assert code == 0 and f'File "{plugin_file}", line {RAISE_LINE}, in connect' in listing
+    assert code == 5 and f'File "{plugin_file}", line {RAISE_LINE}, in connect' in listing
 
 
 # -- 4. the unknown type of a broken plugin: no did-you-mean from others -------------------------------
