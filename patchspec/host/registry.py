@@ -149,6 +149,7 @@ class PluginRegistry:
                 registry.disabled.append(info)
                 continue
             registry._pending.setdefault(entry_point.name, []).append(entry_point)
+        registry._refuse_shared_names()
         registry.disabled_unknown = sorted(disabled - {e.name for e in found})
         registry._declared = _declared_types(found) if entry_points is None else {}
         for name, module in extra:
@@ -158,6 +159,19 @@ class PluginRegistry:
             msg = "patchspec's built-in plugins are not registered: this checkout was never installed"
             raise PluginError(msg, "run: pip install -e .  (or: make demo)")
         return registry
+
+    def _refuse_shared_names(self) -> None:
+        """An entry-point name two distributions claim is an error naming both: each is listed as
+        broken and provides nothing (which one won used to depend on the order of sys.path)."""
+        for name, points in list(self._pending.items()):
+            owners = sorted({distribution_of(point) for point in points})
+            if len(owners) < 2:
+                continue
+            claimed = " and ".join(f"{dist} {version}" for dist, version in owners)
+            for point in self._pending.pop(name):
+                info = _info(point)
+                info.error = f"the plugin name '{name}' is claimed by {claimed}: uninstall one of them"
+                self._plugins.append(info)
 
     @property
     def plugins(self) -> list[PluginInfo]:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import PluginSite
 from patchspec.errors import PluginError
 from patchspec.host import registry as plugins_module
 from patchspec.host.registry import PluginRegistry
@@ -180,12 +181,10 @@ def test_duplicate_type_name_is_an_error_naming_both_plugins(site, tmp_path):
     site.install("acme-one", "1.0", {"dupe": "dupe_one"}, {"dupe_one": patch_plugin("dupe.append")})
     site.install("acme-two", "2.0", {"dupe": "dupe_two"}, {"dupe_two": patch_plugin("dupe.append")})
     listing = plugins_listing()
-    message = (
-        "patch type 'dupe.append' is registered by both plugin 'dupe' (acme-one 1.0) and plugin 'dupe' (acme-two 2.0)"
-    )
-    assert f"BROKEN: {message}" in listing, listing
+    message = "the plugin name 'dupe' is claimed by acme-one 1.0 and acme-two 2.0: uninstall one of them"
+    assert listing.count(f"BROKEN: {message}") == 2, listing  # neither wins by the order of sys.path
     registry = PluginRegistry.load()
-    assert registry.owner("patch type", "dupe.append").distribution == "acme-one"
+    assert registry.owner("patch type", "dupe.append") is None
 
 
 def test_disable_plugins_skips_broken_and_working_plugins_by_entry_point_name(site, tmp_path, monkeypatch):
@@ -298,3 +297,34 @@ def test_a_builtin_type_is_found_by_its_metadata_without_importing_the_other_bui
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "['patchspec_plugins.verify_check']", done.stdout + done.stderr
+
+
+SHARED = """
+from patchspec import PatchResult, PatchType, hookimpl
+
+
+class APatch(PatchType):
+    name = "fric.TYPE"
+    description = "a patch of one of two distributions that both call their plugin 'fric'"
+    params_schema = {"type": "object", "properties": {}, "additionalProperties": False}
+
+    def apply(self, model, params, context):
+        return PatchResult(False, "nothing")
+
+
+@hookimpl
+def register_patch_types(register):
+    register(APatch)
+"""
+
+
+def test_two_distributions_claiming_one_plugin_name_is_an_error_naming_both(tmp_path, monkeypatch):
+    """Issue 35: one silently won (by the order of sys.path) and the other's types vanished."""
+    PluginSite(tmp_path / "one", monkeypatch, "dist-one", "1.0").install(SHARED.replace("TYPE", "a"), module="mod_one")
+    PluginSite(tmp_path / "two", monkeypatch, "dist-two", "2.0").install(SHARED.replace("TYPE", "b"), module="mod_two")
+    listing = plugins_listing()
+    assert listing.count("BROKEN: the plugin name 'fric' is claimed by dist-one 1.0 and dist-two 2.0") == 2, listing
+    (tmp_path / "m.onnx").write_bytes(make_model({"x": ("N", 3)}).SerializeToString())
+    (tmp_path / "s.yaml").write_text("patchspec: 1\nmodel: m.onnx\noutput: out/o.onnx\npatches:\n  - fric.a: {}\n")
+    code, _, stderr = run_cli(["validate", "s.yaml"], cwd=tmp_path)
+    assert code == 2 and "claimed by dist-one 1.0 and dist-two 2.0" in stderr, stderr
