@@ -7,9 +7,13 @@ results and contexts, ``RunState``/``StateKey``, ``hookimpl`` and the errors) an
 Every other module under ``patchspec`` is internal and may change in any release.
 """
 
-__version__ = "0.1.0"
-
 from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+#: the version of the plugin API (this module, ``patchspec.api``, the hooks): a plugin that needs a
+#: range says so with ``PATCHSPEC_API = ">=1.3,<2"`` in the module its entry point names, checked at
+#: load (docs/plugins.md). 1.3: ``PATCHSPEC_API``, SystemExit from plugin code is the plugin's fault.
+PLUGIN_API = "1.3"
 
 if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported on first use (below)
     from patchspec.errors import (
@@ -85,6 +89,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "PLUGIN_API",
     "UNDECIDED",
     "ModelFileError",
     "Param",

@@ -23,7 +23,9 @@ from typing import Any, TypeVar
 
 import pluggy
 
+from patchspec import PLUGIN_API, __version__
 from patchspec.errors import PluginError
+from patchspec.host.api_range import range_problem
 from patchspec.host.boundary import Guard, Origin, plugin_failure, schema_fault
 from patchspec.host.installed import (
     _IN_PROCESS,
@@ -205,6 +207,10 @@ class PluginRegistry:
             info.error = f"failed to import {entry_point.value}: {_exception_line(exc)}" + (
                 f" (at {site})" if site else ""
             )
+            if isinstance(exc, ImportError) and "from 'patchspec" in str(exc):  # a name this patchspec lacks
+                info.error += (
+                    f"; this patchspec {__version__} has plugin API {PLUGIN_API}: the plugin may need a newer one"
+                )
             self._plugins.append(info)
             return
         self._register_object(info, module)
@@ -213,6 +219,13 @@ class PluginRegistry:
         manager = self._manager
         info.location = getattr(module, "__file__", "") or ""
         self._plugins.append(info)
+        if hasattr(module, "PATCHSPEC_API"):  # the plugin's range of plugin API versions, checked first
+            problem = range_problem(module.PATCHSPEC_API, PLUGIN_API)
+            if problem:
+                info.error = (
+                    f"{problem}: install a {info.distribution} that fits patchspec {__version__}, or another patchspec"
+                )
+                return
         try:
             # pluggy's name is unique per distribution, so that two distributions that claim the same
             # entry-point name reach the duplicate check below, which names both

@@ -328,3 +328,23 @@ def test_two_distributions_claiming_one_plugin_name_is_an_error_naming_both(tmp_
     (tmp_path / "s.yaml").write_text("patchspec: 1\nmodel: m.onnx\noutput: out/o.onnx\npatches:\n  - fric.a: {}\n")
     code, _, stderr = run_cli(["validate", "s.yaml"], cwd=tmp_path)
     assert code == 2 and "claimed by dist-one 1.0 and dist-two 2.0" in stderr, stderr
+
+
+@pytest.mark.parametrize(
+    ("wanted", "loads"), [(">=1.3,<2", True), (">=1.4", False), ("<1", False), ("==1.3", True), ("1.3", None)]
+)
+def test_a_plugin_requires_a_range_of_the_plugin_api_checked_at_load(tmp_path, monkeypatch, wanted, loads):
+    import patchspec
+
+    source = f"PATCHSPEC_API = {wanted!r}\n" + SHARED.replace("TYPE", "a")
+    module = f"fric_ranged_{sum(map(ord, wanted))}"  # a module of its own per case: sys.modules keeps them
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    PluginSite(tmp_path / "site", monkeypatch, "fric-tools", "3.0").install(source, module=module)
+    block = block_of(plugins_listing(), "fric")
+    if loads:
+        assert "BROKEN" not in block and "patch types: fric.a" in block, block
+    elif loads is False:
+        assert f"requires plugin API {wanted}, and this patchspec has plugin API {patchspec.PLUGIN_API}" in block, block
+        assert "install a fric-tools that fits patchspec" in block
+    else:
+        assert "PATCHSPEC_API '1.3': '1.3' is not OPERATOR VERSION" in block, block
