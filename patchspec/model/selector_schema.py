@@ -102,14 +102,58 @@ def _indexed(value: Any) -> Iterator[tuple[int | None, Any]]:
         yield None, value
 
 
+#: the longest ``re:`` pattern a selector takes
+MAX_PATTERN = 500
+
+
 def _regex_problem(pattern: Any) -> str | None:
     if not isinstance(pattern, str) or not pattern.startswith("re:"):
         return None
+    if len(pattern) > MAX_PATTERN:
+        return f"a regular expression of {len(pattern)} characters; a selector's patterns have at most {MAX_PATTERN}"
     try:
         re.compile(pattern[3:])
     except re.error as exc:
         return f"invalid regular expression {pattern[3:]!r}: {exc}; fix it or use a glob (without 're:')"
+    if _backtracks(pattern[3:]):
+        return (
+            f"the regular expression {pattern[3:]!r} repeats a repetition or an alternation ('(a+)+', '(a|ab)*'): "
+            "matching it can take exponential time on a node name; write it without the nested repeat"
+        )
     return None
+
+
+def _backtracks(pattern: str) -> bool:
+    """Whether ``pattern`` repeats (max > 1) something that itself repeats or branches, the shapes that
+    make Python's backtracking matcher exponential (ReDoS); a spec may come from a pull request."""
+    try:
+        import re._parser as sre_parse  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:  # Python 3.10
+        import sre_parse  # type: ignore[no-redef,unused-ignore]
+
+    def walk(items: Any, inside_repeat: bool) -> bool:
+        for op, arg in items:
+            name = str(op)
+            if name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+                _low, high, body = arg
+                repeats = high is sre_parse.MAXREPEAT or high > 1
+                if inside_repeat and repeats:
+                    return True
+                if walk(body, inside_repeat or repeats):
+                    return True
+            elif name == "BRANCH":
+                if inside_repeat:
+                    return True
+                if any(walk(branch, inside_repeat) for branch in arg[1]):
+                    return True
+            elif name == "SUBPATTERN":
+                if walk(arg[-1], inside_repeat):
+                    return True
+            elif name in ("ASSERT", "ASSERT_NOT") and walk(arg[1], inside_repeat):
+                return True
+        return False
+
+    return walk(sre_parse.parse(pattern), False)
 
 
 def parse_expect(expect: Any) -> tuple[int, bool]:

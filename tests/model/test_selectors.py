@@ -313,3 +313,17 @@ def test_apply_fails_with_exit_4_on_count_mismatch(tmp_path, run_cli):
     assert result.exit_code == 4, result.output
     assert "matched 6 nodes, expected exactly 2" in result.output
     assert not (tmp_path / "o.onnx").exists()
+
+
+@pytest.mark.parametrize("pattern", ["re:(a+)+$", "re:(a|ab)*c", "re:x{2,5}(y*)*", "re:((a*)b)*", "re:" + "a" * 600])
+def test_a_pattern_that_can_backtrack_exponentially_is_refused(pattern):
+    """A spec from a pull request must not hang patchspec on a node name (issue 32: an unbounded re:)."""
+    problems = list(check_selector({"name": pattern}))
+    assert problems and ("exponential" in problems[0][1] or "at most 500" in problems[0][1]), problems
+
+
+@pytest.mark.parametrize(
+    "pattern", ["re:Conv_[0-9]+", "re:(Conv|Relu)_[0-9]+", "re:.*encoder.*", "re:(ab)+", "re:a{3}"]
+)
+def test_ordinary_patterns_pass(pattern):
+    assert list(check_selector({"name": pattern})) == []
