@@ -40,7 +40,7 @@ from patchspec.model.io import FileStamp, load_model
 from patchspec.plugin.contract import UNDECIDED, PatchContext, RunState, VerifyContext
 from patchspec.run.commit import Staging, remove_superseded
 from patchspec.run.depfile import Depfile
-from patchspec.run.freshness import Freshness, LoadedInput, same_files, trusted_stamp
+from patchspec.run.freshness import Freshness, LoadedInput, same_files, settle, trusted_stamp
 from patchspec.run.io_changes import io_changes
 from patchspec.run.model_paths import missing_model, refuse_same_file
 from patchspec.run.ownership import refuse_data_file, refuse_foreign
@@ -57,8 +57,7 @@ T = TypeVar("T")
 
 
 def _within_root(method: Callable[..., T]) -> Callable[..., T]:
-    """Run an Engine command with the spec's project root as the run's (sessions built by verifiers
-    stage only data inside it)."""
+    """Run an Engine command with the spec's project root as the run's (sessions stage data inside it)."""
 
     @functools.wraps(method)
     def run(self: Engine, spec: Spec, *args: Any, **kwargs: Any) -> T:
@@ -303,9 +302,10 @@ class Engine:
         self.echo(f"{loaded.output_path}: up to date")
         if stamp is not None:  # found by reading the output: remember it, so the next check is a stat
             cache.record_output([loaded.output_path, *stamp.data_files], digest)
-        if read or cache.hashed:
-            cache.save()
         report.files = list(cache.built.get("files", {}))  # the output and its data files
+        inputs = [loaded.spec.path, loaded.model_path, *loaded.data_paths, *self.step_dependencies(loaded.spec)]
+        if settle([Path(f) for f in report.files], inputs, cache, digest) or read or cache.hashed:
+            cache.save()
         if rule is not None:
             rule.write(Path(f).name for f in report.files if Path(f).name != loaded.output_path.name)
         return report
@@ -422,7 +422,7 @@ class Engine:
         return cache
 
     def step_dependencies(self, spec: Spec) -> list[Path]:
-        """Files the spec's patches and verifiers read besides the models (npy inputs, references)."""
+        """Files the spec's steps read besides the models (npy inputs, references)."""
         return [path for _, path in self.written_dependencies(spec)]
 
     def written_dependencies(self, spec: Spec) -> list[tuple[str, Path]]:
