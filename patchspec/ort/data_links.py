@@ -22,6 +22,7 @@ import tempfile
 import weakref
 from pathlib import Path
 
+from patchspec.errors import ModelFileError
 from patchspec.model.external_data import data_files, validate_external_data
 from patchspec.model.io import load_model
 from patchspec.run.commit import remove_dead_folders
@@ -38,15 +39,22 @@ def staged_copy(model_path: Path, owner: object, root: Path | None = None) -> Pa
     model = load_model(model_path)
     allowed = Root.of(model_path, root).folder
     refs = validate_external_data(model, model_path, roots=(allowed,))
-    remove_dead_folders(Path(tempfile.gettempdir()), PREFIX)
-    folder = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
-    weakref.finalize(owner, shutil.rmtree, folder, True)
-    staged = folder / model_path.name
-    _link_or_copy(model_path, staged)
-    for data in data_files(refs):
-        target = folder / data.relative_to(model_path.parent)  # the location the model writes
-        target.parent.mkdir(parents=True, exist_ok=True)
-        _link_or_copy(data, target)
+    try:
+        remove_dead_folders(Path(tempfile.gettempdir()), PREFIX)
+        folder = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
+        weakref.finalize(owner, shutil.rmtree, folder, True)
+        staged = folder / model_path.name
+        _link_or_copy(model_path, staged)
+        for data in data_files(refs):
+            target = folder / data.relative_to(model_path.parent)  # the location the model writes
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _link_or_copy(data, target)
+    except OSError as exc:  # TMPDIR full, missing or read-only: the machine's fault, not the spec's
+        raise ModelFileError(
+            f"{model_path}: cannot stage a private copy for onnxruntime in the temporary folder "
+            f"({tempfile.gettempdir()}): {exc.strerror or exc}",
+            "free space there, or set TMPDIR to a folder with room for the model's data",
+        ) from None
     return staged
 
 

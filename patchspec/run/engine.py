@@ -43,7 +43,7 @@ from patchspec.run.depfile import Depfile
 from patchspec.run.freshness import Freshness, LoadedInput, same_files, settle, trusted_stamp
 from patchspec.run.io_changes import io_changes
 from patchspec.run.model_paths import missing_model, refuse_same_file
-from patchspec.run.ownership import refuse_data_file, refuse_foreign
+from patchspec.run.ownership import protected_files, refuse_data_file, refuse_foreign
 from patchspec.run.report import RunReport, StepOutcome, verification_failed, verifier_outcome
 from patchspec.run.reporter import Reporter
 from patchspec.run.stamp import OutputStamp, data_record, digest_of, stamp_model
@@ -107,19 +107,10 @@ class Engine:
             proto = load_model(model_path)
             refs = validate_external_data(proto, model_path, strict_paths=self.strict_paths, roots=roots)
         paths = data_files(refs)
-        protected = self.protected(spec, model_path, paths)
+        protected = protected_files(spec.path, model_path, paths, self.step_dependencies(spec))
         check_output_path(spec, output_path, None if output is not None else root, protected)
         stamps = [FileStamp.of(p) for p in [model_path, *paths]]
         return LoadedInput(spec, model_path, output_path, proto, paths, stamps)
-
-    def protected(self, spec: Spec, model: Path, data: list[Path]) -> list[tuple[str, Path]]:
-        """Every file a run reads, by what it is: no output or data file may ever replace one."""
-        return [
-            ("the spec", spec.path),
-            ("the input model", model),
-            *(("the input's", path) for path in data),
-            *(("a file a step reads", path) for path in self.step_dependencies(spec)),
-        ]
 
     def patch(
         self, loaded: LoadedInput, report: RunReport, *, check_verifiers: bool = True, refuse_undecided: bool = False
@@ -261,7 +252,7 @@ class Engine:
             layout = layout or default_layout(patched, loaded.output_path, original=loaded.model)
             if layout.location and DIGEST_FIELD in layout.location:  # content-addressed: named by this build
                 layout = replace(layout, location=layout.location.replace(DIGEST_FIELD, digest_of(parts.result())[:16]))
-            protected = self.protected(spec, loaded.model_path, loaded.data_paths)
+            protected = protected_files(spec.path, loaded.model_path, loaded.data_paths, self.step_dependencies(spec))
             refuse_input_overwrite(layout, loaded.output_path, protected)
             refuse_data_file(
                 loaded.output_path,
@@ -409,10 +400,13 @@ class Engine:
         layout = layout or default_layout(patched, loaded.output_path, original=loaded.model)
         if layout.location and DIGEST_FIELD in layout.location:
             layout = replace(layout, location=layout.location.replace(DIGEST_FIELD, digest_of(parts)[:16]))
-        with tempfile.TemporaryDirectory(prefix="patchspec-check-") as folder:
-            staged = Path(folder) / loaded.output_path.name
-            files, _ = self._write_and_verify(staged, loaded, patched, layout, lambda: parts, True, report)
-            return same_files(files, loaded.output_path.parent)
+        try:
+            with tempfile.TemporaryDirectory(prefix="patchspec-check-") as folder:
+                staged = Path(folder) / loaded.output_path.name
+                files, _ = self._write_and_verify(staged, loaded, patched, layout, lambda: parts, True, report)
+                return same_files(files, loaded.output_path.parent)
+        except OSError as exc:  # TMPDIR full or missing: the machine's fault (exit 3), not a bug
+            raise ModelFileError(f"cannot build in the temporary folder to compare: {exc.strerror or exc}") from None
 
     def _stat_cache(self, output: Path) -> StatCache:
         """The stat cache beside ``output``; one this machine did not sign is ignored, and said so."""

@@ -92,4 +92,14 @@ def refuse_data_file(
     refuse_foreign(output, [name], root, proven, output_given=output_given)
 
 
-__all__ = ["output_names", "refuse_data_file", "refuse_foreign"]
+def protected_files(spec: Path, model: Path, data: list[Path], step_files: list[Path]) -> list[tuple[str, Path]]:
+    """Every file a run reads, by what it is: no output or data file may ever replace one."""
+    return [
+        ("the spec", spec),
+        ("the input model", model),
+        *(("the input's", path) for path in data),
+        *(("a file a step reads", path) for path in step_files),
+    ]
+
+
+__all__ = ["output_names", "protected_files", "refuse_data_file", "refuse_foreign"]

@@ -74,3 +74,14 @@ def test_an_honest_committed_output_is_up_to_date_on_a_fresh_clone(repo, run_cli
     check = run_cli("apply", "--check", clone / "spec.yaml")
     assert check.exit_code == 0 and "up to date" in check.stdout, check.output
     assert sorted(p.name for p in clone.iterdir()) == before
+
+
+def test_a_full_or_missing_temporary_folder_is_exit_3_not_a_bug(repo, run_cli, tmp_path, monkeypatch):
+    import tempfile
+
+    spec = spec_with(repo, "output: o.onnx\npatches: []\n")
+    assert run_cli("apply", spec).exit_code == 0
+    cache_path(repo / "o.onnx").unlink()  # no record: --check builds again in the temporary folder
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-folder"))
+    result = run_cli("apply", "--check", spec)
+    assert result.exit_code == 3 and "temporary folder" in result.stderr, result.output
