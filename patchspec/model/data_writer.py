@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import queue
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,15 +130,16 @@ def write_model(
     source_dir: Path,
     layout: Layout,
     progress: Progress | None = None,
-    finalize: Callable[[onnx.ModelProto], None] | None = None,
+    finalize: Callable[[onnx.ModelProto, dict[str, str]], None] | None = None,
 ) -> list[Path]:
     """Write ``model`` to ``out_path`` (+ its data file) without changing ``model``.
 
     External tensors are copied from ``source_dir`` in bounded chunks; tensors of at least
     ``size_threshold`` bytes go to the data file, each at an offset that is a multiple of
     ``layout.align``. Files are created new (never appended to, never through a symlink).
-    ``finalize`` may still change the graph-only output (metadata, a digest computed meanwhile)
-    after the data file is written and before the .onnx is. Returns the files written.
+    ``finalize(output, digests)`` may still change the graph-only output (metadata, a digest computed
+    meanwhile) after the data file is written and before the .onnx is; ``digests`` holds the data
+    file's sha256 by name, taken while it was written. Returns the files written.
     """
     output = onnx.ModelProto()
     output.CopyFrom(model)
@@ -149,14 +152,15 @@ def write_model(
         if is_external(tensor) and not external:
             tensor.CopyFrom(with_raw_data(tensor, _read_external(tensor, source_dir)))
     written = [out_path]
+    digests: dict[str, str] = {}
     moving = [tensor for tensor, external in plan if external]
     if moving:
         assert data_name is not None  # _goes_external is False for every tensor without a data file
         data_path = out_path.parent / data_name
-        _write_data_file(moving, data_path, data_name, source_dir, layout, progress)
+        digests[data_name] = _write_data_file(moving, data_path, data_name, source_dir, layout, progress)
         written.append(data_path)
     if finalize is not None:
-        finalize(output)
+        finalize(output, digests)
     _write_proto(output, out_path)
     return written
 
@@ -191,8 +195,78 @@ def _read_external(tensor: TensorProto, source_dir: Path) -> bytes:
         return handle.read(ref.length)
 
 
+class _Digest:
+    """The sha256 of a data file, computed while the file is written, not read back after.
+
+    The kernel copies tensors (``copy_file_range``) without their bytes passing through patchspec;
+    a worker thread reads the same source ranges (from the page cache: the input's digest has just
+    read them) and hashes them, with the padding and inline bytes, in file order, while the copy and
+    the ``fsync`` go on. The source ranges are the bytes copied as long as the input did not change
+    meanwhile, which the engine checks before it commits (``LoadedInput.unchanged``). The queue is
+    bounded, so a slow hash holds the copy back instead of piling up chunks in memory.
+    """
+
+    #: bytes of a source range read at a time; a write larger than ``QUEUED`` is hashed in place
+    CHUNK = 1 << 20
+    QUEUED = 1 << 16
+
+    def __init__(self) -> None:
+        self._sha = hashlib.sha256()
+        self._queue: queue.Queue[tuple[int, int, int] | bytes | None] = queue.Queue(maxsize=64)
+        self._error: BaseException | None = None
+        self._worker = threading.Thread(target=self._work, name="patchspec-data-digest", daemon=True)
+        self._worker.start()
+
+    def add_bytes(self, data: bytes) -> None:
+        """Bytes the writer has in hand: padding is queued; a chunk it copied itself is hashed here,
+        once the worker has caught up, so no chunk waits in the queue (one in memory at a time)."""
+        if len(data) <= self.QUEUED:
+            self._queue.put(bytes(data))
+            return
+        self._queue.join()
+        self._sha.update(data)
+
+    def add_range(self, source_fd: int, offset: int, length: int) -> None:
+        self._queue.put((source_fd, offset, length))
+
+    def hexdigest(self) -> str:
+        """Wait for the worker; the digest of everything given (raises what the worker hit)."""
+        self._queue.put(None)
+        self._worker.join()
+        if self._error is not None:
+            raise self._error
+        return self._sha.hexdigest()
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                if self._error is None:  # after an error: drain, so the writer never blocks
+                    self._hash(item)
+            except BaseException as exc:  # handed to hexdigest(), in the writing thread
+                self._error = exc
+            finally:
+                self._queue.task_done()
+
+    def _hash(self, item: tuple[int, int, int] | bytes) -> None:
+        if isinstance(item, bytes):
+            self._sha.update(item)
+            return
+        fd, offset, length = item
+        end = offset + length
+        while offset < end:
+            chunk = _read_at(fd, min(self.CHUNK, end - offset), offset)
+            if not chunk:
+                raise ModelFileError("a data file ended early while its digest was taken")
+            self._sha.update(chunk)
+            offset += len(chunk)
+
+
 class _Sink:
-    """A data file being written: created new, positioned writes, progress over the whole copy."""
+    """A data file being written: created new, positioned writes, progress over the whole copy, and
+    its sha256 taken meanwhile (:class:`_Digest`)."""
 
     def __init__(self, path: Path, total: int, progress: Progress | None) -> None:
         if path.is_symlink() or path.exists():
@@ -201,6 +275,7 @@ class _Sink:
         self.fd = os.open(path, flags, 0o644)
         self.position, self.done, self.total, self.progress = 0, 0, total, progress
         self.kernel_copy = hasattr(os, "copy_file_range")
+        self.digest = _Digest()
 
     def pad_to(self, align: int) -> int:
         padded = -(-self.position // align) * align if align > 1 else self.position
@@ -209,6 +284,7 @@ class _Sink:
         return self.position
 
     def write(self, data: bytes, count: bool = True) -> None:
+        self.digest.add_bytes(data)
         view = memoryview(data)
         while view:
             written = os.write(self.fd, view)
@@ -223,7 +299,9 @@ class _Sink:
         while offset < end:
             step = min(KERNEL_CHUNK if digest is None and self.kernel_copy else COPY_CHUNK, end - offset)
             copied = self._kernel_copy(source_fd, offset, step) if digest is None and self.kernel_copy else 0
-            if not copied:
+            if copied:
+                self.digest.add_range(source_fd, offset, copied)
+            else:
                 chunk = _read_at(source_fd, step, offset)
                 if not chunk:
                     raise ModelFileError(
@@ -252,11 +330,13 @@ class _Sink:
         if self.progress is not None:
             self.progress(self.done, self.total)
 
-    def close(self) -> None:
+    def close(self) -> str:
+        """Flush the file to disk and close it; returns its sha256 (taken meanwhile)."""
         try:
             os.fsync(self.fd)
         finally:
             os.close(self.fd)
+        return self.digest.hexdigest()
 
 
 def _read_at(fd: int, size: int, offset: int) -> bytes:
@@ -273,7 +353,7 @@ def _write_data_file(
     source_dir: Path,
     layout: Layout,
     progress: Progress | None,
-) -> None:
+) -> str:
     total = sum(expected_nbytes(t) or 0 for t in tensors)
     sink = _Sink(data_path, total, progress)
     sources: dict[Path, int] = {}
@@ -283,9 +363,12 @@ def _write_data_file(
             checksum = _place_one(tensor, sink, source_dir, layout, sources)
             _point_at(tensor, data_name, start, sink.position - start, checksum)
     finally:
-        for fd in sources.values():
-            os.close(fd)
-        sink.close()
+        try:
+            sha256 = sink.close()  # waits for the digest, which still reads the sources: they close after
+        finally:
+            for fd in sources.values():
+                os.close(fd)
+    return sha256
 
 
 def _place_one(

@@ -341,8 +341,12 @@ class Engine:
         spec = loaded.spec
         written: dict[str, dict[str, Any]] = {}
 
-        def finalize(out: onnx.ModelProto) -> None:  # the data file is written, the .onnx not yet
-            written.update(data_record(out, staged_model.parent, self._hashing(file_sha256)))
+        def finalize(
+            out: onnx.ModelProto, digests: dict[str, str]
+        ) -> None:  # the data file is written, the .onnx not yet
+            hashing = self._hashing(file_sha256)  # only for a file the writer did not digest as it wrote
+            known = lambda path: digests.get(path.name) or hashing(path)  # noqa: E731
+            written.update(data_record(out, staged_model.parent, known))
             stamp_model(out, parts(), written)
 
         try:

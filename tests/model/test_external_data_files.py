@@ -278,7 +278,7 @@ def test_finalize_runs_after_the_data_file_and_before_the_model(tmp_path):
     source = saved_external(tmp_path / "in")
     seen = []
 
-    def stamp(model):
+    def stamp(model, digests):
         seen.append(((tmp_path / "o.onnx.data").is_file(), (tmp_path / "o.onnx").exists()))
         model.doc_string = "stamped"
 
@@ -301,3 +301,19 @@ def test_benchmark_smoke(tmp_path, run_cli):
     assert result.exit_code == 0, result.output
     line = bench.check_output(model, tmp_path / "out" / "model.onnx", 2, side=64)
     assert "max abs diff 0 " in line and "3 offsets all 64 KiB aligned: True" in line
+
+
+@pytest.mark.parametrize("layout", [Layout("w.bin", align=1), Layout("w.bin", align=4096), Layout("w.bin", checksum=True)])
+def test_the_data_files_digest_taken_while_writing_is_its_sha256(tmp_path, layout, monkeypatch):
+    """The stamp's record of a data file is hashed as it is written (kernel copy or not), never read back."""
+    source = saved_external(tmp_path / "in")
+    out = tmp_path / "out" / "o.onnx"
+    out.parent.mkdir()
+    seen: dict[str, str] = {}
+    write_model(graph_only(source), out, source.parent, layout, finalize=lambda model, digests: seen.update(digests))
+    assert seen == {"w.bin": hashlib.sha256((out.parent / "w.bin").read_bytes()).hexdigest()}
+    monkeypatch.delattr(os, "copy_file_range", raising=False)  # the user-space copy gives the same digest
+    again = tmp_path / "again" / "o.onnx"
+    again.parent.mkdir()
+    write_model(graph_only(source), again, source.parent, layout, finalize=lambda model, digests: seen.update(digests))
+    assert seen["w.bin"] == hashlib.sha256((again.parent / "w.bin").read_bytes()).hexdigest()
