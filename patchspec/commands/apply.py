@@ -4,6 +4,7 @@ up to date without writing; ``--depfile`` and ``--report`` write what build tool
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -89,41 +90,10 @@ def apply(
         return
     if not (force or depfile or report_path) and all_up_to_date(state, requests):
         return
-    from patchspec.run.engine import Engine
-    from patchspec.run.noop import remember
-    from patchspec.run.report import RunReport
-    from patchspec.run.statcache import identity
-    from patchspec.spec.load import load_spec
-
+    build = Build(model, output, force, no_verify, allow_undecided, depfile, strict_paths, root, output_dirs)
     reports: list[RunReport] = []
     try:
-        spec_identities = [identity(path) for path in specs]  # before the specs are read: see run/noop
-        registry = state.registry()
-        engine = Engine(registry, state.reporter, strict_paths=strict_paths, root=root, output_dirs=output_dirs)
-        loaded_specs = [load_spec(path, registry, root=root) for path in specs]  # every spec valid before any work
-        for spec in loaded_specs:
-            report = RunReport(str(spec.path), str(model or spec.model), str(output or spec.output))
-            reports.append(report)
-            state.echo(f"patchspec {spec.path}")
-            engine.apply(
-                spec,
-                model=model,
-                output=output,
-                force=force,
-                no_verify=no_verify,
-                report=report,
-                allow_undecided=allow_undecided,
-                depfile=depfile,
-            )
-            if report.status in ("written", "unchanged"):
-                state.echo(
-                    f"wrote {report.output}"
-                    if report.status == "written"
-                    else f"{report.output}: unchanged (identical bytes)"
-                )
-            if requests and report.digest and not registry.in_process():
-                index = len(reports) - 1
-                remember(requests[index], spec_identities[index], Path(report.output), report.inputs, report.digest)
+        run_specs(state, specs, build, requests, reports)
     except BaseException as exc:  # the report says how the run ended, whatever ended it
         if reports and reports[-1].status not in ("written", "unchanged", "up to date"):
             reports[-1].status, reports[-1].error = "failed", str(exc) or type(exc).__name__
@@ -135,6 +105,59 @@ def apply(
     write_report(state, report_path, reports, 0)
     if len(specs) > 1:
         state.echo(summary_line([r.status for r in reports], len(specs)))
+
+
+@dataclass(frozen=True)
+class Build:
+    """How ``apply`` was asked to build, one value for every spec of the run."""
+
+    model: Path | None
+    output: Path | None
+    force: bool
+    no_verify: bool
+    allow_undecided: bool
+    depfile: Path | None
+    strict_paths: bool
+    root: Path | None
+    output_dirs: tuple[Path, ...]
+
+
+def run_specs(
+    state: State, specs: tuple[Path, ...], build: Build, requests: list[Request], reports: list[RunReport]
+) -> None:
+    """Load every spec (all valid before any work), then build each in turn; ``reports`` grows as
+    they start, so the caller can report how the run ended whatever ended it."""
+    from patchspec.run.engine import Engine
+    from patchspec.run.noop import remember
+    from patchspec.run.report import RunReport
+    from patchspec.run.statcache import identity
+    from patchspec.spec.load import load_spec
+
+    spec_identities = [identity(path) for path in specs]  # before the specs are read: see run/noop
+    registry = state.registry()
+    engine = Engine(
+        registry, state.reporter, strict_paths=build.strict_paths, root=build.root, output_dirs=build.output_dirs
+    )
+    loaded_specs = [load_spec(path, registry, root=build.root) for path in specs]
+    for index, spec in enumerate(loaded_specs):
+        report = RunReport(str(spec.path), str(build.model or spec.model), str(build.output or spec.output))
+        reports.append(report)
+        state.echo(f"patchspec {spec.path}")
+        engine.apply(
+            spec,
+            model=build.model,
+            output=build.output,
+            force=build.force,
+            no_verify=build.no_verify,
+            report=report,
+            allow_undecided=build.allow_undecided,
+            depfile=build.depfile,
+        )
+        if report.status in ("written", "unchanged"):
+            written = report.status == "written"
+            state.echo(f"wrote {report.output}" if written else f"{report.output}: unchanged (identical bytes)")
+        if requests and report.digest and not registry.in_process():
+            remember(requests[index], spec_identities[index], Path(report.output), report.inputs, report.digest)
 
 
 def noop_requests(
