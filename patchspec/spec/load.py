@@ -282,11 +282,32 @@ def _unknown_type(
             hint += "; -v shows its traceback"
         problem = _located(document, doc_path, where, message, hint, of_key=True)
         return replace(problem, plugin_traceback=missing.traceback)
+    plugin = type_name.split(".")[0]
+    if "." in type_name and not any(name.startswith(f"{plugin}.") for name in table):
+        # a third party's type whose plugin is not installed where patchspec runs
+        message = f"unknown {kind} '{type_name}': no installed plugin is named '{plugin}'"
+        return _located(document, doc_path, where, message, _install_hint(plugin), of_key=True)
     suggestion = did_you_mean(type_name, table)
     known = None
     if not suggestion:
         known = f"known {kind}s: {', '.join(sorted(table))}; 'patchspec plugins' lists where they come from"
     return _located(document, doc_path, where, f"unknown {kind} '{type_name}'" + suggestion, known, of_key=True)
+
+
+def _install_hint(plugin: str) -> str:
+    """How to install plugin ``plugin`` where this patchspec runs: pre-commit and pipx keep patchspec in
+    an environment of its own, where a plugin installed next to the project is not seen."""
+    import sys
+
+    what = f"the distribution that provides plugin '{plugin}'"
+    if os.environ.get("PRE_COMMIT"):
+        return (
+            f"patchspec runs in pre-commit's own environment: list {what} under additional_dependencies "
+            "of the patchspec hook in .pre-commit-config.yaml (docs/build-systems.md)"
+        )
+    if "pipx" in Path(sys.prefix).parts:
+        return f"patchspec runs in a pipx environment: pipx inject patchspec DIST, with DIST {what[4:]}"
+    return f"install {what} in the environment patchspec runs from ({sys.prefix}); 'patchspec plugins' lists what is there"
 
 
 def _param_problems(

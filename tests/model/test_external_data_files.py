@@ -303,7 +303,9 @@ def test_benchmark_smoke(tmp_path, run_cli):
     assert "max abs diff 0 " in line and "3 offsets all 64 KiB aligned: True" in line
 
 
-@pytest.mark.parametrize("layout", [Layout("w.bin", align=1), Layout("w.bin", align=4096), Layout("w.bin", checksum=True)])
+@pytest.mark.parametrize(
+    "layout", [Layout("w.bin", align=1), Layout("w.bin", align=4096), Layout("w.bin", checksum=True)]
+)
 def test_the_data_files_digest_taken_while_writing_is_its_sha256(tmp_path, layout, monkeypatch):
     """The stamp's record of a data file is hashed as it is written (kernel copy or not), never read back."""
     source = saved_external(tmp_path / "in")

@@ -11,6 +11,7 @@ import patchspec.cli
 from helpers import graph_model, tensor_info, write_spec
 from patchspec import PatchResult, PatchType, hookimpl
 from patchspec.host.registry import PluginRegistry
+from patchspec.testing import make_model, run_spec
 
 HEADER = "patchspec: 1\nmodel: m.onnx\noutput: out/m.onnx\n"
 
@@ -306,3 +307,19 @@ def test_a_linked_spec_reads_its_files_where_the_link_is(tmp_path):
     (tmp_path / "sandbox" / "x.npy").write_bytes(b"")
     spec = load_spec(tmp_path / "sandbox" / "spec.yaml", PluginRegistry.load())
     assert spec.folder == tmp_path / "sandbox" and spec.output == tmp_path / "sandbox" / "out" / "m.onnx"
+
+
+@pytest.mark.parametrize(
+    ("environment", "fragment"),
+    [({"PRE_COMMIT": "1"}, "additional_dependencies"), ({}, "install the distribution that provides plugin 'stamp'")],
+)
+def test_a_missing_plugin_is_named_with_the_fix_for_where_patchspec_runs(tmp_path, monkeypatch, environment, fragment):
+    """In pre-commit and pipx a plugin installed beside the project is not seen (issue 35): the
+    error names the plugin, and the hint the fix for that environment, not a built-in look-alike."""
+    monkeypatch.delenv("PRE_COMMIT", raising=False)
+    for key, value in environment.items():
+        monkeypatch.setenv(key, value)
+    result = run_spec(tmp_path, "patches:\n  - stamp.metadata: {}\n", make_model(), command="validate")
+    result.assert_failed(2)
+    assert "unknown patch type 'stamp.metadata': no installed plugin is named 'stamp'" in result.stderr
+    assert fragment in result.stderr and "did you mean" not in result.stderr, result.stderr
