@@ -38,7 +38,7 @@ class Where:
 
     def __str__(self) -> str:
         place = f"{self.file}:{self.line}:{self.column}" if self.line else self.file
-        label = self.step + (" > " + ".".join(str(k) for k in self.key) if self.key and self.step else "")
+        label = step_where(self.step, self.key) if self.step else ""
         return ": ".join(part for part in (place, label) if part)
 
     def to_json(self) -> dict[str, Any]:
@@ -134,6 +134,12 @@ class UsageError(PatchspecError):
     exit_code = EXIT_INVALID_SPEC
 
 
+def step_where(label: str, key: Iterable[Any] = ()) -> str:
+    """A place in a spec as messages name it: ``patches[1] (rename_dims) > axes.2``."""
+    key = tuple(key)
+    return label + (" > " + ".".join(str(k) for k in key) if key else "")
+
+
 @dataclass(frozen=True, order=True)
 class SpecProblem:
     """One located problem in a spec file: ``file:line:col: where: message``."""
@@ -160,12 +166,15 @@ class SpecProblem:
         return text
 
     def to_json(self) -> dict[str, Any]:
-        """The problem's fields, for ``validate --json`` and ``--report``."""
+        """The problem's fields, for ``validate --json`` and ``--report``: ``where`` the step
+        (``patches[0] (set_batch)``), ``key`` the path inside its params (``["axes", 2]``)."""
+        suffix = step_where("", self.key)
+        step = self.where[: -len(suffix)] if suffix and self.where.endswith(suffix) else self.where
         return {
             "file": self.file,
             "line": self.line,
             "column": self.column,
-            "where": self.where,
+            "where": step,
             "key": list(self.key),
             "message": self.message,
             "hint": self.hint,

@@ -19,7 +19,7 @@ from typing import Any
 import jsonschema
 from jsonschema.exceptions import ValidationError, best_match
 
-from patchspec.errors import SpecError, SpecProblem, did_you_mean
+from patchspec.errors import SpecError, SpecProblem, did_you_mean, step_where
 from patchspec.spec.catalog import DISABLE_ENV, Catalog, StepKind
 from patchspec.spec.confine import ROOT_HINT, Root, control_characters, read_problem
 from patchspec.spec.reader import YamlDocument, load_yaml
@@ -91,10 +91,12 @@ def _located(
     hint: str | None = None,
     *,
     of_key: bool = False,
+    key: tuple[Any, ...] = (),
 ) -> SpecProblem:
-    """``document.problem``, typed: the problem at ``path`` (its key's position with ``of_key``)."""
+    """``document.problem``, typed: the problem at ``path`` (its key's position with ``of_key``);
+    ``key``: the path inside the step's params that ``where`` ends with, kept as data."""
     problem: SpecProblem = document.problem(path, where, message, hint, of_key=of_key)
-    return problem
+    return replace(problem, key=tuple(key)) if key else problem
 
 
 def apply_defaults(schema: dict[str, Any], value: Any) -> Any:
@@ -136,7 +138,7 @@ def _missing_files(
         for relative in registry.guard(kind, step.type_name, locate(document, step)).dependencies(step.params):
             key = _key_of(step.params, relative) or ()
             doc_path = step.path if step.shorthand_used else step.path + key
-            where = step.label + (" > " + ".".join(map(str, key)) if key else "")
+            where = step_where(step.label, key)
             hint = None
             target = Path(os.path.normpath(folder / relative))  # the path the step opens (StepContext.resolve)
             if not os.path.lexists(target) or not target.exists():
@@ -149,7 +151,7 @@ def _missing_files(
                 if refused is None:
                     continue
                 message, hint = f"{relative} {refused}", ROOT_HINT if not root.holds(target) else None
-            problems.append(_located(document, doc_path, where, message, hint))
+            problems.append(_located(document, doc_path, where, message, hint, key=key))
     return problems
 
 
@@ -239,8 +241,7 @@ def _steps(document: YamlDocument, section: str, registry: Catalog, problems: li
         if len(problems) == before:
             for key, message in guard.check_params(params):
                 doc_path = step_path if shorthand_used else step_path + tuple(key)
-                where = step.label + (" > " + ".".join(map(str, key)) if key else "")
-                problems.append(_located(document, doc_path, where, message))
+                problems.append(_located(document, doc_path, step_where(step.label, key), message, key=tuple(key)))
         if len(problems) == before:  # the schema's defaults, once, here: the plugin gets its params filled in
             step = Step(section, index, type_name, apply_defaults(cls_.params_schema, params), shorthand_used)
         yield step
@@ -307,7 +308,9 @@ def _install_hint(plugin: str) -> str:
         )
     if "pipx" in Path(sys.prefix).parts:
         return f"patchspec runs in a pipx environment: pipx inject patchspec DIST, with DIST {what[4:]}"
-    return f"install {what} in the environment patchspec runs from ({sys.prefix}); 'patchspec plugins' lists what is there"
+    return (
+        f"install {what} in the environment patchspec runs from ({sys.prefix}); 'patchspec plugins' lists what is there"
+    )
 
 
 def _param_problems(
@@ -320,9 +323,9 @@ def _param_problems(
         for key in error.instance:
             if key in known:
                 continue
-            where = step.label + (" > " + ".".join(map(str, path)) if path else "")
             message = f"unknown key '{key}'" + did_you_mean(str(key), known)
-            problems.append(_located(document, step.path + path + (key,), where, message, of_key=True))
+            where = step_where(step.label, path)
+            problems.append(_located(document, step.path + path + (key,), where, message, of_key=True, key=path))
         return problems
     if step.shorthand_used:  # located at the value the user wrote; named by the key it stands for
         note = f" ({step.type_name}: VALUE is short for {step.type_name}: {{{shorthand}: VALUE}})"
@@ -346,11 +349,12 @@ def _schema_problem(
             error = best_match(_branches_of_the_right_type(error.context))
         message = _short_message(error)
     rel = tuple(error.absolute_path)
-    where = label + (" > " + ".".join(map(str, rel)) if rel and label else "")
+    where = step_where(label, rel) if label else ""
     if not label:  # the envelope: patches[0], as steps are named everywhere else
         where = "".join(f"[{k}]" if isinstance(k, int) else (f".{k}" if i else str(k)) for i, k in enumerate(rel))
     full_path = doc_path if label else doc_path + rel
-    return _located(document, full_path, where, message + shorthand_note, _missing_comma(error.instance))
+    key = rel if label else ()
+    return _located(document, full_path, where, message + shorthand_note, _missing_comma(error.instance), key=key)
 
 
 #: "4 3" or "N 3 640": numbers (or names and numbers) separated by spaces, as a flow list without commas reads

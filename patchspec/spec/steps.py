@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from patchspec.errors import SpecProblem, Where
+from patchspec.errors import SpecProblem, Where, step_where
 from patchspec.spec.reader import YamlDocument
 
 
@@ -62,7 +62,7 @@ class Spec:
         """A located problem inside a step's params, as the loader reports its own."""
         key = tuple(key)
         doc_path = step.path if step.shorthand_used else step.path + key
-        where = step.label + (" > " + ".".join(str(k) for k in key) if key else "")
+        where = step_where(step.label, key)
         pos = self.document.position(doc_path)
         return SpecProblem(pos.line, pos.column, where, message, hint, file=str(self.document.path), key=key)
 

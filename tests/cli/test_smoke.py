@@ -51,3 +51,23 @@ def test_env_plan_and_validate_print_json_when_asked(tmp_path, run_cli):
     # each problem is data: the place, the key inside the step, the message and the hint apart
     (problem,) = [p for p in checked[0]["problems"] if "did you mean 'size'" in p["message"] + str(p["hint"])]
     assert problem["file"].endswith("bad.yaml") and problem["line"] == 4 and problem["column"] > 1
+
+
+def test_validate_json_gives_the_step_and_the_key_apart(tmp_path, run_cli):
+    """Issue 35: "key" was [] and the params path folded into "where", as docs/cli.md says it is not."""
+    import json
+
+    import onnx
+
+    from patchspec.testing import make_model
+
+    onnx.save(make_model({"x": ("N", 3)}), tmp_path / "m.onnx")
+    (tmp_path / "bad.yaml").write_text(
+        "patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches:\n"
+        "  - rename_dims: {tensor: x, axes: {0: 12.5}}\n  - set_batch: {size: 2, inputz: [x]}\n"
+    )
+    problems = json.loads(run_cli("validate", "--json", tmp_path / "bad.yaml").stdout)["specs"][0]["problems"]
+    places = sorted((p["where"], tuple(p["key"])) for p in problems)
+    assert places == [("patches[0] (rename_dims)", ("axes", 0)), ("patches[1] (set_batch)", ())], problems
+    text = run_cli("validate", tmp_path / "bad.yaml").stderr
+    assert "patches[0] (rename_dims) > axes.0: 12.5 is not of type" in text, text
