@@ -8,32 +8,34 @@ line; a newline would start a line of the author's choosing (``::error::`` in a 
 
 from __future__ import annotations
 
-import json
 import re
 from typing import TypeVar, cast
 
 T = TypeVar("T")
 
 #: C0 controls but newline and tab, DEL, C1 controls (NEL included), and the Unicode line breaks
-_STEERING = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+_STEERING = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]"
 #: the same and newline and tab: for a name, which must read as one name on one line
-_BREAKING = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_BREAKING = "[\x00-\x1f\x7f-\x9f\u2028\u2029]"
+
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def _escape(match: re.Match[str]) -> str:
     char = match.group()
-    return json.dumps(char)[1:-1] if char in "\n\r\t" else f"\\u{ord(char):04x}"
+    return _NAMED.get(char) or f"\\u{ord(char):04x}"
 
 
 def printable(text: str) -> str:
     """``text`` with every character that steers a terminal or rewrites a line escaped; newlines and
     tabs kept (patchspec's own messages have several lines)."""
-    return _STEERING.sub(_escape, text)
+    return re.sub(_STEERING, _escape, text)
 
 
 def escape_controls(text: str) -> str:
     """``text`` on one line: every control or line-breaking character escaped (``\\n``, ``\\u001b``)."""
-    return _BREAKING.sub(_escape, text)
+    return re.sub(_BREAKING, _escape, text)
 
 
 def one_line_strings(value: T) -> T:
