@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from feeds import batch_axes, shapes_at
 from manifest import REPO, Model
 
@@ -87,6 +88,8 @@ def _spec(model: Model, size: int | str, verify: bool, batch: int) -> dict[str, 
             described = model.inputs[name]
             if isinstance(described, dict) and "value" in described:
                 case[name] = {"value": described["value"]}
+            elif isinstance(described, dict) and "choices" in described:  # STRING: the values themselves
+                case[name] = {"value": _strings(described["choices"], shape)}
             elif isinstance(described, dict):  # the manifest's bounds or fill, as a run case states them
                 case[name] = {"shape": shape, **{k: v for k, v in described.items() if k in ("low", "high", "fill")}}
             else:
@@ -97,6 +100,12 @@ def _spec(model: Model, size: int | str, verify: bool, batch: int) -> dict[str, 
         compare.update({"rtol": model.rtol, "atol": model.atol} if plain else {})
         spec["verify"] = [{"check": {}}, {"run": {"cases": [{"inputs": case}], "compare": compare}}]
     return spec
+
+
+def _strings(choices: list[str], shape: list[int]) -> Any:
+    """A nested list of ``shape`` that cycles through ``choices`` (a run case's STRING value)."""
+    flat = [choices[i % len(choices)] for i in range(int(np.prod(shape)))]
+    return np.array(flat, dtype=object).reshape(shape).tolist()
 
 
 def classify(outcome: Outcome, written: Path, model: Model, original: Path, batch: int, cwd: Path) -> dict[str, Any]:
@@ -182,3 +191,6 @@ def prepare(model: Model, source: Path, work: Path) -> None:
     target = work / "model.onnx"
     if not target.is_file() or target.stat().st_size != source.stat().st_size:
         shutil.copyfile(source, target)
+    data = source.with_name(source.name + ".data")  # external data, named as the model's tensors say
+    if data.is_file() and not (work / data.name).is_file():
+        shutil.copyfile(data, work / data.name)
