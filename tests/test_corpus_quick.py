@@ -148,6 +148,8 @@ def test_report_calls_a_verified_wrong_model_a_silent_pass():
     assert report.cell(wrong, True, "init_apply") == "**SILENT PASS** (wrong)"
     assert report.cell(wrong, True, "set_batch_4_verify") == "**SILENT PASS** (wrong)"
     assert report.cell(wrong, True, "set_batch_4_noverify") == "**WRONG** (wrong)"
+    unchecked = {**wrong, "compare": "none"}  # the harness's spec only ran it: written wrong, not a silent pass
+    assert report.cell(unchecked, True, "set_batch_4_verify") == "**WRONG** (wrong)"
     models = {
         "m": {"package": "p==1", "batchable": True, "init_apply": wrong, "set_batch_4_verify": {"verdict": "right"}}
     }

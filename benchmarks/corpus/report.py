@@ -31,7 +31,12 @@ VERIFIED = ("set_batch_4_verify", "set_batch_N_verify", "init_apply")
 
 
 def silent(step_name: str, step: dict[str, Any] | None) -> bool:
-    return step_name in VERIFIED and bool(step) and step.get("verdict") in WRONG  # type: ignore[union-attr]
+    """A verified step that wrote a model the judge finds wrong. The harness's set_batch spec runs the
+    output without a comparison (``compare: none``) where some batch is off axis 0: a wrong model
+    written there is written wrong, but nothing said it was compared."""
+    if step_name not in VERIFIED or not step or step.get("verdict") not in WRONG:
+        return False
+    return step.get("compare") != "none"
 
 
 def cell(step: dict[str, Any] | None, batchable: bool, name: str = "") -> str:

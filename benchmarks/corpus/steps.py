@@ -133,12 +133,16 @@ def set_batch(model: Model, work: Path, size: int | str, verify: bool) -> dict[s
     batch = size if isinstance(size, int) else 3
     name = f"set_batch_{size}_{'verify' if verify else 'noverify'}"
     spec = work / f"{name}.yaml"
-    spec.write_text(json.dumps(_spec(model, size, verify, batch), indent=2) + "\n")
+    written = _spec(model, size, verify, batch)
+    spec.write_text(json.dumps(written, indent=2) + "\n")
     output = work / f"{name}.onnx"
     output.unlink(missing_ok=True)
     command = [PATCHSPEC, "apply", spec.name, "--output", output.name, "--force"]
     command += [] if verify else ["--no-verify"]
-    return classify(run(command, work), output, model, work / "model.onnx", batch, work)
+    result = classify(run(command, work), output, model, work / "model.onnx", batch, work)
+    if verify:  # "original": compared per sample (split_batch); "none": only run
+        result["compare"] = written["verify"][1]["run"]["compare"]["against"]
+    return result
 
 
 def init_apply(model: Model, work: Path) -> dict[str, Any]:
