@@ -108,6 +108,32 @@ def summarize(models: dict[str, Any]) -> list[str]:
     return lines
 
 
+def rates(models: dict[str, Any]) -> list[str]:
+    """One row per step: right on the batchable models, refused on the others, written wrong, silent passes,
+    exit 5 (or a traceback or timeout)."""
+    batchable = {k: m for k, m in models.items() if m.get("batchable") and "missing" not in m}
+    other = {k: m for k, m in models.items() if not m.get("batchable") and "missing" not in m}
+    names = {
+        "set_batch_4_noverify": "set_batch 4, --no-verify",
+        "set_batch_4_verify": "set_batch 4 + verify",
+        "set_batch_N_noverify": "set_batch N, --no-verify",
+        "set_batch_N_verify": "set_batch N + verify",
+        "init_apply": "init + apply (first time)",
+        "polygraphy": "Polygraphy sanitize",
+    }
+    head = "| step | right (batchable) | refused (not batchable) | written wrong | silent passes | exit 5, traceback, timeout |"
+    rows = [head, "| --- | --- | --- | --- | --- | --- |"]
+    for step, name in names.items():
+        right = sum(m.get(step, {}).get("verdict") == "right" for m in batchable.values())
+        refused = sum(m.get(step, {}).get("verdict") in ("refused", "tool error") for m in other.values())
+        wrong = sum(m.get(step, {}).get("verdict") in WRONG for m in models.values())
+        quiet = sum(silent(step, m.get(step)) for m in models.values()) if step in VERIFIED else "-"
+        broken = sum(m.get(step, {}).get("verdict") in BROKEN for m in models.values())
+        cells = [name, rate(right, len(batchable)), rate(refused, len(other)), str(wrong), str(quiet), str(broken)]
+        rows.append("| " + " | ".join(cells) + " |")
+    return rows
+
+
 def table(models: dict[str, Any]) -> list[str]:
     head = [
         "model",
@@ -196,7 +222,7 @@ def section(data: dict[str, Any]) -> str:
     models = data["models"]
     found = ", ".join(f"{k} {v}" for k, v in sorted(data.get("versions", {}).items()))
     parts = [BEGIN, "", f"Measured on {data.get('machine', '?')} ({found}) with `{data.get('command', '')}`.", ""]
-    parts += summarize(models) + [""] + table(models) + ["", END]
+    parts += rates(models) + [""] + summarize(models) + [""] + table(models) + ["", END]
     return "\n".join(parts)
 
 
