@@ -8,11 +8,17 @@ Each family is written by the converter a user would call, at pinned versions (C
 CORPUS_TF_PINS in the Makefile), into benchmarks/corpus/generated/<package>/ where <package> is the
 [[package]] of models.toml that lists it. Weights and data come from fixed seeds; nothing is downloaded.
 The .onnx files are committed (each under 200 KB), so `make corpus` needs none of these converters;
-models.toml pins each file's sha256, and a regenerated file that differs must be pinned again.
+models.toml pins each file's sha256, and a regenerated file that differs must be pinned again. What would
+change from run to run is left out: dynamo's per-node stack traces, CatBoost's training time and model guid,
+onnxmltools' random graph name (each model is named after its file), and the order of opset_import
+(sorted by domain here; some converters list it in a set's order). Every file comes out byte for byte the same
+again, except keras_lstm_op13.onnx: tf2onnx keeps one of the LSTM's two identical zero-state subgraphs,
+not always the same one, so its node names may differ (the graph computes the same).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -25,8 +31,17 @@ SEED = 0
 
 
 def _save(package: str, name: str, model: object) -> None:
+    """Write the model as the converter made it, less the stack traces dynamo records per node (file paths
+    and line numbers of this script: the bytes would change with the checkout's folder)."""
     folder = OUT / package
     folder.mkdir(parents=True, exist_ok=True)
+    for node in model.graph.node:  # type: ignore[attr-defined]
+        kept = [p for p in node.metadata_props if p.key != "pkg.torch.onnx.stack_trace"]
+        del node.metadata_props[:]
+        node.metadata_props.extend(kept)
+    opsets = sorted(model.opset_import, key=lambda o: o.domain)  # type: ignore[attr-defined]
+    del model.opset_import[:]  # type: ignore[attr-defined]
+    model.opset_import.extend(opsets)  # type: ignore[attr-defined]  # converters list them in set order
     data = model.SerializeToString()  # type: ignore[attr-defined]
     (folder / name).write_bytes(data)
     print(f"generate: {package}/{name} ({len(data) // 1024} KB)")
@@ -46,7 +61,6 @@ def sklearn() -> None:
     from sklearn.cluster import KMeans
     from sklearn.compose import ColumnTransformer
     from sklearn.ensemble import RandomForestRegressor
-    from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LinearRegression, LogisticRegression
     from sklearn.neural_network import MLPClassifier
     from sklearn.pipeline import Pipeline
@@ -81,14 +95,7 @@ def sklearn() -> None:
     pipe = Pipeline([("scale", StandardScaler()), ("reg", LinearRegression())]).fit(x.astype(np.float64), target)
     converted = to_onnx(pipe, initial_types=[("X", DoubleTensorType([None, 4]))], target_opset=17)
     _save("skl2onnx", "scaler_linear_double.onnx", converted)
-    # text: StringNormalizer, Tokenizer and TfIdfVectorizer over a STRING column
-    corpus = ["the cat sat", "a dog ran far", "the dog sat down", "cats and dogs", "a cat ran"] * 6
-    labels = np.array([0, 1, 1, 0, 0] * 6)
-    pipe = Pipeline([("tfidf", TfidfVectorizer()), ("clf", LogisticRegression(max_iter=500))]).fit(corpus, labels)
-    converted = to_onnx(
-        pipe, initial_types=[("text", StringTensorType([None, 1]))], target_opset=17, options={"zipmap": False}
-    )
-    _save("skl2onnx", "tfidf_text_classifier.onnx", converted)
+    # (a TfidfVectorizer is left out: ONNX Runtime's StringNormalizer needs the en_US.UTF-8 locale)
     # an MLP without ZipMap, k-means (label and distances), a small forest (TreeEnsembleRegressor)
     model = MLPClassifier(hidden_layer_sizes=(16,), max_iter=300, random_state=SEED).fit(x, y)
     _save(
@@ -114,16 +121,32 @@ def onnxmltools() -> None:
     types = [("input", FloatTensorType([None, 4]))]
     options = {"n_estimators": 8, "num_leaves": 7, "random_state": SEED, "verbose": -1}
     model = lightgbm.LGBMClassifier(**options).fit(x, (y > 0).astype(int))
-    _save("onnxmltools", "lgbm_binary_zipmap.onnx", convert_lightgbm(model, initial_types=types, target_opset=15))
+    _save(
+        "onnxmltools",
+        "lgbm_binary_zipmap.onnx",
+        convert_lightgbm(model, name="lgbm_binary_zipmap", initial_types=types, target_opset=15),
+    )
     model = lightgbm.LGBMClassifier(**options).fit(x, y)
-    converted = convert_lightgbm(model, initial_types=types, target_opset=15, zipmap=False)
+    converted = convert_lightgbm(model, name="lgbm_multiclass", initial_types=types, target_opset=15, zipmap=False)
     _save("onnxmltools", "lgbm_multiclass.onnx", converted)
     model = lightgbm.LGBMRegressor(**options).fit(x, target)
-    _save("onnxmltools", "lgbm_regressor.onnx", convert_lightgbm(model, initial_types=types, target_opset=15))
+    _save(
+        "onnxmltools",
+        "lgbm_regressor.onnx",
+        convert_lightgbm(model, name="lgbm_regressor", initial_types=types, target_opset=15),
+    )
     model = xgboost.XGBClassifier(n_estimators=8, max_depth=3, random_state=SEED).fit(x, y)
-    _save("onnxmltools", "xgb_multiclass.onnx", convert_xgboost(model, initial_types=types, target_opset=15))
+    _save(
+        "onnxmltools",
+        "xgb_multiclass.onnx",
+        convert_xgboost(model, name="xgb_multiclass", initial_types=types, target_opset=15),
+    )
     model = xgboost.XGBRegressor(n_estimators=8, max_depth=3, random_state=SEED).fit(x, target)
-    _save("onnxmltools", "xgb_regressor.onnx", convert_xgboost(model, initial_types=types, target_opset=15))
+    _save(
+        "onnxmltools",
+        "xgb_regressor.onnx",
+        convert_xgboost(model, name="xgb_regressor", initial_types=types, target_opset=15),
+    )
 
 
 # -- catboost's own exporter ---------------------------------------------------------------------------------
@@ -135,15 +158,24 @@ def catboost() -> None:
 
     x, y = _tabular()
     target = x @ np.array([1.0, -2.0, 0.5, 3.0]) + 0.1
+    options = {"iterations": 8, "depth": 3, "random_seed": SEED, "verbose": 0}
+    here = Path.cwd()
     with tempfile.TemporaryDirectory() as folder:
-        for name, model, labels in (
-            ("catboost_multiclass.onnx", CatBoostClassifier(iterations=8, depth=3, random_seed=SEED, verbose=0), y),
-            ("catboost_regressor.onnx", CatBoostRegressor(iterations=8, depth=3, random_seed=SEED, verbose=0), target),
-        ):
-            model.fit(x, labels)
-            path = Path(folder) / name
-            model.save_model(str(path), format="onnx")
-            _save("catboost", name, onnx.load(str(path)))
+        os.chdir(folder)  # catboost trains into ./catboost_info, a name the model records
+        try:
+            for name, model, labels in (
+                ("catboost_multiclass.onnx", CatBoostClassifier(**options), y),
+                ("catboost_regressor.onnx", CatBoostRegressor(**options), target),
+            ):
+                model.fit(x, labels)
+                model.save_model(name, format="onnx")
+                converted = onnx.load(name)
+                kept = [p for p in converted.metadata_props if p.key not in ("train_finish_time", "model_guid")]
+                del converted.metadata_props[:]
+                converted.metadata_props.extend(kept)  # the same bytes every time
+                _save("catboost", name, converted)
+        finally:
+            os.chdir(here)
 
 
 # -- torch: sequence-first attention, samples coupled, fp16 and double ----------------------------------------
@@ -347,7 +379,7 @@ def keras() -> None:
     import tensorflow as tf
     import tf2onnx
 
-    tf.random.set_seed(SEED)
+    tf.keras.utils.set_random_seed(SEED)
     keras_ = tf.keras
     cnn = keras_.Sequential(
         [
@@ -388,6 +420,8 @@ FAMILIES: dict[str, Callable[[], None]] = {
 
 
 def main() -> None:
+    if os.environ.get("PYTHONHASHSEED") != "0":  # converters iterate over sets of names: fix their order
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "PYTHONHASHSEED": "0"})
     wanted = sys.argv[1:] or list(FAMILIES)
     unknown = sorted(set(wanted) - set(FAMILIES))
     if unknown:
