@@ -193,7 +193,8 @@ def original_at(model: Model, work: Path, batch: int) -> dict[str, Any]:
 def prepare(model: Model, source: Path, work: Path) -> None:
     work.mkdir(parents=True, exist_ok=True)
     target = work / "model.onnx"
-    if not target.is_file() or target.stat().st_size != source.stat().st_size:
+    stale = not target.is_file() or target.stat().st_size != source.stat().st_size
+    if stale or target.stat().st_mtime < source.stat().st_mtime:  # a model regenerated at the same size
         shutil.copyfile(source, target)
     data = source.with_name(source.name + ".data")  # external data, named as the model's tensors say
     if data.is_file() and not (work / data.name).is_file():
