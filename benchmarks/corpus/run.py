@@ -150,6 +150,7 @@ def main() -> None:
         outcome.update(
             {
                 "package": package.requirement,
+                "generated": bool(package.generator),
                 "path": model.path,
                 "exporter": model.exporter,
                 "batchable": model.batchable,
@@ -159,7 +160,7 @@ def main() -> None:
         )
         data["models"][model.key] = outcome
         data["machine"] = f"{platform.system()} {platform.machine()}, Python {platform.python_version()}"
-        data["command"] = "make corpus && nice .venv/bin/python benchmarks/corpus/run.py"
+        data["command"] = "make corpus-run"
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(portable(json.dumps(data, indent=1, sort_keys=True)) + "\n")
         verdicts = {k: v.get("verdict") for k, v in outcome.items() if isinstance(v, dict)}

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from feeds import batch_axes, shapes_at
 from manifest import REPO, Model
 
@@ -87,6 +88,8 @@ def _spec(model: Model, size: int | str, verify: bool, batch: int) -> dict[str, 
             described = model.inputs[name]
             if isinstance(described, dict) and "value" in described:
                 case[name] = {"value": described["value"]}
+            elif isinstance(described, dict) and "choices" in described:  # STRING: the values themselves
+                case[name] = {"value": _strings(described["choices"], shape)}
             elif isinstance(described, dict):  # the manifest's bounds or fill, as a run case states them
                 case[name] = {"shape": shape, **{k: v for k, v in described.items() if k in ("low", "high", "fill")}}
             else:
@@ -97,6 +100,12 @@ def _spec(model: Model, size: int | str, verify: bool, batch: int) -> dict[str, 
         compare.update({"rtol": model.rtol, "atol": model.atol} if plain else {})
         spec["verify"] = [{"check": {}}, {"run": {"cases": [{"inputs": case}], "compare": compare}}]
     return spec
+
+
+def _strings(choices: list[str], shape: list[int]) -> Any:
+    """A nested list of ``shape`` that cycles through ``choices`` (a run case's STRING value)."""
+    flat = [choices[i % len(choices)] for i in range(int(np.prod(shape)))]
+    return np.array(flat, dtype=object).reshape(shape).tolist()
 
 
 def classify(outcome: Outcome, written: Path, model: Model, original: Path, batch: int, cwd: Path) -> dict[str, Any]:
@@ -124,12 +133,16 @@ def set_batch(model: Model, work: Path, size: int | str, verify: bool) -> dict[s
     batch = size if isinstance(size, int) else 3
     name = f"set_batch_{size}_{'verify' if verify else 'noverify'}"
     spec = work / f"{name}.yaml"
-    spec.write_text(json.dumps(_spec(model, size, verify, batch), indent=2) + "\n")
+    written = _spec(model, size, verify, batch)
+    spec.write_text(json.dumps(written, indent=2) + "\n")
     output = work / f"{name}.onnx"
     output.unlink(missing_ok=True)
     command = [PATCHSPEC, "apply", spec.name, "--output", output.name, "--force"]
     command += [] if verify else ["--no-verify"]
-    return classify(run(command, work), output, model, work / "model.onnx", batch, work)
+    result = classify(run(command, work), output, model, work / "model.onnx", batch, work)
+    if verify:  # "original": compared per sample (split_batch); "none": only run
+        result["compare"] = written["verify"][1]["run"]["compare"]["against"]
+    return result
 
 
 def init_apply(model: Model, work: Path) -> dict[str, Any]:
@@ -180,5 +193,9 @@ def original_at(model: Model, work: Path, batch: int) -> dict[str, Any]:
 def prepare(model: Model, source: Path, work: Path) -> None:
     work.mkdir(parents=True, exist_ok=True)
     target = work / "model.onnx"
-    if not target.is_file() or target.stat().st_size != source.stat().st_size:
+    stale = not target.is_file() or target.stat().st_size != source.stat().st_size
+    if stale or target.stat().st_mtime < source.stat().st_mtime:  # a model regenerated at the same size
         shutil.copyfile(source, target)
+    data = source.with_name(source.name + ".data")  # external data, named as the model's tensors say
+    if data.is_file() and not (work / data.name).is_file():
+        shutil.copyfile(data, work / data.name)

@@ -1,0 +1,434 @@
+"""Generate the corpus models that no wheel ships: classical ML converters, quantization, torch exporters.
+
+    make corpus-generate                                    # both venvs, every family
+    .venv-corpus-gen/bin/python benchmarks/corpus/generate.py sklearn onnxmltools catboost torch quant
+    .venv-corpus-tf/bin/python benchmarks/corpus/generate.py keras
+
+Each family is written by the converter a user would call, at pinned versions (CORPUS_GEN_PINS and
+CORPUS_TF_PINS in the Makefile), into benchmarks/corpus/generated/<package>/ where <package> is the
+[[package]] of models.toml that lists it. Weights and data come from fixed seeds; nothing is downloaded.
+The .onnx files are committed (each under 200 KB), so `make corpus` needs none of these converters;
+models.toml pins each file's sha256, and a regenerated file that differs must be pinned again. What would
+change from run to run is left out: dynamo's per-node stack traces, CatBoost's training time and model guid,
+onnxmltools' random graph name (each model is named after its file), and the order of opset_import
+(sorted by domain here; some converters list it in a set's order). Every file comes out byte for byte the same
+again, except keras_lstm_op13.onnx: tf2onnx keeps one of the LSTM's two identical zero-state subgraphs,
+not always the same one, so its node names may differ (the graph computes the same).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+OUT = HERE / "generated"
+SEED = 0
+
+
+def _save(package: str, name: str, model: object) -> None:
+    """Write the model as the converter made it, less the stack traces dynamo records per node (file paths
+    and line numbers of this script: the bytes would change with the checkout's folder)."""
+    folder = OUT / package
+    folder.mkdir(parents=True, exist_ok=True)
+    for node in model.graph.node:  # type: ignore[attr-defined]
+        kept = [p for p in node.metadata_props if p.key != "pkg.torch.onnx.stack_trace"]
+        del node.metadata_props[:]
+        node.metadata_props.extend(kept)
+    opsets = sorted(model.opset_import, key=lambda o: o.domain)  # type: ignore[attr-defined]
+    del model.opset_import[:]  # type: ignore[attr-defined]
+    model.opset_import.extend(opsets)  # type: ignore[attr-defined]  # converters list them in set order
+    data = model.SerializeToString()  # type: ignore[attr-defined]
+    (folder / name).write_bytes(data)
+    print(f"generate: {package}/{name} ({len(data) // 1024} KB)")
+
+
+def _tabular(rows: int = 120, features: int = 4, classes: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(SEED)
+    x = rng.normal(size=(rows, features)).astype(np.float32)
+    y = (x[:, 0] + 0.5 * x[:, 1] > 0).astype(np.int64) + (x[:, 2] > 0.8).astype(np.int64) * (classes > 2)
+    return x, y
+
+
+# -- skl2onnx ------------------------------------------------------------------------------------------------
+def sklearn() -> None:
+    from skl2onnx import to_onnx
+    from skl2onnx.common.data_types import DoubleTensorType, FloatTensorType, StringTensorType
+    from sklearn.cluster import KMeans
+    from sklearn.compose import ColumnTransformer
+    from sklearn.ensemble import RandomForestRegressor
+    from sklearn.linear_model import LinearRegression, LogisticRegression
+    from sklearn.neural_network import MLPClassifier
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import LabelEncoder, OneHotEncoder, StandardScaler
+
+    x, y = _tabular()
+    floats = [("X", FloatTensorType([None, 4]))]
+    # a classifier whose probabilities are a ZipMap (a sequence of maps), the converter's default
+    model = LogisticRegression(max_iter=500).fit(x, y)
+    _save("skl2onnx", "logreg_zipmap.onnx", to_onnx(model, initial_types=floats, target_opset=17))
+    # string class labels: output_label is a STRING tensor, the ZipMap keyed by the names
+    names = np.array(["setosa", "versicolor", "virginica"])[y]
+    model = LogisticRegression(max_iter=500).fit(x, names)
+    _save("skl2onnx", "logreg_string_labels.onnx", to_onnx(model, initial_types=floats, target_opset=17))
+    # a LabelEncoder over letters: a STRING input [N]
+    encoder = LabelEncoder().fit(list("abcdefgh"))
+    converted = to_onnx(encoder, initial_types=[("letters", StringTensorType([None]))], target_opset=17)
+    _save("skl2onnx", "label_encoder_strings.onnx", converted)
+    # one-hot over a string column beside scaled numbers, then a classifier without ZipMap
+    rng = np.random.default_rng(SEED)
+    city = rng.choice(["paris", "lima", "oslo", "kyiv"], size=(120, 1))
+    columns = ColumnTransformer(
+        [("city", OneHotEncoder(handle_unknown="ignore"), [0]), ("num", StandardScaler(), [1, 2, 3])]
+    )
+    joined = np.concatenate([city.astype(object), x[:, :3].astype(object)], axis=1)
+    pipe = Pipeline([("columns", columns), ("clf", LogisticRegression(max_iter=500))]).fit(joined, y)
+    types = [("city", StringTensorType([None, 1])), ("num", FloatTensorType([None, 3]))]
+    converted = to_onnx(pipe, initial_types=types, target_opset=17, options={"zipmap": False})
+    _save("skl2onnx", "onehot_string_column.onnx", converted)
+    # DOUBLE in and out
+    target = x @ np.array([1.0, -2.0, 0.5, 3.0]) + 0.1
+    pipe = Pipeline([("scale", StandardScaler()), ("reg", LinearRegression())]).fit(x.astype(np.float64), target)
+    converted = to_onnx(pipe, initial_types=[("X", DoubleTensorType([None, 4]))], target_opset=17)
+    _save("skl2onnx", "scaler_linear_double.onnx", converted)
+    # (a TfidfVectorizer is left out: ONNX Runtime's StringNormalizer needs the en_US.UTF-8 locale)
+    # an MLP without ZipMap, k-means (label and distances), a small forest (TreeEnsembleRegressor)
+    model = MLPClassifier(hidden_layer_sizes=(16,), max_iter=300, random_state=SEED).fit(x, y)
+    _save(
+        "skl2onnx",
+        "mlp_classifier.onnx",
+        to_onnx(model, initial_types=floats, target_opset=17, options={"zipmap": False}),
+    )
+    model = KMeans(n_clusters=3, n_init=3, random_state=SEED).fit(x)
+    _save("skl2onnx", "kmeans.onnx", to_onnx(model, initial_types=floats, target_opset=17))
+    model = RandomForestRegressor(n_estimators=5, max_depth=4, random_state=SEED).fit(x, target)
+    _save("skl2onnx", "random_forest_regressor.onnx", to_onnx(model, initial_types=floats, target_opset=17))
+
+
+# -- onnxmltools: LightGBM and XGBoost -------------------------------------------------------------------------
+def onnxmltools() -> None:
+    import lightgbm
+    import xgboost
+    from onnxmltools import convert_lightgbm, convert_xgboost
+    from onnxmltools.convert.common.data_types import FloatTensorType
+
+    x, y = _tabular()
+    target = x @ np.array([1.0, -2.0, 0.5, 3.0]) + 0.1
+    types = [("input", FloatTensorType([None, 4]))]
+    options = {"n_estimators": 8, "num_leaves": 7, "random_state": SEED, "verbose": -1}
+    model = lightgbm.LGBMClassifier(**options).fit(x, (y > 0).astype(int))
+    _save(
+        "onnxmltools",
+        "lgbm_binary_zipmap.onnx",
+        convert_lightgbm(model, name="lgbm_binary_zipmap", initial_types=types, target_opset=15),
+    )
+    model = lightgbm.LGBMClassifier(**options).fit(x, y)
+    converted = convert_lightgbm(model, name="lgbm_multiclass", initial_types=types, target_opset=15, zipmap=False)
+    _save("onnxmltools", "lgbm_multiclass.onnx", converted)
+    model = lightgbm.LGBMRegressor(**options).fit(x, target)
+    _save(
+        "onnxmltools",
+        "lgbm_regressor.onnx",
+        convert_lightgbm(model, name="lgbm_regressor", initial_types=types, target_opset=15),
+    )
+    model = xgboost.XGBClassifier(n_estimators=8, max_depth=3, random_state=SEED).fit(x, y)
+    _save(
+        "onnxmltools",
+        "xgb_multiclass.onnx",
+        convert_xgboost(model, name="xgb_multiclass", initial_types=types, target_opset=15),
+    )
+    model = xgboost.XGBRegressor(n_estimators=8, max_depth=3, random_state=SEED).fit(x, target)
+    _save(
+        "onnxmltools",
+        "xgb_regressor.onnx",
+        convert_xgboost(model, name="xgb_regressor", initial_types=types, target_opset=15),
+    )
+
+
+# -- catboost's own exporter ---------------------------------------------------------------------------------
+def catboost() -> None:
+    import tempfile
+
+    import onnx
+    from catboost import CatBoostClassifier, CatBoostRegressor
+
+    x, y = _tabular()
+    target = x @ np.array([1.0, -2.0, 0.5, 3.0]) + 0.1
+    options = {"iterations": 8, "depth": 3, "random_seed": SEED, "verbose": 0}
+    here = Path.cwd()
+    with tempfile.TemporaryDirectory() as folder:
+        os.chdir(folder)  # catboost trains into ./catboost_info, a name the model records
+        try:
+            for name, model, labels in (
+                ("catboost_multiclass.onnx", CatBoostClassifier(**options), y),
+                ("catboost_regressor.onnx", CatBoostRegressor(**options), target),
+            ):
+                model.fit(x, labels)
+                model.save_model(name, format="onnx")
+                converted = onnx.load(name)
+                kept = [p for p in converted.metadata_props if p.key not in ("train_finish_time", "model_guid")]
+                del converted.metadata_props[:]
+                converted.metadata_props.extend(kept)  # the same bytes every time
+                _save("catboost", name, converted)
+        finally:
+            os.chdir(here)
+
+
+# -- torch: sequence-first attention, samples coupled, fp16 and double ----------------------------------------
+def _torch_export(module: object, args: tuple, names: list[str], outputs: list[str], **options: object) -> object:
+    import tempfile
+
+    import onnx
+    import torch
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "model.onnx"
+        torch.onnx.export(module, args, str(path), input_names=names, output_names=outputs, **options)
+        return onnx.load(str(path))
+
+
+def torch_models() -> None:
+    import torch
+    from torch import nn
+
+    torch.manual_seed(SEED)
+    # sequence-first attention ([T, N, E], the batch on axis 1), exported at batch 1
+    layer = nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, dropout=0.0).eval()
+    tokens = torch.randn(6, 1, 16)
+    with torch.no_grad():
+        model = _torch_export(layer, (tokens,), ["src"], ["out"], dynamo=True, optimize=True)
+    _save("torch", "seqfirst_encoder_dynamo.onnx", model)
+    time = torch.export.Dim("time", min=2, max=64)
+    with torch.no_grad():
+        model = _torch_export(
+            layer, (tokens,), ["src"], ["out"], dynamo=True, optimize=True, dynamic_shapes={"src": {0: time}}
+        )
+    _save("torch", "seqfirst_encoder_dynamo_dyntime.onnx", model)
+    attention = nn.MultiheadAttention(16, 4).eval()
+
+    class SelfAttention(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attention = attention
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.attention(x, x, x, need_weights=False)[0]
+
+    with torch.no_grad():
+        model = _torch_export(SelfAttention().eval(), (tokens,), ["x"], ["y"], dynamo=True, optimize=True)
+    _save("torch", "seqfirst_mha_dynamo.onnx", model)
+
+    # samples coupled: centering by the batch mean; BatchNorm exported in training mode
+    class Center(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(8, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.linear(x - x.mean(dim=0, keepdim=True))
+
+    sample = torch.randn(2, 8)
+    model = _torch_export(
+        Center().eval(), (sample,), ["x"], ["y"], dynamo=False, opset_version=17, dynamic_axes={"x": {0: "N"}}
+    )
+    _save("torch", "batch_mean_center.onnx", model)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU()).train()
+    model = _torch_export(
+        net,
+        (torch.randn(2, 3, 8, 8),),
+        ["x"],
+        ["y"],
+        dynamo=False,
+        opset_version=17,
+        training=torch.onnx.TrainingMode.TRAINING,
+        do_constant_folding=False,
+        dynamic_axes={"x": {0: "N"}, "y": {0: "N"}},
+    )
+    _save("torch", "batchnorm_training.onnx", model)
+
+    # float16 and double through and through, at a static batch 1
+    mlp = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3)).eval()
+    model = _torch_export(
+        mlp.double(), (torch.randn(1, 8, dtype=torch.float64),), ["x"], ["y"], dynamo=False, opset_version=17
+    )
+    _save("torch", "mlp_double_b1.onnx", model)
+    mlp = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3)).eval()
+    model = _torch_export(
+        mlp.half(), (torch.randn(1, 8, dtype=torch.float16),), ["x"], ["y"], dynamo=False, opset_version=17
+    )
+    _save("torch", "mlp_fp16_b1.onnx", model)
+
+    class HalfIO(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3, padding=1)
+            self.head = nn.Linear(4 * 8 * 8, 5)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            hidden = torch.relu(self.conv(x.float()))
+            return self.head(hidden.reshape(1, -1)).half()
+
+    model = _torch_export(
+        HalfIO().eval(), (torch.randn(1, 3, 8, 8).half(),), ["x"], ["y"], dynamo=False, opset_version=17
+    )
+    _save("torch", "cnn_fp16_io_b1.onnx", model)
+
+
+# -- onnxruntime.quantization: dynamic (DynamicQuantizeLinear) and static (QDQ, QOperator) --------------------
+def quant() -> None:
+    import tempfile
+
+    import onnx
+    import torch
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
+    from torch import nn
+
+    torch.manual_seed(SEED)
+
+    class Seq2Seq(nn.Module):
+        """A GRU encoder and a linear head per step."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Linear(6, 16)
+            self.gru = nn.GRU(16, 16, batch_first=True)
+            self.head = nn.Linear(16, 6)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            hidden, _ = self.gru(torch.relu(self.embed(x)))
+            return self.head(hidden)
+
+    class Lstm(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lstm = nn.LSTM(8, 16, batch_first=True)
+            self.head = nn.Linear(16, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(self.lstm(x)[0])
+
+    cnn = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(8, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(8 * 4 * 4, 5),
+    ).eval()
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            rng = np.random.default_rng(SEED)
+            self.items = iter([{"x": rng.uniform(-1, 1, (1, 3, 8, 8)).astype(np.float32)} for _ in range(16)])
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.items, None)
+
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        for name, module, sample in (
+            ("gru_seq2seq", Seq2Seq().eval(), torch.randn(1, 5, 6)),
+            ("lstm_tagger", Lstm().eval(), torch.randn(1, 5, 8)),
+        ):
+            plain = root / f"{name}.onnx"
+            torch.onnx.export(
+                module,
+                (sample,),
+                str(plain),
+                input_names=["x"],
+                output_names=["y"],
+                dynamo=False,
+                opset_version=17,
+                dynamic_axes={"x": {0: "batch", 1: "time"}, "y": {0: "batch", 1: "time"}},
+            )
+            quantized = root / f"{name}_dynamic_int8.onnx"
+            quantize_dynamic(str(plain), str(quantized), weight_type=QuantType.QInt8)
+            _save("onnxruntime-quantization", quantized.name, onnx.load(str(quantized)))
+        plain = root / "cnn.onnx"
+        torch.onnx.export(
+            cnn,
+            (torch.randn(1, 3, 8, 8),),
+            str(plain),
+            input_names=["x"],
+            output_names=["y"],
+            dynamo=False,
+            opset_version=17,
+        )
+        for form, name in (
+            (QuantFormat.QDQ, "cnn_static_qdq.onnx"),
+            (QuantFormat.QOperator, "cnn_static_qlinear.onnx"),
+        ):
+            out = root / name
+            quantize_static(str(plain), str(out), Reader(), quant_format=form, per_channel=False)
+            _save("onnxruntime-quantization", name, onnx.load(str(out)))
+
+
+# -- tf2onnx: Keras models, opset 9 (IR 4) and 13 --------------------------------------------------------------
+def keras() -> None:
+    import tensorflow as tf
+    import tf2onnx
+
+    tf.keras.utils.set_random_seed(SEED)
+    keras_ = tf.keras
+    cnn = keras_.Sequential(
+        [
+            keras_.Input((16, 16, 3), batch_size=None, name="image"),
+            keras_.layers.Conv2D(4, 3, padding="same", activation="relu"),
+            keras_.layers.MaxPooling2D(),
+            keras_.layers.Flatten(),
+            keras_.layers.Dense(5, activation="softmax"),
+        ]
+    )
+    lstm = keras_.Sequential(
+        [
+            keras_.Input((7, 6), batch_size=None, name="series"),
+            keras_.layers.LSTM(8, return_sequences=True),
+            keras_.layers.Dense(3),
+        ]
+    )
+    for name, model, shape, opset in (
+        ("keras_cnn_op9.onnx", cnn, (None, 16, 16, 3), 9),
+        ("keras_cnn_op13.onnx", cnn, (None, 16, 16, 3), 13),
+        ("keras_cnn_op9_b1.onnx", cnn, (1, 16, 16, 3), 9),
+        ("keras_lstm_op13.onnx", lstm, (None, 7, 6), 13),
+    ):
+        signature = (tf.TensorSpec(shape, tf.float32, name=model.inputs[0].name.split(":")[0]),)
+        function = tf.function(lambda x, m=model: m(x))
+        converted, _ = tf2onnx.convert.from_function(function, input_signature=signature, opset=opset)
+        _save("tf2onnx", name, converted)
+
+
+FAMILIES: dict[str, Callable[[], None]] = {
+    "sklearn": sklearn,
+    "onnxmltools": onnxmltools,
+    "catboost": catboost,
+    "torch": torch_models,
+    "quant": quant,
+    "keras": keras,
+}
+
+
+def main() -> None:
+    if os.environ.get("PYTHONHASHSEED") != "0":  # converters iterate over sets of names: fix their order
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "PYTHONHASHSEED": "0"})
+    wanted = sys.argv[1:] or list(FAMILIES)
+    unknown = sorted(set(wanted) - set(FAMILIES))
+    if unknown:
+        raise SystemExit(f"generate: unknown families {unknown}; known: {sorted(FAMILIES)}")
+    for family in wanted:
+        FAMILIES[family]()
+
+
+if __name__ == "__main__":
+    main()
