@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
@@ -54,6 +55,31 @@ def environment() -> dict[str, Any]:
     except Exception as exc:
         found["onnxruntime"] = {"error": f"{type(exc).__name__}: {exc}"}
     return found
+
+
+def device_name(provider: str, options: Mapping[str, str] | None = None) -> str | None:
+    """The device a session on ``provider`` runs on, as onnxruntime names it (its execution-provider
+    devices, onnxruntime >= 1.22: the vendor and the device's own description where it gives one),
+    the ``device_id``-th of that provider's devices; else ``onnxruntime.get_device()`` for a GPU
+    provider; None when onnxruntime says nothing."""
+    try:
+        import onnxruntime
+
+        devices = [d for d in getattr(onnxruntime, "get_ep_devices", list)() if d.ep_name == provider]
+        index = int((options or {}).get("device_id", 0))
+        if 0 <= index < len(devices):
+            return _describe(devices[index].device)
+        return None if provider == "CPUExecutionProvider" else f"{onnxruntime.get_device()} (onnxruntime.get_device())"
+    except Exception:  # a name for the report only: never a reason to fail
+        return None
+
+
+def _describe(device: Any) -> str:
+    metadata = dict(getattr(device, "metadata", {}) or {})
+    described = next((metadata[k] for k in ("Description", "DeviceName", "Name", "name") if metadata.get(k)), "")
+    kind = str(getattr(device, "type", "")).rsplit(".", 1)[-1].split(":")[0]
+    ids = f"vendor 0x{int(device.vendor_id):04x}, device 0x{int(device.device_id):04x}"
+    return " ".join(part for part in (str(getattr(device, "vendor", "")), described or kind) if part) + f" ({ids})"
 
 
 def environment_lines() -> list[str]:

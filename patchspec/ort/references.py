@@ -8,7 +8,7 @@ output's and a reference's weights are never in memory together.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,8 @@ class ReferenceSettings:
     split: BatchSplit = field(default_factory=BatchSplit)
     libraries: Sequence[Path] = ()
     timeout: float | None = None
+    #: each provider's session options (:func:`patchspec.ort.providers.provider_setup`): like with like
+    provider_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 class References:
@@ -126,7 +128,8 @@ def reference_session(path: Path, provider: str, level: str, settings: Reference
     if not path.is_file():
         raise RunFailure(f"reference model {path} does not exist", "'against' paths are relative to the spec's folder")
     try:
-        return Session(path, provider, level, settings.libraries, settings.timeout)
+        options = settings.provider_options.get(provider)
+        return Session(path, provider, level, settings.libraries, settings.timeout, options=options)
     except RunFailure as exc:
         raise RunFailure(f"reference: {exc.message}", exc.hint, detail=exc.detail, node=exc.node) from None
 
