@@ -297,22 +297,13 @@ def _provider_problems(params: RunParams) -> Iterator[ParamProblem]:
 
         known = onnxruntime.get_all_providers()
         for index, provider in enumerate(providers):
-            if provider not in known and _looks_like_one_of(provider, known):
-                yield ("providers", index), f"unknown provider '{provider}'{api.did_you_mean(provider, known)}"
+            suggestion = "" if provider in known else api.provider_did_you_mean(provider, known)
+            if suggestion:
+                yield ("providers", index), f"unknown provider '{provider}'{suggestion}"
     for index, provider in enumerate(params.get("require", [])):
         if provider not in providers:
             yield ("require", index), f"required provider '{provider}' is not in providers ({', '.join(providers)})"
     yield from api.provider_option_problems(params.get("provider_options", {}), providers)
-
-
-def _looks_like_one_of(provider: str, known: list[str]) -> bool:
-    """A misspelling of a known provider; a plugin execution provider's own name (``MyNpuExecutionProvider``)
-    is not one: names in onnxruntime's form are told apart by what comes before ``ExecutionProvider``."""
-    suffix = "ExecutionProvider"
-    if not provider.endswith(suffix):
-        return bool(api.close_matches(provider, known))
-    stems = {name.removesuffix(suffix).lower() for name in known}
-    return bool(api.close_matches(provider.removesuffix(suffix).lower(), stems))
 
 
 def _against_problems(against: str, key: tuple[Any, ...]) -> Iterator[ParamProblem]:

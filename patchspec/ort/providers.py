@@ -17,6 +17,7 @@ from typing import Any
 from patchspec.errors import close_matches, did_you_mean
 
 CPU = "CPUExecutionProvider"
+_SUFFIX = "ExecutionProvider"
 _ORT_DOCS = "https://onnxruntime.ai/docs/execution-providers/"
 
 
@@ -210,6 +211,17 @@ def option_value(value: Any) -> str:
     return str(value)
 
 
+def provider_did_you_mean(name: str, known: list[str]) -> str:
+    """`` (did you mean 'CUDAExecutionProvider'?)`` for a misspelt provider name, else an empty string.
+    Names in onnxruntime's form are told apart by what comes before ``ExecutionProvider``, so a plugin
+    execution provider's own name (``MyNpuExecutionProvider``) is no misspelling of a built-in one."""
+    if not name.endswith(_SUFFIX):
+        return did_you_mean(name, known)
+    stems = {provider.removesuffix(_SUFFIX).lower(): provider for provider in known}
+    found = close_matches(name.removesuffix(_SUFFIX).lower(), stems)
+    return " (did you mean " + " or ".join(repr(stems[f]) for f in found) + "?)" if found else ""
+
+
 def provider_option_problems(
     provider_options: Mapping[str, Mapping[str, Any]], providers: list[str]
 ) -> Iterator[tuple[tuple[Any, ...], str]]:
@@ -223,7 +235,7 @@ def provider_option_problems(
                 key,
                 (
                     f"provider_options names '{provider}', which is not in providers "
-                    f"({', '.join(providers)}){did_you_mean(provider, providers)}"
+                    f"({', '.join(providers)}){provider_did_you_mean(provider, providers)}"
                 ),
             )
             continue
@@ -233,4 +245,13 @@ def provider_option_problems(
                 yield (*key, option), f"unknown {provider} option '{option}'{did_you_mean(option, known)}"
 
 
-__all__ = ["CPU", "PROVIDERS", "UNKNOWN", "ProviderMath", "ProviderSetup", "provider_option_problems", "provider_setup"]
+__all__ = [
+    "CPU",
+    "PROVIDERS",
+    "UNKNOWN",
+    "ProviderMath",
+    "ProviderSetup",
+    "provider_did_you_mean",
+    "provider_option_problems",
+    "provider_setup",
+]
