@@ -58,13 +58,13 @@ class RunVerifier(Verifier[RunParams]):
                 "type": "object",
                 "default": {},
                 "description": "options per provider, as onnxruntime names them: {PROVIDER: {OPTION: VALUE}} "
-                "(true/false are given as 1/0). They go on top of the provider's exact-math settings "
-                "(CUDA: use_tf32 0; docs/providers.md), so use_tf32: 1 keeps TF32 on; off the CPU the "
-                "tolerance is widened by a measured floor either way",
+                "(true/false are given as 1/0, null leaves an option out). They go on top of the "
+                "provider's exact-math settings (CUDA: use_tf32 0; docs/providers.md), so use_tf32: 1 "
+                "keeps TF32 on; off the CPU the tolerance is widened by a measured floor either way",
                 "additionalProperties": {
                     "type": "object",
                     "description": "one provider's options: OPTION: VALUE",
-                    "additionalProperties": {"type": ["string", "number", "boolean"]},
+                    "additionalProperties": {"type": ["string", "number", "boolean", "null"]},
                 },
             },
             "custom_op_libraries": {

@@ -43,7 +43,7 @@ class Floor:
 
 def measure_floor(references: References, provider: str, level: str, run: CaseRun) -> Floor:
     """The floor of ``run``'s case on ``provider`` at optimization ``level``."""
-    path = references.model_path(run) or references.settings.original
+    path = references.floor_path(run)
     split = references.settings.split_batch
     how = f"{path.name} on {provider} against {path.name} on {CPU}, same inputs, optimizations {level}" + (
         ", per sample" if split else ""

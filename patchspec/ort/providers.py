@@ -187,9 +187,11 @@ def provider_setup(provider: str, given: Mapping[str, Any] | None = None) -> Pro
     """The options a session on ``provider`` gets and what its arithmetic is, from the spec's
     ``provider_options`` for it (``given``; values as YAML gives them)."""
     table = PROVIDERS.get(provider, UNKNOWN)
-    spec = {str(k): option_value(v) for k, v in (given or {}).items()}
-    options = {**table.exact, **spec}
+    spec = {str(k): option_value(v) for k, v in (given or {}).items() if v is not None}
+    dropped = [str(k) for k, v in (given or {}).items() if v is None]  # null: not given to onnxruntime at all
+    options = {k: v for k, v in {**table.exact, **spec}.items() if k not in dropped}
     fast = {k: v for k, v in spec.items() if k in table.exact and v != table.exact[k]}
+    fast.update({k: "null" for k in dropped if k in table.exact})
     kept = [f"{k} {v}" for k, v in fast.items()]
     exact = table.has_exact_mode and not kept
     if provider == CPU:

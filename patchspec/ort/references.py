@@ -78,11 +78,18 @@ class References:
             return load_expected(path), 0.0
         return self.expected(path, provider, level, run, self.settings.split_batch)
 
-    def run_all(self, provider: str, level: str, runs: list[CaseRun]) -> None:
-        """Every case's reference at one level: one session per reference model, freed before the next."""
+    def floor_path(self, run: CaseRun) -> Path:
+        """The model a provider's floor is measured with: the case's reference model, else the original."""
+        return self.model_path(run) or self.settings.original
+
+    def run_all(self, provider: str, level: str, runs: list[CaseRun], floor: bool = False) -> None:
+        """Every case's reference at one level (``floor``: the model its floor is measured with): one
+        session per model, freed before the next."""
         by_path: dict[Path, list[CaseRun]] = {}
         for run in runs:
-            path = self.model_path(run)
+            if floor and self.path(run) is None:
+                continue  # against none: nothing compared, no floor needed
+            path = self.floor_path(run) if floor else self.model_path(run)
             if run.outputs is not None and path is not None:
                 by_path.setdefault(path, []).append(run)
         for path, group in by_path.items():

@@ -22,7 +22,7 @@ from patchspec.ort.feeds import (
 )
 from patchspec.ort.floors import measure_floor
 from patchspec.ort.native_code import check_native_code
-from patchspec.ort.providers import provider_setup
+from patchspec.ort.providers import CPU, provider_setup
 from patchspec.ort.references import CaseRun, References, ReferenceSettings
 from patchspec.ort.run_results import Row, verdict
 from patchspec.ort.sessions import (
@@ -112,6 +112,9 @@ class _Run:
                 rows.append(Row(provider, None, "fail", [*excuse, exc.text()], label, setup=setup, device=device))
                 continue
             self.references.run_all(provider, level, runs)
+            if setup.measures_floor:  # one session per model for every case's floor, not one per case
+                self.references.run_all(provider, level, runs, floor=True)
+                self.references.run_all(CPU, level, runs, floor=True)
             rows += [self._case_row(provider, level, label, run) for run in runs]
         for row in rows:
             row.setup, row.device = setup, device

@@ -47,6 +47,12 @@ def test_a_provider_without_an_exact_mode_says_so_and_gets_the_floor(provider: s
         assert setup.math.startswith("no exact mode: ")
 
 
+def test_null_leaves_an_exact_math_setting_out_for_an_onnxruntime_that_does_not_take_it() -> None:
+    setup = provider_setup("OpenVINOExecutionProvider", {"precision": None, "device_type": "GPU"})
+    assert setup.options == {"device_type": "GPU"} and not setup.exact
+    assert setup.math.startswith("fast math kept on (precision null): FP16")
+
+
 def test_trt_gets_fp16_and_int8_off() -> None:
     assert provider_setup("TensorrtExecutionProvider").options == {"trt_fp16_enable": "0", "trt_int8_enable": "0"}
 
