@@ -308,3 +308,16 @@ def test_the_unstable_reference_note_names_the_providers_arithmetic(
     ), result.stderr
     assert f"drop use_tf32: 1 from {CUDA}'s provider_options: its exact math is the default" in result.stderr
     assert "atol:" not in result.stderr.split("the reference is unstable")[1]
+
+
+def test_an_integer_output_gets_no_floor(tmp_path: Path, run_cli: RunCli, simulated_cuda: SimulatedGpu) -> None:
+    """An index that moves between providers (a near-tied ArgMax) must not widen its own tolerance."""
+    original = dense_model()
+    original.graph.node.append(helper.make_node("ArgMax", ["y"], ["best"], axis=1, keepdims=0))
+    original.graph.output.append(helper.make_tensor_value_info("best", onnx.TensorProto.INT64, ["N"]))
+    patched = onnx.load(rebatch(tmp_path, run_cli, original))
+    result, report = verify_against(tmp_path / "v", run_cli, patched, original, DENSE_CASE + FAST_MATH)
+    assert result.exit_code == 0, result.output
+    (row,) = cuda_rows(report)
+    assert set(row["floor"]["outputs"]) == {"y"}
+    assert {o["name"]: o["floor"] for o in row["outputs"]}["best"] is None
