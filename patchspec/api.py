@@ -64,6 +64,7 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported
     from patchspec.ort.comparison import OutputComparison, compare_output, nonfinite_problems
     from patchspec.ort.feeds import feed_shape_problems, format_shape, make_feeds, shape_problems
     from patchspec.ort.inspection import lint_model
+    from patchspec.ort.providers import provider_did_you_mean, provider_option_problems
     from patchspec.ort.run_cases import run_verification
     from patchspec.ort.sessions import (
         BatchSplit,
@@ -141,6 +142,7 @@ _HOME = {
     **dict.fromkeys(["OutputComparison", "compare_output", "nonfinite_problems"], "patchspec.ort.comparison"),
     **dict.fromkeys(["feed_shape_problems", "format_shape", "make_feeds", "shape_problems"], "patchspec.ort.feeds"),
     **dict.fromkeys(["lint_model"], "patchspec.ort.inspection"),
+    **dict.fromkeys(["provider_did_you_mean", "provider_option_problems"], "patchspec.ort.providers"),
     **dict.fromkeys(["run_verification"], "patchspec.ort.run_cases"),
     **dict.fromkeys(
         ["BatchSplit", "ProviderUnusable", "RunFailure", "Session", "TensorDecl", "provider_skip_reasons"],
@@ -287,6 +289,8 @@ __all__ = [
     "lint_model",
     "make_feeds",
     "nonfinite_problems",
+    "provider_did_you_mean",
+    "provider_option_problems",
     "provider_skip_reasons",
     "run_verification",
     "shape_problems",

@@ -29,6 +29,7 @@ class RunParams(TypedDict, total=False):
     its keys against ``params_schema``."""
 
     providers: list[str]
+    provider_options: dict[str, dict[str, Any]]
     custom_op_libraries: list[str]
     require: list[str]
     cases: list[dict[str, Any]]
@@ -52,6 +53,19 @@ class RunVerifier(Verifier[RunParams]):
                 "default": list(api.DEFAULT_PROVIDERS),
                 "description": "execution providers to run on (default [CPUExecutionProvider]); "
                 "one not available here is skipped with the reason",
+            },
+            "provider_options": {
+                "type": "object",
+                "default": {},
+                "description": "options per provider, as onnxruntime names them: {PROVIDER: {OPTION: VALUE}} "
+                "(true/false are given as 1/0, null leaves an option out). They go on top of the "
+                "provider's exact-math settings (CUDA: use_tf32 0; docs/providers.md), so use_tf32: 1 "
+                "keeps TF32 on; off the CPU the tolerance is widened by a measured floor either way",
+                "additionalProperties": {
+                    "type": "object",
+                    "description": "one provider's options: OPTION: VALUE",
+                    "additionalProperties": {"type": ["string", "number", "boolean", "null"]},
+                },
             },
             "custom_op_libraries": {
                 "type": "array",
@@ -283,11 +297,13 @@ def _provider_problems(params: RunParams) -> Iterator[ParamProblem]:
 
         known = onnxruntime.get_all_providers()
         for index, provider in enumerate(providers):
-            if provider not in known and api.close_matches(provider, known):
-                yield ("providers", index), f"unknown provider '{provider}'{api.did_you_mean(provider, known)}"
+            suggestion = "" if provider in known else api.provider_did_you_mean(provider, known)
+            if suggestion:
+                yield ("providers", index), f"unknown provider '{provider}'{suggestion}"
     for index, provider in enumerate(params.get("require", [])):
         if provider not in providers:
             yield ("require", index), f"required provider '{provider}' is not in providers ({', '.join(providers)})"
+    yield from api.provider_option_problems(params.get("provider_options", {}), providers)
 
 
 def _against_problems(against: str, key: tuple[Any, ...]) -> Iterator[ParamProblem]:

@@ -10,6 +10,7 @@ import pytest
 
 from helpers import ppocr_model_paths
 from patchspec.testing import run_cli as kit_run_cli
+from simulated_provider import SimulatedGpu, install
 
 
 @pytest.fixture(scope="session")
@@ -31,6 +32,12 @@ def models_outside_the_project(monkeypatch):
 def _ppocr_models_outside_the_project(request):
     if "ppocr_models" in request.fixturenames:  # the PP-OCR models are in site-packages
         request.getfixturevalue("models_outside_the_project")
+
+
+@pytest.fixture
+def simulated_cuda(monkeypatch) -> SimulatedGpu:
+    """CUDAExecutionProvider, simulated on the CPU with TF32's error (tests/simulated_provider.py)."""
+    return install(monkeypatch)
 
 
 @dataclass

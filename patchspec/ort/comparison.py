@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from patchspec.ort.sessions import Feeds, RunFailure
-from patchspec.ort.settings import DEFAULT_ATOL, DEFAULT_RTOL, DTYPE_TOLERANCES, PRECISION
+from patchspec.ort.settings import DEFAULT_ATOL, DEFAULT_RTOL, DTYPE_TOLERANCES, FLOOR_FACTOR, PRECISION
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,7 @@ class OutputComparison:
     max_rel: float
     message: str = ""
     worst_index: tuple[int, ...] | None = None
+    floor: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -29,6 +30,7 @@ class OutputComparison:
             "max_abs": self.max_abs,
             "max_rel": self.max_rel,
             "worst_index": list(self.worst_index) if self.worst_index else None,
+            "floor": self.floor,
             "message": self.message,
         }
 
@@ -78,15 +80,21 @@ class Tolerances:
         self.applied[coarser] = self.by_dtype[coarser]
         return Tolerance(*self.by_dtype[coarser])
 
-    def compare(self, outputs: Feeds, expected: Feeds) -> tuple[list[OutputComparison], list[OutputComparison]]:
-        """Every output the reference has and compare.outputs does not skip: (all, the failed ones)."""
+    def compare(
+        self, outputs: Feeds, expected: Feeds, floors: dict[str, float] | None = None
+    ) -> tuple[list[OutputComparison], list[OutputComparison]]:
+        """Every output the reference has and compare.outputs does not skip: (all, the failed ones).
+        ``floors``: the provider's measured floor per output (:mod:`patchspec.ort.floors`), if any."""
         compared = []
         for name in outputs:
             if name not in expected:
                 continue
             tolerance = self.of(name, outputs[name], expected[name])
             if not tolerance.skip:
-                compared.append(compare_output(name, outputs[name], expected[name], tolerance.rtol, tolerance.atol))
+                floor = (floors or {}).get(name)
+                compared.append(
+                    compare_output(name, outputs[name], expected[name], tolerance.rtol, tolerance.atol, floor=floor)
+                )
         if not compared and not any(name in expected for name in outputs):
             msg = (
                 f"nothing compared: the output's outputs ({', '.join(outputs)}) and the reference's "
@@ -118,11 +126,14 @@ class Tolerances:
         return [name for name, t in self.per_output.items() if t.skip]
 
 
-def compare_output(name: str, actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float) -> OutputComparison:
-    """``|actual - expected| <= atol + rtol * |expected|`` everywhere; NaN/Inf only where the reference has them."""
+def compare_output(
+    name: str, actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float, *, floor: float | None = None
+) -> OutputComparison:
+    """``|actual - expected| <= max(atol + rtol * |expected|, FLOOR_FACTOR * floor)`` everywhere; NaN/Inf
+    only where the reference has them. ``floor``: the provider's measured floor for this output, if any."""
     if actual.shape != expected.shape:
         msg = f"output '{name}' has shape {list(actual.shape)}, the reference {list(expected.shape)}"
-        return OutputComparison(name, False, float("inf"), float("inf"), msg)
+        return OutputComparison(name, False, float("inf"), float("inf"), msg, floor=floor)
     got, want = _as_float(actual), _as_float(expected)
     finite = np.isfinite(got) & np.isfinite(want)
     same_special = (np.isnan(got) & np.isnan(want)) | (~np.isfinite(want) & (got == want))
@@ -134,25 +145,26 @@ def compare_output(name: str, actual: np.ndarray, expected: np.ndarray, rtol: fl
             f"output '{name}' has {count} NaN/Inf value(s) where the reference differs, "
             f"first at index {index}: got {got[index]}, expected {want[index]}"
         )
-        return OutputComparison(name, False, float("inf"), float("inf"), msg, index)
+        return OutputComparison(name, False, float("inf"), float("inf"), msg, index, floor)
     if not finite.any():
-        return OutputComparison(name, True, 0.0, 0.0)
+        return OutputComparison(name, True, 0.0, 0.0, floor=floor)
     with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf positions are masked out below
         error = np.where(finite, np.abs(got - want), 0.0)
         scale = np.where(finite, np.abs(want), 0.0)
     relative = np.divide(error, scale, out=np.zeros_like(error), where=scale > 0)
-    excess = error - (atol + rtol * scale)
+    excess = error - np.maximum(atol + rtol * scale, FLOOR_FACTOR * (floor or 0.0))
     worst = _index(np.argmax(np.where(finite, excess, -np.inf)), got.shape)
     max_abs, max_rel = float(error.max()), float(relative.max())
     if excess[worst] <= 0:
-        return OutputComparison(name, True, max_abs, max_rel, "", worst)
+        return OutputComparison(name, True, max_abs, max_rel, "", worst, floor)
     over = int((finite & (excess > 0)).sum())
+    widened = f", floor {FLOOR_FACTOR:g} x {floor:.3g}" if floor else ""
     msg = (
-        f"output '{name}' differs beyond tolerance (rtol {rtol:g}, atol {atol:g}) in {over} of {got.size} "
+        f"output '{name}' differs beyond tolerance (rtol {rtol:g}, atol {atol:g}{widened}) in {over} of {got.size} "
         f"elements; worst at index {worst}: got {got[worst]:.7g}, expected {want[worst]:.7g}, "
         f"abs error {error[worst]:.3g}, rel error {relative[worst]:.3g}"
     )
-    return OutputComparison(name, False, max_abs, max_rel, msg, worst)
+    return OutputComparison(name, False, max_abs, max_rel, msg, worst, floor)
 
 
 def nonfinite_problems(outputs: Feeds) -> list[str]:

@@ -2,16 +2,19 @@
 
 The original is run against itself (at another optimization level, and batched against per
 sample); where it differs from itself beyond the tolerance too, the difference is not evidence
-against the patch, and the message says so with its figure and the way out. When the output has
-no session at all, :func:`original_fails_too` asks whether the original has one.
+against the patch, and the message says so with its figure and the way out. On an accelerator,
+where the original is stable on the CPU the same way, the cause is the provider's arithmetic, and
+the message names it and its settings instead of asking for a hand-set tolerance. When the output
+has no session at all, :func:`original_fails_too` asks whether the original has one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from patchspec.ort.comparison import OutputComparison, Tolerances, compare_output
+from patchspec.ort.providers import CPU, ProviderSetup
 from patchspec.ort.references import CaseRun, References
 from patchspec.ort.sessions import Feeds, RunFailure, Session
 
@@ -26,14 +29,15 @@ def unstable_reference_notes(
     references: References,
     tolerances: Tolerances,
     optimizations: Sequence[str],
-    where: tuple[str, str],
+    where: tuple[ProviderSetup, str],
     run: CaseRun,
     expected: Feeds,
     failed: list[OutputComparison],
 ) -> list[str]:
     """One note per failed output on which the reference disagrees with itself; ``where`` is
-    (provider, optimization level) of the failed run."""
-    provider, level = where
+    (the provider's setup, optimization level) of the failed run."""
+    setup, level = where
+    provider = setup.provider
     path = references.model_path(run)
     if path is None:
         return []
@@ -45,10 +49,34 @@ def unstable_reference_notes(
         reruns.append(("run batched and per sample", level, False))
     notes = []
     for comparison in failed:
-        noise = _noise(references, tolerances, (path, provider), run, comparison.name, expected, reruns)
-        if noise is not None:
+        noise = _noise(references, tolerances, (path, provider), run, comparison, expected, reruns)
+        if noise is None:
+            continue
+        where_rerun = [rerun for rerun in reruns if rerun[0] == noise[0]]
+        if provider != CPU and _stable_on_cpu(references, tolerances, (path, level), run, comparison, where_rerun):
+            notes.append(_arithmetic_message(comparison, noise, setup))
+        else:
             notes.append(_noise_message(comparison, noise))
     return notes
+
+
+def _stable_on_cpu(
+    references: References,
+    tolerances: Tolerances,
+    reference: tuple[Path, str],
+    run: CaseRun,
+    comparison: OutputComparison,
+    rerun: list[Rerun],
+) -> bool:
+    """Whether the original (``reference``: its path and the failed run's level) agrees with itself
+    on the CPU, run the way (``rerun``) it did not agree with itself on the accelerator."""
+    path, level = reference
+    try:
+        want, _ = references.expected(path, CPU, level, run, references.settings.split_batch)
+    except RunFailure:
+        return False
+    plain = OutputComparison(comparison.name, False, comparison.max_abs, comparison.max_rel)  # no floor on the CPU
+    return _noise(references, tolerances, (path, CPU), run, plain, want, rerun) is None
 
 
 def _other_levels(level: str, optimizations: Sequence[str]) -> list[str]:
@@ -61,12 +89,14 @@ def _noise(
     tolerances: Tolerances,
     reference: tuple[Path, str],
     run: CaseRun,
-    name: str,
+    comparison: OutputComparison,
     expected: Feeds,
     reruns: list[Rerun],
 ) -> tuple[str, float] | None:
-    """(how, max abs difference) of the first way the reference disagrees with itself on ``name``."""
+    """(how, max abs difference) of the first way the reference disagrees with itself on the
+    compared output, judged as the output was (with its floor, if it had one)."""
     path, provider = reference
+    name = comparison.name
     want = expected[name]
     for how, level, split in reruns:
         try:
@@ -76,7 +106,7 @@ def _noise(
         if name not in again or run.outputs is None:
             continue
         tolerance = tolerances.of(name, run.outputs[name], want)
-        check = compare_output(name, again[name], want, tolerance.rtol, tolerance.atol)
+        check = compare_output(name, again[name], want, tolerance.rtol, tolerance.atol, floor=comparison.floor)
         if not check.passed:
             return how, check.max_abs
     return None
@@ -94,10 +124,31 @@ def _noise_message(comparison: OutputComparison, noise: tuple[str, float]) -> st
     )
 
 
-def original_fails_too(original: Path, provider: str, level: str, libraries: Sequence[Path] = ()) -> list[str]:
+def _arithmetic_message(comparison: OutputComparison, noise: tuple[str, float], setup: ProviderSetup) -> str:
+    how, figure = noise
+    provider = setup.provider
+    way_out = f"the {CPU} run checks the patch exactly; keep it in providers"
+    if setup.fast_options:
+        kept = ", ".join(f"{k}: {v}" for k, v in setup.fast_options.items())
+        way_out += f", and drop {kept} from {provider}'s provider_options: its exact math is the default"
+    return (
+        f"the reference is unstable on '{comparison.name}' on {provider}: the original itself differs by "
+        f"{figure:.3g} (max abs) {how} there and not on {CPU}, so a difference of {comparison.max_abs:.3g} "
+        f"is {provider}'s arithmetic ({setup.math}; options {setup.options_text()}), not evidence against "
+        f"the patch: {way_out}"
+    )
+
+
+def original_fails_too(
+    original: Path,
+    provider: str,
+    level: str,
+    libraries: Sequence[Path] = (),
+    options: Mapping[str, str] | None = None,
+) -> list[str]:
     """When the output has no session, whether the original has one: if not, the patch is not the cause."""
     try:
-        Session(original, provider, level, libraries)
+        Session(original, provider, level, libraries, options=options)
     except RunFailure as exc:
         return [
             f"the original fails the same way on {provider} ({exc.detail}), so this is "

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import platform
+from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
 from patchspec import __version__
+from patchspec.ort.providers import CPU, PROVIDERS
 
 #: distributions that all install the same ``onnxruntime`` module; the last installed wins
 ORT_DISTRIBUTIONS = (
@@ -51,9 +53,39 @@ def environment() -> dict[str, Any]:
             "module": onnxruntime.__file__,
             "providers": list(onnxruntime.get_available_providers()),
         }
+        found["onnxruntime"]["devices"] = {p: device_name(p) for p in found["onnxruntime"]["providers"]}
     except Exception as exc:
         found["onnxruntime"] = {"error": f"{type(exc).__name__}: {exc}"}
     return found
+
+
+def device_name(provider: str, options: Mapping[str, str] | None = None) -> str | None:
+    """The device a session on ``provider`` runs on, as onnxruntime names it (its execution-provider
+    devices, onnxruntime >= 1.22: the vendor and the device's own description where it gives one),
+    the ``device_id``-th of that provider's devices; else ``onnxruntime.get_device()`` (``GPU``) for
+    an accelerator of the providers table; None when onnxruntime says nothing."""
+    try:
+        from patchspec.ort.sessions import quiet_onnxruntime
+
+        onnxruntime = quiet_onnxruntime()  # listing devices may start onnxruntime's logging environment
+        devices = [d for d in getattr(onnxruntime, "get_ep_devices", list)() if d.ep_name == provider]
+        index = int((options or {}).get("device_id", 0))
+        if 0 <= index < len(devices):
+            return _describe(devices[index].device)
+        general = onnxruntime.get_device()  # "GPU" for an onnxruntime-gpu build, whatever the provider
+        if provider == CPU or provider not in PROVIDERS or general == "CPU":
+            return None
+        return f"{general} (onnxruntime.get_device())"
+    except Exception:  # a name for the report only: never a reason to fail
+        return None
+
+
+def _describe(device: Any) -> str:
+    metadata = dict(getattr(device, "metadata", {}) or {})
+    described = next((metadata[k] for k in ("Description", "DeviceName", "Name", "name") if metadata.get(k)), "")
+    kind = str(getattr(device, "type", "")).rsplit(".", 1)[-1].split(":")[0]
+    ids = f"vendor 0x{int(device.vendor_id):04x}, device 0x{int(device.device_id):04x}"
+    return " ".join(part for part in (str(getattr(device, "vendor", "")), described or kind) if part) + f" ({ids})"
 
 
 def environment_lines() -> list[str]:
@@ -79,4 +111,5 @@ def environment_lines() -> list[str]:
     else:
         lines.append(f"onnxruntime module {ort['version']} from {ort['module']}")
         lines.append("execution providers: " + ", ".join(ort["providers"]))
+        lines += [f"  {provider} on {name}" for provider, name in ort["devices"].items() if name]
     return lines

@@ -8,7 +8,7 @@ output's and a reference's weights are never in memory together.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,8 @@ class ReferenceSettings:
     split: BatchSplit = field(default_factory=BatchSplit)
     libraries: Sequence[Path] = ()
     timeout: float | None = None
+    #: each provider's session options (:func:`patchspec.ort.providers.provider_setup`): like with like
+    provider_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 class References:
@@ -76,11 +78,18 @@ class References:
             return load_expected(path), 0.0
         return self.expected(path, provider, level, run, self.settings.split_batch)
 
-    def run_all(self, provider: str, level: str, runs: list[CaseRun]) -> None:
-        """Every case's reference at one level: one session per reference model, freed before the next."""
+    def floor_path(self, run: CaseRun) -> Path:
+        """The model a provider's floor is measured with: the case's reference model, else the original."""
+        return self.model_path(run) or self.settings.original
+
+    def run_all(self, provider: str, level: str, runs: list[CaseRun], floor: bool = False) -> None:
+        """Every case's reference at one level (``floor``: the model its floor is measured with): one
+        session per model, freed before the next."""
         by_path: dict[Path, list[CaseRun]] = {}
         for run in runs:
-            path = self.model_path(run)
+            if floor and self.path(run) is None:
+                continue  # against none: nothing compared, no floor needed
+            path = self.floor_path(run) if floor else self.model_path(run)
             if run.outputs is not None and path is not None:
                 by_path.setdefault(path, []).append(run)
         for path, group in by_path.items():
@@ -126,7 +135,8 @@ def reference_session(path: Path, provider: str, level: str, settings: Reference
     if not path.is_file():
         raise RunFailure(f"reference model {path} does not exist", "'against' paths are relative to the spec's folder")
     try:
-        return Session(path, provider, level, settings.libraries, settings.timeout)
+        options = settings.provider_options.get(provider)
+        return Session(path, provider, level, settings.libraries, settings.timeout, options=options)
     except RunFailure as exc:
         raise RunFailure(f"reference: {exc.message}", exc.hint, detail=exc.detail, node=exc.node) from None
 

@@ -13,13 +13,16 @@ from typing import Any
 from patchspec.ort.case_fit import declared_shape_problems, value_notes
 from patchspec.ort.comparison import Tolerances, nonfinite_problems
 from patchspec.ort.diagnosis import original_fails_too, unstable_reference_notes
+from patchspec.ort.environment import device_name
 from patchspec.ort.feeds import (
     DEFAULT_MAX_ELEMENTS,
     default_case,
     feed_shape_problems,
     make_feeds,
 )
+from patchspec.ort.floors import measure_floor
 from patchspec.ort.native_code import check_native_code
+from patchspec.ort.providers import CPU, provider_setup
 from patchspec.ort.references import CaseRun, References, ReferenceSettings
 from patchspec.ort.run_results import Row, verdict
 from patchspec.ort.sessions import (
@@ -59,6 +62,8 @@ class _Run:
         timeout = params.get("timeout", DEFAULT_TIMEOUT)
         self.timeout = None if timeout is None else float(timeout)
         self.libraries = tuple(context.resolve(p) for p in params.get("custom_op_libraries", []))
+        given = params.get("provider_options", {})
+        self.setups = {provider: provider_setup(provider, given.get(provider)) for provider in params["providers"]}
         settings = ReferenceSettings(
             against=compare["against"],
             original=context.original_path,
@@ -69,6 +74,7 @@ class _Run:
             else BatchSplit(),
             libraries=self.libraries,
             timeout=self.timeout,
+            provider_options={provider: setup.options for provider, setup in self.setups.items()},
         )
         self.references = References(settings, context.progress)
 
@@ -93,6 +99,8 @@ class _Run:
 
     def _provider_rows(self, provider: str) -> list[Row]:
         rows = []
+        setup = self.setups[provider]
+        device = device_name(provider, setup.options)
         for level in self.optimizations:
             label = level if len(self.optimizations) > 1 else ""
             try:
@@ -100,18 +108,24 @@ class _Run:
             except ProviderUnusable as exc:
                 return [self._unavailable(provider, exc.text())]
             except RunFailure as exc:
-                excuse = original_fails_too(self.context.original_path, provider, level, self.libraries)
-                rows.append(Row(provider, None, "fail", [*excuse, exc.text()], label))
+                excuse = original_fails_too(self.context.original_path, provider, level, self.libraries, setup.options)
+                rows.append(Row(provider, None, "fail", [*excuse, exc.text()], label, setup=setup, device=device))
                 continue
             self.references.run_all(provider, level, runs)
+            if setup.measures_floor:  # one session per model for every case's floor, not one per case
+                self.references.run_all(provider, level, runs, floor=True)
+                self.references.run_all(CPU, level, runs, floor=True)
             rows += [self._case_row(provider, level, label, run) for run in runs]
+        for row in rows:
+            row.setup, row.device = setup, device
         return rows
 
     def _run_output(self, provider: str, level: str) -> list[CaseRun]:
         """Every case on the output at one level; the session is freed before any reference is built,
         so the output's and the reference's weights are never in memory together."""
         self.context.progress(f"{provider}, optimizations {level}: building the session")
-        session = Session(self.context.output_path, provider, level, self.libraries, self.timeout)
+        options = self.setups[provider].options
+        session = Session(self.context.output_path, provider, level, self.libraries, self.timeout, options=options)
         cases = self.params.get("cases") or [default_case(session.inputs)]
         runs = []
         for index, case in enumerate(cases):
@@ -141,14 +155,17 @@ class _Run:
                 if expected is None:
                     row.messages += nonfinite_problems(run.outputs)
                 else:
-                    row.outputs, failed = self.tolerances.compare(run.outputs, expected)
+                    if self.setups[provider].measures_floor:
+                        row.floor = measure_floor(self.references, provider, level, run)
+                    floors = row.floor.outputs if row.floor else None
+                    row.outputs, failed = self.tolerances.compare(run.outputs, expected, floors)
                     row.messages += [o.message for o in failed]
                     if failed:
                         row.messages += unstable_reference_notes(
                             self.references,
                             self.tolerances,
                             self.optimizations,
-                            (provider, level),
+                            (self.setups[provider], level),
                             run,
                             expected,
                             failed,

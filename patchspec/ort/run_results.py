@@ -7,6 +7,8 @@ from typing import Any
 
 from patchspec.ort.comparison import OutputComparison, Tolerances
 from patchspec.ort.diagnosis import NOT_THE_PATCH
+from patchspec.ort.floors import Floor
+from patchspec.ort.providers import ProviderSetup
 from patchspec.plugin.contract import VerifyResult
 
 
@@ -22,6 +24,9 @@ class Row:
     outputs: list[OutputComparison] = field(default_factory=list)
     seconds: float = 0.0
     reference_seconds: float = 0.0
+    setup: ProviderSetup | None = None
+    device: str | None = None
+    floor: Floor | None = None
 
     def lines(self, twins: tuple[Row, ...] = ()) -> list[str]:
         """Its detail lines; with ``twins`` (the same failure at other levels) one set naming every level."""
@@ -32,6 +37,8 @@ class Row:
         ]
         if self.status == "pass" and not self.outputs:
             lines.append(f"{where}: ran, not compared ({ms})")
+        if self.floor is not None:
+            lines.append(f"{where}: {self.floor.text()}")
         label = {"fail": "FAIL", "skip": "skipped"}.get(self.status, "note")
         return lines + [f"{where}: {label}: {m}" for m in self.messages]
 
@@ -65,6 +72,10 @@ class Row:
             "reference_seconds": self.reference_seconds,
             "outputs": [o.to_json() for o in self.outputs],
             "messages": list(self.messages),
+            **(self.setup.to_json() if self.setup else {}),
+            "precision": self.setup.math if self.setup else None,
+            "device": self.device,
+            "floor": self.floor.to_json() if self.floor else None,
         }
 
 
@@ -88,8 +99,17 @@ def verdict(rows: list[Row], settings: dict[str, Any], tolerances: Tolerances) -
 
     ``settings``: ``against``, ``split_batch`` and ``optimizations``, as the report's data gives them."""
     groups = same_failures(rows)
-    details = tuple(line for row, twins in groups for line in row.lines(twins))
-    data = {**settings, **tolerances.to_json(), "results": [row.to_json() for row in rows]}
+    ran_on = _providers(rows)
+    details = (
+        *(_provider_line(row) for row in ran_on),
+        *(line for row, twins in groups for line in row.lines(twins)),
+    )
+    data = {
+        **settings,
+        **tolerances.to_json(),
+        "providers": [_provider_json(row) for row in ran_on],
+        "results": [row.to_json() for row in rows],
+    }
     failed = [row for row in rows if row.status == "fail"]
     ran = [row for row in rows if row.status == "pass"]
     skipped = sorted({row.provider for row in rows if row.status == "skip"})
@@ -114,13 +134,36 @@ def verdict(rows: list[Row], settings: dict[str, Any], tolerances: Tolerances) -
     cases = len({row.case for row in ran})
     optimizations = settings["optimizations"]
     levels = f" (optimizations {', '.join(optimizations)})" if len(optimizations) > 1 else ""
+    math = "".join(f"; {row.provider}: {row.setup.math}" for row in ran_on if row.setup and row.setup.measures_floor)
     return VerifyResult(
         "passed",
         f"{cases} case(s) on {', '.join(sorted({r.provider for r in ran}))}{levels} "
-        f"against {settings['against']}{error}{tail}",
+        f"against {settings['against']}{error}{math}{tail}",
         details,
         data,
     )
+
+
+def _providers(rows: list[Row]) -> list[Row]:
+    """The first row of each provider that built a session (it carries the provider's setup)."""
+    first: dict[str, Row] = {}
+    for row in rows:
+        if row.setup is not None:
+            first.setdefault(row.provider, row)
+    return list(first.values())
+
+
+def _provider_line(row: Row) -> str:
+    """``CUDAExecutionProvider on NVIDIA ... (vendor 0x10de, ...): float32, exact math (use_tf32 0); options use_tf32=0``."""
+    assert row.setup is not None
+    device = f" on {row.device}" if row.device else ""
+    options = f"; options {row.setup.options_text()}" if row.setup.options else ""
+    return f"{row.provider}{device}: {row.setup.math}{options}"
+
+
+def _provider_json(row: Row) -> dict[str, Any]:
+    assert row.setup is not None
+    return {"provider": row.provider, "device": row.device, "precision": row.setup.math, **row.setup.to_json()}
 
 
 __all__ = ["Row", "same_failures", "verdict"]

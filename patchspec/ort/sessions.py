@@ -20,16 +20,17 @@ import os
 import re
 import threading
 import time
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from patchspec.ort.batch_join import first_copy, join, split_hint
 from patchspec.ort.data_links import staged_copy
 from patchspec.ort.hints import diagnose, node_of
+from patchspec.ort.run_failure import RunFailure
 from patchspec.ort.settings import DEFAULT_PROVIDERS, DEFAULT_TIMEOUT, OPTIMIZATION_LEVELS
 
 #: the first onnxruntime that takes the folder of external data for a model given as bytes
@@ -52,25 +53,6 @@ _ORT_TYPES = {
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 Feeds = dict[str, np.ndarray]
-
-
-class RunFailure(Exception):
-    """A session cannot be built, a case cannot be fed or run; ``message`` is for the user.
-
-    ``detail`` is the failure without the provider and path in front (onnxruntime's own words, for
-    a message that quotes them), ``node`` the graph node onnxruntime named, if any.
-    """
-
-    def __init__(self, message: str, hint: str | None = None, *, detail: str = "", node: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
-        self.detail = detail or message
-        self.node = node
-
-    def text(self) -> str:
-        """The message with its hint, as one line of a report."""
-        return self.message + (f" (hint: {self.hint})" if self.hint else "")
 
 
 class OnnxRuntimeError(Exception):
@@ -116,27 +98,29 @@ def build_session(
     optimization: str = "all",
     libraries: Sequence[Path] = (),
     data_dir: Path | None = None,
+    options: Mapping[str, str] | None = None,
 ) -> Any:
     """An ``onnxruntime.InferenceSession`` of a model file (or of a model held in memory, whose
     external data stays in ``data_dir``) on one provider, at one optimization level.
 
     ``libraries``: custom-op libraries to register; the caller has checked that native code is
-    allowed (:func:`patchspec.ort.native_code.check_native_code`). Nothing is written: onnxruntime
+    allowed (:func:`patchspec.ort.native_code.check_native_code`). ``options``: the provider's
+    options (:func:`patchspec.ort.providers.provider_setup` says which). Nothing is written: onnxruntime
     >= 1.21 is told the data folder of a model given as bytes; older releases resolve it against the
     working directory, so that is ``data_dir`` while the session is built (the weights are read then).
     """
     onnxruntime = quiet_onnxruntime()
-    options = onnxruntime.SessionOptions()
+    settings = onnxruntime.SessionOptions()
     for library in libraries:
         try:
-            options.register_custom_ops_library(str(library))
+            settings.register_custom_ops_library(str(library))
         except Exception as exc:
             msg = f"onnxruntime cannot load the custom-op library {library}: {ort_message(exc)}"
             raise RunFailure(
                 msg, "give a shared library built for this onnxruntime; paths are relative to the spec"
             ) from None
-    options.log_severity_level = 4  # fatal only: patchspec reports the errors itself, without ANSI
-    options.graph_optimization_level = {
+    settings.log_severity_level = 4  # fatal only: patchspec reports the errors itself, without ANSI
+    settings.graph_optimization_level = {
         "all": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL,
         "extended": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
         "basic": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -145,13 +129,14 @@ def build_session(
     source = str(model) if isinstance(model, Path) else model
     in_folder = data_dir is not None and not isinstance(model, Path)
     if in_folder and _version(onnxruntime.__version__) >= EXTERNAL_FOLDER_OPTION_SINCE:
-        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(data_dir))
+        settings.add_session_config_entry("session.model_external_initializers_file_folder_path", str(data_dir))
         in_folder = False
     previous = os.getcwd()
     try:
         if in_folder:
             os.chdir(str(data_dir))
-        session = onnxruntime.InferenceSession(source, sess_options=options, providers=[provider])
+        chosen = [(provider, dict(options))] if options else [provider]
+        session = onnxruntime.InferenceSession(source, sess_options=settings, providers=chosen)
     except Exception as exc:
         raise _cannot_build(exc, provider, model if isinstance(model, Path) else None) from None
     finally:
@@ -258,21 +243,23 @@ class Session:
         optimization: str = "all",
         libraries: Sequence[Path] = (),
         timeout: float | None = DEFAULT_TIMEOUT,
+        options: Mapping[str, str] | None = None,
     ) -> None:
         """``libraries``: custom-op libraries to register (onnxruntime's register_custom_ops_library);
-        ``timeout``: seconds one :meth:`run` may take (None: no bound)."""
+        ``timeout``: seconds one :meth:`run` may take (None: no bound); ``options``: the provider's."""
         self.path = Path(path)
         self.provider = provider
         self.optimization = optimization
         self.timeout = timeout
         try:
-            self._session = build_session(self.path, provider, optimization, libraries)
+            self._session = build_session(self.path, provider, optimization, libraries, options=options)
         except RunFailure as exc:
             found = diagnose(exc.detail)
             if found is None or found.cause != "escapes":
                 raise
             # onnxruntime >= 1.24 refuses data linked from outside the model's folder: a private staged copy
-            self._session = build_session(staged_copy(self.path, self), provider, optimization, libraries)
+            staged = staged_copy(self.path, self)
+            self._session = build_session(staged, provider, optimization, libraries, options=options)
         self.inputs = [_decl(arg) for arg in self._session.get_inputs()]
         self.outputs = [_decl(arg) for arg in self._session.get_outputs()]
 
@@ -330,7 +317,7 @@ class Session:
             found = ", ".join(f"{name}: {size} on axis {axes[name]}" for name, size in sizes.items())
             found += "".join(f", {name}: no axis {axes[name]} (rank {feeds[name].ndim})" for name in bad_axes)
             msg = f"split_batch needs one batch size across the split inputs; found {found}"
-            raise RunFailure(msg, _split_hint(feeds, sizes, bad_axes))
+            raise RunFailure(msg, split_hint(feeds, sizes, bad_axes))
         parts, seconds = [], 0.0
         fixed = self._fixed_batch(axes)
         for index in range(next(iter(sizes.values()))):
@@ -343,40 +330,15 @@ class Session:
             outputs, took = self.run(sample)
             if fixed > 1:  # every copy gives the sample's output: keep the first
                 outputs = {
-                    name: _first_copy(name, value, split.outputs.get(name, 0), fixed) for name, value in outputs.items()
+                    name: first_copy(name, value, split.outputs.get(name, 0), fixed) for name, value in outputs.items()
                 }
             parts.append(outputs)
             seconds += took
         ranks = batched_ranks or {}
         return {
-            name: _join(name, [p[name] for p in parts], split.outputs.get(name, 0), ranks.get(name))
+            name: join(name, [p[name] for p in parts], split.outputs.get(name, 0), ranks.get(name))
             for name in self.output_names
         }, seconds
-
-
-def _split_hint(feeds: Feeds, sizes: dict[str, int], bad_axes: list[str]) -> str:
-    """The split_batch entry for the inputs off the commonest size: the axis where each has that size
-    (a state's batch on axis 1), else null (given whole)."""
-    counts = Counter(sizes.values())
-    batch = max(counts, key=lambda size: (counts[size], size)) if counts else None
-    odd = [*bad_axes, *(name for name, size in sizes.items() if size != batch)]
-    axes = {name: next((a for a, n in enumerate(feeds[name].shape) if n == batch), None) for name in odd}
-    entries = ", ".join(f"{name}: {'null' if axis is None else axis}" for name, axis in axes.items())
-    return (
-        "give each input's batch axis (a number), or null for one without the batch (given whole): "
-        f"split_batch: {{inputs: {{{entries}}}}}"
-    )
-
-
-def _first_copy(name: str, value: np.ndarray, axis: int, copies: int) -> np.ndarray:
-    """The first of ``copies`` copies of one sample along ``axis`` of an output."""
-    if not -value.ndim <= axis < value.ndim or value.shape[axis] != copies:
-        msg = (
-            f"split_batch runs the reference at its fixed batch of {copies} (each sample repeated), but its "
-            f"output '{name}' has shape {list(value.shape)}, not {copies} on axis {axis}"
-        )
-        raise RunFailure(msg, f"give its batch axis: split_batch: {{outputs: {{{name}: AXIS}}}}")
-    return np.take(value, [0], axis=axis)
 
 
 def ort_message(exc: BaseException) -> str:
@@ -414,21 +376,6 @@ def _decl(arg: Any) -> TensorDecl:
     shape = arg.shape if isinstance(arg.shape, (list, tuple)) else ()
     dims = tuple(d if isinstance(d, str) or (isinstance(d, int) and d >= 0) else None for d in shape)
     return TensorDecl(arg.name, _ORT_TYPES.get(arg.type), dims)
-
-
-def _join(name: str, arrays: list[np.ndarray], axis: int, batched_rank: int | None) -> np.ndarray:
-    rank = arrays[0].ndim
-    stack = batched_rank == rank + 1  # the export squeezed the batch away: one sample has no batch axis
-    joined_rank = rank + 1 if stack else rank
-    if not -joined_rank <= axis < joined_rank:
-        what = "a scalar" if rank == 0 else f"rank {rank}"
-        msg = f"split_batch cannot join output '{name}' along axis {axis}: per sample it is {what}"
-        raise RunFailure(msg, f"give its batch axis: split_batch: {{outputs: {{{name}: AXIS}}}}")
-    try:
-        return np.stack(arrays, axis=axis) if stack else np.concatenate(arrays, axis=axis)
-    except ValueError as exc:
-        msg = f"split_batch cannot join output '{name}' along axis {axis}: {exc}"
-        raise RunFailure(msg, f"give its batch axis: split_batch: {{outputs: {{{name}: AXIS}}}}") from None
 
 
 __all__ = [
