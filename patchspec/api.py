@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported on first use (below)
     from patchspec.errors import UsageError, close_matches, did_you_mean
+    from patchspec.limits import current_limits
     from patchspec.model.data_names import DIGEST_FIELD, ORT_MEMORY_MARKER
     from patchspec.model.data_writer import OUTPUT_LAYOUT, Layout, refuse_inline_overflow
     from patchspec.model.element_types import ELEMENT_TYPES
@@ -132,6 +133,7 @@ _HOME = {
         ],
         "patchspec.model.graph",
     ),
+    **dict.fromkeys(["current_limits"], "patchspec.limits"),
     **dict.fromkeys(["SELECTOR_SCHEMA", "check_selector"], "patchspec.model.selector_schema"),
     **dict.fromkeys(["select_nodes"], "patchspec.model.selectors"),
     **dict.fromkeys(["case_fit_problems", "unlisted_input_problems"], "patchspec.ort.case_fit"),
@@ -264,6 +266,8 @@ __all__ = [
     "iter_tensors",
     "read_tensor",
     "refuse_inline_overflow",
+    # limits a spec cannot lift (the caller's --limit)
+    "current_limits",
     # ONNX Runtime
     "CASE_INPUT_SCHEMA",
     "DEFAULT_ATOL",

@@ -46,6 +46,10 @@ def current() -> Limits:
     return _current.get() or DEFAULTS
 
 
+#: :func:`current` as ``patchspec.api`` names it for plugins
+current_limits = current
+
+
 def parse(given: tuple[str, ...]) -> Limits:
     """``("timeout=3600", "align=2097152")`` as :class:`Limits`; a ValueError names what is wrong."""
     names = {field.name: field.type for field in dataclasses.fields(Limits)}
@@ -71,4 +75,4 @@ def use(limits: Limits) -> None:
     _current.set(limits)
 
 
-__all__ = ["DEFAULTS", "Limits", "current", "parse", "use"]
+__all__ = ["DEFAULTS", "Limits", "current", "current_limits", "parse", "use"]

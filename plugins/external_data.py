@@ -50,13 +50,12 @@ class ExternalDataPatch(PatchType[ExternalDataParams]):
     description = "How the output stores its weights: a data file next to it (aligned), or everything inline."
 
     def check_params(self, params: ExternalDataParams) -> Iterator[ParamProblem]:
-        from patchspec import limits
-
+        limits = api.current_limits()
         align = params.get("align")
         if isinstance(align, int) and align >= 1 and align & (align - 1):
             yield ("align",), f"align must be a power of two (4096, 65536, ...), got {align}"
-        elif isinstance(align, int) and align > limits.current().align:  # a spec cannot pad weights into gigabytes
-            yield ("align",), f"align {align:,} is over {limits.current().describe('align')}"
+        elif isinstance(align, int) and align > limits.align:  # a spec cannot pad weights into gigabytes
+            yield ("align",), f"align {align:,} is over {limits.describe('align')}"
         location = params.get("location")
         if isinstance(location, str):
             problem = location_problem(location)

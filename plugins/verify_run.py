@@ -7,6 +7,7 @@ bounded in time, cases bounded in size, comparison, diagnosis of an unstable ref
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -224,6 +225,7 @@ class RunVerifier(Verifier[RunParams]):
 
     def check_params(self, params: RunParams) -> Iterator[ParamProblem]:
         yield from _provider_problems(params)
+        yield from _limit_problems(params)
         limit = int(params.get("max_elements", api.DEFAULT_MAX_ELEMENTS))
         for index, case in enumerate(params.get("cases") or []):
             if "against" in case:
@@ -315,3 +317,39 @@ def _against_problems(against: str, key: tuple[Any, ...]) -> Iterator[ParamProbl
 @hookimpl
 def register_verifiers(register: Callable[[type], None]) -> None:
     register(RunVerifier)
+
+
+def _limit_problems(params: RunParams) -> Iterator[ParamProblem]:
+    """``timeout`` and ``max_elements`` within what the caller allows (``--limit``), and every case's
+    inputs together within ``case-bytes``: a spec cannot lift a bound by asking for more."""
+    limits = api.current_limits()
+    timeout = params.get("timeout")
+    if isinstance(timeout, (int, float)) and not math.isfinite(timeout):
+        yield ("timeout",), f"timeout {timeout} is not a finite number of seconds"
+    elif isinstance(timeout, (int, float)) and timeout > limits.timeout:
+        yield ("timeout",), f"timeout {timeout:g} s is over {limits.describe('timeout')}"
+    elements = params.get("max_elements")
+    if isinstance(elements, int) and elements > limits.max_elements:
+        yield ("max_elements",), f"max_elements {elements:,} is over {limits.describe('max_elements')}"
+    for index, case in enumerate(params.get("cases") or []):
+        total = sum(_declared_bytes(item) for item in case.get("inputs", {}).values())
+        if total > limits.case_bytes:
+            yield (
+                ("cases", index, "inputs"),
+                f"the inputs of this case take {total:,} bytes together, over {limits.describe('case_bytes')}",
+            )
+
+
+#: bytes per element of a case input's ``dtype`` (4, float32's, when the case does not say)
+_ELEMENT_BYTES = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "float16": 2, "bfloat16": 2}
+_ELEMENT_BYTES.update({"int64": 8, "uint64": 8, "float64": 8, "double": 8, "string": 8})
+
+
+def _declared_bytes(item: Any) -> int:
+    """Bytes a case input declares: its shape times its element size (0 for a file or a value, whose
+    size the reader bounds)."""
+    shape = item if isinstance(item, list) else item.get("shape") if isinstance(item, dict) else None
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+        return 0
+    dtype = str(item.get("dtype", "float32")) if isinstance(item, dict) else "float32"
+    return math.prod(shape) * _ELEMENT_BYTES.get(dtype, 4)

@@ -8,6 +8,8 @@ output's and a reference's weights are never in memory together.
 
 from __future__ import annotations
 
+import math
+import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from patchspec.errors import ModelFileError
+from patchspec.limits import current as current_limits
 from patchspec.ort.feeds import feed_shape_problems, make_feeds
 from patchspec.ort.sessions import BatchSplit, Feeds, RunFailure, Session, TensorDecl
 
@@ -170,12 +174,35 @@ def _as_declared(array: np.ndarray, decl: TensorDecl) -> np.ndarray:
 
 
 def load_expected(path: Path) -> Feeds:
+    """The arrays of an ``.npz`` of expected outputs. What each array declares (shape and dtype in its
+    header) is added up and held to the caller's ``case-bytes`` limit before one is decompressed: a
+    7.7 MB archive once asked for 7.45 GiB."""
     try:
         with np.load(path, allow_pickle=False) as archive:
+            if isinstance(archive, np.lib.npyio.NpzFile):
+                _refuse_oversized(path, archive)
             return {name: archive[name] for name in archive.files}
-    except (OSError, ValueError, AttributeError) as exc:
+    except (OSError, ValueError, AttributeError, zipfile.BadZipFile) as exc:
         msg = f"cannot read expected outputs from {path}: {exc}"
         raise RunFailure(msg, "give a .npz written by numpy.savez with one array per output name") from None
+
+
+def _refuse_oversized(path: Path, archive: np.lib.npyio.NpzFile) -> None:
+    limits, members = current_limits(), archive.zip
+    if members is None:  # closed: nothing to read
+        return
+    total = 0
+    for name in archive.files:
+        with members.open(f"{name}.npy") as member:
+            version = np.lib.format.read_magic(member)
+            reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, _, dtype = reader(member)
+        total += math.prod(shape) * dtype.itemsize
+    if total > limits.case_bytes:
+        raise ModelFileError(
+            f"{path}: its arrays declare {total:,} bytes together, over {limits.describe('case_bytes')}",
+            "give expected outputs of the case's own size",
+        )
 
 
 __all__ = ["CaseRun", "ReferenceSettings", "References", "load_expected", "reference_session", "run_reference"]

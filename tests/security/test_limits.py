@@ -70,3 +70,46 @@ def test_a_committed_lock_link_is_refused_and_its_target_untouched(repo, run_cli
     assert result.exit_code == 3 and "lock file is a symbolic link" in result.stderr, result.output
     assert target.read_text() == "keep me"
     assert not (repo / "build" / "o.onnx").exists()
+
+
+@pytest.mark.parametrize(
+    ("run", "fragment", "raise_it"),
+    [
+        ("{timeout: 100000000}", "timeout 1e+08 s is over the limit of 600", "timeout=100000000"),
+        ("{timeout: .inf}", "is not a finite number", None),
+        (
+            "{max_elements: 1073741824}",
+            "max_elements 1,073,741,824 is over the limit of 134,217,728",
+            "max-elements=1073741824",
+        ),
+        (
+            "{cases: [{inputs: {" + ", ".join(f"x{i}: [1, 134217728]" for i in range(64)) + "}}]}",
+            "over the limit of 2,147,483,648",
+            "case-bytes=40000000000",
+        ),
+    ],
+)
+def test_the_run_verifier_cannot_lift_its_own_bounds(repo, run_cli, run, fragment, raise_it):
+    """timeout: 100000000 lifted the time bound, .inf ended in exit 5, a raised max_elements or 64
+    inputs at the default limit exhausted memory (exit 5)."""
+    spec = spec_with(repo, f"output: o.onnx\npatches: []\nverify:\n  - run: {run}\n")
+    refused = run_cli("validate", spec)
+    assert refused.exit_code == 2 and fragment in refused.stderr, refused.output
+    if raise_it:
+        assert run_cli("validate", spec, "--limit", raise_it).exit_code == 0
+
+
+def test_an_npz_of_expected_outputs_is_held_to_the_limit_before_it_is_decompressed(repo, run_cli):
+    """A 7.7 MB .npz once asked for 7.45 GiB: zeros compress to almost nothing."""
+    import numpy as np
+
+    np.savez_compressed(repo / "expected.npz", y=np.zeros((1, 256), np.float32), big=np.zeros((2**29,), np.float32))
+    assert (repo / "expected.npz").stat().st_size < 5 * 2**20
+    np.save(repo / "x.npy", np.ones((1, 256), np.float32))
+    spec = spec_with(
+        repo,
+        "output: o.onnx\npatches: []\nverify:\n  - run: {cases: [{inputs: {x: {file: x.npy}}, against: expected.npz}]}\n",
+    )
+    result = run_cli("apply", spec)
+    assert result.exit_code == 3 and "over the limit of 2,147,483,648" in result.stderr, result.output
+    assert not (repo / "o.onnx").exists()
