@@ -94,6 +94,10 @@ class ShapeEvaluator:
     def at(self, name: str) -> list[Known]:
         return self.known.get(name) or [UNKNOWN] * self.count
 
+    def opset(self, domain: str = "") -> int:
+        """The model's opset version for ``domain`` (1 where it imports none)."""
+        return int(self._opsets.get(domain, 1))
+
     def runs(self, site: NodeSite) -> list[bool]:
         """Per point, whether ``site``'s node runs: False inside an If branch not taken there."""
         return self._runs.get(id(site.scopes[-1])) or [True] * self.count
