@@ -2,8 +2,8 @@
 
 Shapes are the lint's defaults (one size per dim name), or the sizes the original ran with when
 ``init`` ran it (:mod:`.batch_ties`); every batch axis gets the case's batch. Values come from the
-graph (:mod:`patchspec.shapes.values`). The comparison is per sample (``split_batch``) when the
-original's batch is fixed at 1, or when the original, run here, fails at the batch but runs at 1.
+graph (:mod:`patchspec.shapes.values`). The comparison is per sample (``split_batch``) wherever the
+original runs one sample at a time: a batch must give what its samples give alone.
 """
 
 from __future__ import annotations
@@ -170,8 +170,10 @@ def run_step(
     rows: list[InputRow],
     case: dict[str, Any],
     split: str | None,
+    coupled: list[str] | None = None,
 ) -> DraftStep:
-    """The ``run`` verifier: the case against the original, per sample when ``split`` says why."""
+    """The ``run`` verifier: the case against the original, per sample when ``split`` says why;
+    ``coupled``: set_batch's ops that couple the samples, said in the comments."""
     comments = ["run the output and compare it with the original on the same inputs"]
     compare: dict[str, Any] = {"against": "original"}
     if split:
@@ -188,6 +190,14 @@ def run_step(
             if dim == PROBE and axis != 0
         }
         compare["split_batch"] = {k: v for k, v in (("inputs", inputs), ("outputs", outputs)) if v} or True
+    if coupled:
+        more = f" (and {len(coupled) - 1} more)" if len(coupled) > 1 else ""
+        comments += [
+            f"THE SAMPLES ARE NOT INDEPENDENT: {coupled[0]}{more}.",
+            "A batch then differs from its samples run one at a time"
+            + (", and this per-sample compare fails by that much." if split else "."),
+            'If that is acceptable for your use, replace split_batch with: coupled: "<why it is acceptable>"',
+        ]
     for row in rows:
         if row.values:
             comments.append(f"{quoted(row.name)}: {'FLAGGED: ' if row.flagged else ''}{row.values}")
