@@ -95,12 +95,13 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         changed = api.rewrite_batch_constants(model, rewrites, f"batch_{size}")
         squeezes = [] if same else api.explicit_squeezes(model, trace.squeezes)
         declared = {info.name: api.read_dims(info) for info in model.graph.output}
+        names = {dim for name, axis in batch.axes if isinstance(dim := (api.read_dims(inputs[name]) or [])[axis], str)}
         pins = context.state.get(api.PINNED_DIMS)
         for name, axis in batch.axes:
             api.write_dim(api.shape_dims(inputs[name])[axis], size)
             pins.get(name, {}).pop(axis, None)
         api.rederive_shapes(model, context.state)  # pins is the state's own dict: the batch axes popped above
-        corrected = api.declare_from_trace(model, trace, size, declared)
+        corrected = api.declare_from_trace(model, trace, size, declared, names)
         api.apply_pins(model.graph, pins)
         counts = summary_counts(changed, squeezes, undecided, len(others[0]) if others else 0, corrected)
         notes = tuple(undecided_text(point) for point in undecided)

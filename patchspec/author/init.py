@@ -204,6 +204,9 @@ def _batch_axes(
         raise PatchError(f"cannot find the batch: {exc.message}", exc.hint) from None
     chosen = list(detected.axes)
     how = {pair: "detected (the first input's batch dim, wherever it appears)" for pair in chosen}
+    how.update(
+        {(name, 0): "no node reads it: it takes the batch with the others (any values do)" for name in detected.unread}
+    )
     for (name, axis), node in _recurrent_states(model, _SEQUENCES).items():  # X [seq, batch, ...]: axis 0 is time
         for at, (chosen_name, chosen_axis) in enumerate(chosen):
             if chosen_name == name and chosen_axis != axis:

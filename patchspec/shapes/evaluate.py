@@ -39,6 +39,7 @@ from patchspec.shapes.known import (
     stacked,
     type_proto,
 )
+from patchspec.shapes.ml_shapes import ml_outputs
 
 #: ``hook(site, inputs)`` gets, per point, the node's input Knowns; it returns replacements or None
 Hook = Callable[[NodeSite, list[list[Known]]], list[list[Known]] | None]
@@ -182,6 +183,9 @@ class ShapeEvaluator:
     def _evaluate_once(self, node: onnx.NodeProto, inputs: list[Known]) -> Outputs:
         count = len(node.output)
         if node.domain not in ("", "ai.onnx"):
+            classical = ml_outputs(node, inputs) if node.domain == "ai.onnx.ml" else None
+            if classical is not None:  # ONNX infers few of them: their rows are the input's
+                return classical + [UNKNOWN] * (count - len(classical))
             return self._infer(node, inputs)
         if node.op_type == "Constant":
             known = constant_known(node)
