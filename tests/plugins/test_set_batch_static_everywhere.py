@@ -194,3 +194,19 @@ def test_a_declared_size_another_free_input_dim_may_move_is_not_kept():
     model.opset_import.append(helper.make_opsetid("acme", 1))
     set_batch(model, size=4)
     assert dims(model, "y") == [None, None]
+
+
+def test_init_gives_an_unread_input_the_batch_and_the_spec_applies(tmp_path, run_cli):
+    import yaml
+
+    onnx.save(paddle_like(), tmp_path / "m.onnx")
+    spec = tmp_path / "spec.yaml"
+    made = run_cli("init", tmp_path / "m.onnx", "--batch", "4", "--output", spec)
+    assert made.exit_code == 0, made.output
+    step = yaml.safe_load(spec.read_text())["patches"][0]["set_batch"]
+    assert step["inputs"] == {"token_ids": 0, "length": 0}
+    assert "'length'[0]: no node reads it: it takes the batch with the others" in spec.read_text()
+    applied = run_cli("apply", spec)
+    assert applied.exit_code == 0, applied.output
+    written = onnx.load(tmp_path / "build" / "m.b4.onnx")
+    assert dims(written, "length") == [4]
