@@ -74,7 +74,9 @@ def probe_values(rules: dict[str, InputValues | None]) -> dict[str, dict[str, An
     valid lengths, counts and indices more often than random integers are."""
     values: dict[str, dict[str, Any]] = {}
     for name, rule in rules.items():
-        if rule is not None:
+        if rule is not None and "strings" in rule.item:  # a STRING input: its strings, cycled over the shape
+            values[name] = {"value": list(rule.item["strings"])}
+        elif rule is not None:
             values[name] = {"fill": "ones"} if rule.flag else dict(rule.item)
     return values
 
@@ -146,7 +148,10 @@ def case_inputs(
             row.values, row.flagged = values.why, values.flag
             if values.flag:  # never a value that merely happens to run: the user gives the real one
                 item = {"file": f"{name}.npy"}
-                row.values += f"; save them as {name}.npy next to the spec (numpy.save), shape {shape}"
+                kind = "a numpy array of str, " if "strings" in values.item else ""
+                row.values += f"; save them as {name}.npy next to the spec (numpy.save, {kind}shape {shape})"
+            elif "strings" in values.item:  # repeated to fill the shape
+                item = {"value": list(values.item["strings"]), **({"shape": shape} if shape else {})}
             elif "value" in values.item:
                 item = {"value": values.item["value"], **({"shape": shape} if shape else {})}
             else:
