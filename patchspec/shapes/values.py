@@ -36,6 +36,8 @@ _PASS_THROUGH = {
     "Transpose",
     "Tile",
 }
+#: the operands through which a negative-index wrap passes an index on (Where's branches, Mod's dividend)
+_WRAPS: dict[str, tuple[int, ...]] = {"Where": (1, 2), "Mod": (0,)}
 #: ops that carry a boolean on towards a condition
 _LOGIC = {"Not", "And", "Or", "Xor", "Cast", "Squeeze", "Unsqueeze", "Reshape", "Identity"}
 _COMPARISONS = {"Equal": 0, "Greater": 1, "GreaterOrEqual": 0, "Less": -1, "LessOrEqual": 0}
@@ -117,19 +119,33 @@ class _Uses:
             if node.op_type == "Loop" and len(node.input) > 1
         }
 
-    def reached(self, name: str, through: set[str]) -> Iterator[tuple[NodeSite, int]]:
-        """(site, operand) of every use of ``name``, following ops in ``through``."""
+    def reached(self, name: str, through: set[str], wraps: bool = False) -> Iterator[tuple[NodeSite, int]]:
+        """(site, operand) of every use of ``name``, following ops in ``through``; with ``wraps``, also
+        through a negative-index wrap (``Where(ids < 0, ids + n, ids)``, ``Mod(ids + n, n)``)."""
         seen: set[str] = set()
         stack = [name]
         while stack:
             tensor = stack.pop()
             for site, operand in self.consumers.get(tensor, []):
                 node = site.node
-                if node.op_type in through and operand == 0:
+                if (node.op_type in through and operand == 0) or (wraps and self._wraps(site, operand)):
                     stack.extend(o for o in node.output if o and o not in seen)
                     seen.update(node.output)
                 else:
                     yield site, operand
+
+    def _wraps(self, site: NodeSite, operand: int) -> bool:
+        """A step of a negative-index wrap, which keeps an index in [0, n) as it is: a Where's branch, a
+        Mod's dividend, or an offset by a constant that a Where or a Mod then takes."""
+        node = site.node
+        if node.op_type in _WRAPS:
+            return operand in _WRAPS[node.op_type]
+        if node.op_type not in ("Add", "Sub") or operand > 1 or self.constant(site, 1 - operand) is None:
+            return False
+        takers = self.consumers.get(node.output[0], [])
+        return bool(takers) and all(
+            _WRAPS.get(taker.node.op_type) and i in _WRAPS[taker.node.op_type] for taker, i in takers
+        )
 
     def constant(self, site: NodeSite, operand: int) -> np.ndarray[Any, Any] | None:
         if operand >= len(site.node.input):
@@ -181,7 +197,7 @@ class _Uses:
         """Indices into constant tables (token ids into an embedding): 0 <= id < the smallest row count,
         which is valid for every table the ids index."""
         tables: list[tuple[int, onnx.NodeProto]] = []
-        for site, operand in self.reached(name, _PASS_THROUGH):
+        for site, operand in self.reached(name, _PASS_THROUGH, wraps=True):
             node = site.node
             if node.op_type != "Gather" or operand != 1:
                 continue
