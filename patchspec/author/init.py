@@ -80,7 +80,7 @@ def _draft_spec(model_path: Path, spec_path: Path, size: int | str, registry: An
     probe = prober.patched(axes)
     old_size = batch_axes(model, {name: axis for name, axis in axes}).old_size
     batch = size if isinstance(size, int) else old_size if old_size > 1 else CASE_BATCH
-    shapes = runner.evidence.shapes or case_shapes(model)
+    shapes = _sequence_first(model, axes, runner.evidence.shapes or case_shapes(model))
     rows, case = case_inputs(model, axes, how, rules, shapes, batch, runner.evidence.untied)
     split = _per_sample(model, axes, old_size, runner, batch, probe)
     coupled = prober.coupled(axes)
@@ -168,10 +168,9 @@ def _unloadable(model: onnx.ModelProto, runs: OriginalRuns) -> str | None:
 def _per_sample(
     model: onnx.ModelProto, axes: list[Pair], old_size: int, runner: _Runner, batch: int, probe: onnx.ModelProto | None
 ) -> str | None:
-    """Why the run case compares per sample, or None. A batch must give what its samples give one at a
-    time, so every model the original can run per sample is compared so: a fixed batch, or a dynamic
-    one the original runs at 1. Not where the original fails at 1 while it runs at the batch, nor where
-    an output keeps no batch axis (joining per-sample runs could not rebuild it)."""
+    """Why the run case compares per sample (a batch must give what its samples give alone), or None:
+    a fixed batch, or a dynamic one the original runs at 1; not where it fails at 1 while it runs at
+    the batch, nor where an output keeps no batch axis (per-sample runs could not rebuild it)."""
     inputs = fed_inputs(model.graph)
     if any(isinstance((read_dims(inputs[name]) or [])[axis], int) for name, axis in axes):
         if old_size == 1:
@@ -245,6 +244,7 @@ def _batch_axes(
             )
     refusal = prober.refusal(chosen)
     if refusal is None:
+        chosen = _uncoupled_axes(model, prober, chosen, how) or chosen
         paired = _state_pairs(model, prober.patched(chosen), chosen, old_size)
         if paired and prober.refusal(chosen + list(paired)) is None:
             how.update(
@@ -274,6 +274,44 @@ def _batch_axes(
         "list the inputs that carry the batch yourself: patchspec init does not guess further",
         node=refusal.node,
     )
+
+
+SEQUENCE_SIZE = 8  #: the case's size of a symbolic axis 0 that is not the batch (a sequence's)
+
+
+def _sequence_first(model: onnx.ModelProto, axes: list[Pair], shapes: dict[str, list[int]]) -> dict[str, list[int]]:
+    """The lint's defaults give a symbolic axis 0 the size 1 (it is usually the batch); where the batch
+    is elsewhere, that axis is a sequence, and 1 would hide whatever runs across it."""
+    inputs = fed_inputs(model.graph)
+    for name in {name for name, axis in axes if axis != 0}:
+        dims = read_dims(inputs[name]) or []
+        if dims and not isinstance(dims[0], int) and shapes.get(name, [None])[0] == 1:
+            for other, info in inputs.items():  # every input that names the same dim gets the same size
+                if (read_dims(info) or [None])[:1] == dims[:1] and shapes.get(other):
+                    shapes[other][0] = SEQUENCE_SIZE
+    return shapes
+
+
+def _uncoupled_axes(
+    model: onnx.ModelProto, prober: _Prober, chosen: list[Pair], how: dict[Pair, str]
+) -> list[Pair] | None:
+    """Axis 0 was chosen and set_batch finds that it couples the samples (a sequence-first model's time,
+    named ``time`` or exported at 6): the first other axis where every chosen input has 1 or an unknown
+    size, where set_batch accepts the model and finds the samples independent; None when there is none."""
+    coupled = prober.coupled(chosen)
+    if not coupled or any(axis != 0 for _, axis in chosen):
+        return None
+    inputs = fed_inputs(model.graph)
+    dims = {name: read_dims(inputs[name]) or [] for name, _ in chosen}
+    for axis in range(1, min(len(d) for d in dims.values())):
+        moved = [(name, axis) for name, _ in chosen]
+        if all(dims[name][axis] in (1, None) for name in dims) and prober.refusal(moved) is None:
+            if not prober.coupled(moved):
+                for old, new in zip(chosen, moved):
+                    how.pop(old, None)
+                    how[new] = f"on axis 0 the samples would not be independent ({coupled[0]}); on axis {axis} they are"
+                return moved
+    return None
 
 
 #: recurrent ops and the operands that hold their initial state ([directions, batch, hidden] by default)

@@ -22,7 +22,7 @@ def ints(name, values):
     return numpy_helper.from_array(np.array(values, np.int64), name)
 
 
-def seq_first_attention(batch=1):
+def seq_first_attention(batch=1, residual=False):
     rng = np.random.default_rng(0)
     weights = [
         numpy_helper.from_array((rng.standard_normal((EMBED, 3 * EMBED)) / 4).astype(np.float32), "w_qkv"),
@@ -48,8 +48,10 @@ def seq_first_attention(batch=1):
         helper.make_node("Transpose", ["ctx"], ["ctx_seq"], perm=[1, 0, 2]),
         helper.make_node("Reshape", ["ctx_seq", "rows"], ["flat"], name="merge_heads"),
         helper.make_node("MatMul", ["flat", "w_out"], ["o"]),
-        helper.make_node("Reshape", ["o", "back"], ["y"], name="unflatten_out"),
+        helper.make_node("Reshape", ["o", "back"], ["attended" if residual else "y"], name="unflatten_out"),
     ]
+    if residual:  # as a TransformerEncoderLayer adds its input back
+        nodes.append(helper.make_node("Add", ["attended", "x"], ["y"], name="residual"))
     return graph_model(
         nodes, [tensor_info("x", ["time", batch, EMBED])], [tensor_info("y", ["time", batch, EMBED])], weights + shapes
     )
@@ -95,3 +97,23 @@ def test_a_batch_first_flatten_is_still_folded_not_scaled_into_the_features():
     params = {"size": 4, "inputs": {"x": 1}}
     result = SetBatchPatch().apply(model, params, patch_context("set_batch", params))
     assert "0 shape constants rewritten" in result.summary, result.summary
+
+
+def test_init_moves_the_batch_off_a_time_axis_that_couples_the_samples(tmp_path, run_cli):
+    """x ['time', 1, 16]: axis 0 is named, so detection takes it; set_batch there finds the attention
+    across it, so init takes axis 1 (the export's 1), sizes time at more than 1, and apply passes.
+    (The residual Add lets the symbolic probe see the output's batch axis; without it, the last
+    Reshape's [-1, 1, 16] has no symbolic form and the per-sample join is along axis 0: apply fails.)"""
+    import yaml
+
+    onnx.save(seq_first_attention(residual=True), tmp_path / "m.onnx")
+    spec = tmp_path / "spec.yaml"
+    made = run_cli("init", tmp_path / "m.onnx", "--batch", "4", "--output", spec)
+    assert made.exit_code == 0, made.output
+    loaded = yaml.safe_load(spec.read_text())
+    assert loaded["patches"][0]["set_batch"]["inputs"] == {"x": 1}, spec.read_text()
+    assert "on axis 0 the samples would not be independent" in spec.read_text()
+    run = loaded["verify"][1]["run"]
+    assert run["cases"][0]["inputs"]["x"][0] > 1 and run["compare"]["split_batch"]["inputs"] == {"x": 1}
+    applied = run_cli("apply", spec)
+    assert applied.exit_code == 0, applied.output
