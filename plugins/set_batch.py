@@ -95,20 +95,29 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         changed = api.rewrite_batch_constants(model, rewrites, f"batch_{size}")
         squeezes = [] if same else api.explicit_squeezes(model, trace.squeezes)
         declared = {info.name: api.read_dims(info) for info in model.graph.output}
+        names = {dim for name, axis in batch.axes if isinstance(dim := (api.read_dims(inputs[name]) or [])[axis], str)}
         pins = context.state.get(api.PINNED_DIMS)
         for name, axis in batch.axes:
             api.write_dim(api.shape_dims(inputs[name])[axis], size)
             pins.get(name, {}).pop(axis, None)
         api.rederive_shapes(model, context.state)  # pins is the state's own dict: the batch axes popped above
-        corrected = api.declare_from_trace(model, trace, size, declared)
+        corrected = api.declare_from_trace(model, trace, size, declared, names)
         api.apply_pins(model.graph, pins)
         counts = summary_counts(changed, squeezes, undecided, len(others[0]) if others else 0, corrected)
         notes = tuple(undecided_text(point) for point in undecided)
+        coupled = tuple(f"couples samples: {line}" for line in trace.coupled)
         context.state.get(UNDECIDED).extend(point.message for point in undecided)  # apply --no-verify refuses them
+        context.state.get(UNDECIDED).extend(coupled[:1])  # only a verifier measures what the coupling costs
         details = (
-            batch.notes + (others[1:] if others else ()) + tuple(changed) + tuple(squeezes) + tuple(corrected) + notes
+            batch.notes
+            + (others[1:] if others else ())
+            + tuple(changed)
+            + tuple(squeezes)
+            + tuple(corrected)
+            + coupled
+            + notes
         )
-        return PatchResult(True, f"batch {size} on {where}; {counts}", details)
+        return PatchResult(True, f"batch {size} on {where}; {counts}{coupling_summary(trace.coupled)}", details)
 
 
 def summary_counts(
@@ -126,6 +135,15 @@ def summary_counts(
     if corrected:
         counts += f", {len(corrected)} output declaration{'s' * (len(corrected) != 1)} corrected"
     return counts
+
+
+def coupling_summary(coupled: list[str]) -> str:
+    """What the summary line says, at any verbosity, of ops that couple the samples: a batch is then not
+    N independent samples, and a per-sample comparison measures by how much."""
+    if not coupled:
+        return ""
+    more = f" (and {len(coupled) - 1} more, -v lists them)" if len(coupled) > 1 else ""
+    return f"; the samples are not independent: {coupled[0]}{more}"
 
 
 def follow_batch(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from patchspec import ParamProblem, Verifier, VerifyContext, VerifyResult, api, hookimpl
@@ -164,6 +165,16 @@ class RunVerifier(Verifier[RunParams]):
                             },
                         ],
                     },
+                    "coupled": {
+                        "type": "string",
+                        "minLength": 1,
+                        "description": (
+                            "the reason a batch may differ from its samples run one at a time (a model "
+                            "whose ops couple the samples: one quantization scale over the batch, a "
+                            "reduction over it): compares batch against batch instead of per sample, and "
+                            "the report names the reason; not with split_batch"
+                        ),
+                    },
                     "rtol": {
                         "type": "number",
                         "minimum": 0,
@@ -234,6 +245,13 @@ class RunVerifier(Verifier[RunParams]):
                 yield from api.case_input_problems(item, ("cases", index, "inputs", name), limit)
         if "against" in params.get("compare", {}):
             yield from _against_problems(params["compare"]["against"], ("compare", "against"))
+        if "coupled" in params.get("compare", {}) and params["compare"].get("split_batch"):
+            yield (
+                ("compare", "coupled"),
+                "coupled accepts that a batch differs from its samples run one at a time, which split_batch "
+                "measures: give one of them (an original that runs only at its exported batch keeps "
+                "split_batch, with tolerances per output)",
+            )
 
     def check_model(self, params: RunParams, model: onnx.ModelProto) -> Iterator[ParamProblem]:
         """The cases, split axes and per-output settings against the patched model's inputs and outputs."""
@@ -289,7 +307,12 @@ class RunVerifier(Verifier[RunParams]):
                     yield item["file"]
 
     def verify(self, params: RunParams, context: VerifyContext) -> VerifyResult:
-        return api.run_verification(dict(params), context)
+        result = api.run_verification(dict(params), context)
+        reason = params.get("compare", {}).get("coupled")
+        if not reason:
+            return result
+        said = f"batch against batch, as the samples are coupled (accepted: {reason})"
+        return replace(result, summary=f"{result.summary}; {said}", details=(said, *result.details))
 
 
 def _provider_problems(params: RunParams) -> Iterator[ParamProblem]:

@@ -14,8 +14,10 @@ or proved by running A and B), and the fits use them as ``dim(feats, 1)``.
 
 from __future__ import annotations
 
+import copy
 import io
 import os
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,7 @@ import numpy as np
 from patchspec.author.fit import Atom, Fit, fit, folded_into, same_values
 from patchspec.author.pairing import Export, Rewrite, pair, rewrites
 from patchspec.author.spec_text import DraftStep, SpecDraft, checked, next_command, root_needed
-from patchspec.author.traced_sizes import Traced, traced_sizes
+from patchspec.author.traced_sizes import MAX_SECONDS, MAX_TRIES, Traced, traced_sizes
 from patchspec.errors import ModelFileError, PatchError
 from patchspec.host.registry import PluginRegistry
 from patchspec.model.graph import all_names, fresh_name
@@ -34,6 +36,8 @@ from patchspec.shapes.expressions import quote_tensor
 
 #: the name of the input that carries sizes no input dim holds (a fresh one if the model has it)
 SIZES_INPUT = "sizes"
+#: at most this many sets of sizes are listed when derive asks which ones were traced
+MAX_ASKED = 8
 SEARCH = "dim, dim * k, dim // k, dim + k, dim - k, and products of two or three dims (optionally * k or // k)"
 
 
@@ -72,13 +76,11 @@ def derive(
     a, b = Export(a_path, "A"), Export(b_path, "B")
     changed = rewrites(a, b, pair(a, b))
     differing = [(rewrite.a[i], rewrite.b[i]) for rewrite in changed for i in rewrite.entries]
-    traced = traced_sizes((a.inputs, b.inputs), (a_path, b_path), a.model, differing, shapes)
-    atoms = _varying_dims(a, b) + traced.atoms
-    if not changed and not atoms:
+    answers = traced_sizes((a.inputs, b.inputs), (a_path, b_path), a.model, differing, shapes)
+    if not changed and not _varying_dims(a, b) + answers[0].atoms:
         msg = f"{a_path} and {b_path} have the same input sizes and the same constants: there is nothing to derive"
         raise PatchError(msg, "export B at another input size than A")
-    sizes = _Sizes(fresh_name(SIZES_INPUT, all_names(a.model)))
-    _fit_entries(changed, atoms, sizes)
+    traced, changed, atoms, sizes = _settled(a, b, changed, answers)
     folder = spec_path.resolve().parent
     root = root_needed(spec_path, [a_path, b_path])
     outside = [f"A and B lie outside this spec's project root: apply with --root {root}."] if root else []
@@ -105,6 +107,59 @@ def derive(
 
 
 # -- fitting --------------------------------------------------------------------------------------------
+def _settled(
+    a: Export, b: Export, changed: list[Rewrite], answers: list[Traced]
+) -> tuple[Traced, list[Rewrite], list[Atom], _Sizes]:
+    """The one answer the fits settle on: where A and B run at several sets of sizes, they must all give
+    the same patches (then the simplest sizes size the run cases), or derive asks which were traced."""
+    fitted, failure = [], None
+    for traced in answers:
+        attempt, atoms = copy.deepcopy(changed), _varying_dims(a, b) + traced.atoms
+        sizes = _Sizes(fresh_name(SIZES_INPUT, all_names(a.model)))
+        try:
+            _fit_entries(attempt, atoms, sizes)
+        except PatchError as exc:
+            failure = failure or exc
+            continue
+        fitted.append((traced, attempt, atoms, sizes))
+    if not fitted:
+        assert failure is not None
+        raise failure
+    outcomes = {_outcome(attempt, sizes) for _, attempt, _, sizes in fitted}
+    if len(outcomes) > 1 or not fitted[0][0].settled:
+        raise _ask_sizes(a, b, [traced for traced, *_ in fitted], len(outcomes) > 1)
+    return fitted[0]
+
+
+def _outcome(changed: list[Rewrite], sizes: _Sizes) -> tuple[object, ...]:
+    """What a spec's patches hold: each rewrite's entries and the added input's sizes."""
+    return (*((r.name, tuple(sorted((i, f.text) for i, f in r.fits.items()))) for r in changed), tuple(sizes.pairs))
+
+
+def _ask_sizes(a: Export, b: Export, answers: list[Traced], differ: bool) -> PatchError:
+    command = f"patchspec derive {shlex.quote(str(a.path))} {shlex.quote(str(b.path))}"
+    if differ:
+        head = (
+            f"derive cannot tell the sizes A and B were traced at: both run at {len(answers)} sets of sizes, "
+            "and they give different specs (the constants fit each of them):"
+        )
+    else:
+        head = (
+            f"derive found sizes A and B run at, but could not try every other set of sizes within "
+            f"{MAX_TRIES} runs or {MAX_SECONDS:.0f} s, so it cannot tell they are the sizes A and B were traced at:"
+        )
+    lines = [head]
+    shared = set.intersection(*(set(traced.notes) for traced in answers)) if differ else set()
+    for traced in answers[:MAX_ASKED]:
+        told = "; ".join(note.split(" (", 1)[0] for note in traced.notes if note not in shared and "(free" not in note)
+        lines.append(f"  {traced.options}" + (f"    # {told}" if told else ""))
+    if len(answers) > MAX_ASKED:
+        lines.append(f"  ... and {len(answers) - MAX_ASKED} more")
+    lines.append("nothing was written")
+    hint = f"rerun with the sizes each export was traced at (a line above, or your own): {command} --shape-a ... --shape-b ..."
+    return PatchError("\n".join(lines), hint)
+
+
 def _varying_dims(a: Export, b: Export) -> list[Atom]:
     """``dim(x, axis)`` for every input axis whose fixed size differs between A and B."""
     atoms = []

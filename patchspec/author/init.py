@@ -6,8 +6,9 @@
    Inputs whose own batch name differs (tf2onnx's ``unk__6134``, ``unk__6135``, a ``length``) are
    tied to the batch by running the original (:mod:`.batch_ties`); the evidence goes in a comment.
 2. Dim names an input repeats on several axes (SCRFD's ``[?, 3, ?, ?]``) are told apart.
-3. A verify block: ``check``, and ``run`` against the original, per sample (``split_batch``) where
-   the original's batch is fixed, or where it fails at the batch when run here (:mod:`.init_case`).
+3. A verify block: ``check``, and ``run`` against the original, per sample (``split_batch``) wherever
+   the original runs one sample at a time, dynamic batch included (:mod:`.init_case`); ops that couple
+   the samples (set_batch names them) are said in the spec, with the key that accepts them.
    Integer inputs get values where the graph says what they are (:mod:`patchspec.shapes.values`);
    others are flagged, in the spec and on the terminal.
 
@@ -79,9 +80,10 @@ def _draft_spec(model_path: Path, spec_path: Path, size: int | str, registry: An
     probe = prober.patched(axes)
     old_size = batch_axes(model, {name: axis for name, axis in axes}).old_size
     batch = size if isinstance(size, int) else old_size if old_size > 1 else CASE_BATCH
-    shapes = runner.evidence.shapes or case_shapes(model)
+    shapes = _sequence_first(model, axes, runner.evidence.shapes or case_shapes(model))
     rows, case = case_inputs(model, axes, how, rules, shapes, batch, runner.evidence.untied)
-    split = _per_sample(model, axes, old_size, runner, batch)
+    split = _per_sample(model, axes, old_size, runner, batch, probe)
+    coupled = prober.coupled(axes)
     root = root_needed(spec_path, [model_path])
     draft = SpecDraft(
         model_ref,
@@ -112,7 +114,7 @@ def _draft_spec(model_path: Path, spec_path: Path, size: int | str, registry: An
             "add one with providers that can (run: {providers: [...]}), or compare with your own outputs",
         ]
     else:
-        draft.verify.append(run_step(probe, rows, case, split))
+        draft.verify.append(run_step(probe, rows, case, split, coupled))
     text = checked(draft, spec_path, registry)
     notes = [f"{row.name}: {row.values}" for row in rows if row.flagged]
     return InitResult(text, rows, notes, next_command(spec_path, root))
@@ -163,9 +165,12 @@ def _unloadable(model: onnx.ModelProto, runs: OriginalRuns) -> str | None:
     return runs.load_failure or None  # "" when the weights were too large to try
 
 
-def _per_sample(model: onnx.ModelProto, axes: list[Pair], old_size: int, runner: _Runner, batch: int) -> str | None:
-    """Why the run case compares per sample, or None: the inputs' batch is fixed at 1, or the original
-    fails at the case's batch and runs at 1."""
+def _per_sample(
+    model: onnx.ModelProto, axes: list[Pair], old_size: int, runner: _Runner, batch: int, probe: onnx.ModelProto | None
+) -> str | None:
+    """Why the run case compares per sample (a batch must give what its samples give alone), or None:
+    a fixed batch, or a dynamic one the original runs at 1; not where it fails at 1 while it runs at
+    the batch, nor where an output keeps no batch axis (per-sample runs could not rebuild it)."""
     inputs = fed_inputs(model.graph)
     if any(isinstance((read_dims(inputs[name]) or [])[axis], int) for name, axis in axes):
         if old_size == 1:
@@ -174,8 +179,17 @@ def _per_sample(model: onnx.ModelProto, axes: list[Pair], old_size: int, runner:
             f"the original has a fixed batch of {old_size}: compare per sample (split_batch runs it with each "
             f"sample repeated {old_size} times)"
         )
-    shapes = runner.evidence.shapes or case_shapes(model)
-    return per_sample_reason(runner.runs, CaseLayout(shapes, runner.values), axes, batch)
+    layout = CaseLayout(runner.evidence.shapes or case_shapes(model), runner.values)
+    failing = per_sample_reason(runner.runs, layout, axes, batch)
+    if failing:
+        return failing
+    unbatched = [
+        info.name for info in (probe.graph.output if probe is not None else []) if PROBE not in (read_dims(info) or [])
+    ]
+    single = runner.runs.run(layout.items(1, axes))
+    if unbatched or probe is None or (single is not None and not single.ok):
+        return None
+    return "a batch must give what its samples give one at a time: compare per sample (split_batch)"
 
 
 # -- the batch ---------------------------------------------------------------------------------------
@@ -189,6 +203,9 @@ def _batch_axes(
         raise PatchError(f"cannot find the batch: {exc.message}", exc.hint) from None
     chosen = list(detected.axes)
     how = {pair: "detected (the first input's batch dim, wherever it appears)" for pair in chosen}
+    how.update(
+        {(name, 0): "no node reads it: it takes the batch with the others (any values do)" for name in detected.unread}
+    )
     for (name, axis), node in _recurrent_states(model, _SEQUENCES).items():  # X [seq, batch, ...]: axis 0 is time
         for at, (chosen_name, chosen_axis) in enumerate(chosen):
             if chosen_name == name and chosen_axis != axis:
@@ -227,6 +244,7 @@ def _batch_axes(
             )
     refusal = prober.refusal(chosen)
     if refusal is None:
+        chosen = _uncoupled_axes(model, prober, chosen, how) or chosen
         paired = _state_pairs(model, prober.patched(chosen), chosen, old_size)
         if paired and prober.refusal(chosen + list(paired)) is None:
             how.update(
@@ -256,6 +274,44 @@ def _batch_axes(
         "list the inputs that carry the batch yourself: patchspec init does not guess further",
         node=refusal.node,
     )
+
+
+SEQUENCE_SIZE = 8  #: the case's size of a symbolic axis 0 that is not the batch (a sequence's)
+
+
+def _sequence_first(model: onnx.ModelProto, axes: list[Pair], shapes: dict[str, list[int]]) -> dict[str, list[int]]:
+    """The lint's defaults give a symbolic axis 0 the size 1 (it is usually the batch); where the batch
+    is elsewhere, that axis is a sequence, and 1 would hide whatever runs across it."""
+    inputs = fed_inputs(model.graph)
+    for name in {name for name, axis in axes if axis != 0}:
+        dims = read_dims(inputs[name]) or []
+        if dims and not isinstance(dims[0], int) and shapes.get(name, [None])[0] == 1:
+            for other, info in inputs.items():  # every input that names the same dim gets the same size
+                if (read_dims(info) or [None])[:1] == dims[:1] and shapes.get(other):
+                    shapes[other][0] = SEQUENCE_SIZE
+    return shapes
+
+
+def _uncoupled_axes(
+    model: onnx.ModelProto, prober: _Prober, chosen: list[Pair], how: dict[Pair, str]
+) -> list[Pair] | None:
+    """Axis 0 was chosen and set_batch finds that it couples the samples (a sequence-first model's time,
+    named ``time`` or exported at 6): the first other axis where every chosen input has 1 or an unknown
+    size, where set_batch accepts the model and finds the samples independent; None when there is none."""
+    coupled = prober.coupled(chosen)
+    if not coupled or any(axis != 0 for _, axis in chosen):
+        return None
+    inputs = fed_inputs(model.graph)
+    dims = {name: read_dims(inputs[name]) or [] for name, _ in chosen}
+    for axis in range(1, min(len(d) for d in dims.values())):
+        moved = [(name, axis) for name, _ in chosen]
+        if all(dims[name][axis] in (1, None) for name in dims) and prober.refusal(moved) is None:
+            if not prober.coupled(moved):
+                for old, new in zip(chosen, moved):
+                    how.pop(old, None)
+                    how[new] = f"on axis 0 the samples would not be independent ({coupled[0]}); on axis {axis} they are"
+                return moved
+    return None
 
 
 #: recurrent ops and the operands that hold their initial state ([directions, batch, hidden] by default)
@@ -321,6 +377,7 @@ class _Prober:
         self.engine = Engine(registry, lambda _: None)
         self.model_path = model_path
         self.tried: dict[tuple[Any, ...], tuple[onnx.ModelProto | None, PatchError | None]] = {}
+        self.reports: dict[tuple[Any, ...], RunReport] = {}
         # the model, graph only, read (and its external data checked) once, as apply reads it
         self.loaded = self.engine.load_input(self._spec([]), model_path)
         # what each probe patches (the engine copies it twice): the graph without the weights' bytes
@@ -342,12 +399,20 @@ class _Prober:
         """None when set_batch applies with these axes, else its refusal (``detail`` is the reason)."""
         return self._run(axes, size)[1]
 
+    def coupled(self, axes: list[Pair]) -> list[str]:
+        """What set_batch says couples the samples, with these axes (its ``couples samples:`` details)."""
+        self._run(axes, PROBE)
+        report = self.reports.get((tuple(axes), PROBE))
+        steps = report.patches if report is not None else []
+        prefix = "couples samples: "
+        return [line[len(prefix) :] for step in steps for line in step.details if line.startswith(prefix)]
+
     def _run(self, axes: list[Pair], size: int | str) -> tuple[onnx.ModelProto | None, PatchError | None]:
         key = (tuple(axes), size)
         if key not in self.tried:
             step = DraftStep("set_batch", {"size": size, "inputs": {name: axis for name, axis in axes}})
             spec = self._spec([*self.renames, step])
-            report = RunReport(str(spec.path), str(self.model_path), "", status="planned")
+            report = self.reports[key] = RunReport(str(spec.path), str(self.model_path), "", status="planned")
             try:
                 model, _ = self.engine.patch(replace(self.weightless, spec=spec), report)
                 self.tried[key] = (model, None)

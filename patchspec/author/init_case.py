@@ -2,8 +2,8 @@
 
 Shapes are the lint's defaults (one size per dim name), or the sizes the original ran with when
 ``init`` ran it (:mod:`.batch_ties`); every batch axis gets the case's batch. Values come from the
-graph (:mod:`patchspec.shapes.values`). The comparison is per sample (``split_batch``) when the
-original's batch is fixed at 1, or when the original, run here, fails at the batch but runs at 1.
+graph (:mod:`patchspec.shapes.values`). The comparison is per sample (``split_batch``) wherever the
+original runs one sample at a time: a batch must give what its samples give alone.
 """
 
 from __future__ import annotations
@@ -74,7 +74,9 @@ def probe_values(rules: dict[str, InputValues | None]) -> dict[str, dict[str, An
     valid lengths, counts and indices more often than random integers are."""
     values: dict[str, dict[str, Any]] = {}
     for name, rule in rules.items():
-        if rule is not None:
+        if rule is not None and "strings" in rule.item:  # a STRING input: its strings, cycled over the shape
+            values[name] = {"value": list(rule.item["strings"])}
+        elif rule is not None:
             values[name] = {"fill": "ones"} if rule.flag else dict(rule.item)
     return values
 
@@ -146,7 +148,10 @@ def case_inputs(
             row.values, row.flagged = values.why, values.flag
             if values.flag:  # never a value that merely happens to run: the user gives the real one
                 item = {"file": f"{name}.npy"}
-                row.values += f"; save them as {name}.npy next to the spec (numpy.save), shape {shape}"
+                kind = "a numpy array of str, " if "strings" in values.item else ""
+                row.values += f"; save them as {name}.npy next to the spec (numpy.save, {kind}shape {shape})"
+            elif "strings" in values.item:  # repeated to fill the shape
+                item = {"value": list(values.item["strings"]), **({"shape": shape} if shape else {})}
             elif "value" in values.item:
                 item = {"value": values.item["value"], **({"shape": shape} if shape else {})}
             else:
@@ -170,8 +175,10 @@ def run_step(
     rows: list[InputRow],
     case: dict[str, Any],
     split: str | None,
+    coupled: list[str] | None = None,
 ) -> DraftStep:
-    """The ``run`` verifier: the case against the original, per sample when ``split`` says why."""
+    """The ``run`` verifier: the case against the original, per sample when ``split`` says why;
+    ``coupled``: set_batch's ops that couple the samples, said in the comments."""
     comments = ["run the output and compare it with the original on the same inputs"]
     compare: dict[str, Any] = {"against": "original"}
     if split:
@@ -188,6 +195,14 @@ def run_step(
             if dim == PROBE and axis != 0
         }
         compare["split_batch"] = {k: v for k, v in (("inputs", inputs), ("outputs", outputs)) if v} or True
+    if coupled:
+        more = f" (and {len(coupled) - 1} more)" if len(coupled) > 1 else ""
+        comments += [
+            f"THE SAMPLES ARE NOT INDEPENDENT: {coupled[0]}{more}.",
+            "A batch then differs from its samples run one at a time"
+            + (", and this per-sample compare fails by that much." if split else "."),
+            'If that is acceptable for your use, replace split_batch with: coupled: "<why it is acceptable>"',
+        ]
     for row in rows:
         if row.values:
             comments.append(f"{quoted(row.name)}: {'FLAGGED: ' if row.flagged else ''}{row.values}")

@@ -36,6 +36,7 @@ class Ran:
 
     shapes: dict[str, tuple[int, ...]] | None
     failure: str | None = None
+    node: str | None = None  # the node onnxruntime named in its failure, if any
 
     @property
     def ok(self) -> bool:
@@ -99,7 +100,7 @@ class OriginalRuns:
             feeds = make_feeds(items, session.inputs, lambda name: Path(name))
             outputs, _ = session.run(feeds)
         except RunFailure as exc:
-            return Ran(None, short(exc))
+            return Ran(None, short(exc), exc.node)
         except MemoryError:
             return Ran(None, "out of memory")
         # outputs are arrays: a ZipMap's sequence of maps comes as one row per element (Session.run)

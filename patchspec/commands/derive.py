@@ -67,8 +67,14 @@ def derive_command(
       patchspec apply specs/det_any.yaml             # next: build and verify
       patchspec derive speech_a.onnx speech_b.onnx --shape-a feats=1,12,40 --shape-b feats=1,20,40
 
+    \b
+    derive never guesses: where A and B run at several sets of sizes that give different specs (a
+    merger whose constants fit a 22x30 grid and an 11x60 one), it prints each set as --shape-a /
+    --shape-b options, ready to paste, and writes nothing until the sizes are given.
+
     Exit codes: 0 written, 2 bad command line or the spec exists (use --force), 3 a model cannot be
-    read, 4 the graphs differ in structure or an entry fits no expression (the nodes are named).
+    read, 4 the graphs differ in structure, an entry fits no expression (the nodes are named), or
+    the traced sizes cannot be told (give --shape-a / --shape-b).
     """
     from patchspec.author.derive import derive, write
 

@@ -31,7 +31,9 @@ DTYPES = (
     "uint32",
     "uint64",
     "bool",
+    "bfloat16",
 )
+#: a STRING input takes its values from ``value`` (strings) or a ``file`` of str: no dtype, no fill
 #: default [low, high) of ``fill: random``: floats in [-1, 1), integers in [0, 10)
 FLOAT_RANGE = (-1.0, 1.0)
 INTEGER_RANGE = (0, 10)
@@ -67,9 +69,10 @@ CASE_INPUT_SCHEMA: dict[str, Any] = {
         },
         "file": {"type": "string", "description": ".npy file with the input, relative to the spec's folder"},
         "value": {
-            "type": ["number", "boolean", "array"],
-            "description": "the input's exact value: a number (a scalar, or every element of 'shape') or "
-            "a nested list (its shape is the list's); e.g. sr: {value: 16000}",
+            "type": ["number", "boolean", "string", "array"],
+            "description": "the input's exact value: a number or a string (a scalar, or every element of "
+            "'shape') or a nested list (its shape is the list's); e.g. sr: {value: 16000}, "
+            'letters: {value: ["a", "b", "c", "a"]} for a STRING input',
         },
     },
     "additionalProperties": False,
@@ -89,10 +92,15 @@ def case_input_problems(item: Any, key: tuple[Any, ...], max_elements: int = DEF
             yield key, f"'{source}' gives the values: 'fill', 'seed', 'low' and 'high' do not apply to it"
     if "file" in item and "value" in item:
         yield key, "give the values once: 'file' or 'value', not both"
-    if "value" in item and isinstance(item["value"], list) and "shape" in item:
+    if "value" in item and isinstance(item["value"], list) and "shape" in item and not is_text(item["value"]):
         yield key, "a list 'value' has its own shape: drop 'shape', or give one number to fill it"
     if "value" in item and value_shape(item["value"]) is None:
-        yield key + ("value",), "a list 'value' must be rectangular: every row as long as the others, numbers only"
+        yield (
+            key + ("value",),
+            "a list 'value' must be rectangular: every row as long as the others, all numbers or all strings",
+        )
+    elif "value" in item and is_text(item["value"]) and {"dtype"} & set(item):
+        yield key + ("dtype",), "a 'value' of strings feeds a STRING input: drop 'dtype'"
     elif "value" in item and "shape" not in item:
         yield from size_problems(value_shape(item["value"]) or (), key + ("value",), max_elements)
     yield from _shape_problems(item.get("shape") or [], key + ("shape",), max_elements)
@@ -132,12 +140,34 @@ def _shape_problems(shape: list[Any], key: tuple[Any, ...], max_elements: int) -
 
 
 def value_shape(value: Any) -> tuple[int, ...] | None:
-    """The shape of a ``value`` (a number, or nested lists of them), or None when it is ragged."""
+    """The shape of a ``value`` (a number or a string, or nested lists of them), or None when it is
+    ragged or mixes strings and numbers."""
+    if _leaves(value) is None:
+        return None
+    return _shape(value)
+
+
+def _shape(value: Any) -> tuple[int, ...] | None:
     if not isinstance(value, list):
-        return () if isinstance(value, (int, float, bool)) else None
-    shapes = {value_shape(item) for item in value}
+        return () if isinstance(value, (int, float, bool, str)) else None
+    shapes = {_shape(item) for item in value}
     inner = shapes.pop() if len(shapes) == 1 else () if not shapes else None
     return None if inner is None else (len(value), *inner)
+
+
+def is_text(value: Any) -> bool:
+    """Whether a ``value`` holds strings (then it feeds a STRING input)."""
+    return _leaves(value) == "text"
+
+
+def _leaves(value: Any) -> str | None:
+    """ "text", "number" or "empty" for a value of one kind; None for one that mixes them."""
+    if isinstance(value, str):
+        return "text"
+    if not isinstance(value, list):
+        return "number"
+    kinds = {_leaves(item) for item in value} - {"empty"}
+    return "empty" if not kinds else kinds.pop() if len(kinds) == 1 and None not in kinds else None
 
 
 def size_problems(shape: Sequence[int], key: tuple[Any, ...], max_elements: int) -> Iterator[Problem]:
@@ -160,6 +190,7 @@ __all__ = [
     "INTEGER_RANGE",
     "Problem",
     "case_input_problems",
+    "is_text",
     "size_problems",
     "value_shape",
 ]

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from onnx import TensorProto, helper
 
 from patchspec.errors import did_you_mean
 from patchspec.ort.case_inputs import (
@@ -22,6 +23,7 @@ from patchspec.ort.case_inputs import (
     FLOAT_RANGE,
     INTEGER_RANGE,
     case_input_problems,
+    is_text,
     size_problems,
     value_shape,
 )
@@ -32,6 +34,8 @@ def random_range_problem(dtype: str, low: float | None, high: float | None) -> s
     """Why ``fill: random`` cannot draw ``dtype`` values in [low, high), or None when it can."""
     if dtype not in DTYPES or dtype == "bool":
         return None
+    if dtype == "bfloat16":
+        dtype = "float32"  # bfloat16 spans float32's range
     given = [v for v in (low, high) if v is not None]
     if any(not math.isfinite(v) for v in given):
         return f"low and high must be finite numbers; got low {low}, high {high}"
@@ -107,22 +111,30 @@ def input_array(
 ) -> np.ndarray:
     """One input from its case item: a shape list, or ``{shape, dtype, fill, seed, low, high, file}``."""
     item = {"shape": item} if isinstance(item, list) else dict(item)
-    dtype = item.get("dtype") or decl.dtype
-    if dtype is None:
-        msg = f"input '{decl.name}' has a type numpy cannot hold; give 'dtype' in the case"
-        raise RunFailure(msg)
     if "shape" in item:
         _refuse_oversized(decl.name, item["shape"], max_elements)
+    if "value" in item and is_text(item["value"]):
+        return text_array(item["value"], item.get("shape"))
+    if "file" in item and decl.dtype is None and "dtype" not in item:  # a STRING input: a .npy of str
+        return _text_file(decl.name, load_array(decl.name, resolve(item["file"])), item)
+    dtype = item.get("dtype") or decl.dtype
+    if dtype is None:
+        msg = (
+            f"input '{decl.name}' is a STRING input (or another type numpy cannot hold), and the case gives no strings"
+        )
+        raise RunFailure(msg, STRING_HINT)
     if "value" in item:
         value = item["value"]
         array = np.full(tuple(item["shape"]), value) if "shape" in item else np.array(value)
         try:
-            return array.astype(dtype)
+            return array.astype(BFLOAT16 if dtype == "bfloat16" else dtype)
         except (TypeError, ValueError) as exc:
             raise RunFailure(f"input '{decl.name}': value {value!r} is not a {dtype}: {exc}") from None
     if "file" in item:
         array = load_array(decl.name, resolve(item["file"]))
         expected = {"shape": list(array.shape) if item.get("shape") is None else list(item["shape"]), "dtype": dtype}
+        if dtype == "bfloat16" and array.dtype == np.float32:  # numpy cannot save bfloat16: float32 is cast
+            array = array.astype(BFLOAT16)
         if list(array.shape) != expected["shape"] or str(array.dtype) != dtype:
             msg = (
                 f"input '{decl.name}': {item['file']} holds {array.dtype} {list(array.shape)}, "
@@ -138,6 +150,34 @@ def input_array(
         item.get("low"),
         item.get("high"),
     )
+
+
+#: numpy's bfloat16 (ml_dtypes', which onnx depends on)
+BFLOAT16 = helper.tensor_dtype_to_np_dtype(TensorProto.BFLOAT16)
+#: how a case feeds a STRING input
+STRING_HINT = (
+    'give its strings: value: ["a", "b", "a", "c"] (nested lists for more axes; one string with '
+    "'shape' repeats it), or file: x.npy saved from a numpy array of str (numpy.save)"
+)
+
+
+def text_array(value: Any, shape: Sequence[int] | None = None) -> np.ndarray:
+    """A STRING input's array (numpy object dtype, as onnxruntime takes strings) from a ``value``; with
+    ``shape``, the strings in turn until it is full."""
+    if shape is None:
+        return np.array(value, dtype=object)
+    flat = np.array(value, dtype=object).reshape(-1)  # one string, or a list repeated to fill the shape
+    return np.resize(flat, tuple(shape)) if flat.size else np.empty(tuple(shape), dtype=object)
+
+
+def _text_file(name: str, array: np.ndarray, item: dict[str, Any]) -> np.ndarray:
+    if array.dtype.kind not in "US":
+        msg = f"input '{name}' is a STRING input; {item['file']} holds {array.dtype} {list(array.shape)}"
+        raise RunFailure(msg, STRING_HINT)
+    if item.get("shape") is not None and list(array.shape) != list(item["shape"]):
+        msg = f"input '{name}': {item['file']} holds str {list(array.shape)}, expected {list(item['shape'])}"
+        raise RunFailure(msg)
+    return array.astype(str).astype(object)
 
 
 def load_array(name: str, path: Path) -> np.ndarray:
@@ -161,6 +201,8 @@ def generate(
     high: float | None = None,
 ) -> np.ndarray:
     """A deterministic array: ``numpy.random.default_rng(seed)`` for ``random``."""
+    if dtype == "bfloat16":  # numpy has no bfloat16 of its own: made as float32, then ml_dtypes' bfloat16
+        return generate(shape, "float32", fill, seed, low, high).astype(BFLOAT16)
     np_dtype = np.dtype(dtype)
     problem = random_range_problem(dtype, low, high) if fill == "random" else None
     if problem is not None:
@@ -227,5 +269,6 @@ __all__ = [
     "random_range_problem",
     "shape_problems",
     "size_problems",
+    "text_array",
     "value_shape",
 ]

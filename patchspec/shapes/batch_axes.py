@@ -3,7 +3,8 @@
 Given: a list of input names (batch on axis 0) or a mapping ``{name: axis}``. Found: every input
 axis that carries the batch's dim_param (the dim_param on axis 0 of the first input, wherever else
 it appears), or, when the model was exported at a fixed batch or with unnamed dims, axis 0 of every
-input whose axis 0 is that batch or unknown. ``set_batch`` and ``patchspec init`` both ask here.
+input whose axis 0 is that batch or unknown; and axis 0 of every input no node reads whose axis 0 is
+not a fixed size (it takes the batch with the others). ``set_batch`` and ``patchspec init`` both ask here.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import onnx
 
 from patchspec.errors import did_you_mean
+from patchspec.model.graph import walk_nodes
 from patchspec.shapes.annotations import read_dims
 
 
@@ -25,6 +27,8 @@ class BatchAxes:
     axes: tuple[tuple[str, int], ...]
     old_size: int  # the batch value baked into constants by the export (1 when it was symbolic)
     notes: tuple[str, ...] = ()
+    #: inputs among ``axes`` that no node reads, given the batch only so that every input has it
+    unread: tuple[str, ...] = ()
 
 
 class BatchAxesError(ValueError):
@@ -52,7 +56,30 @@ def batch_axes(model: onnx.ModelProto, given: Given | None = None) -> BatchAxes:
         raise BatchAxesError("the model has no graph inputs to set a batch on")
     if given is not None:
         return _given_axes(inputs, given)
-    return _detected_axes(inputs)
+    return _with_unread(_detected_axes(inputs), inputs, model.graph)
+
+
+def _with_unread(found: BatchAxes, inputs: dict[str, onnx.ValueInfoProto], graph: onnx.GraphProto) -> BatchAxes:
+    """Add axis 0 of every input no node reads whose axis 0 is not a fixed size (a paddle2onnx
+    ``length [DynamicDimension.2]``): nothing proves it is the batch, nothing can contradict it, and
+    a model set to a static batch is then static on every input."""
+    read = {name for site in walk_nodes(graph) for name in site.node.input}
+    read |= {info.name for info in graph.output}
+    chosen = {name for name, _ in found.axes}
+    unread = [
+        name
+        for name, info in inputs.items()
+        if name not in chosen and name not in read and (dims := read_dims(info)) and not isinstance(dims[0], int)
+    ]
+    if not unread:
+        return found
+    notes = tuple(
+        f"'{name}'[0] ({(read_dims(inputs[name]) or ['?'])[0] or 'unnamed'}): no node reads it; it takes the batch "
+        "with the other inputs, so a static batch is static on every input (any values do)"
+        for name in unread
+    )
+    axes = found.axes + tuple((name, 0) for name in unread)
+    return BatchAxes(axes, found.old_size, found.notes + notes, tuple(unread))
 
 
 def _given_axes(inputs: dict[str, onnx.ValueInfoProto], given: Given) -> BatchAxes:

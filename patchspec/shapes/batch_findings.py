@@ -13,7 +13,8 @@ from functools import cached_property
 import onnx
 
 from patchspec.model.graph import NodeSite, ScopeIndex
-from patchspec.shapes.batch_pinned import batch_wide, pinned_batch
+from patchspec.shapes.batch_coupling import coupling
+from patchspec.shapes.batch_pinned import pinned_batch
 from patchspec.shapes.batch_trace import AXIS_FREE, BatchTrace, Undecided, product, shape_text, sizes_of
 from patchspec.shapes.evaluate import BROADCASTING, ShapeEvaluator
 
@@ -37,11 +38,8 @@ class BatchFindings:
         for site, why in pinned_batch(self.trace, sites, self.index):
             found.append(f"{self.label(site)} {why}")
             self.decided.add(id(site.node))
-        wide = list(batch_wide(self.trace, sites))
-        if wide:  # one line for them all: a quantized model has one per layer
-            (site, why), more = wide[0], len(wide) - 1
-            also = f" (and {more} more like it)" if more else ""
-            self.trace.undecided.append(Undecided(f"undecided: {self.label(site)}{also} {why}"))
+        for site, why in coupling(self.trace, sites, self.index, self.evaluator.opset()):
+            self.trace.coupled.append(f"{self.label(site)} {why}")
         return found
 
     def conflicts(self) -> list[str]:

@@ -113,4 +113,24 @@ class Folds:
         return fold
 
 
-__all__ = ["Fold", "Folds"]
+def kept_whole(data: Known, output: Known, axis: int) -> int | None:
+    """The output axis that holds the data's batch axis (both at the export's batch): the same
+    elements before it, and the batch axis itself (``[L, 1, 48] -> [-1, 1, 3, 16]``: axis 1, a dynamo
+    export's baked batch) or its outer part, features after it (``[L, 1, 16] -> [-1, 2, 8]``: batch x
+    heads). Such a Reshape keeps the batch apart from the sequence; folding it into the ``-1`` would
+    let the ops that follow (attention over axis 0) run across the samples. The last axis is never
+    taken for the outer part: ``[L, 1, E] -> [-1, E]`` folds the batch into the rows (torch's
+    ``view(L * B, E)``), it does not scale the features."""
+    data_shape, out = sizes_of(data), sizes_of(output)
+    if data_shape is None or out is None or axis >= len(data_shape):
+        return None
+    batch, before, after = data_shape[axis], product(data_shape[:axis]), product(data_shape[axis + 1 :])
+    for i, size in enumerate(out):
+        if product(out[:i]) != before or size * product(out[i + 1 :]) != batch * after:
+            continue
+        if size == batch or (i < len(out) - 1 and batch and size % batch == 0):
+            return i  # the batch axis, or its outer part followed by features (heads: [L, B*h, d])
+    return None
+
+
+__all__ = ["Fold", "Folds", "kept_whole"]

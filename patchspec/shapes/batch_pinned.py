@@ -12,9 +12,8 @@ Two families, both in real exports (a streaming speech enhancer has both):
   ``input [sequence_length, 576]``): the samples would be steps of one sequence, each starting from
   the state the one before left.
 
-``batch_wide`` finds what is not a proof but still ties samples together: a DynamicQuantizeLinear
-computes one scale for its whole input, so with the batch in it each sample's result moves with the
-others by up to a quantization step. Only a verifier, with its tolerance, can judge that.
+What is not a proof but still ties samples together (a DynamicQuantizeLinear's one scale for the
+whole batch) is :mod:`.batch_coupling`'s.
 
 Rewriting a number cannot fix either: the model must be exported again (the state fed as an
 input, the cache indexed by sample). set_batch refuses them, naming the node.
@@ -139,24 +138,6 @@ def _along_the_sequence(trace: BatchTrace, site: NodeSite) -> str | None:
     )
 
 
-def batch_wide(trace: BatchTrace, sites: list[NodeSite]) -> Iterator[tuple[NodeSite, str]]:
-    """Nodes whose result for one sample depends on the others within a tolerance (not a proof)."""
-    for site in sites:
-        node = site.node
-        if node.op_type != "DynamicQuantizeLinear" or node.domain not in ("", "ai.onnx"):
-            continue
-        rank = trace.ranks(node.input[0])[1] or 0
-        if any(isinstance(trace.batch_dim(node.input[0], axis), tuple) for axis in range(rank)):
-            yield (
-                site,
-                (
-                    f"computes one scale and zero point for its whole input '{node.input[0]}', which carries the batch: "
-                    "each sample's result moves with the others by up to a quantization step; a verifier with a "
-                    "tolerance judges whether that is acceptable"
-                ),
-            )
-
-
 def _constant_state(trace: BatchTrace, index: ScopeIndex, site: NodeSite) -> str | None:
     node = site.node
     layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
@@ -178,4 +159,4 @@ def _constant_state(trace: BatchTrace, index: ScopeIndex, site: NodeSite) -> str
     return None
 
 
-__all__ = ["batch_wide", "pinned_batch"]
+__all__ = ["pinned_batch"]

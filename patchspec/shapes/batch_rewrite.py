@@ -5,7 +5,7 @@ Each function changes the model in place and returns one line per change, for th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import numpy as np
 import onnx
@@ -150,7 +150,11 @@ def explicit_squeezes(model: onnx.ModelProto, squeezes: list[tuple[NodeSite, lis
 
 
 def declare_from_trace(
-    model: onnx.ModelProto, trace: BatchTrace, size: Size, declared: Mapping[str, Dims | None]
+    model: onnx.ModelProto,
+    trace: BatchTrace,
+    size: Size,
+    declared: Mapping[str, Dims | None],
+    batch_names: Collection[str] = (),
 ) -> list[str]:
     """Correct output (and intermediate) declarations with what the evaluation proved.
 
@@ -158,25 +162,28 @@ def declare_from_trace(
     compute (a Squeeze without axes). A declared rank or size that contradicts the evaluation is
     replaced; an unknown dim that the evaluation knows is filled in. Returns one line per output
     whose declaration (``declared``: output name -> dims before the patch) was wrong; an output whose
-    rank nothing derives (a custom op upstream) is added to ``trace.undecided``.
+    rank nothing derives (a custom op upstream) is added to ``trace.undecided``. A size the declaration
+    stated is kept where nothing contradicts it, and an axis it declared with one of ``batch_names``
+    (the inputs' batch dim_params before the patch) gets the new batch.
     """
     corrected = []
     for info in model.graph.output:
         before = declared.get(info.name)
         _reconcile(info, trace, size)
+        _keep_declared_sizes(info, before, trace, size, batch_names)
         now = read_dims(info)
+        ranks = trace.ranks(info.name)[:2]
+        if ranks[1] is None and before is not None and now is not None and None in now:
+            # nothing derives it (a custom op upstream): the rank and the sizes kept are the old declaration's
+            # (onnx's checker wants a shape on an output); the batch's axis is unknown, so a verifier must judge it
+            trace.undecided.append(
+                Undecided(
+                    f"undecided: output '{info.name}' was declared {format_dims(before)}; nothing derives its "
+                    f"shape at the new batch, so its rank ({len(now)}) is the old declaration's, unchecked"
+                )
+            )
         if _contradicted(before, now, trace, info.name):
             note = ""
-            ranks = trace.ranks(info.name)[:2]
-            if ranks[1] is None and now is not None and all(dim is None for dim in now):
-                # nothing derives it (a custom op upstream): the rank kept is the old declaration's, whose
-                # sizes were false; onnx's checker wants a shape on an output, so a verifier must judge it
-                trace.undecided.append(
-                    Undecided(
-                        f"undecided: output '{info.name}' was declared {format_dims(before)}; nothing derives its "
-                        f"shape at the new batch, so its rank ({len(now)}) is the old declaration's, unchecked"
-                    )
-                )
             if None not in ranks and ranks[0] != ranks[1]:
                 note = f" (a Squeeze without axes dropped the batch at batch {trace.b1}: rank {ranks[0]} there)"
             corrected.append(f"output '{info.name}' was declared {format_dims(before)}, is {format_dims(now)}{note}")
@@ -225,6 +232,29 @@ class _Agreement:
                 shape.dim.add().dim_value = size
             encoded = self.encoded[expected] = shape.SerializeToString()
         return bool(tensor_type.shape.SerializeToString() == encoded)
+
+
+def _keep_declared_sizes(
+    info: onnx.ValueInfoProto, before: Dims | None, trace: BatchTrace, size: Size, batch_names: Collection[str]
+) -> None:
+    """A size the old declaration stated is never degraded to unknown (a classifier's ``[?, 3]`` scores
+    stay ``[4, 3]`` where nothing derives the 3): it is kept where the evaluation finds that size there,
+    or finds nothing, the size cannot be the old batch, and no other input dim is free to move it (a
+    CRNN's 19 time steps follow its input's symbolic width). An axis declared with the batch's name gets
+    the new batch where nothing derives it."""
+    now = read_dims(info)
+    if before is None or now is None or len(before) != len(now) or not typed(info):
+        return
+    for axis, (old, dim) in enumerate(zip(before, shape_dims(info))):
+        new = now[axis]
+        if new is None and isinstance(old, str) and old in batch_names:
+            write_dim(dim, size)
+            continue
+        if not isinstance(old, int) or isinstance(new, int) or new == size:
+            continue
+        found = trace.batch_dim(info.name, axis)
+        if found == old or (found is None and old not in (trace.b1, 1) and not trace.moves_symbols):
+            write_dim(dim, old)
 
 
 def _contradicted(before: Dims | None, now: Dims | None, trace: BatchTrace, name: str) -> bool:

@@ -79,6 +79,8 @@ class BatchTrace:
     #: what the evaluation proves: a node that cannot run at the new batch, or drops or mixes samples
     #: there. A model with one is never written.
     refusals: list[str] = field(default_factory=list)
+    #: nodes whose result for one sample depends on the other samples (batch_coupling): told, not refused
+    coupled: list[str] = field(default_factory=list)
     symbolic: bool = False  # the new batch is a name: rewrites write -1/0/1/end, never a size
     evaluator: ShapeEvaluator | None = None
     moves_symbols: bool = False  # a third point moved the other symbolic dims

@@ -28,7 +28,7 @@ import onnx
 from patchspec.model.graph import NodeSite
 from patchspec.shapes.annotations import collector_paused
 from patchspec.shapes.batch_findings import BatchFindings
-from patchspec.shapes.batch_folds import Folds
+from patchspec.shapes.batch_folds import Folds, kept_whole
 from patchspec.shapes.batch_operands import Operands, replace_fix, steady_except
 from patchspec.shapes.batch_trace import (
     INT64_MAX,
@@ -179,10 +179,6 @@ class _Tracker:
         out = sizes_of(first)
         if out is not None and self.consistent(first, second, batch_position(prefix, out)):
             return None
-        behind = self.folds.folded_behind(data, axis, factor, first, second) if fold is None else None
-        if behind is not None:
-            self.folds.folded[site.node.output[0]] = behind
-            return None
         tried: dict[int, tuple[Known, Known]] = {}
 
         def trials(j: int) -> tuple[Known, Known]:  # the outputs with element j scaled with the batch
@@ -190,6 +186,12 @@ class _Tracker:
                 tried[j] = self._outputs(site, self._trial(site, inputs, 1, j, self._scaled))
             return tried[j]
 
+        whole = kept_whole(inputs[0][0], self._eval(site, inputs[0]), axis) if fold is None else None
+        if fold is None and (whole is None or not self._proves(values, whole, prefix, trials)):
+            behind = self.folds.folded_behind(data, axis, factor, first, second)
+            if behind is not None:
+                self.folds.folded[site.node.output[0]] = behind
+                return None
         proved = [i for i in range(len(values)) if self._proves(values, i, prefix, trials)]
         if len(proved) > 1:  # the same memory either way (dims of 1): keep the batch where the data has it
             proved = [i for i in proved if values[:i] == prefix] or proved

@@ -39,6 +39,7 @@ from patchspec.shapes.known import (
     stacked,
     type_proto,
 )
+from patchspec.shapes.ml_shapes import ml_outputs
 
 #: ``hook(site, inputs)`` gets, per point, the node's input Knowns; it returns replacements or None
 Hook = Callable[[NodeSite, list[list[Known]]], list[list[Known]] | None]
@@ -93,6 +94,10 @@ class ShapeEvaluator:
 
     def at(self, name: str) -> list[Known]:
         return self.known.get(name) or [UNKNOWN] * self.count
+
+    def opset(self, domain: str = "") -> int:
+        """The model's opset version for ``domain`` (1 where it imports none)."""
+        return int(self._opsets.get(domain, 1))
 
     def runs(self, site: NodeSite) -> list[bool]:
         """Per point, whether ``site``'s node runs: False inside an If branch not taken there."""
@@ -178,6 +183,9 @@ class ShapeEvaluator:
     def _evaluate_once(self, node: onnx.NodeProto, inputs: list[Known]) -> Outputs:
         count = len(node.output)
         if node.domain not in ("", "ai.onnx"):
+            classical = ml_outputs(node, inputs) if node.domain == "ai.onnx.ml" else None
+            if classical is not None:  # ONNX infers few of them: their rows are the input's
+                return classical + [UNKNOWN] * (count - len(classical))
             return self._infer(node, inputs)
         if node.op_type == "Constant":
             known = constant_known(node)

@@ -3,7 +3,8 @@
 A random array is a fine input for a float tensor. Integer inputs are different: a sample rate that
 picks an If branch, token ids that index an embedding table, a 0/1 mask. Each rule here reads a
 fact from the graph (a comparison with a constant, a Gather's table, a cast into arithmetic) and
-says why; an integer input no rule explains is flagged, never given a value that merely runs.
+says why; an integer input no rule explains is flagged, never given a value that merely runs. A STRING
+input gets the strings the graph names for it (a LabelEncoder's keys), or is flagged.
 An input no node reads takes any values (it is said to be unread); a boolean input is a mask.
 """
 
@@ -35,6 +36,8 @@ _PASS_THROUGH = {
     "Transpose",
     "Tile",
 }
+#: the operands through which a negative-index wrap passes an index on (Where's branches, Mod's dividend)
+_WRAPS: dict[str, tuple[int, ...]] = {"Where": (1, 2), "Mod": (0,)}
 #: ops that carry a boolean on towards a condition
 _LOGIC = {"Not", "And", "Or", "Xor", "Cast", "Squeeze", "Unsqueeze", "Reshape", "Identity"}
 _COMPARISONS = {"Equal": 0, "Greater": 1, "GreaterOrEqual": 0, "Less": -1, "LessOrEqual": 0}
@@ -42,10 +45,21 @@ _ARITHMETIC = {"Sub", "Mul", "Add", "Div", "Where"}
 _FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
 
 
+#: ops whose attributes name the strings a STRING input holds
+_STRING_KEYS = {
+    "LabelEncoder": ("keys_strings",),
+    "CategoryMapper": ("cats_strings",),
+    "OneHotEncoder": ("cats_strings",),
+}
+#: at most this many of the strings the graph names are cycled over a run case
+MAX_STRINGS = 64
+
+
 @dataclass(frozen=True)
 class InputValues:
     """How to fill one input in a run case, and why: ``item`` is merged into the case's input mapping
-    (``{"value": 16000}``, ``{"low": 0, "high": 30522}``); ``flag`` says the graph did not tell."""
+    (``{"value": 16000}``, ``{"low": 0, "high": 30522}``), or for a STRING input ``{"strings": [...]}``,
+    the strings to cycle over the case's shape; ``flag`` says the graph did not tell."""
 
     item: dict[str, Any]
     why: str
@@ -55,7 +69,10 @@ class InputValues:
 def input_values(model: onnx.ModelProto, name: str, elem_type: int) -> InputValues | None:
     """None for a float input the graph reads (random values do); otherwise the values and the reason."""
     uses = _Uses(model)
-    if name not in uses.consumers and name not in {info.name for info in model.graph.output}:
+    unread = name not in uses.consumers and name not in {info.name for info in model.graph.output}
+    if elem_type == onnx.TensorProto.STRING:
+        return uses.strings(name, unread)
+    if unread:
         return InputValues({}, "unread: no node reads it, so any values do")
     if elem_type in _FLOATS:
         return None
@@ -102,19 +119,33 @@ class _Uses:
             if node.op_type == "Loop" and len(node.input) > 1
         }
 
-    def reached(self, name: str, through: set[str]) -> Iterator[tuple[NodeSite, int]]:
-        """(site, operand) of every use of ``name``, following ops in ``through``."""
+    def reached(self, name: str, through: set[str], wraps: bool = False) -> Iterator[tuple[NodeSite, int]]:
+        """(site, operand) of every use of ``name``, following ops in ``through``; with ``wraps``, also
+        through a negative-index wrap (``Where(ids < 0, ids + n, ids)``, ``Mod(ids + n, n)``)."""
         seen: set[str] = set()
         stack = [name]
         while stack:
             tensor = stack.pop()
             for site, operand in self.consumers.get(tensor, []):
                 node = site.node
-                if node.op_type in through and operand == 0:
+                if (node.op_type in through and operand == 0) or (wraps and self._wraps(site, operand)):
                     stack.extend(o for o in node.output if o and o not in seen)
                     seen.update(node.output)
                 else:
                     yield site, operand
+
+    def _wraps(self, site: NodeSite, operand: int) -> bool:
+        """A step of a negative-index wrap, which keeps an index in [0, n) as it is: a Where's branch, a
+        Mod's dividend, or an offset by a constant that a Where or a Mod then takes."""
+        node = site.node
+        if node.op_type in _WRAPS:
+            return operand in _WRAPS[node.op_type]
+        if node.op_type not in ("Add", "Sub") or operand > 1 or self.constant(site, 1 - operand) is None:
+            return False
+        takers = self.consumers.get(node.output[0], [])
+        return bool(takers) and all(
+            _WRAPS.get(taker.node.op_type) and i in _WRAPS[taker.node.op_type] for taker, i in takers
+        )
 
     def constant(self, site: NodeSite, operand: int) -> np.ndarray[Any, Any] | None:
         if operand >= len(site.node.input):
@@ -166,7 +197,7 @@ class _Uses:
         """Indices into constant tables (token ids into an embedding): 0 <= id < the smallest row count,
         which is valid for every table the ids index."""
         tables: list[tuple[int, onnx.NodeProto]] = []
-        for site, operand in self.reached(name, _PASS_THROUGH):
+        for site, operand in self.reached(name, _PASS_THROUGH, wraps=True):
             node = site.node
             if node.op_type != "Gather" or operand != 1:
                 continue
@@ -208,6 +239,31 @@ class _Uses:
             return None
         return InputValues(
             {}, f"only multiplied by 0 ({_label(uses[0][0].node)}): its value never matters, any values do"
+        )
+
+    def strings(self, name: str, unread: bool) -> InputValues:
+        """A STRING input: the strings the graph names for it (a LabelEncoder's or CategoryMapper's keys,
+        a OneHotEncoder's categories, a constant it is compared with), cycled over the case; else flagged."""
+        if unread:
+            return InputValues({"strings": ["a"]}, "unread: no node reads it, so any strings do")
+        for site, operand in self.reached(name, _PASS_THROUGH):
+            node = site.node
+            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+            named = next((attrs[key] for key in _STRING_KEYS.get(node.op_type, ()) if attrs.get(key)), None)
+            if named is None and isinstance(attrs.get("keys_tensor"), onnx.TensorProto):
+                named = list(onnx.numpy_helper.to_array(attrs["keys_tensor"]).reshape(-1))
+            if named is None and node.op_type == "Equal" and len(node.input) == 2:
+                other = self.constant(site, 1 - operand)
+                named = None if other is None or other.dtype.kind not in "OUS" else list(other.reshape(-1))
+            if named:
+                texts = [t.decode() if isinstance(t, bytes) else str(t) for t in named][:MAX_STRINGS]
+                shown = ", ".join(texts[:8]) + (", ..." if len(texts) > 8 else "")
+                return InputValues({"strings": texts}, f"strings {_label(node)} names ({shown}), in turn")
+        return InputValues(
+            {"strings": ["a"]},
+            "a string input the graph names no values for: give real ones ('value: [...]' of strings, "
+            "or 'file: ...' a .npy of str)",
+            flag=True,
         )
 
     def mask(self, name: str) -> InputValues | None:

@@ -118,15 +118,15 @@ def test_a_batch_that_runs_along_a_recurrence_is_refused():
         set_batch(model, size=4)
 
 
-def test_a_dynamic_quantization_over_the_batch_is_undecided_not_silent():
+def test_a_dynamic_quantization_over_the_batch_is_said_in_the_summary_not_silent():
     nodes = [
         helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "scale", "zero"], name="quantize_x"),
         helper.make_node("DequantizeLinear", ["q", "scale", "zero"], ["y"]),
     ]
     model = graph_model(nodes, [tensor_info("x", [1, 8])], [tensor_info("y", [1, 8])])
     result = set_batch(model, size=4)
-    assert "1 undecided" in result.summary
-    assert any("DynamicQuantizeLinear 'quantize_x' computes one scale" in line for line in result.details)
+    assert "the samples are not independent: DynamicQuantizeLinear 'quantize_x' computes one scale" in result.summary
+    assert any(line.startswith("couples samples: DynamicQuantizeLinear 'quantize_x'") for line in result.details)
 
 
 def test_an_output_whose_rank_nothing_derives_is_undecided():

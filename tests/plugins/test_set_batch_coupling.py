@@ -1,0 +1,147 @@
+"""set_batch tells the user, at the default verbosity, where the samples of a batch are not
+independent: an op that computes across the batch axis (one quantization scale, a reduction, batch
+statistics, a contraction). Ops that work within each sample are not named."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from helpers import graph_model, tensor_info, write_spec
+from patchspec.testing import patch_context
+from patchspec_plugins.set_batch import SetBatchPatch
+
+
+def set_batch(model, **params):
+    return SetBatchPatch().apply(model, params, patch_context("set_batch", params))
+
+
+def one_op(op, attrs=None, extra_inputs=(), constants=(), opset=17, shape=(1, 4, 6), out=None):
+    node = helper.make_node(op, ["x", *extra_inputs], ["y"], name="op", **(attrs or {}))
+    return graph_model([node], [tensor_info("x", list(shape))], [tensor_info("y", out)], list(constants), opset=opset)
+
+
+def axes(values, name="axes"):
+    return numpy_helper.from_array(np.array(values, np.int64), name)
+
+
+COUPLED = {
+    "ReduceMean over the batch axis": one_op("ReduceMean", {"axes": [0, 2]}, opset=13),
+    "ReduceMean over every axis": one_op("ReduceMean", {"keepdims": 0}, opset=13),
+    "ReduceSum with axes as an input": one_op("ReduceSum", extra_inputs=["axes"], constants=[axes([0])], opset=13),
+    "ReduceMax at opset 18": one_op("ReduceMax", extra_inputs=["axes"], constants=[axes([-3])], opset=18),
+    "ArgMax on its default axis 0": one_op("ArgMax"),
+    "Softmax over axis 0": one_op("Softmax", {"axis": 0}),
+    "Softmax at opset 11 from axis 0": one_op("Softmax", {"axis": 0}, opset=11),
+    "CumSum along the batch": one_op("CumSum", extra_inputs=["axis"], constants=[axes([0], "axis")]),
+    "LayerNormalization from axis 0": one_op(
+        "LayerNormalization",
+        {"axis": 0},
+        extra_inputs=["scale"],
+        constants=[numpy_helper.from_array(np.ones((1, 4, 6), np.float32), "scale")],
+    ),
+    "MeanVarianceNormalization on its default axes": one_op("MeanVarianceNormalization", shape=(1, 4, 6, 6)),
+}
+
+INDEPENDENT = {
+    "ReduceMean within each sample": one_op("ReduceMean", {"axes": [1, 2]}, opset=13),
+    "ReduceSum with empty axes as a no-op": one_op(
+        "ReduceSum", {"noop_with_empty_axes": 1}, extra_inputs=["axes"], constants=[axes([])], opset=13
+    ),
+    "Softmax on the last axis": one_op("Softmax"),
+    "Softmax at opset 11 on its default axis 1": one_op("Softmax", opset=11),
+    "LayerNormalization on the last axis": one_op(
+        "LayerNormalization",
+        extra_inputs=["scale"],
+        constants=[numpy_helper.from_array(np.ones(6, np.float32), "scale")],
+    ),
+    "ArgMax on axis 2": one_op("ArgMax", {"axis": 2}),
+}
+
+
+@pytest.mark.parametrize("label", COUPLED)
+def test_an_op_across_the_batch_axis_is_named_in_the_summary(label):
+    result = set_batch(COUPLED[label], size=4)
+    assert "the samples are not independent: " in result.summary, result.summary
+    assert "op' " in result.summary and "carries the batch" in result.summary
+    assert any(line.startswith("couples samples: ") for line in result.details)
+
+
+@pytest.mark.parametrize("label", INDEPENDENT)
+def test_an_op_within_each_sample_is_not_named(label):
+    result = set_batch(INDEPENDENT[label], size=4)
+    assert "not independent" not in result.summary, result.summary
+    assert not any(line.startswith("couples samples") for line in result.details)
+
+
+def batch_norm(training):
+    params = [
+        numpy_helper.from_array(np.full(4, v, np.float32), n) for n, v in (("s", 1), ("b", 0), ("m", 0), ("v", 1))
+    ]
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="bn", training_mode=training)
+    return graph_model([node], [tensor_info("x", [1, 4, 6])], [tensor_info("y", None)], params, opset=15)
+
+
+def test_batch_normalization_couples_only_in_training_mode():
+    assert "bn' runs in training mode" in set_batch(batch_norm(1), size=4).summary
+    assert "not independent" not in set_batch(batch_norm(0), size=4).summary
+
+
+def gram(transposed_left):
+    """x [N, 4]: x^T x sums over the samples; x w does not."""
+    weight = numpy_helper.from_array(np.ones((4, 3), np.float32), "w")
+    if transposed_left:
+        nodes = [
+            helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0]),
+            helper.make_node("MatMul", ["xt", "x"], ["y"], name="gram"),
+        ]
+    else:
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="gram")]
+    return graph_model(nodes, [tensor_info("x", [1, 4])], [tensor_info("y", None)], [weight])
+
+
+def test_a_matmul_that_sums_over_the_samples_couples_them():
+    assert "'gram' sums over axis 1 of 'xt'" in set_batch(gram(True), size=4).summary
+    assert "not independent" not in set_batch(gram(False), size=4).summary
+
+
+def test_several_coupling_ops_are_one_summary_clause_with_the_first_named():
+    nodes = [
+        helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"], name="q1"),
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]),
+        helper.make_node("DynamicQuantizeLinear", ["d"], ["q2", "s2", "z2"], name="q2"),
+        helper.make_node("DequantizeLinear", ["q2", "s2", "z2"], ["y"]),
+    ]
+    model = graph_model(nodes, [tensor_info("x", [1, 8])], [tensor_info("y", [1, 8])])
+    result = set_batch(model, size=4)
+    assert "DynamicQuantizeLinear 'q1'" in result.summary and "(and 1 more, -v lists them)" in result.summary
+    assert sum(line.startswith("couples samples: ") for line in result.details) == 2
+
+
+def test_apply_prints_the_coupling_without_v_and_no_verify_refuses_it(tmp_path, run_cli):
+    import onnx
+
+    nodes = [
+        helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"], name="quantize_x"),
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"]),
+    ]
+    model = graph_model(nodes, [tensor_info("x", ["N", 8])], [tensor_info("y", ["N", 8])])
+    onnx.save(model, tmp_path / "m.onnx")
+    spec = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out.onnx\npatches:\n  - set_batch: 4\n")
+    applied = run_cli("apply", spec)
+    assert applied.exit_code == 0, applied.output
+    assert "the samples are not independent: DynamicQuantizeLinear 'quantize_x'" in applied.stdout
+    unverified = run_cli("apply", spec, "--no-verify", "--force")
+    assert unverified.exit_code == 4 and "couples samples: DynamicQuantizeLinear" in unverified.stderr
+
+
+def test_a_string_input_does_not_confuse_the_coupling_check():
+    node = helper.make_node("ReduceMean", ["x"], ["y"], name="op", axes=[1])
+    model = graph_model(
+        [node, helper.make_node("Identity", ["names"], ["names_out"])],
+        [tensor_info("x", [1, 4]), tensor_info("names", [1], TensorProto.STRING)],
+        [tensor_info("y", None), tensor_info("names_out", None)],
+        opset=13,
+    )
+    assert "not independent" not in set_batch(model, size=4).summary
