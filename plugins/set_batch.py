@@ -48,8 +48,9 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         "description": description,
         "properties": {
             "size": {
-                "description": "the new batch: a positive integer (static) or a name (symbolic, e.g. N)",
-                "anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "minLength": 1}],
+                "description": "the new batch: a positive integer (static, below 2**31) or a name (symbolic, e.g. N)",
+                # 2**63-1 overflowed the tracker's int64 arithmetic (exit 5): a batch that large is never meant
+                "anyOf": [{"type": "integer", "minimum": 1, "maximum": 2**31 - 1}, {"type": "string", "minLength": 1}],
             },
             "inputs": {
                 "description": (
