@@ -36,6 +36,7 @@ from patchspec.author.init_case import (
     per_sample_reason,
     probe_values,
     run_step,
+    sequence_first,
     unified_shapes,
 )
 from patchspec.author.original_runs import OriginalRuns
@@ -80,7 +81,7 @@ def _draft_spec(model_path: Path, spec_path: Path, size: int | str, registry: An
     probe = prober.patched(axes)
     old_size = batch_axes(model, {name: axis for name, axis in axes}).old_size
     batch = size if isinstance(size, int) else old_size if old_size > 1 else CASE_BATCH
-    shapes = _sequence_first(model, axes, runner.evidence.shapes or case_shapes(model))
+    shapes = sequence_first(model, axes, runner.evidence.shapes or case_shapes(model))
     rows, case = case_inputs(model, axes, how, rules, shapes, batch, runner.evidence.untied)
     split = _per_sample(model, axes, old_size, runner, batch, probe)
     coupled = prober.coupled(axes)
@@ -256,11 +257,25 @@ def _batch_axes(
             )
             return chosen + list(paired), how
         return chosen, how
+    return _with_another_input(model, prober, size, chosen, how, refusal, detected.old_size)
+
+
+def _with_another_input(
+    model: onnx.ModelProto,
+    prober: _Prober,
+    size: int | str,
+    chosen: list[Pair],
+    how: dict[Pair, str],
+    refusal: Any,
+    old_size: int | None,
+) -> tuple[list[Pair], dict[Pair, str]]:
+    """set_batch refuses ``chosen``: try adding an input axis that may carry the batch (one at a time,
+    then all), else raise the refusal, said at the batch the user asked for."""
     candidates = [
         (name, axis)
         for name, info in fed_inputs(model.graph).items()
         for axis, dim in enumerate(read_dims(info) or [])
-        if (name, axis) not in chosen and name not in {n for n, _ in chosen} and dim in (None, detected.old_size)
+        if (name, axis) not in chosen and name not in {n for n, _ in chosen} and dim in (None, old_size)
     ]
     for extra in [[c] for c in candidates] + ([candidates] if len(candidates) > 1 else []):
         if prober.refusal(chosen + extra) is None:
@@ -274,22 +289,6 @@ def _batch_axes(
         "list the inputs that carry the batch yourself: patchspec init does not guess further",
         node=refusal.node,
     )
-
-
-SEQUENCE_SIZE = 8  #: the case's size of a symbolic axis 0 that is not the batch (a sequence's)
-
-
-def _sequence_first(model: onnx.ModelProto, axes: list[Pair], shapes: dict[str, list[int]]) -> dict[str, list[int]]:
-    """The lint's defaults give a symbolic axis 0 the size 1 (it is usually the batch); where the batch
-    is elsewhere, that axis is a sequence, and 1 would hide whatever runs across it."""
-    inputs = fed_inputs(model.graph)
-    for name in {name for name, axis in axes if axis != 0}:
-        dims = read_dims(inputs[name]) or []
-        if dims and not isinstance(dims[0], int) and shapes.get(name, [None])[0] == 1:
-            for other, info in inputs.items():  # every input that names the same dim gets the same size
-                if (read_dims(info) or [None])[:1] == dims[:1] and shapes.get(other):
-                    shapes[other][0] = SEQUENCE_SIZE
-    return shapes
 
 
 def _uncoupled_axes(

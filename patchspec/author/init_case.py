@@ -215,9 +215,26 @@ def case_rank(item: Any) -> int:
     return len(item.get("shape", [])) if "shape" in item else 0
 
 
+SEQUENCE_SIZE = 8  #: the case's size of a symbolic axis 0 that is not the batch (a sequence's)
+
+
+def sequence_first(model: onnx.ModelProto, axes: list[Pair], shapes: dict[str, list[int]]) -> dict[str, list[int]]:
+    """The lint's defaults give a symbolic axis 0 the size 1 (it is usually the batch); where the batch
+    is elsewhere, that axis is a sequence, and 1 would hide whatever runs across it."""
+    inputs = fed_inputs(model.graph)
+    for name in {name for name, axis in axes if axis != 0}:
+        dims = read_dims(inputs[name]) or []
+        if dims and not isinstance(dims[0], int) and shapes.get(name, [None])[0] == 1:
+            for other, info in inputs.items():  # every input that names the same dim gets the same size
+                if (read_dims(info) or [None])[:1] == dims[:1] and shapes.get(other):
+                    shapes[other][0] = SEQUENCE_SIZE
+    return shapes
+
+
 __all__ = [
     "FLOATS",
     "PROBE",
+    "SEQUENCE_SIZE",
     "InputRow",
     "all_nodes",
     "case_inputs",
@@ -226,5 +243,6 @@ __all__ = [
     "per_sample_reason",
     "probe_values",
     "run_step",
+    "sequence_first",
     "unified_shapes",
 ]

@@ -134,6 +134,8 @@ def compare_output(
     if actual.shape != expected.shape:
         msg = f"output '{name}' has shape {list(actual.shape)}, the reference {list(expected.shape)}"
         return OutputComparison(name, False, float("inf"), float("inf"), msg, floor=floor)
+    if np.asarray(actual).dtype.kind in "OUS" or np.asarray(expected).dtype.kind in "OUS":
+        return _compare_exactly(name, np.asarray(actual), np.asarray(expected))
     got, want = _as_float(actual), _as_float(expected)
     finite = np.isfinite(got) & np.isfinite(want)
     same_special = (np.isnan(got) & np.isnan(want)) | (~np.isfinite(want) & (got == want))
@@ -177,6 +179,21 @@ def nonfinite_problems(outputs: Feeds) -> list[str]:
             index = _index(np.argmax(bad), values.shape)
             problems.append(f"output '{name}' has {int(bad.sum())} NaN/Inf value(s), first at index {index}")
     return problems
+
+
+def _compare_exactly(name: str, actual: np.ndarray, expected: np.ndarray) -> OutputComparison:
+    """A STRING output (labels, a ZipMap's keys) passes only when every element is the same; the
+    errors are 0 or infinite, as strings have no distance (a float conversion ended in exit 5)."""
+    differs = np.asarray(actual.astype(str) != expected.astype(str))
+    if not differs.any():
+        return OutputComparison(name, True, 0.0, 0.0)
+    index = _index(np.argmax(differs), actual.shape)
+    count = int(differs.sum())
+    msg = (
+        f"output '{name}' has {count} string(s) unlike the reference's, "
+        f"first at index {index}: got {actual[index]!r}, expected {expected[index]!r}"
+    )
+    return OutputComparison(name, False, float("inf"), float("inf"), msg, index)
 
 
 def _as_float(array: np.ndarray) -> np.ndarray:

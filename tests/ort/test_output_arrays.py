@@ -47,3 +47,15 @@ def test_a_zipmap_classifier_verifies_at_the_new_batch(tmp_path, run_cli, patch,
     result = run_cli("apply", spec)
     assert result.exit_code == code, result.output  # batch 2 cannot take a case at 3: the spec is wrong
     assert (tmp_path / "o.onnx").exists() == (code == 0)
+
+
+def test_string_outputs_are_compared_for_equality():
+    """skl2onnx's string labels ended in exit 5: a float conversion of 'versicolor'."""
+    import numpy as np
+
+    from patchspec.ort.comparison import compare_output
+
+    same = compare_output("label", np.array(["setosa", "versicolor"], dtype=object), np.array(["setosa", "versicolor"]), 1e-4, 1e-5)
+    assert same.passed and same.max_abs == 0
+    other = compare_output("label", np.array(["setosa", "virginica"], dtype=object), np.array(["setosa", "versicolor"]), 1e-4, 1e-5)
+    assert not other.passed and "first at index (1,)" in other.message and "'virginica'" in other.message
