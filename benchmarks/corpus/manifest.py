@@ -14,7 +14,7 @@ REPO = HERE.parents[1]
 #: CORPUS_MANIFEST overrides it (run.py --quick points it at a one-model manifest of its own)
 MANIFEST = Path(os.environ.get("CORPUS_MANIFEST", str(HERE / "models.toml")))
 #: where `make corpus` puts wheels and models; CORPUS_MODELS overrides it
-DEFAULT_FOLDER = REPO / ".venv" / "corpus-models"
+DEFAULT_FOLDER = REPO / ".corpus-models"  # not inside .venv: patchspec writes nothing in a virtual environment
 
 
 def models_folder() -> Path:
