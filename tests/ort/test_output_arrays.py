@@ -55,7 +55,11 @@ def test_string_outputs_are_compared_for_equality():
 
     from patchspec.ort.comparison import compare_output
 
-    same = compare_output("label", np.array(["setosa", "versicolor"], dtype=object), np.array(["setosa", "versicolor"]), 1e-4, 1e-5)
+    same = compare_output(
+        "label", np.array(["setosa", "versicolor"], dtype=object), np.array(["setosa", "versicolor"]), 1e-4, 1e-5
+    )
     assert same.passed and same.max_abs == 0
-    other = compare_output("label", np.array(["setosa", "virginica"], dtype=object), np.array(["setosa", "versicolor"]), 1e-4, 1e-5)
+    other = compare_output(
+        "label", np.array(["setosa", "virginica"], dtype=object), np.array(["setosa", "versicolor"]), 1e-4, 1e-5
+    )
     assert not other.passed and "first at index (1,)" in other.message and "'virginica'" in other.message
