@@ -113,6 +113,8 @@ def input_array(
     item = {"shape": item} if isinstance(item, list) else dict(item)
     if "shape" in item:
         _refuse_oversized(decl.name, item["shape"], max_elements)
+    if (decl.dtype == "bfloat16" or item.get("dtype") == "bfloat16") and not HAS_BFLOAT16:
+        raise RunFailure(f"input '{decl.name}': {NO_BFLOAT16}", "upgrade onnx (pip install -U onnx)")
     if "value" in item and is_text(item["value"]):
         return text_array(item["value"], item.get("shape"))
     if "file" in item and decl.dtype is None and "dtype" not in item:  # a STRING input: a .npy of str
@@ -154,6 +156,9 @@ def input_array(
 
 #: numpy's bfloat16 (ml_dtypes', which onnx depends on)
 BFLOAT16 = helper.tensor_dtype_to_np_dtype(TensorProto.BFLOAT16)
+#: an older onnx (1.17) has no ml_dtypes and stores bfloat16 as uint16: casting to it would truncate
+HAS_BFLOAT16 = BFLOAT16.name == "bfloat16"
+NO_BFLOAT16 = "bfloat16 needs an onnx that uses ml_dtypes; this one stores bfloat16 as uint16"
 #: how a case feeds a STRING input
 STRING_HINT = (
     'give its strings: value: ["a", "b", "a", "c"] (nested lists for more axes; one string with '
@@ -202,6 +207,8 @@ def generate(
 ) -> np.ndarray:
     """A deterministic array: ``numpy.random.default_rng(seed)`` for ``random``."""
     if dtype == "bfloat16":  # numpy has no bfloat16 of its own: made as float32, then ml_dtypes' bfloat16
+        if not HAS_BFLOAT16:
+            raise RunFailure(NO_BFLOAT16, "upgrade onnx (pip install -U onnx)")
         return generate(shape, "float32", fill, seed, low, high).astype(BFLOAT16)
     np_dtype = np.dtype(dtype)
     problem = random_range_problem(dtype, low, high) if fill == "random" else None

@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from patchspec.ort.case_inputs import DTYPES, case_input_problems, is_text, value_shape
-from patchspec.ort.feeds import BFLOAT16, generate, input_array, make_feeds, text_array
+from patchspec.ort.feeds import BFLOAT16, HAS_BFLOAT16, generate, input_array, make_feeds, text_array
 from patchspec.ort.sessions import RunFailure, TensorDecl
 
 STRING_DECL = TensorDecl("letters", None, ("N",))  # onnxruntime's string inputs have no numpy dtype
@@ -69,7 +69,14 @@ def test_a_string_input_without_strings_says_how_to_give_them(tmp_path):
         input_array(STRING_DECL, {"file": "short.npy", "shape": [2]}, 0, tmp_path.joinpath)
 
 
-@pytest.mark.parametrize("dtype", ["float16", "float64", "uint8", "bool", "int8", "bfloat16"])
+NEEDS_ML_DTYPES = pytest.mark.skipif(
+    not HAS_BFLOAT16, reason="this onnx has no ml_dtypes: bfloat16 is refused (tested below)"
+)
+
+
+@pytest.mark.parametrize(
+    "dtype", ["float16", "float64", "uint8", "bool", "int8", pytest.param("bfloat16", marks=NEEDS_ML_DTYPES)]
+)
 def test_every_numeric_type_is_generated_in_its_own_type(dtype):
     array = generate((2, 3), dtype, "random", 0)
     assert array.shape == (2, 3)
@@ -77,6 +84,7 @@ def test_every_numeric_type_is_generated_in_its_own_type(dtype):
     assert dtype in DTYPES
 
 
+@NEEDS_ML_DTYPES
 def test_bfloat16_is_read_from_a_float32_file_and_from_a_value(tmp_path):
     decl = TensorDecl("x", "bfloat16", (2,))
     np.save(tmp_path / "x.npy", np.array([1.5, 2.0], np.float32))
@@ -105,3 +113,14 @@ def test_onnxruntime_runs_a_string_feed():
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     (out,) = session.run(None, {"s": text_array(["a", "b"], [3])})
     assert list(out) == ["a", "b", "a"]
+
+
+def test_bfloat16_without_ml_dtypes_is_refused_not_truncated(tmp_path, monkeypatch):
+    """onnx 1.17 (the oldest supported) stores bfloat16 as uint16: 1.5 would have been fed as 1."""
+    import patchspec.ort.feeds as feeds
+
+    monkeypatch.setattr(feeds, "HAS_BFLOAT16", False)
+    with pytest.raises(RunFailure, match="bfloat16 needs an onnx that uses ml_dtypes"):
+        input_array(TensorDecl("x", "bfloat16", (2,)), {"value": 1.5, "shape": [2]}, 0, tmp_path.joinpath)
+    with pytest.raises(RunFailure, match="bfloat16 needs an onnx"):
+        generate((2,), "bfloat16", "random", 0)
