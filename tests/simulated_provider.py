@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -70,6 +71,8 @@ def install(monkeypatch: Any) -> SimulatedGpu:
     """Make onnxruntime offer the simulated provider for the rest of the test."""
     import onnxruntime
 
+    from patchspec.ort import environment
+
     gpu = SimulatedGpu()
     real_session = onnxruntime.InferenceSession
     available = [SIMULATED, *(p for p in onnxruntime.get_available_providers() if p != SIMULATED)]
@@ -86,4 +89,7 @@ def install(monkeypatch: Any) -> SimulatedGpu:
     monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: list(available))
     monkeypatch.setattr(onnxruntime, "InferenceSession", session)
     monkeypatch.setattr(onnxruntime, "get_device", lambda: "GPU")  # what onnxruntime-gpu says
+    monkeypatch.setattr(onnxruntime, "get_ep_devices", lambda: [], raising=False)  # as onnxruntime-gpu 1.31 lists
+    # the simulated GPU is no GPU of the driver's, on a machine with an NVIDIA GPU too
+    monkeypatch.setattr(environment, "NVIDIA_PROC", Path("/nonexistent/proc/driver/nvidia/gpus"))
     return gpu

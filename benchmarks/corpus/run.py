@@ -107,7 +107,8 @@ def quick() -> None:
             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4])],
             [numpy_helper.from_array(np.array([1, 2, 4], dtype=np.int64), "shape")],
         )
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        # IR 8, not this onnx's newest: an onnxruntime older than onnx (1.31 beside onnx 1.23) refuses newer IR
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
         (root / "generated").mkdir()
         onnx.save(model, str(root / "generated" / "reshape.onnx"))
         os.environ["CORPUS_MANIFEST"] = str(root / "models.toml")

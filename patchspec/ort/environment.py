@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import platform
 from collections.abc import Mapping
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from patchspec import __version__
@@ -75,9 +77,33 @@ def device_name(provider: str, options: Mapping[str, str] | None = None) -> str 
         general = onnxruntime.get_device()  # "GPU" for an onnxruntime-gpu build, whatever the provider
         if provider == CPU or provider not in PROVIDERS or general == "CPU":
             return None
-        return f"{general} (onnxruntime.get_device())"
+        nvidia = nvidia_gpu_name(index) if provider in NVIDIA_PROVIDERS else None
+        return nvidia or f"{general} (onnxruntime.get_device())"
     except Exception:  # a name for the report only: never a reason to fail
         return None
+
+
+#: the providers whose device_id counts the NVIDIA driver's GPUs
+NVIDIA_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider")
+#: where the NVIDIA driver describes each GPU on Linux, one folder per PCI address (what nvidia-smi reads)
+NVIDIA_PROC = Path("/proc/driver/nvidia/gpus")
+
+
+def nvidia_gpu_name(index: int) -> str | None:
+    """``NVIDIA H100 80GB HBM3 (/proc/driver/nvidia, device_id 0)``: the ``index``-th GPU in PCI order, as
+    CUDA counts them with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``; None where the driver says nothing, or where
+    ``CUDA_VISIBLE_DEVICES`` or another order makes the mapping a guess (onnxruntime's own devices come first)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES") or os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID") != "PCI_BUS_ID":
+        return None
+    try:
+        gpus = sorted(NVIDIA_PROC.iterdir())
+        if len(gpus) > 1 and "CUDA_DEVICE_ORDER" not in os.environ:  # CUDA's default order is fastest first
+            return None
+        lines = (gpus[index] / "information").read_text(errors="replace").splitlines()
+    except (OSError, IndexError):
+        return None
+    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("Model:")), "")
+    return f"{model} (/proc/driver/nvidia, device_id {index})" if model else None
 
 
 def _describe(device: Any) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from patchspec.ort import environment
 from patchspec.ort.comparison import compare_output
 from patchspec.ort.environment import device_name
 from patchspec.ort.providers import PROVIDERS, option_value, provider_option_problems, provider_setup
@@ -105,8 +106,31 @@ def test_device_name_is_none_or_what_onnxruntime_says(monkeypatch: pytest.Monkey
     assert device_name("CPUExecutionProvider") is None or "CPU" in str(device_name("CPUExecutionProvider"))
     monkeypatch.setattr(onnxruntime, "get_ep_devices", lambda: [], raising=False)
     monkeypatch.setattr(onnxruntime, "get_device", lambda: "GPU")
+    monkeypatch.setattr(environment, "NVIDIA_PROC", Path("/nonexistent/nvidia/gpus"))  # an NVIDIA machine too
     assert device_name("CUDAExecutionProvider") == "GPU (onnxruntime.get_device())"
     assert device_name("CPUExecutionProvider") is None
+
+
+def test_an_nvidia_gpu_is_named_as_its_driver_names_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """onnxruntime-gpu 1.31 lists no device for CUDA (measured on an H100): the driver's name stands in."""
+    import onnxruntime
+
+    monkeypatch.setattr(onnxruntime, "get_ep_devices", lambda: [], raising=False)
+    monkeypatch.setattr(onnxruntime, "get_device", lambda: "GPU")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    monkeypatch.setattr(environment, "NVIDIA_PROC", tmp_path)
+    gpu = tmp_path / "0000:19:00.0"
+    gpu.mkdir()
+    (gpu / "information").write_text("Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:\t\t 42\n")
+    assert device_name("CUDAExecutionProvider") == "NVIDIA H100 80GB HBM3 (/proc/driver/nvidia, device_id 0)"
+    assert device_name("CUDAExecutionProvider", {"device_id": "1"}) == "GPU (onnxruntime.get_device())"
+    (tmp_path / "0000:2a:00.0").mkdir()  # two GPUs: CUDA counts fastest first unless told the PCI order
+    assert device_name("CUDAExecutionProvider") == "GPU (onnxruntime.get_device())"
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    assert device_name("CUDAExecutionProvider").startswith("NVIDIA H100")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")  # a renumbering: no guess
+    assert device_name("CUDAExecutionProvider") == "GPU (onnxruntime.get_device())"
 
 
 def test_the_floor_widens_the_tolerance_by_its_factor_and_no_more() -> None:
