@@ -34,9 +34,43 @@ def first_copy(name: str, value: np.ndarray, axis: int, copies: int) -> np.ndarr
     return np.take(value, [0], axis=axis)
 
 
-def join(name: str, arrays: list[np.ndarray], axis: int, batched_rank: int | None) -> np.ndarray:
+def batch_axis_of(arrays: list[np.ndarray], batched_shape: tuple[int, ...] | None) -> int:
+    """The axis an output carries the batch on, read off the batched model's output (its shape
+    ``batched_shape``) against one sample's: the one axis where the batch holds all the samples'
+    rows and every other dim is the sample's. Axis 0 where the batched output does not say (its run
+    failed) or says nothing unique; the spec's ``split_batch: {outputs: {NAME: AXIS}}`` overrides."""
+    if batched_shape is None or not arrays:
+        return 0
+    sample, count = arrays[0].shape, len(arrays)
+    if len(batched_shape) == len(sample) + 1:  # the export squeezed the batch away: stacked
+        fits = [
+            a
+            for a in range(len(batched_shape))
+            if batched_shape[a] == count and tuple(batched_shape[:a] + batched_shape[a + 1 :]) == sample
+        ]
+    elif len(batched_shape) == len(sample):
+        fits = [a for a in range(len(sample)) if _joins_on(arrays, batched_shape, a)]
+    else:
+        return 0
+    return 0 if 0 in fits or len(fits) != 1 else fits[0]
+
+
+def _joins_on(arrays: list[np.ndarray], batched_shape: tuple[int, ...], axis: int) -> bool:
+    """Whether the samples' outputs, concatenated on ``axis``, have the batched output's shape."""
+    if any(array.ndim != len(batched_shape) for array in arrays):
+        return False
+    others = [tuple(d for i, d in enumerate(array.shape) if i != axis) for array in arrays]
+    wanted = tuple(d for i, d in enumerate(batched_shape) if i != axis)
+    return all(o == wanted for o in others) and sum(a.shape[axis] for a in arrays) == batched_shape[axis]
+
+
+def join(name: str, arrays: list[np.ndarray], axis: int | None, batched_shape: tuple[int, ...] | None) -> np.ndarray:
+    """The samples' outputs joined along ``axis`` (None: the axis the batched output says, see
+    ``batch_axis_of``), stacked where one sample's output has lost the batch axis."""
+    if axis is None:
+        axis = batch_axis_of(arrays, batched_shape)
     rank = arrays[0].ndim
-    stack = batched_rank == rank + 1  # the export squeezed the batch away: one sample has no batch axis
+    stack = batched_shape is not None and len(batched_shape) == rank + 1
     joined_rank = rank + 1 if stack else rank
     if not -joined_rank <= axis < joined_rank:
         what = "a scalar" if rank == 0 else f"rank {rank}"
@@ -49,4 +83,4 @@ def join(name: str, arrays: list[np.ndarray], axis: int, batched_rank: int | Non
         raise RunFailure(msg, f"give its batch axis: split_batch: {{outputs: {{{name}: AXIS}}}}") from None
 
 
-__all__ = ["first_copy", "join", "split_hint"]
+__all__ = ["batch_axis_of", "first_copy", "join", "split_hint"]

@@ -10,6 +10,7 @@ has no session at all, :func:`original_fails_too` asks whether the original has 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -114,13 +115,19 @@ def _noise(
 
 def _noise_message(comparison: OutputComparison, noise: tuple[str, float]) -> str:
     how, figure = noise
+    if not math.isfinite(figure):  # not noise: the two ways of running give other shapes or a NaN
+        return (
+            f"the original's '{comparison.name}' is not the same {how} (a difference of {figure:.3g}: another "
+            f"shape, or NaN in one of them), so the comparison says nothing about the patch. If the output "
+            f"keeps the batch on another axis, give it: split_batch: {{outputs: {{{comparison.name}: AXIS}}}}; "
+            f"if a sample's output depends on the others, the model couples samples: compare: {{coupled: REASON}}"
+        )
     suggested = float(f"{max(figure, comparison.max_abs) * 2:.1g}")
     return (
         f"the reference is unstable on '{comparison.name}': the original itself differs by {figure:.3g} "
         f"(max abs) {how}, so a difference of {comparison.max_abs:.3g} is not evidence against the patch. "
-        f"Give real inputs (file: x.npy) for this case, or set this output's tolerance or skip it: "
-        f"compare: {{outputs: {{{comparison.name}: {{atol: {suggested:g}}}}}}} or "
-        f"compare: {{outputs: {{{comparison.name}: skip}}}}"
+        f"Give real inputs (file: x.npy) for this case, or widen this output's tolerance to what the "
+        f"original itself allows: compare: {{outputs: {{{comparison.name}: {{atol: {suggested:g}}}}}}}"
     )
 
 

@@ -125,10 +125,10 @@ class References:
                 f"{provider} case {run.index}, optimizations {level}: the reference {path.name}"
                 + (", per sample" if split else "")
             )
-            ranks = {name: array.ndim for name, array in (run.outputs or {}).items()}
+            shapes = {name: tuple(array.shape) for name, array in (run.outputs or {}).items()}
             try:
                 self.found[key] = run_reference(
-                    reference, run.feeds or {}, self.settings.split if split else None, ranks
+                    reference, run.feeds or {}, self.settings.split if split else None, shapes
                 )
             except RunFailure as exc:
                 self.found[key] = exc
@@ -146,7 +146,7 @@ def reference_session(path: Path, provider: str, level: str, settings: Reference
 
 
 def run_reference(
-    reference: Session, feeds: Feeds, split: BatchSplit | None, batched_ranks: dict[str, int]
+    reference: Session, feeds: Feeds, split: BatchSplit | None, batched_shapes: dict[str, tuple[int, ...]]
 ) -> tuple[Feeds, float]:
     declared = {d.name: d for d in reference.inputs}
     missing = [d for d in reference.inputs if d.name not in feeds]
@@ -156,7 +156,7 @@ def run_reference(
     if missing:
         ref_feeds.update(make_feeds({}, missing, Path))
     if split is not None:
-        return reference.run_split(ref_feeds, split, batched_ranks)
+        return reference.run_split(ref_feeds, split, batched_shapes)
     hint = f"if {reference.path.name} only runs one sample at a time, set 'split_batch: true' under compare"
     misfit = feed_shape_problems(ref_feeds, reference.inputs)
     if misfit:

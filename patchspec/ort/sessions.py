@@ -220,8 +220,9 @@ class BatchSplit:
 
     ``inputs``: batch axis per input (None: the input is given whole to every sample run); inputs
     not listed are split on axis 0, scalars are given whole. ``outputs``: batch axis per output
-    (default 0). A per-sample output of the batched output's rank is concatenated along that
-    axis; one of a rank lower (an export that squeezed the batch away) is stacked along it.
+    (default: the axis the batched output says, see ``batch_join.batch_axis_of``). A per-sample
+    output of the batched output's rank is concatenated along that axis; one of a rank lower (an
+    export that squeezed the batch away) is stacked along it.
     """
 
     inputs: dict[str, int | None] = field(default_factory=dict)
@@ -297,13 +298,14 @@ class Session:
         return size if isinstance(size, int) and size > 1 else 1
 
     def run_split(
-        self, feeds: Feeds, split: BatchSplit | None = None, batched_ranks: dict[str, int] | None = None
+        self, feeds: Feeds, split: BatchSplit | None = None, batched_shapes: dict[str, tuple[int, ...]] | None = None
     ) -> tuple[Feeds, float]:
         """Run once per sample of the batch axes; join each output along its batch axis. A model with a
         fixed batch above 1 (N) gets each sample repeated N times, and the first copy of each output.
 
-        ``batched_ranks``: rank of each output of the batched model, to tell a per-sample output
-        that keeps the batch axis (concatenated) from one that lost it (stacked).
+        ``batched_shapes``: the shape of each output of the batched model, to tell a per-sample output
+        that keeps the batch axis (concatenated) from one that lost it (stacked), and to find the axis
+        an output carries the batch on where the spec does not give it (``[3, N, 7]``: axis 1).
         """
         split = split or BatchSplit()
         axes = {name: split.input_axis(name, array) for name, array in feeds.items()}
@@ -334,9 +336,9 @@ class Session:
                 }
             parts.append(outputs)
             seconds += took
-        ranks = batched_ranks or {}
+        shapes = batched_shapes or {}
         return {
-            name: join(name, [p[name] for p in parts], split.outputs.get(name, 0), ranks.get(name))
+            name: join(name, [p[name] for p in parts], split.outputs.get(name), shapes.get(name))
             for name in self.output_names
         }, seconds
 
