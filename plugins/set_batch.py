@@ -152,11 +152,12 @@ def follow_batch(
 ) -> api.BatchTrace:
     """The trace set_batch acts on. A batch that is already dynamic was exported to run at any
     batch: when the model runs at the new one as it is, no constant is touched (at batch 1 a
-    channel of 1 looks like the batch; only a model that fails is decided constant by constant)."""
-    dynamic = all(not isinstance((api.read_dims(inputs[name]) or [0])[axis], int) for name, axis in batch.axes)
-    if dynamic:
+    channel of 1 looks like the batch; only a model that fails, or runs without carrying the batch
+    through (``api.not_as_exported``), is decided constant by constant)."""
+    dims = [(api.read_dims(inputs[name]) or [0])[axis] for name, axis in batch.axes]
+    if all(not isinstance(dim, int) for dim in dims):
         as_is = api.trace_batch(model, batch.axes, batch.old_size, b2, symbolic=symbolic, decide=False)
-        if not as_is.refusals:
+        if not as_is.refusals and not api.not_as_exported(model, as_is, {d for d in dims if isinstance(d, str)}):
             return as_is
     return api.trace_batch(model, batch.axes, batch.old_size, b2, symbolic=symbolic)
 

@@ -231,6 +231,11 @@ def batch_position(data_prefix: Sequence[int], out_shape: Sequence[int]) -> int 
     return next((j for j in range(len(out_shape)) if product(out_shape[:j]) == wanted), None)
 
 
+def ints_of(value: np.ndarray | None) -> list[int]:
+    """A constant's elements as Python ints, flattened."""
+    return [int(v) for v in np.asarray(value).reshape(-1)]
+
+
 def sizes_of(known: Known) -> tuple[int, ...] | None:
     """The shape when every dim is a known size (``Known.full``), typed as such; else None."""
     shape = known.shape
@@ -271,5 +276,6 @@ __all__ = [
     "Rewrite",
     "Undecided",
     "batch_position",
+    "ints_of",
     "make_points",
 ]

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-import numpy as np
 import onnx
 
 from patchspec.model.graph import NodeSite
@@ -30,6 +29,7 @@ from patchspec.shapes.annotations import collector_paused
 from patchspec.shapes.batch_findings import BatchFindings
 from patchspec.shapes.batch_folds import Folds, kept_whole
 from patchspec.shapes.batch_operands import Operands, replace_fix, steady_except
+from patchspec.shapes.batch_states import RECURRENT, settle_states
 from patchspec.shapes.batch_trace import (
     INT64_MAX,
     BatchTrace,
@@ -38,6 +38,7 @@ from patchspec.shapes.batch_trace import (
     Undecided,
     batch_position,
     int64_known,
+    ints_of,
     make_points,
     product,
     sizes_of,
@@ -77,7 +78,7 @@ def trace_batch(
 
 
 #: the ops whose shape operand the tracker decides (the hook is called for these only)
-_HANDLED = frozenset({"Reshape", "Expand", "Slice", "Resize"})
+_HANDLED = frozenset({"Reshape", "Expand", "Slice", "Resize", *RECURRENT})
 #: an element's value at one point, from the point's index and the element's value there
 NewValue = Callable[[int, int], int]
 
@@ -113,6 +114,8 @@ class _Tracker:
             "Slice": self._slice,
             "Resize": self._resize,
         }
+        if node.op_type in RECURRENT:
+            return settle_states(self, site, inputs)
         handler = handlers.get(node.op_type)
         return handler(site, inputs) if handler else None
 
@@ -152,7 +155,7 @@ class _Tracker:
         for p, point in enumerate(replaced):
             given = point[operand]
             if given.value is not None:
-                values = _ints(given.value)
+                values = ints_of(given.value)
                 point[operand] = int64_known(with_element(values, i, new(p, values[i])), like=given)
         return replaced
 
@@ -168,7 +171,7 @@ class _Tracker:
         if carried is None:
             return None
         axis, factor = carried
-        values = _ints(inputs[0][1].value)
+        values = ints_of(inputs[0][1].value)
         data = sizes_of(inputs[self.a][0])
         assert data is not None  # the carrier has a full shape
         prefix = list(data[:axis])
@@ -261,7 +264,7 @@ class _Tracker:
         if carried is None:
             return None
         axis = carried[0]
-        values = _ints(inputs[0][1].value)
+        values = ints_of(inputs[0][1].value)
         data = inputs[self.a][0]
         assert data.shape is not None
         aligned = axis + max(len(values), len(data.shape)) - len(data.shape)
@@ -288,11 +291,11 @@ class _Tracker:
         axis, _ = found
         if self.consistent(*self._outputs(site, inputs), axis):
             return None
-        starts, ends = _ints(inputs[0][1].value), _ints(inputs[0][2].value)
+        starts, ends = ints_of(inputs[0][1].value), ints_of(inputs[0][2].value)
         given = len(node.input) > 3 and node.input[3]
-        axes = _ints(inputs[0][3].value) if given else list(range(len(starts)))
+        axes = ints_of(inputs[0][3].value) if given else list(range(len(starts)))
         stepped = len(node.input) > 4 and node.input[4]
-        steps = _ints(inputs[0][4].value) if stepped else [1] * len(starts)
+        steps = ints_of(inputs[0][4].value) if stepped else [1] * len(starts)
         entry = next((j for j, a in enumerate(axes) if a % len(data.shape) == axis), None)
         if entry is None:
             return None  # the batch axis is not sliced: whatever changed, it is not this constant
@@ -317,7 +320,7 @@ class _Tracker:
         if found is None:
             return None
         axis, _ = found
-        values = _ints(inputs[0][3].value)
+        values = ints_of(inputs[0][3].value)
         if axis >= len(values) or values[axis] % self.b1:
             return None
         if self.consistent(*self._outputs(site, inputs), axis):
@@ -441,10 +444,6 @@ class _Tracker:
             return None
         at = next((j for j, v in enumerate(values) if v == self.b1), axis) if i is None else i
         return replace_fix(site, values, axis, at, operand)
-
-
-def _ints(value: np.ndarray | None) -> list[int]:
-    return [int(v) for v in np.asarray(value).reshape(-1)]
 
 
 __all__ = ["trace_batch"]

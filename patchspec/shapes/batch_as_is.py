@@ -1,0 +1,44 @@
+"""Whether a model whose batch is already dynamic runs at a new batch as exported.
+
+set_batch leaves the constants of a dynamic-batch model alone when it runs at the new batch as it
+is (at batch 1 a channel of 1 looks like the batch). "Runs" is not enough: an export can declare a
+dynamic batch and still bake the exported one into a Slice's bounds (``x[:1]``), a Resize's
+``sizes`` or a recurrent op's starting state, and run at batch 4 giving one sample, or be refused
+by onnxruntime only. This finds those from the evaluation as it is: then set_batch decides each
+constant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+import onnx
+
+from patchspec.shapes.annotations import read_dims
+from patchspec.shapes.batch_states import RECURRENT, layout_axes
+from patchspec.shapes.batch_trace import BatchTrace
+
+
+def not_as_exported(model: onnx.ModelProto, trace: BatchTrace, batch_names: Collection[str]) -> list[str]:
+    """Why the model, evaluated as it is (``trace_batch(..., decide=False)``), does not carry the batch
+    through: an output declared with a batch name that stays one size, a recurrent op whose starting
+    state does not follow its input's batch. Empty: it runs at the new batch as exported."""
+    found = []
+    for output in model.graph.output:
+        for axis, dim in enumerate(read_dims(output) or []):
+            if dim in batch_names and isinstance(trace.batch_dim(output.name, axis), int):
+                found.append(f"output '{output.name}' declares '{dim}' on axis {axis} but keeps one size there")
+    for node in model.graph.node:
+        if node.op_type not in RECURRENT or node.domain not in ("", "ai.onnx") or not node.input:
+            continue
+        x_axis, at = layout_axes(node)
+        if not isinstance(trace.batch_dim(node.input[0], x_axis), tuple):
+            continue
+        for operand in RECURRENT[node.op_type]:
+            if len(node.input) > operand and node.input[operand]:
+                if isinstance(trace.batch_dim(node.input[operand], at), int):
+                    found.append(f"{node.op_type} '{node.name or node.output[0]}' starts from a state of one batch")
+    return found
+
+
+__all__ = ["not_as_exported"]
