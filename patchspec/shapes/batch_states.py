@@ -45,13 +45,14 @@ def layout_axes(node: onnx.NodeProto) -> tuple[int, int]:
     return (0, 0) if layout else (1, 1)
 
 
-def settle_states(tracker: Deciding, site: NodeSite, inputs: PointInputs) -> None:
-    """Rewrite, or report as undecided, each starting state made by a ConstantOfShape at the old batch."""
+def settle_states(tracker: Deciding, site: NodeSite, inputs: PointInputs) -> PointInputs | None:
+    """Rewrite, or report as undecided, each starting state made by a ConstantOfShape at the old batch.
+    Returns no replacement inputs, as the tracker's handlers do: the op's outputs follow its input."""
     node = site.node
     x_axis, at = layout_axes(node)
     carried = tracker.carrier(inputs)
     if carried is None or carried[0] != x_axis:
-        return  # the batch runs along the sequence, or nowhere: batch_pinned judges it
+        return None  # the batch runs along the sequence, or nowhere: batch_pinned judges it
     trace = tracker.trace
     for operand in RECURRENT[node.op_type]:
         if len(node.input) <= operand or not node.input[operand]:
@@ -85,6 +86,7 @@ def settle_states(tracker: Deciding, site: NodeSite, inputs: PointInputs) -> Non
         written = values[at] // trace.b1 * trace.b2
         reason = f"{made}: element {at} is the batch ({values[at]} -> {written}), making {state}"
         trace.rewrites.append(Rewrite(reader, reader_operand, ((element, written),), reason))
+    return None
 
 
 __all__ = ["RECURRENT", "layout_axes", "settle_states"]
