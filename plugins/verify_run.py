@@ -334,7 +334,8 @@ def _provider_problems(params: RunParams) -> Iterator[ParamProblem]:
 def _against_problems(against: str, key: tuple[Any, ...]) -> Iterator[ParamProblem]:
     if against in ("original", "none") or against.endswith((".onnx", ".npz")):
         return
-    yield key, f"against must be original, none, or a path ending in .onnx or .npz; got '{against}'"
+    close = api.did_you_mean(against, ("original", "none"))
+    yield key, f"against must be original, none, or a path ending in .onnx or .npz; got '{against}'{close}"
 
 
 @hookimpl

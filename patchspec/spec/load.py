@@ -213,6 +213,10 @@ def _bare_step(document: YamlDocument, error: jsonschema.ValidationError) -> Spe
         return None
     section, index = path
     value = error.instance
+    words = value.split(None, 1) if isinstance(value, str) else []
+    if len(words) == 2:  # `- set_batch 8`: a type and its shorthand value, the colon left out
+        message = f"{value!r} is not a step: write '- {words[0]}: {words[1]}' (a colon after the type)"
+        return _located(document, path, f"{section}[{index}]", message)
     example = f"{value}: {{}}" if isinstance(value, str) else "TYPE: {...}"
     message = (
         f"{value!r} is not a step: each item is a mapping with one key, the type "

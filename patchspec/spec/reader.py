@@ -153,6 +153,11 @@ def read_spec_text(path: Path) -> str:
     if len(raw) > MAX_FILE_BYTES:
         raise SpecError(f"{name}: file is over {MAX_FILE_BYTES} bytes; specs are limited to 16 MiB")
     nul = raw.find(b"\x00")
+    if nul >= 0 and _looks_like_a_model(name, raw):
+        raise SpecError(
+            f"{name}: is an ONNX model, not a spec; a spec names the model and what to change in it: "
+            f"write one with `patchspec init {name}`, then apply that spec"
+        )
     if nul >= 0:
         raise SpecError(f"{name}: binary file (NUL byte at offset {nul}); a spec is UTF-8 YAML text")
     try:
@@ -391,3 +396,8 @@ def _deep_copy(value: object) -> object:
     if isinstance(value, list):
         return [_deep_copy(v) for v in value]
     return value
+
+
+def _looks_like_a_model(name: str, raw: bytes) -> bool:
+    """An ONNX model given where a spec goes: its name, or a ModelProto's first field (ir_version, tag 0x08)."""
+    return name.lower().endswith((".onnx", ".ort")) or raw[:1] == b"\x08"

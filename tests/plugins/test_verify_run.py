@@ -318,6 +318,17 @@ def test_provider_typo_and_require_outside_providers_are_spec_errors(tmp_path: P
     assert "against must be original, none, or a path ending in .onnx or .npz" in result.output
 
 
+def test_a_misspelt_against_gets_a_did_you_mean(tmp_path: Path, run_cli: RunCli) -> None:
+    spec = write_spec(
+        tmp_path,
+        "patchspec: 1\nmodel: absent.onnx\noutput: out.onnx\npatches: []\n"
+        "verify:\n  - run:\n      compare: {against: orignal}\n",
+    )
+    result = run_cli("validate", spec)
+    assert result.exit_code == 2, result.output
+    assert "got 'orignal' (did you mean 'original'?)" in result.output
+
+
 def test_real_ppocr_cls_runs_batched_and_split_against_original(
     tmp_path: Path, run_cli: RunCli, ppocr_models: Any
 ) -> None:

@@ -255,6 +255,22 @@ def test_a_step_written_as_a_bare_name_says_how_to_write_it(tmp_path, run_cli):
     assert "spec.yaml:6:5: verify[0]: 'check' is not a step" in result.stderr and "'- check: {}'" in result.stderr
 
 
+def test_a_step_without_its_colon_is_shown_with_it(tmp_path, run_cli):
+    small_model(tmp_path, "m.onnx")
+    spec = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches:\n  - set_batch 8\n")
+    result = run_cli("validate", spec)
+    assert result.exit_code == 2, result.output
+    assert "patches[0]: 'set_batch 8' is not a step: write '- set_batch: 8'" in result.stderr
+
+
+def test_a_model_given_as_the_spec_says_to_write_a_spec_for_it(tmp_path, run_cli):
+    small_model(tmp_path, "m.onnx")
+    for command in ("apply", "validate"):
+        result = run_cli(command, tmp_path / "m.onnx")
+        assert result.exit_code == 2, result.output
+        assert "m.onnx: is an ONNX model, not a spec" in result.stderr and "patchspec init" in result.stderr
+
+
 def test_envelope_errors_name_items_as_steps_are_named(tmp_path, run_cli):
     small_model(tmp_path, "m.onnx")
     spec = write_spec(

@@ -96,11 +96,18 @@ def test_not_utf8_names_file_and_byte(tmp_path, run_cli):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_binary_file_is_refused_in_one_line(tmp_path, run_cli):
+@pytest.mark.parametrize(
+    ("payload", "said"),
+    [
+        (b"\x08\x08\x12\x07pytorch\x00\x01\x02", "is an ONNX model, not a spec"),  # a ModelProto's first bytes
+        (b"\x89PNG\r\n\x1a\n\x00\x00", "binary file"),
+    ],
+)
+def test_binary_file_is_refused_in_one_line(tmp_path, run_cli, payload, said):
     spec = tmp_path / "model.onnx.yaml"
-    spec.write_bytes(b"\x08\x08\x12\x07pytorch\x00\x01\x02")
+    spec.write_bytes(payload)
     result = run_cli("validate", spec)
-    assert_one_spec_error(result, "model.onnx.yaml", "binary file")
+    assert_one_spec_error(result, "model.onnx.yaml", said)
     assert len(result.stderr.strip().splitlines()) == 1
 
 
