@@ -13,7 +13,8 @@ __version__ = "0.1.0"
 #: the version of the plugin API (this module, ``patchspec.api``, the hooks): a plugin that needs a
 #: range says so with ``PATCHSPEC_API = ">=1.3,<2"`` in the module its entry point names, checked at
 #: load (docs/plugins.md). 1.3: ``PATCHSPEC_API``, SystemExit from plugin code is the plugin's fault.
-PLUGIN_API = "1.3"
+#: 1.4: ``PatchType.check_model``; ``validate`` reads the model's graph when it is there.
+PLUGIN_API = "1.4"
 
 if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported on first use (below)
     from patchspec.errors import (

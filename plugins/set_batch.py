@@ -76,6 +76,22 @@ class SetBatchPatch(PatchType[SetBatchParams]):
             twice = sorted({n for n in inputs if inputs.count(n) > 1})
             yield ("inputs",), f"each input is listed once, got {', '.join(map(repr, twice))} more than once"
 
+    def check_model(self, params: SetBatchParams, model: onnx.ModelProto) -> Iterator[ParamProblem]:
+        """An input named in ``inputs`` that the model lacks is a spec mistake (exit 2), found by validate too."""
+        inputs = params.get("inputs")
+        names = list(inputs) if isinstance(inputs, (list, dict)) else []
+        graph_inputs = list(api.fed_inputs(model.graph))
+        for name in names:
+            if name not in graph_inputs:
+                key = ("inputs", names.index(name)) if isinstance(inputs, list) else ("inputs", name)
+                yield (
+                    key,
+                    (
+                        f"input '{name}' is not a graph input of this model{api.did_you_mean(name, graph_inputs)}; "
+                        f"its inputs are: {', '.join(graph_inputs)}"
+                    ),
+                )
+
     def apply(self, model: onnx.ModelProto, params: SetBatchParams, context: PatchContext) -> PatchResult:
         size = params["size"]
         batch = choose_batch_axes(model, params, context)

@@ -129,6 +129,13 @@ class PatchType(Generic[P]):
         """Files this patch reads besides the model (paths as written, relative to the spec)."""
         return ()
 
+    def check_model(self, params: P, model: onnx.ModelProto) -> Iterable[ParamProblem]:
+        """Problems with ``params`` that only the model can show (an input name it lacks):
+        ``(key path, message)`` pairs, reported like ``check_params``'s (exit 2, located at the key).
+        ``apply``, ``plan`` and ``validate`` call it on the model as the patches before this one left it,
+        weights not loaded, before ``apply``; do not modify it. Since plugin API 1.4."""
+        return ()
+
     def apply(self, model: onnx.ModelProto, params: P, context: PatchContext) -> PatchResult:
         """Change ``model`` in place as ``params`` say; raise via ``context.fail`` when it cannot."""
         raise NotImplementedError(f"patch type {self.name!r} does not implement apply()")

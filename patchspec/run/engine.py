@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -124,13 +124,14 @@ class Engine:
         model.CopyFrom(loaded.model)
         state = RunState()  # one per run: the patches of this spec share it, nothing else does
         for step in loaded.spec.patches:
+            self.check_steps(loaded.spec, [step], model)
             context = PatchContext(loaded.spec, step, model_dir=loaded.model_path.parent, state=state)
             with self.reporter.task(step.type_name):  # the status line: its name and seconds, if slow
                 outcome = self._run_patch(step, model, context)
             report.patches.append(outcome)
             self.reporter.outcome(step.type_name, outcome, self.verbose)
         if check_verifiers:
-            self.check_verifiers(loaded.spec, model)
+            self.check_steps(loaded.spec, loaded.spec.verify, model)
         undecided = state.get(UNDECIDED)
         if refuse_undecided and undecided:
             more = f" (and {len(undecided) - 1} more)" if len(undecided) > 1 else ""
@@ -153,12 +154,11 @@ class Engine:
         self.reporter.io_table(io_changes(loaded.model, patched))
         return report
 
-    def check_verifiers(self, spec: Spec, model: onnx.ModelProto) -> None:
-        """Every verifier's ``check_model`` on the patched graph; all problems at once, as a spec error."""
-        problems = []
-        for step in spec.verify:
-            for key, message in self._guard(spec, step).check_model(step.params, model):
-                problems.append(spec.problem(step, key, message))
+    def check_steps(self, spec: Spec, steps: Sequence[Step], model: onnx.ModelProto) -> None:
+        """Each step's ``check_model`` on ``model`` (a patch's: as the patches before it left it; a verifier's:
+        the patched graph); all problems at once, as a spec error."""
+        guarded = [(step, self._guard(spec, step).check_model(step.params, model)) for step in steps]
+        problems = [spec.problem(step, key, message) for step, found in guarded for key, message in found]
         if problems:
             raise SpecError(problems)
 
@@ -191,7 +191,7 @@ class Engine:
         with self.reporter.task(f"reading {output.name}"):
             model = load_model(output)
         if check_params:
-            self.check_verifiers(spec, model)
+            self.check_steps(spec, spec.verify, model)
         failed: list[tuple[Step, StepOutcome, tuple[Any, ...]]] = []  # with the key a context.fail pointed at
         for step in spec.verify:
             with self.reporter.task(step.type_name) as task:

@@ -46,7 +46,7 @@ def test_every_failure_writes_the_report_with_its_exit_code(tmp_path, run_cli, c
     if case == "spec error":
         spec = make_project(tmp_path, patches="[{set_batch: {sise: 4}}]")
     elif case == "patch cannot apply":
-        spec = make_project(tmp_path, patches="[{set_batch: {size: 4, inputs: [nope]}}]")
+        spec = make_project(tmp_path, patches="[{set_batch: {size: 4, inputs: {x: 7}}}]")  # no axis 7
     elif case == "verification failed":
         spec = make_project(tmp_path, verify="  - static: {}\n")  # the batch stays symbolic: static fails
     else:
