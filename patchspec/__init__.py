@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 #: the version of the plugin API (this module, ``patchspec.api``, the hooks): a plugin that needs a
 #: range says so with ``PATCHSPEC_API = ">=1.3,<2"`` in the module its entry point names, checked at
 #: load (docs/plugins.md). 1.3: ``PATCHSPEC_API``, SystemExit from plugin code is the plugin's fault.
-#: 1.4: ``PatchType.check_model``; ``validate`` reads the model's graph when it is there.
+#: 1.4: ``PatchType.check_model``; ``validate`` reads the model's graph when it is there; ``COUPLED``.
 PLUGIN_API = "1.4"
 
 if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported on first use (below)
@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported
         VerifierFailed,
     )
     from patchspec.plugin.contract import (
+        COUPLED,
         UNDECIDED,
         ParamProblem,
         PatchContext,
@@ -58,6 +59,7 @@ _HOME = {
             "StateKey",
             "StepContext",
             "UNDECIDED",
+            "COUPLED",
             "Verifier",
             "VerifyContext",
             "VerifyResult",
@@ -90,6 +92,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "COUPLED",
     "PLUGIN_API",
     "UNDECIDED",
     "ModelFileError",

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, TypedDict
 
-from patchspec import UNDECIDED, ParamProblem, PatchContext, PatchResult, PatchType, api, hookimpl
+from patchspec import COUPLED, UNDECIDED, ParamProblem, PatchContext, PatchResult, PatchType, api, hookimpl
 
 if TYPE_CHECKING:  # annotations only: onnx and numpy are imported where a model is patched
     import onnx
@@ -99,7 +99,12 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         inputs = api.fed_inputs(model.graph)
         _refuse_name_in_use(size, inputs, batch, context)
         if all((api.read_dims(inputs[name]) or [])[axis:][:1] == [size] for name, axis in batch.axes):
-            return PatchResult(False, f"batch already {size} on {where}", batch.notes)
+            as_is = api.trace_batch(model, batch.axes, batch.old_size, batch.old_size + 6, decide=False)
+            context.state.get(COUPLED).extend(
+                as_is.coupled
+            )  # the batch stays: whether samples are independent does not
+            summary = f"batch already {size} on {where}{coupling_summary(as_is.coupled)}"
+            return PatchResult(False, summary, batch.notes + tuple(f"couples samples: {c}" for c in as_is.coupled))
         symbolic = isinstance(size, str)
         same = not symbolic and size == batch.old_size  # constants are baked for this size already
         b2 = batch.old_size + 6 if isinstance(size, str) or same else size
@@ -125,6 +130,7 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         coupled = tuple(f"couples samples: {line}" for line in trace.coupled)
         context.state.get(UNDECIDED).extend(point.message for point in undecided)  # apply --no-verify refuses them
         context.state.get(UNDECIDED).extend(coupled[:1])  # only a verifier measures what the coupling costs
+        context.state.get(COUPLED).extend(trace.coupled)
         details = (
             batch.notes
             + (others[1:] if others else ())

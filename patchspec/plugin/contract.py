@@ -64,6 +64,9 @@ class StateKey(Generic[T]):
 #: prove batch-independent): only a verifier can judge them, so ``apply --no-verify`` refuses to write
 #: the model unless ``--allow-undecided`` is given. Any patch type may add to it.
 UNDECIDED: StateKey[list[str]] = StateKey("patchspec.undecided", list)
+#: ops a patch found that make one sample's result depend on the others (a quantization scale over the
+#: batch): a failed per-sample comparison names them, as the cause to accept or fix. Since 1.4.
+COUPLED: StateKey[list[str]] = StateKey("patchspec.coupled", list)
 
 
 class RunState:
@@ -258,6 +261,7 @@ class VerifyContext(StepContext):
 
 
 __all__ = [
+    "COUPLED",
     "ParamProblem",
     "PatchContext",
     "PatchResult",

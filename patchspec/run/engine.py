@@ -37,7 +37,7 @@ from patchspec.model.data_writer import (
 from patchspec.model.external_data import data_files, validate_external_data
 from patchspec.model.graph import sync_initializer_inputs
 from patchspec.model.io import FileStamp, load_model
-from patchspec.plugin.contract import UNDECIDED, PatchContext, RunState, VerifyContext
+from patchspec.plugin.contract import COUPLED, UNDECIDED, PatchContext, RunState, VerifyContext
 from patchspec.run.commit import Staging, remove_superseded
 from patchspec.run.depfile import Depfile
 from patchspec.run.freshness import Freshness, LoadedInput, same_files, settle, trusted_stamp
@@ -130,6 +130,7 @@ class Engine:
                 outcome = self._run_patch(step, model, context)
             report.patches.append(outcome)
             self.reporter.outcome(step.type_name, outcome, self.verbose)
+        report.coupled = state.get(COUPLED)
         if check_verifiers:
             self.check_steps(loaded.spec, loaded.spec.verify, model)
         undecided = state.get(UNDECIDED)
@@ -204,7 +205,7 @@ class Engine:
             if outcome.status == "failed":
                 failed.append((step, outcome, key))
         if failed:
-            raise verification_failed(spec, failed, staged)
+            raise verification_failed(spec, failed, staged, report.coupled)
 
     # -- commands ---------------------------------------------------------------------------------
     @_within_root

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,8 @@ class RunReport:
     #: every file the output depends on besides the spec: model, its data files, verifier inputs
     inputs: list[str] = field(default_factory=list)
     error: str | None = None
+    #: what the patches found couples the samples (``COUPLED``): a failed per-sample comparison names it
+    coupled: list[str] = field(default_factory=list)
     #: the error as data (``PatchspecError.to_json()``: detail, where, key, node, hint), when it failed
     problem: dict[str, Any] | None = None
     digest: str | None = None  # the output's digest, once computed
@@ -45,12 +48,19 @@ class RunReport:
 
 
 def verification_failed(
-    spec: Spec, failed: list[tuple[Step, StepOutcome, tuple[Any, ...]]], staged: bool
+    spec: Spec, failed: list[tuple[Step, StepOutcome, tuple[Any, ...]]], staged: bool, coupled: Sequence[str] = ()
 ) -> VerificationFailed:
     """The error of failed verifiers: the first one's place, summary and details, then the others'.
-    ``staged``: the output was not written (apply), which the message says."""
+    ``staged``: the output was not written (apply), which the message says. ``coupled``: what the
+    patches found couples the samples, named as the likely cause of a per-sample difference."""
     step, outcome, key = failed[0]
     message = f"{spec.locate(step, key)}: verification failed: {outcome.summary}"
+    if coupled:
+        message += (
+            f"; the patches found that the model couples samples ({coupled[0]}), so a batch differs from its "
+            "samples run one at a time by design: if that is what the model does, accept it in the run "
+            "verifier with compare: {coupled: REASON} (batch against batch, without split_batch)"
+        )
     if len(failed) > 1:
         others = ", ".join(o.label for _, o, _ in failed[1:])
         message += f" (and {len(failed) - 1} more failed: {others})"

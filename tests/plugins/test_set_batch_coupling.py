@@ -145,3 +145,47 @@ def test_a_string_input_does_not_confuse_the_coupling_check():
         opset=13,
     )
     assert "not independent" not in set_batch(model, size=4).summary
+
+
+def quantized(batch="N"):
+    nodes = [
+        helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"], name="quantize_x"),
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"]),
+    ]
+    return graph_model(nodes, [tensor_info("x", [batch, 8])], [tensor_info("y", [batch, 8])])
+
+
+PER_SAMPLE = (
+    "verify:\n  - run:\n      cases:\n        - inputs: {x: [4, 8]}\n"
+    "      compare: {against: original, split_batch: true}\n"
+)
+
+
+def test_a_per_sample_compare_of_a_coupled_model_fails_naming_the_cause(tmp_path, run_cli):
+    import onnx
+
+    onnx.save(quantized(), tmp_path / "m.onnx")
+    spec = write_spec(
+        tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out.onnx\npatches:\n  - set_batch: 4\n" + PER_SAMPLE
+    )
+    result = run_cli("apply", spec)
+    assert result.exit_code == 1, result.output
+    assert "the patches found that the model couples samples (DynamicQuantizeLinear 'quantize_x'" in result.stderr
+    assert "compare: {coupled: REASON}" in result.stderr
+    accepted = spec.read_text().replace("split_batch: true", "coupled: one scale per batch as exported")
+    spec.write_text(accepted)
+    assert run_cli("apply", spec).exit_code == 0
+
+
+def test_a_batch_already_at_its_size_still_says_the_samples_are_coupled(tmp_path, run_cli):
+    import onnx
+
+    onnx.save(quantized(batch=4), tmp_path / "m.onnx")
+    spec = write_spec(
+        tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out.onnx\npatches:\n  - set_batch: 4\n" + PER_SAMPLE
+    )
+    result = run_cli("apply", spec)
+    assert "batch already 4 on x[0]; the samples are not independent: DynamicQuantizeLinear 'quantize_x'" in (
+        result.stdout
+    ), result.output
+    assert result.exit_code == 1 and "couples samples (DynamicQuantizeLinear 'quantize_x'" in result.stderr
