@@ -36,8 +36,8 @@ def first_copy(name: str, value: np.ndarray, axis: int, copies: int) -> np.ndarr
 
 def batch_axis_of(arrays: list[np.ndarray], batched_shape: tuple[int, ...] | None) -> int:
     """The axis an output carries the batch on, read off the batched model's output (its shape
-    ``batched_shape``) against one sample's: the one axis where the batch holds all the samples'
-    rows and every other dim is the sample's. Axis 0 where the batched output does not say (its run
+    ``batched_shape``) against one sample's: the one axis where each sample holds one row, the batch
+    holds all the samples' and every other dim is the sample's. Axis 0 where the batched output does not say (its run
     failed) or says nothing unique; the spec's ``split_batch: {outputs: {NAME: AXIS}}`` overrides."""
     if batched_shape is None or not arrays:
         return 0
@@ -56,8 +56,10 @@ def batch_axis_of(arrays: list[np.ndarray], batched_shape: tuple[int, ...] | Non
 
 
 def _joins_on(arrays: list[np.ndarray], batched_shape: tuple[int, ...], axis: int) -> bool:
-    """Whether the samples' outputs, concatenated on ``axis``, have the batched output's shape."""
-    if any(array.ndim != len(batched_shape) for array in arrays):
+    """Whether ``axis`` is a batch axis the samples' outputs join on: each sample holds one row there
+    (a sample's 192 rows are no batch axis: a model that left its batch constant at 1 and put every
+    sample's rows in one has the same shape there), and concatenated they have the batched shape."""
+    if any(array.ndim != len(batched_shape) or array.shape[axis] != 1 for array in arrays):
         return False
     others = [tuple(d for i, d in enumerate(array.shape) if i != axis) for array in arrays]
     wanted = tuple(d for i, d in enumerate(batched_shape) if i != axis)

@@ -94,6 +94,7 @@ def test_an_output_given_the_wrong_axis_fails_with_the_way_to_give_it(tmp_path: 
         ((2,), (4, 2), 0),  # the export squeezed the batch away: stacked
         ((2,), (2, 4), 1),
         ((1, 1), (4, 4), 0),  # no single axis fits: axis 0, as before
+        ((1, 192, 1), (1, 768, 1), 0),  # a sample's 192 rows are no batch axis (a batch constant left at 1)
         ((3, 1, 7), None, 0),  # the batched run failed: nothing to read
     ],
 )
