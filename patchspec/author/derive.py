@@ -26,7 +26,7 @@ import numpy as np
 
 from patchspec.author.fit import Atom, Fit, fit, folded_into, same_values
 from patchspec.author.pairing import Export, Rewrite, pair, rewrites
-from patchspec.author.spec_text import DraftStep, SpecDraft, checked, next_command, root_needed
+from patchspec.author.spec_text import DraftStep, SpecDraft, checked, next_command, output_ref, root_needed
 from patchspec.author.traced_sizes import MAX_SECONDS, MAX_TRIES, Traced, traced_sizes
 from patchspec.errors import ModelFileError, PatchError
 from patchspec.host.registry import PluginRegistry
@@ -86,7 +86,7 @@ def derive(
     outside = [f"A and B lie outside this spec's project root: apply with --root {root}."] if root else []
     draft = SpecDraft(
         _relative(a_path, folder),
-        _relative(a_path.parent / f"{a_path.stem}.dynamic.onnx", folder),
+        output_ref(spec_path, f"{a_path.stem}.dynamic.onnx"),
         header=_header(a_path, b_path, spec_path) + outside,
     )
     arrays: dict[Path, np.ndarray] = {}

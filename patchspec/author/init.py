@@ -40,7 +40,7 @@ from patchspec.author.init_case import (
     unified_shapes,
 )
 from patchspec.author.original_runs import OriginalRuns
-from patchspec.author.spec_text import DraftStep, SpecDraft, checked, next_command, quoted, root_needed
+from patchspec.author.spec_text import DraftStep, SpecDraft, checked, next_command, output_ref, quoted, root_needed
 from patchspec.author.weightless import weightless_copy
 from patchspec.errors import PatchError
 from patchspec.run.engine import Engine
@@ -71,7 +71,7 @@ def _draft_spec(model_path: Path, spec_path: Path, size: int | str, registry: An
     folder = Path(os.path.abspath(spec_path)).parent  # as named, as the spec loader takes it
     model_ref = _relative(model_path, folder)
     label = f"b{size}" if isinstance(size, int) else "dynamic"
-    output_ref = _relative(folder / "build" / f"{model_path.stem}.{label}.onnx", folder)
+    output = output_ref(spec_path, f"{model_path.stem}.{label}.onnx")
     prober = _Prober(model_path, spec_path, model_ref, registry)
     model = prober.model
     renames = prober.renames = _renames(model)
@@ -88,10 +88,10 @@ def _draft_spec(model_path: Path, spec_path: Path, size: int | str, registry: An
     root = root_needed(spec_path, [model_path])
     draft = SpecDraft(
         model_ref,
-        output_ref,
+        output,
         header=[
-            f"Written by 'patchspec init {model_path.name}': check the comments, then 'patchspec apply {spec_path.name}'.",
-            "Paths are relative to this file's folder.",
+            f"Written by 'patchspec init {model_path}': check the comments, then '{next_command(spec_path, root)}'",
+            "(both from the folder init ran in). Paths below are relative to this file's folder.",
         ]
         + ([f"The model lies outside this spec's project root: apply with --root {root}."] if root else []),
     )

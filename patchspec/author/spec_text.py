@@ -74,6 +74,14 @@ def root_needed(spec_path: Path, paths: list[Path]) -> Path | None:
     return Path(os.path.commonpath(folders))
 
 
+def output_ref(spec_path: Path, name: str) -> str:
+    """Where a drafted spec's output goes, as the spec writes it: ``build/NAME`` at the project's root
+    (the folder holding ``.git``, as ``--root`` defaults), one place whichever folder the spec is in,
+    never beside the committed models (the lock and stat cache go beside the output)."""
+    folder = Path(os.path.abspath(spec_path)).parent
+    return Path(os.path.relpath(Root.of(spec_path).folder / "build" / name, folder)).as_posix()
+
+
 def next_command(spec_path: Path, root: Path | None) -> str:
     """What to run next, as printed: with ``--root`` when the models lie outside the spec's root."""
     return f"patchspec apply {spec_path}" + (f" --root {root}" if root is not None else "")

@@ -167,11 +167,12 @@ def derive_and_apply(tmp_path: Path, model_a: onnx.ModelProto, model_b: onnx.Mod
     assert code == 0, out + err
     assert "next: patchspec apply specs/spec.yaml\n" in out  # models/ is inside the repository: no --root
     spec = yaml.safe_load((tmp_path / "specs" / "spec.yaml").read_text())
-    assert (spec["model"], spec["output"]) == ("../models/a.onnx", "../models/a.dynamic.onnx")
+    assert (spec["model"], spec["output"]) == ("../models/a.onnx", "../build/a.dynamic.onnx")  # one place for outputs
     code, applied, err = run_cli(["apply", "specs/spec.yaml"], cwd=tmp_path)
     assert code == 0, applied + err
     assert "passed    2 case(s)" in applied, applied
-    return spec, out, tmp_path / "models" / "a.dynamic.onnx"
+    assert not [p.name for p in (tmp_path / "models").iterdir() if p.name not in ("a.onnx", "b.onnx")]  # no bookkeeping
+    return spec, out, tmp_path / "build" / "a.dynamic.onnx"
 
 
 def shapes_of(spec: dict) -> dict[str, list]:

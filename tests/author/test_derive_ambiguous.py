@@ -87,7 +87,7 @@ def test_the_derived_model_is_right_at_a_third_grid(tmp_path, run_cli):
     onnx.save(_merger(12, 20), tmp_path / "c.onnx")  # the network traced at a third grid: the truth there
     rng = np.random.default_rng(3)
     feeds = {"patches": rng.standard_normal((240, 8)).astype(np.float32), "mask": np.ones((12, 20), np.float32)}
-    got = ort.InferenceSession(str(tmp_path / "a.dynamic.onnx")).run(None, feeds)[0]
+    got = ort.InferenceSession(str(tmp_path / "build" / "a.dynamic.onnx")).run(None, feeds)[0]
     want = ort.InferenceSession(str(tmp_path / "c.onnx")).run(None, feeds)[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
