@@ -130,6 +130,7 @@ def run_specs(
     from patchspec.run.engine import Engine
     from patchspec.run.noop import remember
     from patchspec.run.report import RunReport
+    from patchspec.run.reporter import shown_path
     from patchspec.run.statcache import identity
     from patchspec.spec.load import load_spec
 
@@ -155,7 +156,8 @@ def run_specs(
         )
         if report.status in ("written", "unchanged"):
             written = report.status == "written"
-            state.echo(f"wrote {report.output}" if written else f"{report.output}: unchanged (identical bytes)")
+            shown = shown_path(report.output)
+            state.echo(f"wrote {shown}" if written else f"{shown}: unchanged (identical bytes)")
         if requests and report.digest and not registry.in_process():
             remember(requests[index], spec_identities[index], Path(report.output), report.inputs, report.digest)
 

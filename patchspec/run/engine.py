@@ -45,7 +45,7 @@ from patchspec.run.io_changes import io_changes
 from patchspec.run.model_paths import missing_model, refuse_same_file
 from patchspec.run.ownership import protected_files, refuse_data_file, refuse_foreign
 from patchspec.run.report import RunReport, StepOutcome, verification_failed, verifier_outcome
-from patchspec.run.reporter import Reporter
+from patchspec.run.reporter import Reporter, shown_path
 from patchspec.run.stamp import OutputStamp, data_record, digest_of, stamp_model
 from patchspec.run.statcache import StatCache, file_sha256
 from patchspec.spec.catalog import StepKind
@@ -291,7 +291,7 @@ class Engine:
         """Nothing to build: say so, remember what was found (``read``: by reading the output or
         hashing, so the next check is a stat), and write the depfile."""
         report.status = "up to date"
-        self.echo(f"{loaded.output_path}: up to date")
+        self.echo(f"{shown_path(loaded.output_path)}: up to date")
         if stamp is not None:  # found by reading the output: remember it, so the next check is a stat
             cache.record_output([loaded.output_path, *stamp.data_files], digest)
         report.files = list(cache.built.get("files", {}))  # the output and its data files
