@@ -5,17 +5,20 @@ batch 1 is an Expand of ``[1, 1, D]`` to the constant ``[1, 1, D]`` (or a Tile b
 ConstantOfShape ``[1, 1, D]`` for padding), then a Concat with the patches ``[B, P, D]`` on axis 1.
 At batch 4 the Concat cannot run: ``[1, 1, D]`` against ``[4, P, D]``. The element of the Expand's
 shape (the Tile's repeats, the ConstantOfShape's shape) on the batch axis is the exported batch, and
-is rewritten to the new one; a symbolic batch, or a shape computed at run time, is undecided
-(apply --no-verify refuses it).
+is rewritten to the new one. Where no op made it (the exporter folded the class token into a constant
+``[1, 1, D]``), a Tile repeats it to the new batch before the Concat. A symbolic batch, or a shape
+computed at run time, is undecided (apply --no-verify refuses it).
 """
 
 from __future__ import annotations
 
 import numpy as np
+import onnx
+from onnx import helper, numpy_helper
 
-from patchspec.model.graph import NodeSite
+from patchspec.model.graph import NodeSite, all_names, fresh_name
 from patchspec.shapes.batch_states import Deciding
-from patchspec.shapes.batch_trace import PointInputs, Rewrite, Undecided, sizes_of
+from patchspec.shapes.batch_trace import PointInputs, Rewrite, Tiling, Undecided, sizes_of
 from patchspec.shapes.known import Known
 
 #: ops that make a tensor of a shape they are given: the operand that holds it
@@ -44,7 +47,7 @@ def settle_join(tracker: Deciding, site: NodeSite, inputs: PointInputs) -> Point
             continue
         if dims_a[batch_axis] != dims_b[batch_axis] or dims_a[batch_axis] != (old[carrier] or ())[batch_axis]:
             continue  # follows the batch, or never fitted the carrier: not made at the exported batch
-        if not _rewrite_maker(tracker, site, name, batch_axis, rank):
+        if not _rewrite_maker(tracker, site, name, batch_axis, rank) and not _tile(tracker, site, i, batch_axis, rank):
             return None
         for p, point in enumerate(replaced):
             size = sizes_of(inputs[p][carrier])
@@ -69,6 +72,74 @@ def _batch_axis(
         if len(moving) == 1 and moving[0] != axis and one[moving[0]] * wb == two[moving[0]] * wa:
             return moving[0], i
     return None
+
+
+def _tile(tracker: Deciding, site: NodeSite, operand: int, batch_axis: int, rank: int) -> bool:
+    """Record a Tile of input ``operand`` to the new batch, where it holds one sample's rows (the old
+    batch is 1) and the new batch is a size; False otherwise (an undecided was recorded if it applies)."""
+    trace, node = tracker.trace, site.node
+    if id(node) in tracker.decided or trace.b1 != 1:
+        return False  # a maker was found and could not be rewritten: undecided already says why
+    if _reads_an_input(tracker, site, node.input[operand]):
+        return False  # one sample's rows computed from the inputs (sample 0's?): repeating them could be wrong
+    joined = f"Concat '{node.name or node.output[0]}'"
+    if trace.symbolic:
+        trace.undecided.append(
+            Undecided(
+                f"undecided: {joined} joins '{node.input[operand]}', one sample's rows, with a tensor that "
+                "carries the batch; a symbolic batch there needs it repeated by the batch at run time: "
+                "export the model with the batch dynamic there"
+            )
+        )
+        tracker.decided.add(id(node))
+        return False
+    reason = f"{joined}: input '{node.input[operand]}' holds one sample's rows; repeated {trace.b2} times on axis {batch_axis}"
+    trace.tilings.append(Tiling(site, operand, batch_axis, rank, trace.b2, reason))
+    return True
+
+
+def _reads_an_input(tracker: Deciding, site: NodeSite, name: str, limit: int = 10_000) -> bool:
+    """Whether ``name`` is computed from a graph input (not from constants alone); True when unsure."""
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        current = todo.pop()
+        if not current or current in seen:
+            continue
+        seen.add(current)
+        if len(seen) > limit:
+            return True
+        producer = tracker.evaluator.producer.get(current)
+        if producer is None:
+            if tracker.operands.index.constant_source(current, site.scopes) is None:
+                return True  # neither made by a node nor a constant: a graph input
+            continue
+        todo.extend(producer.node.input)
+    return False
+
+
+def tile_inputs(model: onnx.ModelProto, tilings: list[Tiling], label: str) -> list[str]:
+    """Apply the trace's tilings: a Tile (and its repeats) right before each Concat; one line each."""
+    if not tilings:
+        return []
+    taken = all_names(model)
+    graphs: dict[int, tuple[onnx.GraphProto, list[tuple[int, onnx.NodeProto]]]] = {}
+    details = []
+    for tiling in tilings:
+        node, source = tiling.site.node, tiling.site.node.input[tiling.operand]
+        repeats = [1] * tiling.rank
+        repeats[tiling.axis] = tiling.repeats
+        names = [fresh_name(wanted, taken) for wanted in (f"{source}_repeats_{label}", f"{source}_{label}")]
+        taken.update(names)
+        tiling.site.graph.initializer.append(numpy_helper.from_array(np.array(repeats, np.int64), names[0]))
+        node.input[tiling.operand] = names[1]  # before the nodes are copied below
+        tile = helper.make_node("Tile", [source, names[0]], [names[1]], name=names[1])
+        graphs.setdefault(id(tiling.site.graph), (tiling.site.graph, []))[1].append((tiling.site.position, tile))
+        details.append(f"tiled {tiling.reason}: Tile '{tile.name}' {repeats}")
+    for graph, additions in graphs.values():
+        for position, tile in sorted(additions, key=lambda item: -item[0]):  # the last first: positions hold
+            graph.node.insert(position, tile)  # nodes already held elsewhere (a NodeSite) stay valid
+    return details
 
 
 def _rewrite_maker(tracker: Deciding, site: NodeSite, name: str, batch_axis: int, rank: int) -> bool:
@@ -107,4 +178,4 @@ def _rewrite_maker(tracker: Deciding, site: NodeSite, name: str, batch_axis: int
     return True
 
 
-__all__ = ["settle_join"]
+__all__ = ["settle_join", "tile_inputs"]

@@ -66,3 +66,39 @@ def test_a_symbolic_batch_there_is_undecided_and_no_verify_refuses_it(tmp_path, 
     assert result.exit_code == 4, result.output
     assert "Expand 'expand_cls' makes 'token' at the exported batch" in result.output
     assert not (tmp_path / "out.onnx").exists()
+
+
+def folded_token(from_input: bool = False) -> onnx.ModelProto:
+    """The exporter folded ``cls.expand(1, -1, -1)`` into the constant [1, 1, D]; ``from_input``: the
+    token is sample 0's first row instead (Gather index 0 on the batch, then a Slice), which repeating
+    would give every sample."""
+    if from_input:
+        index = numpy_helper.from_array(np.array([0], np.int64), "zero")
+        bounds = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("s", [0]), ("e", [1]), ("a", [1]))]
+        nodes = [
+            helper.make_node("Gather", ["x", "zero"], ["sample0"], axis=0, name="sample_0"),
+            helper.make_node("Slice", ["sample0", "s", "e", "a"], ["cls"], name="first_row"),
+        ]
+        inits = [index, *bounds]
+    else:
+        nodes, inits = [], [numpy_helper.from_array(np.arange(D, dtype=np.float32).reshape(1, 1, D), "cls")]
+    nodes.append(helper.make_node("Concat", ["cls", "x"], ["y"], axis=1, name="prepend"))
+    return graph_model(nodes, [tensor_info("x", [1, P, D])], [tensor_info("y", [1, P + 1, D])], inits)
+
+
+def test_a_token_folded_to_a_constant_is_repeated_to_the_batch() -> None:
+    original, patched = folded_token(), folded_token()
+    result = set_batch(patched, size=4)
+    assert "1 Concat input repeated to the batch" in result.summary, result.summary
+    assert any("Tile 'cls_batch_4' [4, 1, 1]" in line for line in result.details), result.details
+    onnx.checker.check_model(patched, full_check=True)
+    x = np.random.default_rng(0).standard_normal((4, P, D)).astype(np.float32)
+    per_sample = np.concatenate([run(original, x[i : i + 1]) for i in range(4)])
+    np.testing.assert_array_equal(run(patched, x), per_sample)
+
+
+def test_one_sample_s_rows_computed_from_the_input_are_not_repeated() -> None:
+    """Repeating sample 0's row would be wrong for every other sample: set_batch refuses instead."""
+    with pytest.raises(Exception, match="Gather 'sample_0'") as refused:
+        set_batch(folded_token(from_input=True), size=4)
+    assert "Tile" not in str(refused.value)
