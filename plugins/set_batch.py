@@ -116,6 +116,7 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         undecided: list[api.Undecided] = [] if same else trace.undecided
         changed = api.rewrite_batch_constants(model, rewrites, f"batch_{size}")
         squeezes = [] if same else api.explicit_squeezes(model, trace.squeezes)
+        tiled = [] if same else api.tile_inputs(model, trace.tilings, f"batch_{size}")
         declared = {info.name: api.read_dims(info) for info in model.graph.output}
         names = {dim for name, axis in batch.axes if isinstance(dim := (api.read_dims(inputs[name]) or [])[axis], str)}
         pins = context.state.get(api.PINNED_DIMS)
@@ -125,7 +126,7 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         api.rederive_shapes(model, context.state)  # pins is the state's own dict: the batch axes popped above
         corrected = api.declare_from_trace(model, trace, size, declared, names)
         api.apply_pins(model.graph, pins)
-        counts = summary_counts(changed, squeezes, undecided, len(others[0]) if others else 0, corrected)
+        counts = summary_counts(changed, squeezes, undecided, len(others[0]) if others else 0, corrected, tiled)
         notes = tuple(undecided_text(point) for point in undecided)
         coupled = tuple(f"couples samples: {line}" for line in trace.coupled)
         context.state.get(UNDECIDED).extend(point.message for point in undecided)  # apply --no-verify refuses them
@@ -136,6 +137,7 @@ class SetBatchPatch(PatchType[SetBatchParams]):
             + (others[1:] if others else ())
             + tuple(changed)
             + tuple(squeezes)
+            + tuple(tiled)
             + tuple(corrected)
             + coupled
             + notes
@@ -144,12 +146,19 @@ class SetBatchPatch(PatchType[SetBatchParams]):
 
 
 def summary_counts(
-    changed: list[str], squeezes: list[str], undecided: list[api.Undecided], left: int, corrected: list[str]
+    changed: list[str],
+    squeezes: list[str],
+    undecided: list[api.Undecided],
+    left: int,
+    corrected: list[str],
+    tiled: list[str] | None = None,
 ) -> str:
     """``3 shape constants rewritten, 1 undecided (-v lists them), ...``: what the summary line counts."""
     counts = f"{len(changed)} shape constant{'s' * (len(changed) != 1)} rewritten"
     if squeezes:
         counts += f", {len(squeezes)} Squeeze{'s' * (len(squeezes) != 1)} given axes"
+    if tiled:
+        counts += f", {len(tiled)} Concat input{'s' * (len(tiled) != 1)} repeated to the batch"
     if undecided:
         fixes = ", with the spec lines that fix them" if any(point.fix for point in undecided) else ""
         counts += f", {len(undecided)} undecided (-v lists them{fixes})"

@@ -62,6 +62,19 @@ class Rewrite:
 
 
 @dataclass(frozen=True)
+class Tiling:
+    """Repeat input ``operand`` of ``site.node`` ``repeats`` times along ``axis``: a tensor with one
+    sample's rows (a class token folded to a constant at batch 1) that a Concat joins with the batch."""
+
+    site: NodeSite
+    operand: int
+    axis: int
+    rank: int
+    repeats: int
+    reason: str
+
+
+@dataclass(frozen=True)
 class Undecided:
     """A point the evaluation could not settle: what it is, and the patch that settles it by hand."""
 
@@ -79,6 +92,8 @@ class BatchTrace:
     #: what the evaluation proves: a node that cannot run at the new batch, or drops or mixes samples
     #: there. A model with one is never written.
     refusals: list[str] = field(default_factory=list)
+    #: inputs of a Concat to repeat along the batch (``batch_joins``): no constant made them at the old batch
+    tilings: list[Tiling] = field(default_factory=list)
     #: nodes whose result for one sample depends on the other samples (batch_coupling): told, not refused
     coupled: list[str] = field(default_factory=list)
     symbolic: bool = False  # the new batch is a name: rewrites write -1/0/1/end, never a size
@@ -274,6 +289,7 @@ __all__ = [
     "SYMBOL_SIZES",
     "BatchTrace",
     "Rewrite",
+    "Tiling",
     "Undecided",
     "batch_position",
     "ints_of",

@@ -28,6 +28,7 @@ from patchspec.model.graph import NodeSite
 from patchspec.shapes.annotations import collector_paused
 from patchspec.shapes.batch_findings import BatchFindings
 from patchspec.shapes.batch_folds import Folds, kept_whole
+from patchspec.shapes.batch_joins import settle_join
 from patchspec.shapes.batch_operands import Operands, replace_fix, steady_except
 from patchspec.shapes.batch_states import RECURRENT, settle_states
 from patchspec.shapes.batch_trace import (
@@ -78,7 +79,7 @@ def trace_batch(
 
 
 #: the ops whose shape operand the tracker decides (the hook is called for these only)
-_HANDLED = frozenset({"Reshape", "Expand", "Slice", "Resize", *RECURRENT})
+_HANDLED = frozenset({"Reshape", "Expand", "Slice", "Resize", "Concat", *RECURRENT})
 #: an element's value at one point, from the point's index and the element's value there
 NewValue = Callable[[int, int], int]
 
@@ -113,9 +114,9 @@ class _Tracker:
             "Expand": self._expand,
             "Slice": self._slice,
             "Resize": self._resize,
+            "Concat": lambda at, given: settle_join(self, at, given),
+            **dict.fromkeys(RECURRENT, lambda at, given: settle_states(self, at, given)),
         }
-        if node.op_type in RECURRENT:
-            return settle_states(self, site, inputs)
         handler = handlers.get(node.op_type)
         return handler(site, inputs) if handler else None
 

@@ -1,0 +1,181 @@
+"""A Concat that meets a tensor made at the exported batch: the constant that made it, found and rewritten.
+
+A vision transformer prepends its class token to the patches: ``cls.expand(B, -1, -1)`` traced at
+batch 1 is an Expand of ``[1, 1, D]`` to the constant ``[1, 1, D]`` (or a Tile by ``[1, 1, 1]``, or a
+ConstantOfShape ``[1, 1, D]`` for padding), then a Concat with the patches ``[B, P, D]`` on axis 1.
+At batch 4 the Concat cannot run: ``[1, 1, D]`` against ``[4, P, D]``. The element of the Expand's
+shape (the Tile's repeats, the ConstantOfShape's shape) on the batch axis is the exported batch, and
+is rewritten to the new one. Where no op made it (the exporter folded the class token into a constant
+``[1, 1, D]``), a Tile repeats it to the new batch before the Concat. A symbolic batch, or a shape
+computed at run time, is undecided (apply --no-verify refuses it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from patchspec.model.graph import NodeSite, all_names, fresh_name
+from patchspec.shapes.batch_states import Deciding
+from patchspec.shapes.batch_trace import PointInputs, Rewrite, Tiling, Undecided, sizes_of
+from patchspec.shapes.known import Known
+
+#: ops that make a tensor of a shape they are given: the operand that holds it
+_MAKERS = {"Expand": 1, "Tile": 1, "ConstantOfShape": 0}
+
+
+def settle_join(tracker: Deciding, site: NodeSite, inputs: PointInputs) -> PointInputs | None:
+    """Rewrite the maker of each Concat input that stays at the exported batch where another carries
+    the batch; returns the inputs as they are after the rewrite, so that the evaluation goes on."""
+    node = site.node
+    first = [sizes_of(k) for k in inputs[tracker.a]]
+    second = [sizes_of(k) for k in inputs[tracker.b]]
+    if len(node.input) < 2 or any(s is None or len(s) < 2 for s in (*first, *second)):
+        return None
+    rank = len(first[0] or ())
+    axis = next((a.i for a in node.attribute if a.name == "axis"), 0) % rank
+    found = _batch_axis(tracker, first, second, axis)
+    if found is None:
+        return None
+    batch_axis, carrier = found
+    old = [sizes_of(k) for k in inputs[0]]
+    replaced = [list(point) for point in inputs]
+    for i, name in enumerate(node.input):
+        dims_a, dims_b, dims_old = first[i], second[i], old[i]
+        if i == carrier or dims_a is None or dims_b is None or dims_old is None:
+            continue
+        if dims_a[batch_axis] != dims_b[batch_axis] or dims_a[batch_axis] != (old[carrier] or ())[batch_axis]:
+            continue  # follows the batch, or never fitted the carrier: not made at the exported batch
+        if not _rewrite_maker(tracker, site, name, batch_axis, rank) and not _tile(tracker, site, i, batch_axis, rank):
+            return None
+        for p, point in enumerate(replaced):
+            size = sizes_of(inputs[p][carrier])
+            if size is None:
+                return None
+            dims = list(sizes_of(point[i]) or ())
+            dims[batch_axis] = size[batch_axis]
+            point[i] = Known(point[i].dtype, tuple(dims), None)
+        tracker.decided.add(id(node))
+    return replaced if id(node) in tracker.decided else None
+
+
+def _batch_axis(
+    tracker: Deciding, first: list[tuple[int, ...] | None], second: list[tuple[int, ...] | None], axis: int
+) -> tuple[int, int] | None:
+    """(the axis, the input) where one input of the Concat carries the batch, other than the Concat's own."""
+    wa, wb = tracker.trace.sizes[tracker.a], tracker.trace.sizes[tracker.b]
+    for i, (one, two) in enumerate(zip(first, second)):
+        if one is None or two is None or len(one) != len(two):
+            continue
+        moving = [t for t, (x, y) in enumerate(zip(one, two)) if x != y]
+        if len(moving) == 1 and moving[0] != axis and one[moving[0]] * wb == two[moving[0]] * wa:
+            return moving[0], i
+    return None
+
+
+def _tile(tracker: Deciding, site: NodeSite, operand: int, batch_axis: int, rank: int) -> bool:
+    """Record a Tile of input ``operand`` to the new batch, where it holds one sample's rows (the old
+    batch is 1) and the new batch is a size; False otherwise (an undecided was recorded if it applies)."""
+    trace, node = tracker.trace, site.node
+    if id(node) in tracker.decided or trace.b1 != 1:
+        return False  # a maker was found and could not be rewritten: undecided already says why
+    if _reads_an_input(tracker, site, node.input[operand]):
+        return False  # one sample's rows computed from the inputs (sample 0's?): repeating them could be wrong
+    joined = f"Concat '{node.name or node.output[0]}'"
+    if trace.symbolic:
+        trace.undecided.append(
+            Undecided(
+                f"undecided: {joined} joins '{node.input[operand]}', one sample's rows, with a tensor that "
+                "carries the batch; a symbolic batch there needs it repeated by the batch at run time: "
+                "export the model with the batch dynamic there"
+            )
+        )
+        tracker.decided.add(id(node))
+        return False
+    reason = f"{joined}: input '{node.input[operand]}' holds one sample's rows; repeated {trace.b2} times on axis {batch_axis}"
+    trace.tilings.append(Tiling(site, operand, batch_axis, rank, trace.b2, reason))
+    return True
+
+
+def _reads_an_input(tracker: Deciding, site: NodeSite, name: str, limit: int = 10_000) -> bool:
+    """Whether ``name`` is computed from a graph input (not from constants alone); True when unsure."""
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        current = todo.pop()
+        if not current or current in seen:
+            continue
+        seen.add(current)
+        if len(seen) > limit:
+            return True
+        producer = tracker.evaluator.producer.get(current)
+        if producer is None:
+            if tracker.operands.index.constant_source(current, site.scopes) is None:
+                return True  # neither made by a node nor a constant: a graph input
+            continue
+        todo.extend(producer.node.input)
+    return False
+
+
+def tile_inputs(model: onnx.ModelProto, tilings: list[Tiling], label: str) -> list[str]:
+    """Apply the trace's tilings: a Tile (and its repeats) right before each Concat; one line each."""
+    if not tilings:
+        return []
+    taken = all_names(model)
+    graphs: dict[int, tuple[onnx.GraphProto, list[tuple[int, onnx.NodeProto]]]] = {}
+    details = []
+    for tiling in tilings:
+        node, source = tiling.site.node, tiling.site.node.input[tiling.operand]
+        repeats = [1] * tiling.rank
+        repeats[tiling.axis] = tiling.repeats
+        names = [fresh_name(wanted, taken) for wanted in (f"{source}_repeats_{label}", f"{source}_{label}")]
+        taken.update(names)
+        tiling.site.graph.initializer.append(numpy_helper.from_array(np.array(repeats, np.int64), names[0]))
+        node.input[tiling.operand] = names[1]  # before the nodes are copied below
+        tile = helper.make_node("Tile", [source, names[0]], [names[1]], name=names[1])
+        graphs.setdefault(id(tiling.site.graph), (tiling.site.graph, []))[1].append((tiling.site.position, tile))
+        details.append(f"tiled {tiling.reason}: Tile '{tile.name}' {repeats}")
+    for graph, additions in graphs.values():
+        for position, tile in sorted(additions, key=lambda item: -item[0]):  # the last first: positions hold
+            graph.node.insert(position, tile)  # nodes already held elsewhere (a NodeSite) stay valid
+    return details
+
+
+def _rewrite_maker(tracker: Deciding, site: NodeSite, name: str, batch_axis: int, rank: int) -> bool:
+    """Record the rewrite of the batch element of what made ``name``; False where none can be made."""
+    producer = tracker.evaluator.producer.get(name)
+    if producer is None or producer.node.op_type not in _MAKERS or producer.node.domain not in ("", "ai.onnx"):
+        return False
+    operand = _MAKERS[producer.node.op_type]
+    if len(producer.node.input) <= operand:
+        return False
+    value = tracker.evaluator.at(producer.node.input[operand])[0].value
+    values = [] if value is None else [int(v) for v in np.asarray(value).reshape(-1)]
+    element = batch_axis + len(values) - rank if producer.node.op_type == "Expand" else batch_axis
+    trace = tracker.trace
+    if not 0 <= element < len(values) or values[element] != trace.b1:
+        return False
+    sources = tracker.operands.sources(producer, operand)
+    source = sources[element] if sources and element < len(sources) else None
+    made = f"{producer.node.op_type} '{producer.node.name or producer.node.output[0]}'"
+    joined = f"Concat '{site.node.name or site.node.output[0]}'"
+    if source is None or trace.symbolic:
+        why = "a computed shape" if source is None else "a symbolic batch"
+        trace.undecided.append(
+            Undecided(
+                f"undecided: {made} makes '{name}' at the exported batch ({values}, element {element}), which "
+                f"{joined} joins with a tensor that carries the batch; {why} there needs the size taken from "
+                "that tensor at run time (Shape, Gather): export the model with the batch dynamic there"
+            )
+        )
+        tracker.decided.add(id(site.node))
+        return False
+    reader, reader_operand, at = source
+    written = values[element] // trace.b1 * trace.b2
+    reason = f"{made}: element {element} is the batch ({values[element]} -> {written}), joined by {joined}"
+    trace.rewrites.append(Rewrite(reader, reader_operand, ((at, written),), reason))
+    return True
+
+
+__all__ = ["settle_join", "tile_inputs"]
