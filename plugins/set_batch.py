@@ -100,9 +100,9 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         _refuse_name_in_use(size, inputs, batch, context)
         if all((api.read_dims(inputs[name]) or [])[axis:][:1] == [size] for name, axis in batch.axes):
             as_is = api.trace_batch(model, batch.axes, batch.old_size, batch.old_size + 6, decide=False)
-            context.state.get(COUPLED).extend(
-                as_is.coupled
-            )  # the batch stays: whether samples are independent does not
+            # the batch stays; whether its samples are independent is still told, and --no-verify refuses it
+            context.state.get(COUPLED).extend(as_is.coupled)
+            context.state.get(UNDECIDED).extend(f"couples samples: {c}" for c in as_is.coupled[:1])
             summary = f"batch already {size} on {where}{coupling_summary(as_is.coupled)}"
             return PatchResult(False, summary, batch.notes + tuple(f"couples samples: {c}" for c in as_is.coupled))
         symbolic = isinstance(size, str)
