@@ -22,12 +22,14 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from patchspec.ort.batch_join import first_copy, join, split_hint
+from patchspec.ort.bfloat16 import run_ort_values, uses_bfloat16
 from patchspec.ort.data_links import staged_copy
 from patchspec.ort.hints import diagnose, node_of
 from patchspec.ort.run_failure import RunFailure
@@ -38,6 +40,7 @@ EXTERNAL_FOLDER_OPTION_SINCE = (1, 21)
 _ORT_TYPES = {
     "tensor(float)": "float32",
     "tensor(float16)": "float16",
+    "tensor(bfloat16)": "bfloat16",
     "tensor(double)": "float64",
     "tensor(int8)": "int8",
     "tensor(int16)": "int16",
@@ -183,7 +186,8 @@ def run_bounded(session: Any, feeds: Feeds, timeout: float | None, names: list[s
 
     def work() -> None:
         try:
-            outcome["values"] = session.run(names, feeds, options)
+            run = partial(run_ort_values, session) if uses_bfloat16(session) else session.run
+            outcome["values"] = run(names, feeds, options)
         except BaseException as exc:  # handed to the waiting thread, which raises it there
             outcome["error"] = exc
         finally:
