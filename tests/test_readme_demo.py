@@ -32,6 +32,7 @@ def normal(line: str) -> str:
     line = re.sub(r"onnx \d+\.\d+\.\d+", "onnx VERSION", line)
     line = re.sub(r"max abs error [0-9.e+-]+", "max abs error FIGURE", line)
     line = re.sub(r"2 case\(s\) on .*? \(optimizations", "2 case(s) on PROVIDERS (optimizations", line)
+    line = re.sub(r"; [A-Za-z]+ExecutionProvider: [^;]*", "", line)  # an accelerator's math, where one is present
     return re.sub(r"; skipped [A-Za-z, ]+$", "", line)
 
 
