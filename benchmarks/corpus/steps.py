@@ -129,6 +129,13 @@ def classify(outcome: Outcome, written: Path, model: Model, original: Path, batc
     return result
 
 
+def _remove_output(output: Path) -> None:
+    """The last run's output and its data file: a data file left without its model is one patchspec can
+    no longer prove it wrote, and is refused (the write rule), which is not the model's verdict."""
+    for path in (output, output.with_name(output.name + ".data")):
+        path.unlink(missing_ok=True)
+
+
 def set_batch(model: Model, work: Path, size: int | str, verify: bool) -> dict[str, Any]:
     batch = size if isinstance(size, int) else 3
     name = f"set_batch_{size}_{'verify' if verify else 'noverify'}"
@@ -136,7 +143,7 @@ def set_batch(model: Model, work: Path, size: int | str, verify: bool) -> dict[s
     written = _spec(model, size, verify, batch)
     spec.write_text(json.dumps(written, indent=2) + "\n")
     output = work / f"{name}.onnx"
-    output.unlink(missing_ok=True)
+    _remove_output(output)
     command = [PATCHSPEC, "apply", spec.name, "--output", output.name, "--force"]
     command += [] if verify else ["--no-verify"]
     result = classify(run(command, work), output, model, work / "model.onnx", batch, work)
@@ -153,7 +160,7 @@ def init_apply(model: Model, work: Path) -> dict[str, Any]:
         verdict = "crash" if init.exit == 5 or init.traceback else ("timeout" if init.exit is None else "refused")
         return {"verdict": verdict, "init": init.as_dict()}
     output = work / "init_b4.onnx"
-    output.unlink(missing_ok=True)
+    _remove_output(output)
     applied = run([PATCHSPEC, "apply", spec.name, "--output", output.name, "--force"], work)
     result = classify(applied, output, model, work / "model.onnx", 4, work)
     result["init"] = init.as_dict()
@@ -176,7 +183,7 @@ def polygraphy(model: Model, work: Path) -> dict[str, Any]:
         return {"verdict": "not installed", "detail": f"{POLYGRAPHY} is missing (make corpus-polygraphy)"}
     overrides = [f"{name}:[{','.join(map(str, shape))}]" for name, shape in shapes_at(model.inputs, 4).items()]
     output = work / "polygraphy_b4.onnx"
-    output.unlink(missing_ok=True)
+    _remove_output(output)
     command = [str(POLYGRAPHY), "surgeon", "sanitize", "model.onnx", "--override-input-shapes", *overrides]
     command += ["-o", output.name]
     outcome = run(command, work)
