@@ -3,8 +3,9 @@
 set_batch leaves the constants of a dynamic-batch model alone when it runs at the new batch as it
 is (at batch 1 a channel of 1 looks like the batch). "Runs" is not enough: an export can declare a
 dynamic batch and still bake the exported one into a Slice's bounds (``x[:1]``), a Resize's
-``sizes`` or a recurrent op's starting state, and run at batch 4 giving one sample, or be refused
-by onnxruntime only. This finds those from the evaluation as it is: then set_batch decides each
+``sizes``, a recurrent op's starting state or a Reshape's shape built from pieces (sequence-first
+attention: ``Concat(Shape(x)[1:2], [1], [3], [192])``), and run at batch 4 giving one sample, or be
+refused by onnxruntime only. This finds those from the evaluation as it is: then set_batch decides each
 constant.
 """
 
@@ -16,7 +17,7 @@ import onnx
 
 from patchspec.shapes.annotations import read_dims
 from patchspec.shapes.batch_states import RECURRENT, layout_axes
-from patchspec.shapes.batch_trace import BatchTrace
+from patchspec.shapes.batch_trace import BatchTrace, product, sizes_of
 
 
 def not_as_exported(model: onnx.ModelProto, trace: BatchTrace, batch_names: Collection[str]) -> list[str]:
@@ -29,6 +30,8 @@ def not_as_exported(model: onnx.ModelProto, trace: BatchTrace, batch_names: Coll
             if dim in batch_names and isinstance(trace.batch_dim(output.name, axis), int):
                 found.append(f"output '{output.name}' declares '{dim}' on axis {axis} but keeps one size there")
     for node in model.graph.node:
+        if node.op_type == "Reshape" and node.domain in ("", "ai.onnx") and _loses_elements(trace, node):
+            found.append(f"Reshape '{node.name or node.output[0]}' asks for another number of elements than it gets")
         if node.op_type not in RECURRENT or node.domain not in ("", "ai.onnx") or not node.input:
             continue
         x_axis, at = layout_axes(node)
@@ -39,6 +42,24 @@ def not_as_exported(model: onnx.ModelProto, trace: BatchTrace, batch_names: Coll
                 if isinstance(trace.batch_dim(node.input[operand], at), int):
                     found.append(f"{node.op_type} '{node.name or node.output[0]}' starts from a state of one batch")
     return found
+
+
+def _loses_elements(trace: BatchTrace, node: onnx.NodeProto) -> bool:
+    """A Reshape whose output, as ONNX's inference gives it, holds as many elements as its data at the
+    exported batch and another number at another batch: onnxruntime refuses it there (a batch baked
+    into a Concat of shape pieces). Where the counts differ at the exported batch too, the sizes the
+    evaluation chose for other dims do not fit the model, which says nothing of the batch."""
+    if len(node.input) < 2 or not node.output:
+        return False
+    fits = []
+    for data, made in zip(trace.at(node.input[0]), trace.at(node.output[0])):
+        one, two = sizes_of(data), sizes_of(made)
+        if one is None or two is None:
+            return False
+        fits.append(product(one) == product(two))
+    # the exported batch, the new one and the witness: the point where other dims moved says nothing
+    batch_points = [fits[0], fits[1], fits[-1]] if len(fits) > 2 else fits
+    return bool(batch_points) and batch_points[0] and not all(batch_points)
 
 
 __all__ = ["not_as_exported"]

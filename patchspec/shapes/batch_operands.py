@@ -51,7 +51,8 @@ class Operands:
             size = 0 if value is None else int(np.asarray(value).size)
             return [(site, operand, j) for j in range(size)]
         producer = self.evaluator.producer.get(name)
-        if producer is None or self.uses.get(name, 0) > 1 or producer.node.domain not in ("", "ai.onnx"):
+        shared = self.uses.get(name, 0) > 1 and not self._only_reshape_shapes(name)
+        if producer is None or shared or producer.node.domain not in ("", "ai.onnx"):
             return None
         op = producer.node.op_type
         if op in _COPY_OPS:
@@ -64,6 +65,28 @@ class Operands:
                 found.extend(self.sources(producer, j) or [None] * length)
             return found
         return None
+
+    @cached_property
+    def _readers(self) -> dict[str, list[tuple[str, int]]]:
+        """Per tensor: (op type, input index) of every node that reads it, subgraphs included."""
+        found: dict[str, list[tuple[str, int]]] = {}
+        stack = [self.model.graph]
+        while stack:
+            graph = stack.pop()
+            for node in graph.node:
+                for index, name in enumerate(node.input):
+                    found.setdefault(name, []).append((node.op_type, index))
+                stack.extend(a.g for a in node.attribute if a.HasField("g"))
+                stack.extend(g for a in node.attribute for g in a.graphs)
+        return found
+
+    def _only_reshape_shapes(self, name: str) -> bool:
+        """Whether every reader of a shared computed shape is a Reshape reading it as its shape (torch
+        dynamo's attention reuses one Concat for several): each one's decision rewrites the same piece
+        to the same value, so the shared pieces may be rewritten for all."""
+        readers = self._readers.get(name, [])
+        outputs = {o.name for o in self.model.graph.output}
+        return bool(readers) and name not in outputs and all(r == ("Reshape", 1) for r in readers)
 
     def producer_label(self, site: NodeSite, operand: int) -> str:
         """``Concat 'shape_3'``: the node that computes a computed operand."""

@@ -111,3 +111,30 @@ def test_not_as_exported_names_the_output_and_the_state() -> None:
         model = make()
         trace = api.trace_batch(model, [("x", 0)], 1, 4, decide=False)
         assert any(said in line for line in api.not_as_exported(model, trace, {"N"})), make.__name__
+
+
+def test_a_shared_sequence_first_shape_is_rewritten_for_every_reshape_that_reads_it() -> None:
+    """torch dynamo's attention: Concat(Shape(x)[1:2], [1], [4]) reused by two Reshapes; the batch is
+    the 1. The model declares a dynamic batch and runs at batch 1 only."""
+    pieces = [const_i64("one", [1]), const_i64("four", [4]), const_i64("start", [0]), const_i64("end", [1])]
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2]),  # [S, N, 4]: sequence first
+        helper.make_node("Shape", ["t"], ["shape_t"]),
+        helper.make_node("Slice", ["shape_t", "start", "end"], ["seq_len"]),
+        helper.make_node("Concat", ["seq_len", "one", "four"], ["target"], axis=0, name="shared_shape"),
+        helper.make_node("Reshape", ["t", "target"], ["a"], name="view_a"),
+        helper.make_node("Relu", ["t"], ["r"]),
+        helper.make_node("Reshape", ["r", "target"], ["b"], name="view_b"),
+        helper.make_node("Add", ["a", "b"], ["s"]),
+        helper.make_node("Transpose", ["s"], ["y"], perm=[1, 0, 2]),
+    ]
+    model = graph_model(nodes, [tensor_info("x", ["N", 6, 4])], [tensor_info("y", ["N", 6, 4])], pieces)
+    original = graph_model(nodes, [tensor_info("x", ["N", 6, 4])], [tensor_info("y", ["N", 6, 4])], pieces)
+    result = set_batch(model, size=4)
+    assert any("view_a" in line and "view_b" in line for line in result.details), result.details
+    x = np.random.default_rng(2).standard_normal((4, 6, 4)).astype(np.float32)
+    np.testing.assert_allclose(batched(model, x), per_sample(original, x), rtol=1e-6)
+
+
+def const_i64(name: str, values: list[int]) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.array(values, np.int64), name)
