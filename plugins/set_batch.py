@@ -99,12 +99,7 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         inputs = api.fed_inputs(model.graph)
         _refuse_name_in_use(size, inputs, batch, context)
         if all((api.read_dims(inputs[name]) or [])[axis:][:1] == [size] for name, axis in batch.axes):
-            as_is = api.trace_batch(model, batch.axes, batch.old_size, batch.old_size + 6, decide=False)
-            # the batch stays; whether its samples are independent is still told, and --no-verify refuses it
-            context.state.get(COUPLED).extend(as_is.coupled)
-            context.state.get(UNDECIDED).extend(f"couples samples: {c}" for c in as_is.coupled[:1])
-            summary = f"batch already {size} on {where}{coupling_summary(as_is.coupled)}"
-            return PatchResult(False, summary, batch.notes + tuple(f"couples samples: {c}" for c in as_is.coupled))
+            return already_at(model, batch, size, where, context)
         symbolic = isinstance(size, str)
         same = not symbolic and size == batch.old_size  # constants are baked for this size already
         b2 = batch.old_size + 6 if isinstance(size, str) or same else size
@@ -143,6 +138,25 @@ class SetBatchPatch(PatchType[SetBatchParams]):
             + notes
         )
         return PatchResult(True, f"batch {size} on {where}; {counts}{coupling_summary(trace.coupled)}", details)
+
+
+def already_at(
+    model: onnx.ModelProto, batch: api.BatchAxes, size: int | str, where: str, context: PatchContext
+) -> PatchResult:
+    """The batch is already ``size``: nothing to rewrite, but whether the samples are coupled is still
+    told (and --no-verify refuses it), and an export's false output declaration is still corrected."""
+    inputs = api.fed_inputs(model.graph)
+    as_is = api.trace_batch(model, batch.axes, batch.old_size, batch.old_size + 6, decide=False)
+    # the batch stays; whether its samples are independent is still told, and --no-verify refuses it
+    context.state.get(COUPLED).extend(as_is.coupled)
+    context.state.get(UNDECIDED).extend(f"couples samples: {c}" for c in as_is.coupled[:1])
+    declared = {info.name: api.read_dims(info) for info in model.graph.output}
+    names = {d for name, axis in batch.axes if isinstance(d := (api.read_dims(inputs[name]) or [])[axis], str)}
+    corrected = api.declare_from_trace(model, as_is, size, declared, names)  # an export's false output rank
+    fixed = f"; {len(corrected)} output declaration{'s' * (len(corrected) != 1)} corrected" if corrected else ""
+    summary = f"batch already {size} on {where}{fixed}{coupling_summary(as_is.coupled)}"
+    coupled = tuple(f"couples samples: {c}" for c in as_is.coupled)
+    return PatchResult(bool(corrected), summary, batch.notes + tuple(corrected) + coupled)
 
 
 def summary_counts(

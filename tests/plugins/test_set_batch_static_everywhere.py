@@ -210,3 +210,20 @@ def test_init_gives_an_unread_input_the_batch_and_the_spec_applies(tmp_path, run
     assert applied.exit_code == 0, applied.output
     written = onnx.load(tmp_path / "build" / "m.b4.onnx")
     assert dims(written, "length") == [4]
+
+
+def test_a_batch_already_at_its_size_still_gets_a_false_output_declaration_corrected():
+    """CatBoost declares its predictions [N] and gives [N, 1]; set_batch N on it changes no batch, and
+    used to leave the false declaration in the model it wrote."""
+    weights = numpy_helper.from_array(np.ones((4, 1), np.float32), "w")
+    model = graph_model(
+        [helper.make_node("MatMul", ["features", "w"], ["predictions"])],
+        [tensor_info("features", ["N", 4])],
+        [tensor_info("predictions", ["N"])],
+        [weights],
+    )
+    result = set_batch(model, size="N")
+    assert result.modified and "batch already N on features[0]; 1 output declaration corrected" in result.summary
+    assert dims(model, "predictions") == ["N", 1]
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert session.run(None, {"features": np.ones((3, 4), np.float32)})[0].shape == (3, 1)
