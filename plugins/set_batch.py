@@ -152,11 +152,13 @@ def already_at(
     context.state.get(UNDECIDED).extend(f"couples samples: {c}" for c in as_is.coupled[:1])
     declared = {info.name: api.read_dims(info) for info in model.graph.output}
     names = {d for name, axis in batch.axes if isinstance(d := (api.read_dims(inputs[name]) or [])[axis], str)}
+    before = [info.SerializeToString() for info in (*model.graph.output, *model.graph.value_info)]
     corrected = api.declare_from_trace(model, as_is, size, declared, names)  # an export's false output rank
+    changed = before != [info.SerializeToString() for info in (*model.graph.output, *model.graph.value_info)]
     fixed = f"; {len(corrected)} output declaration{'s' * (len(corrected) != 1)} corrected" if corrected else ""
     summary = f"batch already {size} on {where}{fixed}{coupling_summary(as_is.coupled)}"
     coupled = tuple(f"couples samples: {c}" for c in as_is.coupled)
-    return PatchResult(bool(corrected), summary, batch.notes + tuple(corrected) + coupled)
+    return PatchResult(changed, summary, batch.notes + tuple(corrected) + coupled)
 
 
 def summary_counts(

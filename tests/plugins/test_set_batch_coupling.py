@@ -189,3 +189,22 @@ def test_a_batch_already_at_its_size_still_says_the_samples_are_coupled(tmp_path
         result.stdout
     ), result.output
     assert result.exit_code == 1 and "couples samples (DynamicQuantizeLinear 'quantize_x'" in result.stderr
+
+
+def test_a_real_coupled_export_at_its_own_batch_is_refused_without_verification_not_a_crash(tmp_path, run_cli):
+    """benchmarks/corpus's batch_mean_center (torch, x - x.mean(0)) at N, its own batch: set_batch
+    corrects declarations only, says the samples are coupled, and --no-verify refuses it (exit 4).
+    A first version reported modified=False after correcting an intermediate declaration (exit 5)."""
+    import shutil
+
+    from helpers import REPO
+
+    shutil.copy(REPO / "benchmarks" / "corpus" / "generated" / "torch" / "batch_mean_center.onnx", tmp_path / "m.onnx")
+    spec = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out.onnx\npatches:\n  - set_batch: N\n")
+    import onnx
+
+    name = onnx.load(tmp_path / "m.onnx").graph.input[0].type.tensor_type.shape.dim[0].dim_param
+    spec.write_text(spec.read_text().replace("set_batch: N", f"set_batch: {name or 'N'}"))
+    result = run_cli("apply", spec, "--no-verify")
+    assert result.exit_code == 4, result.output
+    assert "couples samples" in result.stderr and not (tmp_path / "out.onnx").exists()
