@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from patchspec.commands.context import State, limit_option, root_option
 from patchspec.errors import PatchspecError, SpecError, UsageError
+
+if TYPE_CHECKING:  # imported where used: `validate --help` stays fast
+    from patchspec.host.registry import PluginRegistry
+    from patchspec.spec.steps import Spec
 
 
 @click.command()
@@ -63,7 +67,7 @@ def validate(state: State, specs: tuple[Path, ...], as_json: bool, no_model: boo
         raise error
 
 
-def check_against_model(spec: Any, registry: Any, root: Path | None) -> None:
+def check_against_model(spec: Spec, registry: PluginRegistry, root: Path | None) -> None:
     """What ``plan`` does, quietly: load the graph, run each patch (each checks its params against the
     model first), then each verifier's ``check_model`` on the patched graph. Raises what apply would."""
     from patchspec.run.engine import Engine

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from onnx import TensorProto, helper
 
 from patchspec.errors import did_you_mean
+from patchspec.ort.bfloat16 import BFLOAT16
 from patchspec.ort.case_inputs import (
     CASE_INPUT_SCHEMA,
     DEFAULT_MAX_ELEMENTS,
@@ -154,8 +154,6 @@ def input_array(
     )
 
 
-#: numpy's bfloat16 (ml_dtypes', which onnx depends on)
-BFLOAT16 = helper.tensor_dtype_to_np_dtype(TensorProto.BFLOAT16)
 #: an older onnx (1.17) has no ml_dtypes and stores bfloat16 as uint16: casting to it would truncate
 HAS_BFLOAT16 = BFLOAT16.name == "bfloat16"
 NO_BFLOAT16 = "bfloat16 needs an onnx that uses ml_dtypes; this one stores bfloat16 as uint16"

@@ -17,8 +17,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 from patchspec.model.graph import NodeSite, all_names, fresh_name
-from patchspec.shapes.batch_states import Deciding
-from patchspec.shapes.batch_trace import PointInputs, Rewrite, Tiling, Undecided, sizes_of
+from patchspec.shapes.batch_states import Deciding, maker_values, rewrite_maker_element
+from patchspec.shapes.batch_trace import PointInputs, Tiling, Undecided, sizes_of
 from patchspec.shapes.known import Known
 
 #: ops that make a tensor of a shape they are given: the operand that holds it
@@ -150,32 +150,14 @@ def _rewrite_maker(tracker: Deciding, site: NodeSite, name: str, batch_axis: int
     operand = _MAKERS[producer.node.op_type]
     if len(producer.node.input) <= operand:
         return False
-    value = tracker.evaluator.at(producer.node.input[operand])[0].value
-    values = [] if value is None else [int(v) for v in np.asarray(value).reshape(-1)]
+    values = maker_values(tracker, producer, operand)
     element = batch_axis + len(values) - rank if producer.node.op_type == "Expand" else batch_axis
-    trace = tracker.trace
-    if not 0 <= element < len(values) or values[element] != trace.b1:
-        return False
-    sources = tracker.operands.sources(producer, operand)
-    source = sources[element] if sources and element < len(sources) else None
-    made = f"{producer.node.op_type} '{producer.node.name or producer.node.output[0]}'"
     joined = f"Concat '{site.node.name or site.node.output[0]}'"
-    if source is None or trace.symbolic:
-        why = "a computed shape" if source is None else "a symbolic batch"
-        trace.undecided.append(
-            Undecided(
-                f"undecided: {made} makes '{name}' at the exported batch ({values}, element {element}), which "
-                f"{joined} joins with a tensor that carries the batch; {why} there needs the size taken from "
-                "that tensor at run time (Shape, Gather): export the model with the batch dynamic there"
-            )
-        )
+    remedy = f"the size taken at run time from the tensor that carries the batch, which {joined} joins it with"
+    done = rewrite_maker_element(tracker, producer, (operand, element), f"'{name}'", f", joined by {joined}", remedy)
+    if done == "undecided":
         tracker.decided.add(id(site.node))
-        return False
-    reader, reader_operand, at = source
-    written = values[element] // trace.b1 * trace.b2
-    reason = f"{made}: element {element} is the batch ({values[element]} -> {written}), joined by {joined}"
-    trace.rewrites.append(Rewrite(reader, reader_operand, ((at, written),), reason))
-    return True
+    return done == "rewritten"
 
 
 __all__ = ["settle_join", "tile_inputs"]

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 from typing import Protocol
 
-import numpy as np
 import onnx
 
 from patchspec.model.graph import NodeSite
 from patchspec.shapes.batch_operands import Operands
-from patchspec.shapes.batch_trace import BatchTrace, PointInputs, Rewrite, Undecided, sizes_of
+from patchspec.shapes.batch_trace import BatchTrace, PointInputs, Rewrite, Undecided, ints_of, sizes_of
 from patchspec.shapes.evaluate import ShapeEvaluator
 
 #: recurrent ops, with the inputs that hold a starting state
@@ -39,6 +38,43 @@ class Deciding(Protocol):
     def carrier(self, inputs: PointInputs) -> tuple[int, int] | None: ...
 
 
+def maker_values(tracker: Deciding, maker: NodeSite, operand: int) -> list[int]:
+    """The shape (or repeats) ``maker`` reads as input ``operand``, at the exported batch; [] if unknown."""
+    value = tracker.evaluator.at(maker.node.input[operand])[0].value
+    return [] if value is None else ints_of(value)
+
+
+def rewrite_maker_element(
+    tracker: Deciding, maker: NodeSite, where: tuple[int, int], use: str, tail: str, remedy: str
+) -> str | None:
+    """Rewrite element ``where[1]`` of the constant that ``maker`` (a ConstantOfShape, Expand or Tile)
+    reads as input ``where[0]``, from the exported batch to the new one: "rewritten"; "undecided" (recorded)
+    where it holds the exported batch but no constant can say the new one (a computed shape, a symbolic
+    batch); None where it is not the exported batch. ``use`` names what the maker makes, ``tail`` ends the
+    rewrite's reason, ``remedy`` is what an undecided point needs."""
+    operand, element = where
+    trace, values = tracker.trace, maker_values(tracker, maker, operand)
+    if not 0 <= element < len(values) or values[element] != trace.b1:
+        return None
+    sources = tracker.operands.sources(maker, operand)
+    source = sources[element] if sources and element < len(sources) else None
+    made = f"{maker.node.op_type} '{maker.node.name or maker.node.output[0]}'"
+    if source is None or trace.symbolic:
+        why = "a computed shape" if source is None else "a symbolic batch"
+        trace.undecided.append(
+            Undecided(
+                f"undecided: {made} makes {use} at the exported batch ({values}, element {element}); "
+                f"{why} there needs {remedy}"
+            )
+        )
+        return "undecided"
+    reader, reader_operand, at = source
+    written = values[element] // trace.b1 * trace.b2
+    reason = f"{made}: element {element} is the batch ({values[element]} -> {written}){tail}"
+    trace.rewrites.append(Rewrite(reader, reader_operand, ((at, written),), reason))
+    return "rewritten"
+
+
 def layout_axes(node: onnx.NodeProto) -> tuple[int, int]:
     """(the input's batch axis, the state's batch axis) in the node's layout."""
     layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
@@ -53,7 +89,6 @@ def settle_states(tracker: Deciding, site: NodeSite, inputs: PointInputs) -> Poi
     carried = tracker.carrier(inputs)
     if carried is None or carried[0] != x_axis:
         return None  # the batch runs along the sequence, or nowhere: batch_pinned judges it
-    trace = tracker.trace
     for operand in RECURRENT[node.op_type]:
         if len(node.input) <= operand or not node.input[operand]:
             continue
@@ -63,30 +98,12 @@ def settle_states(tracker: Deciding, site: NodeSite, inputs: PointInputs) -> Poi
             continue  # the state follows the batch, or is not made here
         if producer.node.op_type != "ConstantOfShape" or producer.node.domain not in ("", "ai.onnx"):
             continue
-        shape = tracker.evaluator.at(producer.node.input[0])[0].value
-        values = [] if shape is None else [int(v) for v in np.asarray(shape).reshape(-1)]
-        if len(values) != 3 or values[at] != trace.b1:
-            continue
-        sources = tracker.operands.sources(producer, 0)
-        source = sources[at] if sources and at < len(sources) else None
-        made = f"ConstantOfShape '{producer.node.name or producer.node.output[0]}'"
         state = f"the starting state {_STATE_NAMES[operand]} of {node.op_type} '{node.name or node.output[0]}'"
-        tracker.decided.add(id(node))
-        if source is None or trace.symbolic:
-            why = "a computed shape" if source is None else "a symbolic batch"
-            trace.undecided.append(
-                Undecided(
-                    f"undecided: {made} makes {state} with shape {values}, element {at} the exported batch; "
-                    f"{why} there needs the state sized from the input at run time: export the model with "
-                    "the state as an input, or without one (zeros)"
-                )
-            )
-            continue
-        reader, reader_operand, element = source
-        written = values[at] // trace.b1 * trace.b2
-        reason = f"{made}: element {at} is the batch ({values[at]} -> {written}), making {state}"
-        trace.rewrites.append(Rewrite(reader, reader_operand, ((element, written),), reason))
+        values = maker_values(tracker, producer, 0)
+        remedy = "the state sized from the input at run time: export the model with the state as an input"
+        if len(values) == 3 and rewrite_maker_element(tracker, producer, (0, at), state, f", making {state}", remedy):
+            tracker.decided.add(id(node))
     return None
 
 
-__all__ = ["RECURRENT", "layout_axes", "settle_states"]
+__all__ = ["RECURRENT", "layout_axes", "maker_values", "rewrite_maker_element", "settle_states"]
