@@ -6,8 +6,10 @@
    Each Reshape, Expand, Slice and Resize whose data carries the batch is checked, at two batches
    both above 1, to keep every sample's elements together; a constant element proved to be the
    batch is rewritten (to the new size; for a symbolic batch to ``-1``, ``0`` or "end"),
-   evaluating on with the rewrite. A batch already dynamic is left alone when the model runs at
-   the new batch as it is.
+   evaluating on with the rewrite. So are the constants that make a tensor at the exported batch
+   which then meets the batch: a recurrent op's starting state, a class token a Concat joins, an
+   arange over the batch (a Range of constants) that a Concat or arithmetic meets. A batch already
+   dynamic is left alone when the model runs at the new batch as it is.
 3. Refuse (exit 4, nothing written) what the evaluation proves: a node that cannot run at the new
    batch, a Slice that drops samples, an op that mixes them after a Squeeze, an If or Loop whose
    condition follows the batch. What it cannot settle is reported undecided, with the spec lines

@@ -4,7 +4,8 @@ set_batch leaves the constants of a dynamic-batch model alone when it runs at th
 is (at batch 1 a channel of 1 looks like the batch). "Runs" is not enough: an export can declare a
 dynamic batch and still bake the exported one into a Slice's bounds (``x[:1]``), a Resize's
 ``sizes``, a recurrent op's starting state or a Reshape's shape built from pieces (sequence-first
-attention: ``Concat(Shape(x)[1:2], [1], [3], [192])``), and run at batch 4 giving one sample, or be
+attention: ``Concat(Shape(x)[1:2], [1], [3], [192])``) or an arange over the batch (a Range of
+constants), and run at batch 4 giving one sample, or be
 refused by onnxruntime only. This finds those from the evaluation as it is: then set_batch decides each
 constant.
 """
@@ -16,6 +17,8 @@ from collections.abc import Collection
 import onnx
 
 from patchspec.shapes.annotations import read_dims
+from patchspec.shapes.batch_operands import Operands
+from patchspec.shapes.batch_ranges import ranges_met
 from patchspec.shapes.batch_states import RECURRENT, layout_axes
 from patchspec.shapes.batch_trace import BatchTrace, product, sizes_of
 
@@ -41,6 +44,8 @@ def not_as_exported(model: onnx.ModelProto, trace: BatchTrace, batch_names: Coll
             if len(node.input) > operand and node.input[operand]:
                 if isinstance(trace.batch_dim(node.input[operand], at), int):
                     found.append(f"{node.op_type} '{node.name or node.output[0]}' starts from a state of one batch")
+    if trace.evaluator is not None:
+        found.extend(ranges_met(model, trace, Operands(model, trace.evaluator)))
     return found
 
 

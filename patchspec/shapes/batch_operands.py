@@ -80,6 +80,15 @@ class Operands:
                 stack.extend(g for a in node.attribute for g in a.graphs)
         return found
 
+    @cached_property
+    def consumers(self) -> dict[str, list[onnx.NodeProto]]:
+        """Per tensor: the nodes of the main graph that read it (built at the first question)."""
+        found: dict[str, list[onnx.NodeProto]] = {}
+        for node in self.model.graph.node:
+            for name in set(node.input):
+                found.setdefault(name, []).append(node)
+        return found
+
     def _only_reshape_shapes(self, name: str) -> bool:
         """Whether every reader of a shared computed shape is a Reshape reading it as its shape (torch
         dynamo's attention reuses one Concat for several): each one's decision rewrites the same piece

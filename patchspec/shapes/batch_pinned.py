@@ -46,7 +46,7 @@ def pinned_batch(
         if node.op_type not in _PINNING or node.domain not in ("", "ai.onnx") or not node.input:
             continue
         if node.op_type in ("ScatterND", "GatherND", "Gather"):
-            why = _constant_coordinates(trace, index, site)
+            why = _constant_coordinates(trace, index, site) or _fixed_coordinates(trace, site)
         elif node.op_type in _STATES:
             why = _along_the_sequence(trace, site) or _constant_state(trace, index, site)
         elif node.op_type == "Slice":
@@ -99,6 +99,41 @@ def _constant_coordinates(trace: BatchTrace, index: ScopeIndex, site: NodeSite) 
         f"{what}, which carries the batch: at any batch it still addresses only the samples the export "
         "saw, so the model is not batchable as exported (export it with indices computed per sample)"
     )
+
+
+def _fixed_coordinates(trace: BatchTrace, site: NodeSite) -> str | None:
+    """Computed indices into an axis that carries the batch whose shape stays the same at every batch
+    (a count of the exported samples baked upstream): the node reads or writes as many samples as the
+    export saw, whatever the batch."""
+    node = site.node
+    if len(node.input) < 2 or not _addressed(trace, site):
+        return None
+    shapes = {known.shape for known in trace.at(node.input[1])}
+    shape = shapes.pop() if len(shapes) == 1 else None
+    if shape is None or None in shape:
+        return None  # the indices follow the batch (or are unknown): nothing proved
+    verb = "writes" if node.op_type == "ScatterND" else "reads"
+    return (
+        f"{verb} through indices '{node.input[1]}' of shape {list(shape)} at every batch into an "
+        f"axis that carries the batch: at batch {trace.b2} it still addresses as many samples as the export saw, "
+        "so the model is not batchable as exported (a count of the exported batch upstream, such as an arange "
+        "folded to a constant, makes those indices: export the model with the batch dynamic there)"
+    )
+
+
+def _addressed(trace: BatchTrace, site: NodeSite) -> bool:
+    """Whether the node's indices address an axis of its data that carries the batch."""
+    node = site.node
+    batch = _batch_axes(trace, node.input[0])
+    if not batch:
+        return False
+    if node.op_type == "Gather":
+        rank = trace.ranks(node.input[0])[1] or 1
+        return next((a.i for a in node.attribute if a.name == "axis"), 0) % rank in batch
+    batch_dims = next((a.i for a in node.attribute if a.name == "batch_dims"), 0)
+    shape = trace.at(node.input[1])[0].shape
+    depth = shape[-1] if shape else None
+    return depth is not None and any(batch_dims <= axis < batch_dims + depth for axis in batch)
 
 
 def _attribute_slice(trace: BatchTrace, site: NodeSite) -> str | None:

@@ -30,6 +30,7 @@ from patchspec.shapes.batch_findings import BatchFindings
 from patchspec.shapes.batch_folds import Folds, kept_whole
 from patchspec.shapes.batch_joins import settle_join
 from patchspec.shapes.batch_operands import Operands, replace_fix, steady_except
+from patchspec.shapes.batch_ranges import ARITHMETIC, constant_ranges, settle_arithmetic
 from patchspec.shapes.batch_states import RECURRENT, settle_states
 from patchspec.shapes.batch_trace import (
     INT64_MAX,
@@ -92,11 +93,11 @@ class _Tracker:
     def __init__(self, model: onnx.ModelProto, trace: BatchTrace, points: list[dict[str, Known]]) -> None:
         self.model = model
         self.trace = trace
-        self.b1, self.b2 = trace.b1, trace.b2
-        self.sizes = trace.sizes
+        self.b1, self.b2, self.sizes = trace.b1, trace.b2, trace.sizes
         self.a, self.b = (1 if self.b2 > 1 else 0), len(points) - 1
         self.wa, self.wb = self.sizes[self.a], self.sizes[self.b]
-        self.evaluator = ShapeEvaluator(model, points, hook=self.hook, hook_ops=_HANDLED)
+        counts = ARITHMETIC if constant_ranges(model) else frozenset()  # where a Range may count the batch
+        self.evaluator = ShapeEvaluator(model, points, hook=self.hook, hook_ops=_HANDLED | counts)
         trace.evaluator = self.evaluator
         self.folds = Folds(self.evaluator, (self.a, self.b), (self.wa, self.wb))
         self.operands = Operands(model, self.evaluator)
@@ -116,9 +117,9 @@ class _Tracker:
             "Resize": self._resize,
             "Concat": lambda at, given: settle_join(self, at, given),
             **dict.fromkeys(RECURRENT, lambda at, given: settle_states(self, at, given)),
+            **dict.fromkeys(ARITHMETIC, lambda at, given: settle_arithmetic(self, at, given)),
         }
-        handler = handlers.get(node.op_type)
-        return handler(site, inputs) if handler else None
+        return handlers[node.op_type](site, inputs) if node.op_type in handlers else None
 
     def carrier(self, inputs: PointInputs) -> tuple[int, int] | None:
         """(axis, size per sample) of the one axis of the data (input 0) that carries the batch at the
@@ -397,8 +398,7 @@ class _Tracker:
         return self._undecided(site, values, why, fix)
 
     def _label(self, site: NodeSite) -> str:
-        node = site.node
-        return f"{node.op_type} '{node.name or node.output[0]}'{self.evaluator.where(site)}"
+        return f"{site.node.op_type} '{site.node.name or site.node.output[0]}'{self.evaluator.where(site)}"
 
     def _refuse(self, site: NodeSite, why: str) -> PointInputs | None:
         """Record a refusal; returns no replacement inputs, as the hook's handlers do."""

@@ -1,0 +1,146 @@
+"""A Range that counts the exported batch (issue 34, item 6): ``torch.arange(B)`` exported at batch 1 is
+``Range(0, 1, 1)`` of constants. Met with the batch by a Concat (advanced indexing
+``x[arange(B), lengths - 1]``) or by arithmetic (a flat index ``arange(B) * T + lengths - 1``), its
+limit is rewritten; where nothing can count the new batch, the model is refused, never written wrong."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from helpers import graph_model, tensor_info
+from patchspec.errors import PatchError
+from patchspec.testing import patch_context
+from patchspec_plugins.set_batch import SetBatchPatch
+
+T, D = 5, 3
+
+
+def set_batch(model: onnx.ModelProto, **params: object):
+    return SetBatchPatch().apply(model, params, patch_context("set_batch", params))
+
+
+def ints(name: str, value: object) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.array(value, np.int64), name)
+
+
+def counted(kind: str, batch: int | str = 1, limit: int = 1) -> onnx.ModelProto:
+    """x [batch, T, D], lengths [batch] -> the row ``lengths - 1`` of each sample, indexed through an
+    arange over the batch made by ``Range(0, limit, 1)``: ``kind`` "concat" (GatherND coordinates),
+    "flat" (a flat Gather index), "baked" (the per-sample row is baked too: an Expand of [1, 1])."""
+    rows = [helper.make_node("Range", ["zero", "limit", "one"], ["rows"], name="arange")]
+    last = [helper.make_node("Sub", ["lengths", "one"], ["last"], name="last")]
+    if kind == "flat":
+        nodes = [
+            helper.make_node("Mul", ["rows", "steps"], ["base"], name="base"),
+            helper.make_node("Add", ["base", "last"], ["flat"], name="flat"),
+            helper.make_node("Reshape", ["x", "rows_shape"], ["table"], name="table"),
+            helper.make_node("Gather", ["table", "flat"], ["y"], axis=0, name="pick"),
+        ]
+    else:
+        if kind == "baked":
+            last = [helper.make_node("Expand", ["four", "one_one"], ["last2"], name="last")]
+        else:
+            last.append(helper.make_node("Unsqueeze", ["last", "axis1"], ["last2"], name="last2"))
+        nodes = [
+            helper.make_node("Unsqueeze", ["rows", "axis1"], ["rows2"], name="rows2"),
+            helper.make_node("Concat", ["rows2", "last2"], ["coordinates"], axis=1, name="coordinates"),
+            helper.make_node("GatherND", ["x", "coordinates"], ["y"], name="pick"),
+        ]
+    constants = [ints("zero", 0), ints("limit", limit), ints("one", 1), ints("axis1", [1]), ints("steps", T)]
+    constants += [ints("rows_shape", [-1, D]), ints("four", [[T - 1]]), ints("one_one", [1, 1])]
+    used = {name for node in rows + last + nodes for name in node.input}
+    inputs = [tensor_info("x", [batch, T, D])]
+    if "lengths" in used:
+        inputs.append(tensor_info("lengths", [batch], TensorProto.INT64))
+    initializers = [c for c in constants if c.name in used]
+    return graph_model(rows + last + nodes, inputs, [tensor_info("y", [batch, D])], initializers)
+
+
+def run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)[0]
+
+
+def feeds(batch: int) -> dict[str, np.ndarray]:
+    x = np.random.default_rng(batch).standard_normal((batch, T, D)).astype(np.float32)
+    return {"x": x, "lengths": np.array([5, 2, 3, 1][:batch], np.int64)}
+
+
+@pytest.mark.parametrize("kind", ["concat", "flat"])
+@pytest.mark.parametrize("batch", [1, "N"], ids=["static", "dynamic"])
+def test_a_range_that_counts_the_batch_has_its_limit_rewritten(kind: str, batch: int | str) -> None:
+    original, patched = counted(kind, batch), counted(kind, batch)
+    result = set_batch(patched, size=4)
+    assert "1 shape constant rewritten" in result.summary, result.summary
+    met = "Concat 'coordinates'" if kind == "concat" else "Add 'flat'"
+    assert any(
+        f"Range 'arange': its limit counts the batch (1 -> 4), met with the batch by {met}" in d for d in result.details
+    )
+    given = feeds(4)
+    per_sample = np.concatenate([run(original, {k: v[i : i + 1] for k, v in given.items()}) for i in range(4)])
+    np.testing.assert_array_equal(run(patched, given), per_sample)  # every sample its own row, not sample 0's
+
+
+def test_a_range_that_is_not_the_batch_is_left_alone() -> None:
+    """A Range of one over a channel of 1, added to the data: nothing ties it to the batch axis."""
+    nodes = [
+        helper.make_node("Range", ["zero", "limit", "one"], ["r"], name="arange"),
+        helper.make_node("Cast", ["r"], ["rf"], to=TensorProto.FLOAT),
+        helper.make_node("Add", ["x", "rf"], ["y"]),
+    ]
+    constants = [ints("zero", 0), ints("limit", 1), ints("one", 1)]
+    model = graph_model(nodes, [tensor_info("x", [1, T, 1])], [tensor_info("y", [1, T, 1])], constants)
+    result = set_batch(model, size=4)
+    assert "0 shape constants rewritten" in result.summary, result.summary
+    assert numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "limit")) == 1
+    assert run(model, {"x": np.ones((4, T, 1), np.float32)}).shape == (4, T, 1)
+
+
+def test_a_symbolic_batch_leaves_the_range_undecided(tmp_path, run_cli) -> None:
+    onnx.save(counted("concat"), str(tmp_path / "m.onnx"))
+    (tmp_path / "spec.yaml").write_text("patchspec: 1\nmodel: m.onnx\noutput: out.onnx\npatches:\n  - set_batch: N\n")
+    result = run_cli("apply", tmp_path / "spec.yaml", "--no-verify", cwd=tmp_path)
+    assert result.exit_code == 4, result.output
+    assert "Range 'arange' counts the exported batch (0 to 1 by 1), and Concat 'coordinates' meets it" in result.output
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def test_coordinates_that_never_follow_the_batch_are_refused() -> None:
+    """Both halves of the coordinates are baked: the GatherND reads as many samples as the export saw
+    at any batch. Nothing proves which constant counts the batch: refused, never written with [1, D]."""
+    with pytest.raises(PatchError, match=r"GatherND 'pick' reads through indices 'coordinates' of shape \[1, 2\]"):
+        set_batch(counted("baked"), size=4)
+
+
+def folded(token: list[list[int]], read_as: str) -> onnx.ModelProto:
+    """An integer constant ``token`` [1, 1] joined on axis 1 with per-sample ids: read as GatherND
+    coordinates into x (a folded arange) or as ids into an embedding table (a start token)."""
+    nodes = [helper.make_node("Unsqueeze", ["ids", "axis1"], ["ids2"])]
+    nodes.append(helper.make_node("Concat", ["token", "ids2"], ["joined"], axis=1, name="join"))
+    if read_as == "coordinates":
+        nodes.append(helper.make_node("GatherND", ["x", "joined"], ["y"]))
+        inputs, output = [tensor_info("x", [1, T, D])], tensor_info("y", [1, D])
+    else:
+        nodes.append(helper.make_node("Gather", ["table", "joined"], ["y"], axis=0))
+        inputs, output = [], tensor_info("y", [1, 2, D])
+    table = numpy_helper.from_array(np.arange(10 * D, dtype=np.float32).reshape(10, D), "table")
+    constants = [ints("token", token), ints("axis1", [1]), table]
+    used = {name for node in nodes for name in node.input}
+    inputs.append(tensor_info("ids", [1], TensorProto.INT64))
+    return graph_model(nodes, inputs, [output], [c for c in constants if c.name in used])
+
+
+def test_a_folded_arange_is_not_repeated_but_a_start_token_is() -> None:
+    coordinates = set_batch(folded([[0]], "coordinates"), size=4)
+    assert "repeated" not in coordinates.summary, coordinates.summary
+    assert any("an integer constant of one sample's rows" in line for line in coordinates.details)
+    start = folded([[0]], "ids")
+    tokens = set_batch(start, size=4)
+    assert "1 Concat input repeated to the batch" in tokens.summary, tokens.summary
+    got = run(start, {"ids": np.array([1, 2, 3, 4], np.int64)})
+    np.testing.assert_array_equal(got[:, 0], np.tile(np.arange(D, dtype=np.float32), (4, 1)))  # row 0, each sample
+    np.testing.assert_array_equal(got[:, 1, 0], np.array([1, 2, 3, 4]) * D)
