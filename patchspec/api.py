@@ -101,6 +101,7 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported
     )
     from patchspec.shapes.batch_as_is import not_as_exported
     from patchspec.shapes.batch_axes import BatchAxes, BatchAxesError, batch_axes, fed_inputs
+    from patchspec.shapes.batch_computed import compute_shapes
     from patchspec.shapes.batch_joins import tile_inputs
     from patchspec.shapes.batch_rewrite import declare_from_trace, explicit_squeezes, rewrite_batch_constants
     from patchspec.shapes.batch_trace import BatchTrace, Rewrite, Undecided
@@ -189,6 +190,7 @@ _HOME = {
     **dict.fromkeys(["trace_batch"], "patchspec.shapes.batch_tracker"),
     **dict.fromkeys(["not_as_exported"], "patchspec.shapes.batch_as_is"),
     **dict.fromkeys(["tile_inputs"], "patchspec.shapes.batch_joins"),
+    **dict.fromkeys(["compute_shapes"], "patchspec.shapes.batch_computed"),
     **dict.fromkeys(["ShapeCompileError", "ShapeCompiler", "TensorIndex"], "patchspec.shapes.compiler"),
     **dict.fromkeys(["BROADCASTING", "Known", "ShapeEvaluator"], "patchspec.shapes.evaluate"),
     **dict.fromkeys(["FlowValue", "SpecFix", "spec_lines"], "patchspec.shapes.spec_lines"),
@@ -246,6 +248,7 @@ __all__ = [
     "not_as_exported",
     "rewrite_batch_constants",
     "tile_inputs",
+    "compute_shapes",
     "explicit_squeezes",
     "declare_from_trace",
     # patches to suggest, as data and as the lines to paste into a spec

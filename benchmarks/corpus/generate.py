@@ -18,8 +18,10 @@ not always the same one, so its node names may differ (the graph computes the sa
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -151,8 +153,6 @@ def onnxmltools() -> None:
 
 # -- catboost's own exporter ---------------------------------------------------------------------------------
 def catboost() -> None:
-    import tempfile
-
     import onnx
     from catboost import CatBoostClassifier, CatBoostRegressor
 
@@ -178,10 +178,8 @@ def catboost() -> None:
             os.chdir(here)
 
 
-# -- torch: sequence-first attention, samples coupled, fp16 and double ----------------------------------------
+# -- torch: sequence-first attention, samples coupled, fp16 and double, arange in indexing ---------------------------------------
 def _torch_export(module: object, args: tuple, names: list[str], outputs: list[str], **options: object) -> object:
-    import tempfile
-
     import onnx
     import torch
 
@@ -277,11 +275,26 @@ def torch_models() -> None:
     )
     _save("torch", "cnn_fp16_io_b1.onnx", model)
 
+    class Pool(nn.Module):  # advanced indexing by arange(B) at batch 1: the exporters fold it into a constant [0]
+        def __init__(self, flat: bool) -> None:
+            super().__init__()
+            self.lin, self.flat = nn.Linear(16, 8), flat
+
+        def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+            hidden = self.lin(x)
+            batch, steps = hidden.shape[0], hidden.shape[1]
+            if self.flat:
+                return hidden.reshape(batch * steps, 8)[torch.arange(batch) * steps + lengths - 1]
+            return hidden[torch.arange(batch), lengths - 1]
+
+    example = (torch.randn(1, 5, 16), torch.tensor([3]))
+    for (stem, flat), dynamo in itertools.product((("arange_pool", False), ("arange_flat", True)), (False, True)):
+        made = _torch_export(Pool(flat).eval(), example, ["x", "lengths"], ["y"], dynamo=dynamo)
+        _save("torch", f"{stem}_{'dynamo' if dynamo else 'ts'}.onnx", made)
+
 
 # -- onnxruntime.quantization: dynamic (DynamicQuantizeLinear) and static (QDQ, QOperator) --------------------
 def quant() -> None:
-    import tempfile
-
     import onnx
     import torch
     from onnxruntime.quantization import (

@@ -17,16 +17,13 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from patchspec.model.graph import NodeSite, all_names, fresh_name
-from patchspec.shapes.batch_ranges import rewrite_range
+from patchspec.shapes.batch_ranges import indexes_the_batch, rewrite_range
 from patchspec.shapes.batch_states import Deciding, maker_values, rewrite_maker_element
 from patchspec.shapes.batch_trace import PointInputs, Tiling, Undecided, sizes_of
 from patchspec.shapes.known import Known
 
 #: element types a folded token may have: an integer one read as coordinates may be a folded arange
 _FLOATS = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE})
-#: ops that read coordinates into their data (input 0) from input 1, and ops that copy a tensor's elements
-_INDEXING = frozenset({"Gather", "GatherND", "GatherElements", "ScatterND", "ScatterElements"})
-_COPIES = frozenset({"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten"})
 #: ops that make a tensor of a shape they are given: the operand that holds it
 _MAKERS = {"Expand": 1, "Tile": 1, "ConstantOfShape": 0}
 
@@ -93,9 +90,7 @@ def _tile(tracker: Deciding, site: NodeSite, operand: int, batch_axis: int, rank
     if _reads_an_input(tracker, site, node.input[operand]):
         return False  # one sample's rows computed from the inputs (sample 0's?): repeating them could be wrong
     joined = f"Concat '{node.name or node.output[0]}'"
-    if tracker.evaluator.at(node.input[operand])[0].dtype not in _FLOATS and _indexes_the_batch(
-        tracker, node.output[0]
-    ):
+    if tracker.evaluator.at(node.input[operand])[0].dtype not in _FLOATS and indexes_the_batch(tracker, node.output[0]):
         trace.undecided.append(
             Undecided(
                 f"undecided: {joined} joins '{node.input[operand]}', an integer constant of one sample's rows, "
@@ -119,23 +114,6 @@ def _tile(tracker: Deciding, site: NodeSite, operand: int, batch_axis: int, rank
     reason = f"{joined}: input '{node.input[operand]}' holds one sample's rows; repeated {trace.b2} times on axis {batch_axis}"
     trace.tilings.append(Tiling(site, operand, batch_axis, rank, trace.b2, reason))
     return True
-
-
-def _indexes_the_batch(tracker: Deciding, name: str) -> bool:
-    """Whether ``name`` is read, directly or through a copy, as the indices into a tensor that carries
-    the batch (a GatherND's coordinates): a start token prepended to ids is not, and is repeated."""
-    todo, seen = [name], set()
-    while todo:
-        current = todo.pop()
-        seen.add(current)
-        for reader in tracker.operands.consumers.get(current, []):
-            if reader.op_type in _COPIES:
-                todo.extend(o for o in reader.output if o not in seen)
-            elif reader.op_type in _INDEXING and len(reader.input) > 1 and reader.input[1] == current:
-                data = tracker.evaluator.at(reader.input[0])
-                if sizes_of(data[tracker.a]) != sizes_of(data[tracker.b]):
-                    return True
-    return False
 
 
 def _reads_an_input(tracker: Deciding, site: NodeSite, name: str, limit: int = 10_000) -> bool:

@@ -30,6 +30,12 @@ from patchspec.shapes.known import Known
 #: arithmetic that keeps a count's elements where they are (the other operand is one number)
 ARITHMETIC = frozenset({"Add", "Sub", "Mul"})
 _COPIES = frozenset({"Cast", "Identity"})
+_INTEGERS = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32})
+#: at most this many elements in a folded arange the tracker looks at (one per sample of the exported batch)
+_SMALL = 64
+#: ops that read coordinates into their data (input 0) from input 1; ops an index passes through on the way
+_INDEXING = frozenset({"Gather", "GatherND", "GatherElements", "ScatterND", "ScatterElements"})
+_ON_THE_WAY = frozenset({"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", *ARITHMETIC})
 
 
 @dataclass(frozen=True)
@@ -48,12 +54,24 @@ class Chain:
         return Chain(self.maker, [(name, axis), *self.tensors])
 
 
-def constant_ranges(model: onnx.ModelProto) -> bool:
-    """Whether the main graph has a Range all of whose inputs are constants (then the tracker looks
-    at arithmetic too: elsewhere it has no reason to)."""
-    constants = {t.name for t in model.graph.initializer}
-    constants.update(o for n in model.graph.node if n.op_type == "Constant" for o in n.output)
-    return any(n.op_type == "Range" and all(i in constants for i in n.input) for n in model.graph.node)
+def counting_candidates(model: onnx.ModelProto) -> bool:
+    """Whether the main graph has a Range of constants, or a small integer constant that an Add, Sub or
+    Mul reads (an arange the exporter folded): then the tracker looks at arithmetic too. Elsewhere it has
+    no reason to, and a large graph's every Add is spared a call."""
+    constants = {t.name: t for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.output:
+            constants[node.output[0]] = next((a.t for a in node.attribute if a.name == "value"), onnx.TensorProto())
+    for node in model.graph.node:
+        if node.op_type == "Range" and all(i in constants for i in node.input):
+            return True
+        if node.op_type in ARITHMETIC and any(_small_ints(constants.get(i)) for i in node.input):
+            return True
+    return False
+
+
+def _small_ints(tensor: onnx.TensorProto | None) -> bool:
+    return tensor is not None and tensor.data_type in _INTEGERS and math.prod(tensor.dims) <= _SMALL
 
 
 def range_behind(evaluator: ShapeEvaluator, operands: Operands, name: str) -> Chain | None:
@@ -174,7 +192,58 @@ def settle_arithmetic(tracker: Deciding, site: NodeSite, inputs: PointInputs) ->
         if rewrite_range(tracker, site, site.node.input[other], own):
             tracker.decided.add(id(site.node))
             return _following(inputs, (other, own), (carrier, axis))
+        _folded_arange(tracker, site, other, own)
     return None
+
+
+def _folded_arange(tracker: Deciding, site: NodeSite, operand: int, axis: int) -> None:
+    """Record as undecided an integer tensor of one element per sample of the exported batch, in steps
+    from 0 (``[0]`` at batch 1) at every size tried, added to indices that carry the batch and read as
+    coordinates into it: ``arange(B) * T`` folded at the exported batch (a constant ``[0]``, or ``[0]``
+    times a size taken from a Shape), whose step the fold lost, so no constant can be rewritten; at
+    the new batch every sample would read the first one's rows."""
+    node, trace = site.node, tracker.trace
+    if node.op_type not in ("Add", "Sub"):
+        return
+    values = [known.value for known in tracker.evaluator.at(node.input[operand])]
+    if any(v is None or v.dtype.kind not in "iu" or v.ndim <= axis or v.shape[axis] != trace.b1 for v in values):
+        return  # not a small integer tensor known at every size tried, one element per sample
+    for value in values:
+        rows = np.moveaxis(np.asarray(value), axis, 0).reshape(trace.b1, -1).astype(np.int64)
+        step = rows[1] - rows[0] if trace.b1 > 1 else np.zeros_like(rows[0])
+        if not all(np.array_equal(row, r * step) for r, row in enumerate(rows)):
+            return
+    if not indexes_the_batch(tracker, node.output[0]):
+        return
+    trace.undecided.append(
+        Undecided(
+            f"undecided: {node.op_type} '{node.name or node.output[0]}' adds '{node.input[operand]}' "
+            f"({rows.reshape(-1).tolist()[:8]}), one element per sample of the exported batch, to indices into the "
+            "batch: an arange over the batch folded at the exported batch (arange(B) * T + i), whose step the fold "
+            "lost, so no constant can be rewritten: export the model with the batch dynamic"
+        )
+    )
+    tracker.decided.add(id(node))
+
+
+def indexes_the_batch(tracker: Deciding, name: str) -> bool:
+    """Whether ``name`` is read, directly or on its way (a copy, an offset), as the indices into a
+    tensor that carries the batch (a GatherND's coordinates): ids into a table of weights are not."""
+    todo, seen = [name], set()
+    while todo:
+        current = todo.pop()
+        seen.add(current)
+        for reader in tracker.operands.consumers.get(current, []):
+            if reader.op_type in _INDEXING and len(reader.input) > 1 and reader.input[1] == current:
+                data = tracker.evaluator.known.get(reader.input[0])
+                if data is None:  # later in the graph than the question: computed, or a constant table
+                    main = (tracker.evaluator.model.graph,)
+                    return tracker.operands.index.constant_source(reader.input[0], main) is None
+                if sizes_of(data[tracker.a]) != sizes_of(data[tracker.b]):
+                    return True
+            elif reader.op_type in _ON_THE_WAY:
+                todo.extend(o for o in reader.output if o not in seen)
+    return False
 
 
 def _following(inputs: PointInputs, count: tuple[int, int], carrier: tuple[int, int]) -> PointInputs:
@@ -255,4 +324,13 @@ def _scalar(evaluator: ShapeEvaluator, name: str) -> int | None:
     return int(np.asarray(value).reshape(-1)[0])
 
 
-__all__ = ["ARITHMETIC", "Chain", "constant_ranges", "range_behind", "ranges_met", "rewrite_range", "settle_arithmetic"]
+__all__ = [
+    "ARITHMETIC",
+    "Chain",
+    "counting_candidates",
+    "indexes_the_batch",
+    "range_behind",
+    "ranges_met",
+    "rewrite_range",
+    "settle_arithmetic",
+]

@@ -75,6 +75,17 @@ class Tiling:
 
 
 @dataclass(frozen=True)
+class Computed:
+    """Give input ``operand`` of ``site.node`` the shape ``items``, computed at run time (expressions):
+    a symbolic batch no constant can say (``batch_computed``)."""
+
+    site: NodeSite
+    operand: int
+    items: tuple[int | str, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
 class Undecided:
     """A point the evaluation could not settle: what it is, and the patch that settles it by hand."""
 
@@ -94,6 +105,8 @@ class BatchTrace:
     refusals: list[str] = field(default_factory=list)
     #: inputs of a Concat to repeat along the batch (``batch_joins``): no constant made them at the old batch
     tilings: list[Tiling] = field(default_factory=list)
+    #: shapes computed from the data at run time, for a symbolic batch no constant can say
+    computed: list[Computed] = field(default_factory=list)
     #: nodes whose result for one sample depends on the other samples (batch_coupling): told, not refused
     coupled: list[str] = field(default_factory=list)
     symbolic: bool = False  # the new batch is a name: rewrites write -1/0/1/end, never a size
@@ -104,6 +117,8 @@ class BatchTrace:
     squeezes: list[tuple[NodeSite, list[int]]] = field(default_factory=list)
     #: the batch at each point: b1, b2, (b1 again where other dims move), then the second witness
     sizes: tuple[int, ...] = ()
+    #: (input, axis) of each input axis that carries the batch
+    batch_axes: tuple[tuple[str, int], ...] = ()
     #: squeezed_axis of every tensor that has one, found at its first call
     _squeezed: dict[str, int] | None = field(default=None, repr=False)
 
@@ -288,6 +303,7 @@ __all__ = [
     "SYMBOL_SHIFT",
     "SYMBOL_SIZES",
     "BatchTrace",
+    "Computed",
     "Rewrite",
     "Tiling",
     "Undecided",

@@ -26,11 +26,12 @@ import onnx
 
 from patchspec.model.graph import NodeSite
 from patchspec.shapes.annotations import collector_paused
+from patchspec.shapes.batch_computed import computed_element
 from patchspec.shapes.batch_findings import BatchFindings
 from patchspec.shapes.batch_folds import Folds, kept_whole
 from patchspec.shapes.batch_joins import settle_join
 from patchspec.shapes.batch_operands import Operands, replace_fix, steady_except
-from patchspec.shapes.batch_ranges import ARITHMETIC, constant_ranges, settle_arithmetic
+from patchspec.shapes.batch_ranges import ARITHMETIC, counting_candidates, settle_arithmetic
 from patchspec.shapes.batch_states import RECURRENT, settle_states
 from patchspec.shapes.batch_trace import (
     INT64_MAX,
@@ -64,9 +65,11 @@ def trace_batch(
     ``decide=False`` evaluates the model as it is: no constant is decided, and ``refusals`` says
     whether it runs at ``b2`` unchanged (set_batch asks first when the batch is already dynamic)."""
     witness = max(b1, b2) + 3  # above 1 and apart from both: a size-1 channel never looks like the batch
-    points, symbols = make_points(model, batch_axes, (b1, b2, witness))
+    axes = tuple(batch_axes)
+    points, symbols = make_points(model, axes, (b1, b2, witness))
     sizes = (b1, b2) + ((b1,) if len(points) > 3 else ()) + (witness,)
     trace = BatchTrace(b1, b2, symbolic=symbolic, moves_symbols=len(points) > 3, symbols=symbols, sizes=sizes)
+    trace.batch_axes = axes
     tracker = _Tracker(model, trace, points)
     tracker.deciding = decide
     with collector_paused():  # the evaluation's Knowns hold no cycles: each collection would walk them all
@@ -96,7 +99,7 @@ class _Tracker:
         self.b1, self.b2, self.sizes = trace.b1, trace.b2, trace.sizes
         self.a, self.b = (1 if self.b2 > 1 else 0), len(points) - 1
         self.wa, self.wb = self.sizes[self.a], self.sizes[self.b]
-        counts = ARITHMETIC if constant_ranges(model) else frozenset()  # where a Range may count the batch
+        counts = ARITHMETIC if counting_candidates(model) else frozenset()  # where a Range may count the batch
         self.evaluator = ShapeEvaluator(model, points, hook=self.hook, hook_ops=_HANDLED | counts)
         trace.evaluator = self.evaluator
         self.folds = Folds(self.evaluator, (self.a, self.b), (self.wa, self.wb))
@@ -226,12 +229,9 @@ class _Tracker:
         i = proved[0]
         written = self._written_value(site, inputs, values, i, axis)
         if written is None:
-            return self._undecided(
-                site,
-                values,
-                f"element {i} is the batch, but a symbolic batch there needs a computed shape",
-                self._suggest(site, values, axis, i),
-            )
+            why = f"element {i} is the batch, but a symbolic batch there needs a computed shape"
+            computed = computed_element(self, site, inputs, (1, i, axis))
+            return computed or self._undecided(site, values, why, self._suggest(site, values, axis, i))
         return self._rewrite_element(site, 1, values, i, self._scaled, written, inputs, axis)
 
     def _proves(
@@ -328,12 +328,9 @@ class _Tracker:
         if self.consistent(*self._outputs(site, inputs), axis):
             return None
         if self.trace.symbolic:
-            return self._undecided(
-                site,
-                values,
-                f"its sizes hold the batch at axis {axis}, and a symbolic batch there needs a computed shape",
-                self._suggest(site, values, axis, axis, operand=3),
-            )
+            why = f"its sizes hold the batch at axis {axis}, and a symbolic batch there needs a computed shape"
+            computed = computed_element(self, site, inputs, (3, axis, axis))
+            return computed or self._undecided(site, values, why, self._suggest(site, values, axis, axis, operand=3))
         written = values[axis] // self.b1 * self.b2
         return self._rewrite_element(site, 3, values, axis, self._scaled, written, inputs)
 

@@ -5,6 +5,9 @@ limit is rewritten; where nothing can count the new batch, the model is refused,
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -144,3 +147,50 @@ def test_a_folded_arange_is_not_repeated_but_a_start_token_is() -> None:
     got = run(start, {"ids": np.array([1, 2, 3, 4], np.int64)})
     np.testing.assert_array_equal(got[:, 0], np.tile(np.arange(D, dtype=np.float32), (4, 1)))  # row 0, each sample
     np.testing.assert_array_equal(got[:, 1, 0], np.array([1, 2, 3, 4]) * D)
+
+
+GENERATED = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus" / "generated" / "torch"
+
+
+@pytest.mark.parametrize("stem", ["arange_pool_ts", "arange_pool_dynamo", "arange_flat_ts", "arange_flat_dynamo"])
+def test_a_folded_arange_from_a_real_exporter_is_never_written(tmp_path, run_cli, stem: str) -> None:
+    """torch.onnx.export of ``h[arange(B), lengths - 1]`` (and its flat form) at batch 1: both exporters
+    fold arange(B) into a constant [0]. At batch 4 the model ran and every sample read the first one's
+    rows; set_batch wrote it so with --no-verify. Now the folded count is named and nothing is written."""
+    shutil.copy(GENERATED / f"{stem}.onnx", tmp_path / "m.onnx")
+    (tmp_path / "spec.yaml").write_text("patchspec: 1\nmodel: m.onnx\noutput: out.onnx\npatches:\n  - set_batch: 4\n")
+    result = run_cli("apply", tmp_path / "spec.yaml", "--no-verify", cwd=tmp_path)
+    assert result.exit_code == 4, result.output
+    assert "folded at the exported batch" in result.output, result.output
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def test_a_folded_offset_added_to_ids_into_the_batch_is_undecided() -> None:
+    """``flat = [0] + lengths - 1`` indexes ``x.reshape(B * T, D)``: the [0] was arange(B) * T."""
+    nodes = [
+        helper.make_node("Add", ["offset", "lengths"], ["shifted"], name="offset"),
+        helper.make_node("Sub", ["shifted", "one"], ["flat"], name="last"),
+        helper.make_node("Reshape", ["x", "rows_shape"], ["table"], name="table"),
+        helper.make_node("Gather", ["table", "flat"], ["y"], axis=0, name="pick"),
+    ]
+    constants = [ints("offset", [0]), ints("one", 1), ints("rows_shape", [T, D])]
+    inputs = [tensor_info("x", [1, T, D]), tensor_info("lengths", [1], TensorProto.INT64)]
+    result = set_batch(graph_model(nodes, inputs, [tensor_info("y", [1, D])], constants), size=4)
+    assert any("Add 'offset' adds 'offset' ([0]), one element per sample" in line for line in result.details)
+
+
+def test_a_constant_offset_added_to_ids_into_a_table_of_weights_is_left_alone() -> None:
+    """ids + [0] into an embedding table: the table is a weight, not the batch; nothing to decide."""
+    nodes = [
+        helper.make_node("Add", ["offset", "ids"], ["shifted"], name="offset"),
+        helper.make_node("Gather", ["table", "shifted"], ["y"], axis=0, name="embed"),
+    ]
+    table = numpy_helper.from_array(np.ones((10, D), np.float32), "table")
+    model = graph_model(
+        nodes,
+        [tensor_info("ids", [1, T], TensorProto.INT64)],
+        [tensor_info("y", [1, T, D])],
+        [ints("offset", [0]), table],
+    )
+    result = set_batch(model, size=4)
+    assert not any("undecided" in line for line in result.details), result.details
