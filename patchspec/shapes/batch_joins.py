@@ -17,7 +17,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from patchspec.model.graph import NodeSite, all_names, fresh_name
-from patchspec.shapes.batch_ranges import indexes_the_batch, rewrite_range
+from patchspec.shapes.batch_ranges import arange_coordinates, indexes_the_batch, rewrite_range
 from patchspec.shapes.batch_states import Deciding, maker_values, rewrite_maker_element
 from patchspec.shapes.batch_trace import PointInputs, Tiling, Undecided, sizes_of
 from patchspec.shapes.known import Known
@@ -90,6 +90,8 @@ def _tile(tracker: Deciding, site: NodeSite, operand: int, batch_axis: int, rank
     if _reads_an_input(tracker, site, node.input[operand]):
         return False  # one sample's rows computed from the inputs (sample 0's?): repeating them could be wrong
     joined = f"Concat '{node.name or node.output[0]}'"
+    if arange_coordinates(tracker, site, operand, batch_axis):
+        return True
     if tracker.evaluator.at(node.input[operand])[0].dtype not in _FLOATS and indexes_the_batch(tracker, node.output[0]):
         trace.undecided.append(
             Undecided(

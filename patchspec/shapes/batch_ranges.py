@@ -226,6 +226,54 @@ def _folded_arange(tracker: Deciding, site: NodeSite, operand: int, axis: int) -
     tracker.decided.add(id(node))
 
 
+def arange_coordinates(tracker: Deciding, site: NodeSite, operand: int, batch_axis: int) -> bool:
+    """Record the rewrite of input ``operand`` of a Concat, a folded arange (``[[0]]`` at batch 1) that
+    the Concat joins as one column of GatherND coordinates into an axis that is the batch itself (one
+    row per sample): at the new batch it counts the samples, ``[[0], [1], [2], [3]]`` (torch dynamo's
+    ``h[arange(B), i]``). False where that is not so (a flat index's offset, whose step was lost)."""
+    node, trace = site.node, tracker.trace
+    value = tracker.operands.index.constant(node.input[operand], site.scopes)
+    array = None if value is None else np.asarray(value)
+    if trace.symbolic or trace.b1 != 1 or array is None or array.dtype.kind not in "iu" or array.ndim < 2:
+        return False
+    axis = next((a.i for a in node.attribute if a.name == "axis"), 0) % array.ndim
+    if axis != array.ndim - 1 or batch_axis == axis or array.shape[-1] != 1 or np.any(array != 0):
+        return False  # not one column of coordinates made of zeros
+    widths = [known.shape[-1] if known.shape else None for known in (tracker.evaluator.at(n)[0] for n in node.input)]
+    if any(width is None for width in widths[:operand]):
+        return False
+    column = sum(int(width or 0) for width in widths[:operand])
+    readers = tracker.operands.consumers.get(node.output[0], [])
+    if not readers or not all(_counts_samples(tracker, reader, node.output[0], column) for reader in readers):
+        return False
+    shape = list(array.shape)
+    shape[batch_axis] = trace.b2
+    counted = np.moveaxis(
+        np.broadcast_to(np.arange(trace.b2), shape[:batch_axis] + shape[batch_axis + 1 :] + [trace.b2]), -1, batch_axis
+    )
+    reason = (
+        f"Concat '{node.name or node.output[0]}': input '{node.input[operand]}' is the coordinate of each sample "
+        f"(an arange over the batch folded at batch 1), counted to {trace.b2}"
+    )
+    elements = tuple(enumerate(int(v) for v in counted.reshape(-1)))
+    trace.rewrites.append(Rewrite(site, operand, elements, reason, whole=True, shape=tuple(shape)))
+    return True
+
+
+def _counts_samples(tracker: Deciding, reader: onnx.NodeProto, coordinates: str, column: int) -> bool:
+    """A GatherND (batch_dims 0) that reads ``coordinates`` as its indices, whose column ``column`` is
+    an axis of the data holding one row per sample at every size tried."""
+    if reader.op_type != "GatherND" or len(reader.input) < 2 or reader.input[1] != coordinates:
+        return False
+    if any(a.name == "batch_dims" and a.i for a in reader.attribute):
+        return False
+    data = tracker.evaluator.known.get(reader.input[0])
+    if data is None:
+        return False
+    dims = [known.shape[column] if known.shape and len(known.shape) > column else None for known in data]
+    return dims == list(tracker.trace.sizes)
+
+
 def indexes_the_batch(tracker: Deciding, name: str) -> bool:
     """Whether ``name`` is read, directly or on its way (a copy, an offset), as the indices into a
     tensor that carries the batch (a GatherND's coordinates): ids into a table of weights are not."""

@@ -51,6 +51,7 @@ def _rewrite_constants(model: onnx.ModelProto, rewrites: list[Rewrite], label: s
         name = site.node.input[operand]
         if group[0].whole:  # a computed shape: the node reads a new constant instead
             values = np.array([value for _, value in group[0].elements], dtype=np.int64)
+            values = values.reshape(group[0].shape) if group[0].shape is not None else values
             new_name = names.fresh(f"{site.node.name or site.node.output[0]}_shape_{label}")
             site.graph.initializer.append(numpy_helper.from_array(values, new_name))
             site.node.input[operand] = new_name

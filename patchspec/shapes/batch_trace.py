@@ -59,6 +59,8 @@ class Rewrite:
     #: the operand is computed (a Concat of pieces that change with nothing): ``elements`` are all of its
     #: values, given to the node as a new constant
     whole: bool = False
+    #: with ``whole``: the new constant's shape (None: one axis, as a shape operand is)
+    shape: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,7 @@ def input_values(model: onnx.ModelProto, name: str, elem_type: int) -> InputValu
     if elem_type in _FLOATS:
         return None
     found = uses.branch_value(name) or uses.table_rows(name) or uses.mask(name) or uses.zeroed(name)
+    found = found or uses.coordinates(name)
     if found is not None:
         return found
     if elem_type == onnx.TensorProto.BOOL:
@@ -98,8 +99,14 @@ def _label(node: onnx.NodeProto) -> str:
     return f"{node.op_type} '{node.name or node.output[0]}'"
 
 
+#: an index on its way to where it is read: (tensor, constant added so far, its column of coordinates)
+_Coordinate = tuple[str, int, int | None]
+
+
 class _Uses:
     def __init__(self, model: onnx.ModelProto) -> None:
+        self.model = model
+        self._inferred: dict[str, list[int | None]] | None = None
         self.consumers: dict[str, list[tuple[NodeSite, int]]] = {}
         for site in walk_nodes(model.graph):
             for operand, tensor in enumerate(site.node.input):
@@ -213,6 +220,91 @@ class _Uses:
         if others:
             why += f"; it also indexes tables of {', '.join(map(str, others))} rows: the smallest bounds them all"
         return InputValues({"low": 0, "high": rows}, why)
+
+    def coordinates(self, name: str) -> InputValues | None:
+        """Indices, shifted by a constant (``lengths - 1``), into an axis of a tensor: a Gather's indices,
+        or a column of a GatherND's coordinates (``h[arange(B), lengths - 1]``). They are bounded by that
+        axis's size, as shape inference gives it at the declared input sizes."""
+        bounds: list[tuple[int, int, str]] = []
+        todo: list[_Coordinate] = [(name, 0, None)]
+        seen: set[str] = set()
+        while todo:
+            tensor, offset, column = todo.pop()
+            if tensor in seen:
+                continue
+            seen.add(tensor)
+            for site, operand in self.consumers.get(tensor, []):
+                bound = self._coordinate_bound(site, operand, offset, column)
+                onward = None if bound else self._coordinate_onward(site, operand, offset, column)
+                bounds.extend([bound] if bound else [])
+                todo.extend([onward] if onward else [])
+        if not bounds:
+            return None
+        low, high = max(b[0] for b in bounds), min(b[1] for b in bounds)
+        if low >= high:
+            return None
+        readers = ", ".join(sorted({b[2] for b in bounds}))
+        return InputValues({"low": low, "high": high}, f"indices into {readers}: {low} <= value < {high}")
+
+    def _coordinate_onward(self, site: NodeSite, operand: int, offset: int, column: int | None) -> _Coordinate | None:
+        """Where an index goes on: through a copy, a shift by a constant, or a Concat into coordinates."""
+        node = site.node
+        if node.op_type in ("Cast", "Identity", "Unsqueeze", "Squeeze") and operand == 0:
+            return node.output[0], offset, column
+        if node.op_type in ("Add", "Sub") and operand < 2 and len(node.input) == 2:
+            other = self.constant(site, 1 - operand)
+            if (
+                other is None
+                or other.size != 1
+                or other.dtype.kind not in "iu"
+                or (node.op_type, operand) == ("Sub", 1)
+            ):
+                return None
+            shift = int(other.reshape(-1)[0])
+            return node.output[0], offset + (shift if node.op_type == "Add" else -shift), column
+        if node.op_type == "Concat" and column is None:
+            widths = [self._dims(part) for part in node.input[:operand]]
+            own = self._dims(node.input[operand])
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+            if own is None or axis % len(own) != len(own) - 1 or any(w is None or w[-1] is None for w in widths):
+                return None
+            return node.output[0], offset, sum(int(w[-1] or 0) for w in widths if w)
+        return None
+
+    def _coordinate_bound(
+        self, site: NodeSite, operand: int, offset: int, column: int | None
+    ) -> tuple[int, int, str] | None:
+        """(low, high, reader) for an index read by a Gather or a GatherND, shifted by ``offset`` on the way."""
+        node = site.node
+        if operand != 1 or node.op_type not in ("Gather", "GatherND"):
+            return None
+        data = self._dims(node.input[0])
+        if node.op_type == "Gather":
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+            at = None if column is not None or not data else axis % len(data)
+        else:
+            batch_dims = next((a.i for a in node.attribute if a.name == "batch_dims"), 0)
+            at = batch_dims + (column or 0)
+        size = data[at] if data is not None and at is not None and at < len(data) else None
+        if not size:
+            return None
+        return max(0, -offset), size - offset, f"axis {at} (size {size}) of the data {_label(node)} reads"
+
+    def _dims(self, name: str) -> list[int | None] | None:
+        """A tensor's dims as onnx's shape inference gives them (run once, at the first question)."""
+        if self._inferred is None:
+            try:
+                inferred = onnx.shape_inference.infer_shapes(self.model)
+            except Exception:  # an op onnx cannot infer: no bound from shapes, as before
+                inferred = self.model
+            graph = inferred.graph
+            self._inferred = {
+                info.name: [d.dim_value if d.HasField("dim_value") else None for d in info.type.tensor_type.shape.dim]
+                for info in (*graph.input, *graph.value_info, *graph.output)
+                if info.type.tensor_type.HasField("shape")
+            }
+            self._inferred.update({t.name: list(t.dims) for t in graph.initializer})
+        return self._inferred.get(name)
 
     def _rows(self, site: NodeSite, axis: int) -> int | None:
         """Rows of the table a Gather reads: an initializer, or one dequantized, cast or scaled on the way."""

@@ -137,10 +137,26 @@ def folded(token: list[list[int]], read_as: str) -> onnx.ModelProto:
     return graph_model(nodes, inputs, [output], [c for c in constants if c.name in used])
 
 
-def test_a_folded_arange_is_not_repeated_but_a_start_token_is() -> None:
-    coordinates = set_batch(folded([[0]], "coordinates"), size=4)
-    assert "repeated" not in coordinates.summary, coordinates.summary
-    assert any("an integer constant of one sample's rows" in line for line in coordinates.details)
+def test_a_folded_arange_that_is_each_samples_coordinate_counts_the_samples() -> None:
+    """[[0]] joined as the first column of GatherND coordinates into x's batch axis: at batch 4 it is
+    [[0], [1], [2], [3]] (repeating it would make every sample read sample 0)."""
+    original, patched = folded([[0]], "coordinates"), folded([[0]], "coordinates")
+    result = set_batch(patched, size=4)
+    assert "repeated" not in result.summary, result.summary
+    assert any("is the coordinate of each sample" in line and "counted to 4" in line for line in result.details)
+    x = np.random.default_rng(1).standard_normal((4, T, D)).astype(np.float32)
+    ids = np.array([4, 0, 2, 1], np.int64)
+    expected = np.concatenate([run(original, {"x": x[i : i + 1], "ids": ids[i : i + 1]}) for i in range(4)])
+    np.testing.assert_array_equal(run(patched, {"x": x, "ids": ids}), expected)
+
+
+def test_a_folded_offset_into_the_batch_that_is_not_its_coordinate_is_undecided() -> None:
+    """[[1]] is no count from 0: it cannot be an arange over the batch, and repeating it is a guess."""
+    result = set_batch(folded([[1]], "coordinates"), size=4)
+    assert any("an integer constant of one sample's rows" in line for line in result.details), result.details
+
+
+def test_a_start_token_is_repeated() -> None:
     start = folded([[0]], "ids")
     tokens = set_batch(start, size=4)
     assert "1 Concat input repeated to the batch" in tokens.summary, tokens.summary
@@ -152,17 +168,32 @@ def test_a_folded_arange_is_not_repeated_but_a_start_token_is() -> None:
 GENERATED = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus" / "generated" / "torch"
 
 
-@pytest.mark.parametrize("stem", ["arange_pool_ts", "arange_pool_dynamo", "arange_flat_ts", "arange_flat_dynamo"])
+@pytest.mark.parametrize("stem", ["arange_pool_ts", "arange_flat_ts", "arange_flat_dynamo"])
 def test_a_folded_arange_from_a_real_exporter_is_never_written(tmp_path, run_cli, stem: str) -> None:
     """torch.onnx.export of ``h[arange(B), lengths - 1]`` (and its flat form) at batch 1: both exporters
     fold arange(B) into a constant [0]. At batch 4 the model ran and every sample read the first one's
-    rows; set_batch wrote it so with --no-verify. Now the folded count is named and nothing is written."""
+    rows; set_batch wrote it so with --no-verify. Where the fold lost the step (a flat index), the
+    folded count is named and nothing is written."""
     shutil.copy(GENERATED / f"{stem}.onnx", tmp_path / "m.onnx")
     (tmp_path / "spec.yaml").write_text("patchspec: 1\nmodel: m.onnx\noutput: out.onnx\npatches:\n  - set_batch: 4\n")
     result = run_cli("apply", tmp_path / "spec.yaml", "--no-verify", cwd=tmp_path)
     assert result.exit_code == 4, result.output
     assert "folded at the exported batch" in result.output, result.output
     assert not (tmp_path / "out.onnx").exists()
+
+
+def test_dynamos_folded_coordinate_counts_the_samples_and_verifies(tmp_path, run_cli) -> None:
+    """torch dynamo writes ``h[arange(B), lengths - 1]`` as a GatherND whose first coordinate column is a
+    constant [[0]]: counted to the batch, the model is right per sample (the run verifier compares)."""
+    shutil.copy(GENERATED / "arange_pool_dynamo.onnx", tmp_path / "m.onnx")
+    (tmp_path / "spec.yaml").write_text(
+        "patchspec: 1\nmodel: m.onnx\noutput: out.onnx\npatches:\n  - set_batch: 4\nverify:\n  - run:\n"
+        "      compare: {against: original, split_batch: true}\n"
+        "      cases: [{inputs: {lengths: {value: [5, 2, 3, 1]}}}]\n"
+    )
+    result = run_cli("apply", tmp_path / "spec.yaml", "-v", cwd=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "counted to 4" in result.output and "passed" in result.output, result.output
 
 
 def test_a_folded_offset_added_to_ids_into_the_batch_is_undecided() -> None:

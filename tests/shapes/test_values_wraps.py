@@ -49,11 +49,12 @@ def test_ids_through_a_wrap_are_bounded_by_the_table(nodes):
 
 
 def test_an_unconditional_offset_is_not_a_wrap():
-    """ids + 5 then Gather: ids in [0, rows) would index past the table, so nothing is claimed."""
+    """ids + 5 then Gather: not a wrap (ids in [0, rows) would index past the table); the offset is
+    followed instead, and the ids are bounded so that ids + 5 stays in the table."""
     five = numpy_helper.from_array(np.array(5, np.int64), "five")
     nodes = [helper.make_node("Add", ["ids", "five"], ["index"])]
     found = input_values(_model(nodes, [five]), "ids", TensorProto.INT64)
-    assert found is not None and found.flag
+    assert found is not None and not found.flag and found.item == {"low": 0, "high": ROWS - 5}, found
 
 
 def test_the_wrapped_model_runs_at_the_bounds_init_gives(tmp_path, run_cli):
