@@ -73,3 +73,27 @@ def test_a_dynamo_sequence_first_encoder_runs_at_any_batch_and_time(tmp_path) ->
     for time, batch in ((6, 3), (11, 2)):
         src = np.random.default_rng(batch).standard_normal((time, batch, 16)).astype(np.float32)
         np.testing.assert_allclose(run(patched, {"src": src}), per_sample(original, src), rtol=1e-5, atol=1e-5)
+
+
+def rows_then_back() -> onnx.ModelProto:
+    """x [1, seq, 12] -> rows [seq, 12] -> Reshape to Concat([1], Shape(x)[1:2], [-1]): the batch is
+    element 0 beside the sequence, which moves with x's axis 1."""
+    nodes = [
+        helper.make_node("Reshape", ["x", "flat"], ["rows"], name="flatten"),
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Slice", ["shape", "one", "two"], ["seq"]),
+        helper.make_node("Concat", ["batch_one", "seq", "minus_one"], ["back"], axis=0),
+        helper.make_node("Reshape", ["rows", "back"], ["y"], name="unflatten"),
+    ]
+    values = {"flat": [-1, 12], "one": [1], "two": [2], "batch_one": [1], "minus_one": [-1]}
+    constants = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in values.items()]
+    return graph_model(nodes, [tensor_info("x", [1, "seq", 12])], [tensor_info("y", [1, "seq", 12])], constants)
+
+
+def test_an_element_that_follows_another_input_dim_is_computed_from_it() -> None:
+    original, patched = rows_then_back(), rows_then_back()
+    result = set_batch(patched, size="N")
+    assert any("shape [dim(x, 0), dim(x, 1), -1]" in line for line in result.details), result.details
+    x = np.random.default_rng(3).standard_normal((3, 7, 12)).astype(np.float32)
+    expected = np.concatenate([run(original, {"x": x[i : i + 1]}) for i in range(3)])
+    np.testing.assert_array_equal(run(patched, {"x": x}), expected)
