@@ -174,13 +174,14 @@ def declare_from_trace(
         _keep_declared_sizes(info, before, trace, size, batch_names)
         now = read_dims(info)
         ranks = trace.ranks(info.name)[:2]
-        if ranks[1] is None and before is not None and now is not None and None in now:
+        if ranks[1] is None and before is not None and now is not None and not all(isinstance(d, int) for d in now):
             # nothing derives it (a custom op upstream): the rank and the sizes kept are the old declaration's
             # (onnx's checker wants a shape on an output); the batch's axis is unknown, so a verifier must judge it
             trace.undecided.append(
                 Undecided(
                     f"undecided: output '{info.name}' was declared {format_dims(before)}; nothing derives its "
                     f"shape at the new batch, so its rank ({len(now)}) is the old declaration's, unchecked"
+                    + _lost_at(trace, info.name)
                 )
             )
         if _contradicted(before, now, trace, info.name):
@@ -194,6 +195,37 @@ def declare_from_trace(
             if agrees is None or not agrees(info):
                 _reconcile(info, trace, size)
     return corrected
+
+
+def _lost_at(trace: BatchTrace, name: str, limit: int = 100_000) -> str:
+    """Where the evaluation lost the shape of ``name``: the first node upstream that gets known inputs
+    and gives an unknown output; '' where none is found (a custom op makes it)."""
+    assert trace.evaluator is not None, "trace_batch sets the evaluator"
+    producer, todo = trace.evaluator.producer, [name]
+    seen: set[int] = set()
+    lost = None
+    while todo and len(seen) < limit:
+        site = producer.get(todo.pop())
+        if site is None or id(site.node) in seen:
+            continue
+        seen.add(id(site.node))
+        inputs = [trace.at(i)[1] for i in site.node.input if i]
+        if all(known.shape is not None for known in inputs) and trace.at(site.node.output[0])[1].shape is None:
+            if lost is None or site.position < lost.position:
+                lost = site
+            continue
+        todo.extend(i for i in site.node.input if i and trace.at(i)[1].shape is None)
+    if lost is None or lost.node.domain not in ("", "ai.onnx"):
+        return ""
+    shapes = ", ".join(str(list(trace.at(i)[1].shape or ())) for i in lost.node.input if i)
+    fixed = (
+        "; if the model runs at one size on an input axis it declares symbolic, fix it before set_batch: "
+        "rename_dims: {tensor: INPUT, axes: {AXIS: SIZE}}"
+    )
+    return (
+        f" (the evaluation lost it at {lost.node.op_type} '{lost.node.name or lost.node.output[0]}', whose inputs "
+        f"({shapes}) do not fit at the sizes tried for the other input dims{fixed if trace.moves_symbols else ''})"
+    )
 
 
 class _Agreement:

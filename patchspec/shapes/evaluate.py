@@ -40,6 +40,7 @@ from patchspec.shapes.known import (
     type_proto,
 )
 from patchspec.shapes.ml_shapes import ml_outputs
+from patchspec.shapes.ms_shapes import ms_outputs
 
 #: ``hook(site, inputs)`` gets, per point, the node's input Knowns; it returns replacements or None
 Hook = Callable[[NodeSite, list[list[Known]]], list[list[Known]] | None]
@@ -184,7 +185,8 @@ class ShapeEvaluator:
         count = len(node.output)
         if node.domain not in ("", "ai.onnx"):
             classical = ml_outputs(node, inputs) if node.domain == "ai.onnx.ml" else None
-            if classical is not None:  # ONNX infers few of them: their rows are the input's
+            classical = ms_outputs(node, inputs) if node.domain == "com.microsoft" else classical
+            if classical is not None:  # ONNX infers few of them (and no contrib op)
                 return classical + [UNKNOWN] * (count - len(classical))
             return self._infer(node, inputs)
         if node.op_type == "Constant":

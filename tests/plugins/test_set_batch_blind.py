@@ -1,0 +1,62 @@
+"""An output nothing derives at the sizes tried (issue 34, item 5): a recognizer declares its height
+symbolic but runs at one height only, so at the size set_batch tries an Add's operands disagree and
+the evaluation loses every shape after it. The undecided point names where the shape was lost and the
+patch that fixes it; with the height fixed, every shape is derived again."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from helpers import graph_model, tensor_info
+from patchspec.shapes.annotations import read_dims
+from patchspec.testing import patch_context
+from patchspec_plugins.rename_dims import RenameDimsPatch
+from patchspec_plugins.set_batch import SetBatchPatch
+
+
+def recognizer() -> onnx.ModelProto:
+    """x [1, 3, h, 8]: a pooled half plus the first two rows (they fit at h = 4 only), pooled,
+    flattened, then 3 -> 10 classes."""
+    nodes = [
+        helper.make_node("AveragePool", ["x"], ["half"], kernel_shape=[2, 1], strides=[2, 1]),
+        helper.make_node("Slice", ["x", "zero", "two", "axis2"], ["top"]),
+        helper.make_node("Add", ["half", "top"], ["joined"], name="join"),
+        helper.make_node("GlobalAveragePool", ["joined"], ["pooled"]),
+        helper.make_node("Flatten", ["pooled"], ["flat"]),
+        helper.make_node("MatMul", ["flat", "w"], ["scores"]),
+        helper.make_node("Shape", ["joined"], ["joined_shape"]),
+        helper.make_node("Gather", ["joined_shape", "zero"], ["rows"]),
+        helper.make_node("Max", ["rows", "zero"], ["at_least"]),  # onnx's inference follows no value through Max
+        helper.make_node("Max", ["ten", "zero"], ["classes"]),
+        helper.make_node("Concat", ["at_least", "classes"], ["scores_shape"], axis=0),
+        helper.make_node("Reshape", ["scores", "scores_shape"], ["y"]),
+    ]
+    constants = [
+        numpy_helper.from_array(np.array(v, np.int64), n)
+        for n, v in (("zero", [0]), ("two", [2]), ("axis2", [2]), ("ten", [10]))
+    ]
+    constants.append(numpy_helper.from_array(np.ones((3, 10), np.float32), "w"))
+    return graph_model(nodes, [tensor_info("x", [1, 3, "h", 8])], [tensor_info("y", [1, 10])], constants)
+
+
+def apply(patch, model: onnx.ModelProto, name: str, **params: object):
+    return patch.apply(model, params, patch_context(name, params))
+
+
+def test_an_output_nothing_derives_names_where_the_shape_was_lost() -> None:
+    model = recognizer()
+    result = apply(SetBatchPatch(), model, "set_batch", size=4)
+    assert not isinstance((read_dims(model.graph.output[0]) or [1])[0], int)  # the 1 was the batch: not kept
+    lost = next(line for line in result.details if "nothing derives its shape" in line)
+    assert "the evaluation lost it at Add 'join'" in lost, lost
+    assert "rename_dims: {tensor: INPUT, axes: {AXIS: SIZE}}" in lost, lost
+
+
+def test_the_size_the_model_runs_at_settles_it() -> None:
+    model = recognizer()
+    apply(RenameDimsPatch(), model, "rename_dims", tensor="x", axes={2: 4})
+    result = apply(SetBatchPatch(), model, "set_batch", size=4)
+    assert "undecided" not in result.summary, result.summary
+    assert read_dims(model.graph.output[0]) == [4, 10]
