@@ -82,8 +82,6 @@ def trace_batch(
     return trace
 
 
-#: the ops whose shape operand the tracker decides (the hook is called for these only)
-_HANDLED = frozenset({"Reshape", "Expand", "Slice", "Resize", "Concat", *RECURRENT})
 #: an element's value at one point, from the point's index and the element's value there
 NewValue = Callable[[int, int], int]
 
@@ -109,20 +107,12 @@ class _Tracker:
 
     # -- the hook ------------------------------------------------------------------------------------
     def hook(self, site: NodeSite, inputs: PointInputs) -> PointInputs | None:
-        """Called for the ``_HANDLED`` ops only (the evaluator's ``hook_ops``)."""
+        """Called for the ops in ``RULES`` only (the evaluator's ``hook_ops``)."""
         node = site.node
         if not self.deciding or node.domain not in ("", "ai.onnx") or not all(self.evaluator.runs(site)):
             return None  # in a branch not taken at one of the batches: there is nothing to compare
-        handlers: dict[str, Callable[[NodeSite, PointInputs], PointInputs | None]] = {
-            "Reshape": self._reshape,
-            "Expand": self._expand,
-            "Slice": self._slice,
-            "Resize": self._resize,
-            "Concat": lambda at, given: settle_join(self, at, given),
-            **dict.fromkeys(RECURRENT, lambda at, given: settle_states(self, at, given)),
-            **dict.fromkeys(ARITHMETIC, lambda at, given: settle_arithmetic(self, at, given)),
-        }
-        return handlers[node.op_type](site, inputs) if node.op_type in handlers else None
+        rule = RULES.get(node.op_type)
+        return rule(self, site, inputs) if rule is not None else None
 
     def carrier(self, inputs: PointInputs) -> tuple[int, int] | None:
         """(axis, size per sample) of the one axis of the data (input 0) that carries the batch at the
@@ -444,4 +434,17 @@ class _Tracker:
         return replace_fix(site, values, axis, at, operand)
 
 
-__all__ = ["trace_batch"]
+#: per op the tracker decides, its rule: (tracker, the node, its inputs at each point) -> the inputs to
+#: evaluate it with (after a rewrite), or None; the hook is called for these ops only
+RULES: dict[str, Callable[[_Tracker, NodeSite, PointInputs], PointInputs | None]] = {
+    "Reshape": _Tracker._reshape,
+    "Expand": _Tracker._expand,
+    "Slice": _Tracker._slice,
+    "Resize": _Tracker._resize,
+    "Concat": settle_join,
+    **dict.fromkeys(RECURRENT, settle_states),
+    **dict.fromkeys(ARITHMETIC, settle_arithmetic),
+}
+_HANDLED = frozenset(RULES) - ARITHMETIC  # arithmetic only where a Range or a small integer constant is
+
+__all__ = ["RULES", "trace_batch"]
