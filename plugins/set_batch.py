@@ -177,7 +177,7 @@ def summary_counts(
     if squeezes:
         counts += f", {len(squeezes)} Squeeze{'s' * (len(squeezes) != 1)} given axes"
     if tiled:
-        counts += f", {len(tiled)} Concat input{'s' * (len(tiled) != 1)} repeated to the batch"
+        counts += f", {len(tiled)} input{'s' * (len(tiled) != 1)} repeated to the batch"
     if undecided:
         fixes = ", with the spec lines that fix them" if any(point.fix for point in undecided) else ""
         counts += f", {len(undecided)} undecided (-v lists them{fixes})"

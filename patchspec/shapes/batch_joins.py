@@ -143,7 +143,7 @@ def tile_inputs(model: onnx.ModelProto, tilings: list[Tiling], label: str) -> li
     if not tilings:
         return []
     taken = all_names(model)
-    graphs: dict[int, tuple[onnx.GraphProto, list[tuple[int, onnx.NodeProto]]]] = {}
+    graphs: dict[int, tuple[onnx.GraphProto, list[tuple[onnx.NodeProto, onnx.NodeProto]]]] = {}
     details = []
     for tiling in tilings:
         node, source = tiling.site.node, tiling.site.node.input[tiling.operand]
@@ -154,11 +154,11 @@ def tile_inputs(model: onnx.ModelProto, tilings: list[Tiling], label: str) -> li
         tiling.site.graph.initializer.append(numpy_helper.from_array(np.array(repeats, np.int64), names[0]))
         node.input[tiling.operand] = names[1]  # before the nodes are copied below
         tile = helper.make_node("Tile", [source, names[0]], [names[1]], name=names[1])
-        graphs.setdefault(id(tiling.site.graph), (tiling.site.graph, []))[1].append((tiling.site.position, tile))
+        graphs.setdefault(id(tiling.site.graph), (tiling.site.graph, []))[1].append((node, tile))
         details.append(f"tiled {tiling.reason}: Tile '{tile.name}' {repeats}")
     for graph, additions in graphs.values():
-        for position, tile in sorted(additions, key=lambda item: -item[0]):  # the last first: positions hold
-            graph.node.insert(position, tile)  # nodes already held elsewhere (a NodeSite) stay valid
+        for reader, tile in additions:  # found by identity: a NodeSite's position counts subgraph nodes too
+            graph.node.insert(next(j for j, node in enumerate(graph.node) if node is reader), tile)
     return details
 
 

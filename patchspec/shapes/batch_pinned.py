@@ -7,7 +7,9 @@ Two families, both in real exports (a streaming speech enhancer has both):
   indices, a Slice before opset 10 (its bounds are attributes) that cuts the batch axis (PyTorch's
   ``x[0]``). At any batch they still read or write only the samples the export saw.
 - a recurrent op (RNN, GRU, LSTM) that starts from a constant state (``initial_h``, ``initial_c``)
-  whose batch is the exported one: ``[2, 1, 4]`` cannot start four sequences;
+  of several exported samples, which may differ (``[2, 2, 4]`` cannot start four sequences), or of
+  one sample at a symbolic batch (at a static one ``batch_states`` repeats it: every sample starts
+  alike);
 - a recurrent op whose *sequence* axis carries the batch (silero's sequence models take
   ``input [sequence_length, 576]``): the samples would be steps of one sequence, each starting from
   the state the one before left.
@@ -173,6 +175,11 @@ def _along_the_sequence(trace: BatchTrace, site: NodeSite) -> str | None:
     )
 
 
+def _repeated(trace: BatchTrace, site: NodeSite, operand: int) -> bool:
+    """Whether the tracker repeats that input to the new batch (a constant state of one sample)."""
+    return any(t.site.node is site.node and t.operand == operand for t in trace.tilings)
+
+
 def _constant_state(trace: BatchTrace, index: ScopeIndex, site: NodeSite) -> str | None:
     node = site.node
     layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
@@ -182,7 +189,7 @@ def _constant_state(trace: BatchTrace, index: ScopeIndex, site: NodeSite) -> str
         if len(node.input) <= operand or not node.input[operand]:
             continue
         name = node.input[operand]
-        if index.constant_source(name, site.scopes) is None:
+        if index.constant_source(name, site.scopes) is None or _repeated(trace, site, operand):
             continue
         value = index.constant(name, site.scopes)
         shape = list(np.shape(value)) if value is not None else "?"

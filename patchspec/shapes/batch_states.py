@@ -6,7 +6,8 @@ x.size(0), hidden)`` as a ConstantOfShape of the constant shape ``[layers, 1, hi
 the export, baked. At batch 4 onnxruntime then refuses the op ("Input initial_h must have shape
 {1,4,16}"). The batch element of that shape constant is rewritten to the new batch; a symbolic batch,
 or a shape computed at run time, is undecided (apply --no-verify refuses it). A state that is itself
-a constant is no shape to rewrite: ``batch_pinned`` refuses it.
+a constant of one sample (dynamo folds the zeros) is repeated to the new batch by a Tile; one of
+several samples, or at a symbolic batch, is no shape to rewrite: ``batch_pinned`` refuses it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import onnx
 
 from patchspec.model.graph import NodeSite
 from patchspec.shapes.batch_operands import Operands
-from patchspec.shapes.batch_trace import BatchTrace, PointInputs, Rewrite, Undecided, ints_of, sizes_of
+from patchspec.shapes.batch_trace import BatchTrace, PointInputs, Rewrite, Tiling, Undecided, ints_of, sizes_of
 from patchspec.shapes.evaluate import ShapeEvaluator
 
 #: recurrent ops, with the inputs that hold a starting state
@@ -94,8 +95,11 @@ def settle_states(tracker: Deciding, site: NodeSite, inputs: PointInputs) -> Poi
             continue
         first, second = sizes_of(inputs[tracker.a][operand]), sizes_of(inputs[tracker.b][operand])
         producer = tracker.evaluator.producer.get(node.input[operand])
-        if first is None or second is None or len(first) != 3 or first[at] != second[at] or producer is None:
-            continue  # the state follows the batch, or is not made here
+        if first is None or second is None or len(first) != 3 or first[at] != second[at]:
+            continue  # the state follows the batch
+        if producer is None:
+            _repeat_constant_state(tracker, site, operand, at)
+            continue
         if producer.node.op_type != "ConstantOfShape" or producer.node.domain not in ("", "ai.onnx"):
             continue
         state = f"the starting state {_STATE_NAMES[operand]} of {node.op_type} '{node.name or node.output[0]}'"
@@ -104,6 +108,19 @@ def settle_states(tracker: Deciding, site: NodeSite, inputs: PointInputs) -> Poi
         if len(values) == 3 and rewrite_maker_element(tracker, producer, (0, at), state, f", making {state}", remedy):
             tracker.decided.add(id(node))
     return None
+
+
+def _repeat_constant_state(tracker: Deciding, site: NodeSite, operand: int, at: int) -> None:
+    """A starting state that is a constant of one sample (dynamo folds ``torch.zeros(1, B, H)`` at
+    batch 1 into ``[1, 1, H]``) starts every sample alike: a Tile repeats it to the new batch. A
+    constant of several samples (which may differ), or a symbolic batch, is left to batch_pinned."""
+    trace, node = tracker.trace, site.node
+    if trace.b1 != 1 or trace.symbolic or not tracker.operands.is_constant(site, operand):
+        return
+    state = f"the starting state {_STATE_NAMES[operand]} of {node.op_type} '{node.name or node.output[0]}'"
+    reason = f"{state}: the constant '{node.input[operand]}' holds one sample's state; repeated {trace.b2} times"
+    trace.tilings.append(Tiling(site, operand, at, 3, trace.b2, reason))
+    tracker.decided.add(id(node))
 
 
 __all__ = ["RECURRENT", "layout_axes", "maker_values", "rewrite_maker_element", "settle_states"]

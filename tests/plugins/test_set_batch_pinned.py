@@ -9,6 +9,7 @@ onnxruntime cannot run at the new batch.
 from __future__ import annotations
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
@@ -61,12 +62,28 @@ def test_a_cache_written_through_constant_coordinates_of_sample_zero_is_refused(
 
 
 @pytest.mark.parametrize("batch", [1, "N"])
-def test_a_recurrent_op_from_a_constant_state_of_one_sample_is_refused(batch):
+def test_a_constant_state_of_one_sample_is_repeated_to_the_batch(batch):
+    """Every sample starts from the same constant h0 (dynamo folds torch.zeros(2, B, H) at batch 1 so):
+    repeated by a Tile, each sample runs as it did alone."""
+    original, patched = gru_model(batch), gru_model(batch)
+    result = set_batch(patched, size=4)
+    assert "1 input repeated to the batch" in result.summary, result.summary
+    x = np.random.default_rng(2).standard_normal((4, 5, 3)).astype(np.float32)
+    alone = np.concatenate([ort_run(original, {"x": x[i : i + 1]}) for i in range(4)], axis=1)
+    np.testing.assert_allclose(ort_run(patched, {"x": x}), alone, rtol=1e-5, atol=1e-6)
+
+
+def test_a_constant_state_at_a_symbolic_batch_is_refused():
     with pytest.raises(PatchError) as caught:
-        set_batch(gru_model(batch), size=4)
+        set_batch(gru_model(), size="M")
     text = str(caught.value)
     assert "GRU 'gru' starts from the constant state 'h0' (initial_h, [2, 1, 4])" in text, text
     assert "not batchable" in text
+
+
+def ort_run(model, feeds):
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)[0]
 
 
 def test_a_gather_of_sample_zero_is_refused():
@@ -89,11 +106,11 @@ def test_a_state_fed_as_an_input_still_batches():
 def test_the_refusal_stops_apply_with_exit_4_and_writes_nothing(tmp_path, run_cli):
     import onnx
 
-    onnx.save(gru_model(1), tmp_path / "m.onnx")
-    spec = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out.onnx\npatches:\n  - set_batch: 4\n")
-    result = run_cli("apply", spec, "--no-verify")
+    onnx.save(cache_update_model(1), tmp_path / "m.onnx")
+    text = "patchspec: 1\nmodel: m.onnx\noutput: out.onnx\npatches:\n  - set_batch: {size: 4, inputs: [cache, x]}\n"
+    result = run_cli("apply", write_spec(tmp_path, text), "--no-verify")
     assert result.exit_code == 4, result.output
-    assert "GRU 'gru'" in result.output and not (tmp_path / "out.onnx").exists()
+    assert "ScatterND 'cache_update'" in result.output and not (tmp_path / "out.onnx").exists()
 
 
 def test_a_batch_that_runs_along_a_recurrence_is_refused():

@@ -159,7 +159,7 @@ def test_a_folded_offset_into_the_batch_that_is_not_its_coordinate_is_undecided(
 def test_a_start_token_is_repeated() -> None:
     start = folded([[0]], "ids")
     tokens = set_batch(start, size=4)
-    assert "1 Concat input repeated to the batch" in tokens.summary, tokens.summary
+    assert "1 input repeated to the batch" in tokens.summary, tokens.summary
     got = run(start, {"ids": np.array([1, 2, 3, 4], np.int64)})
     np.testing.assert_array_equal(got[:, 0], np.tile(np.arange(D, dtype=np.float32), (4, 1)))  # row 0, each sample
     np.testing.assert_array_equal(got[:, 1, 0], np.array([1, 2, 3, 4]) * D)

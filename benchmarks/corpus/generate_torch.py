@@ -1,0 +1,141 @@
+"""The torch exports of the corpus (``generate.py torch``): what TorchScript and dynamo write.
+
+Sequence-first attention (the batch on axis 1), models that couple samples, float16 and double I/O,
+arange(B) in advanced indexing (folded into a constant by both exporters), and a GRU started from
+``torch.zeros(1, B, H)`` (dynamo folds it into a constant state). Each at the batch a user exports
+with; ``generate.py`` writes them (``save``) with the corpus's seed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+
+def _torch_export(module: object, args: tuple, names: list[str], outputs: list[str], **options: object) -> object:
+    import onnx
+    import torch
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "model.onnx"
+        torch.onnx.export(module, args, str(path), input_names=names, output_names=outputs, **options)
+        return onnx.load(str(path))
+
+
+def torch_models(save: Callable[[str, str, object], None], seed: int) -> None:
+    import torch
+    from torch import nn
+
+    torch.manual_seed(seed)
+    # sequence-first attention ([T, N, E], the batch on axis 1), exported at batch 1
+    layer = nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, dropout=0.0).eval()
+    tokens = torch.randn(6, 1, 16)
+    with torch.no_grad():
+        model = _torch_export(layer, (tokens,), ["src"], ["out"], dynamo=True, optimize=True)
+    save("torch", "seqfirst_encoder_dynamo.onnx", model)
+    time = torch.export.Dim("time", min=2, max=64)
+    with torch.no_grad():
+        model = _torch_export(
+            layer, (tokens,), ["src"], ["out"], dynamo=True, optimize=True, dynamic_shapes={"src": {0: time}}
+        )
+    save("torch", "seqfirst_encoder_dynamo_dyntime.onnx", model)
+    attention = nn.MultiheadAttention(16, 4).eval()
+
+    class SelfAttention(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attention = attention
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.attention(x, x, x, need_weights=False)[0]
+
+    with torch.no_grad():
+        model = _torch_export(SelfAttention().eval(), (tokens,), ["x"], ["y"], dynamo=True, optimize=True)
+    save("torch", "seqfirst_mha_dynamo.onnx", model)
+
+    # samples coupled: centering by the batch mean; BatchNorm exported in training mode
+    class Center(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(8, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.linear(x - x.mean(dim=0, keepdim=True))
+
+    sample = torch.randn(2, 8)
+    model = _torch_export(
+        Center().eval(), (sample,), ["x"], ["y"], dynamo=False, opset_version=17, dynamic_axes={"x": {0: "N"}}
+    )
+    save("torch", "batch_mean_center.onnx", model)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU()).train()
+    model = _torch_export(
+        net,
+        (torch.randn(2, 3, 8, 8),),
+        ["x"],
+        ["y"],
+        dynamo=False,
+        opset_version=17,
+        training=torch.onnx.TrainingMode.TRAINING,
+        do_constant_folding=False,
+        dynamic_axes={"x": {0: "N"}, "y": {0: "N"}},
+    )
+    save("torch", "batchnorm_training.onnx", model)
+
+    # float16 and double through and through, at a static batch 1
+    mlp = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3)).eval()
+    model = _torch_export(
+        mlp.double(), (torch.randn(1, 8, dtype=torch.float64),), ["x"], ["y"], dynamo=False, opset_version=17
+    )
+    save("torch", "mlp_double_b1.onnx", model)
+    mlp = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3)).eval()
+    model = _torch_export(
+        mlp.half(), (torch.randn(1, 8, dtype=torch.float16),), ["x"], ["y"], dynamo=False, opset_version=17
+    )
+    save("torch", "mlp_fp16_b1.onnx", model)
+
+    class HalfIO(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3, padding=1)
+            self.head = nn.Linear(4 * 8 * 8, 5)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            hidden = torch.relu(self.conv(x.float()))
+            return self.head(hidden.reshape(1, -1)).half()
+
+    model = _torch_export(
+        HalfIO().eval(), (torch.randn(1, 3, 8, 8).half(),), ["x"], ["y"], dynamo=False, opset_version=17
+    )
+    save("torch", "cnn_fp16_io_b1.onnx", model)
+
+    class Pool(nn.Module):  # advanced indexing by arange(B) at batch 1: the exporters fold it into a constant [0]
+        def __init__(self, flat: bool) -> None:
+            super().__init__()
+            self.lin, self.flat = nn.Linear(16, 8), flat
+
+        def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+            hidden = self.lin(x)
+            batch, steps = hidden.shape[0], hidden.shape[1]
+            if self.flat:
+                return hidden.reshape(batch * steps, 8)[torch.arange(batch) * steps + lengths - 1]
+            return hidden[torch.arange(batch), lengths - 1]
+
+    example = (torch.randn(1, 5, 16), torch.tensor([3]))
+    for (stem, flat), dynamo in itertools.product((("arange_pool", False), ("arange_flat", True)), (False, True)):
+        made = _torch_export(Pool(flat).eval(), example, ["x", "lengths"], ["y"], dynamo=dynamo)
+        save("torch", f"{stem}_{'dynamo' if dynamo else 'ts'}.onnx", made)
+
+    class Recurrent(nn.Module):  # torch.zeros(1, B, H) as the GRU's first state: dynamo folds it at batch 1
+        def __init__(self) -> None:
+            super().__init__()
+            self.gru = nn.GRU(8, 6, batch_first=True)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            output, _ = self.gru(x, torch.zeros(1, x.shape[0], 6))
+            return output[:, -1]
+
+    for dynamo in (False, True):
+        made = _torch_export(Recurrent().eval(), (torch.randn(1, 5, 8),), ["x"], ["y"], dynamo=dynamo)
+        save("torch", f"gru_zeros_state_{'dynamo' if dynamo else 'ts'}.onnx", made)
