@@ -152,8 +152,8 @@ def _missing_files(
             target = Path(os.path.normpath(folder / relative))  # the path the step opens (StepContext.resolve)
             if not os.path.lexists(target) or not target.exists():
                 message = (
-                    f"{relative} does not exist (resolved to {target.resolve()}); paths in a spec are "
-                    f"relative to the spec's folder"
+                    f"{relative} does not exist (resolved to {target.resolve()}){_files_like(target)}; paths in a "
+                    f"spec are relative to the spec's folder"
                 )
             else:
                 refused = read_problem(root, target)  # checked as it is read: 'link/..' means one thing
@@ -162,6 +162,15 @@ def _missing_files(
                 message, hint = f"{relative} {refused}", ROOT_HINT if not root.holds(target) else None
             problems.append(SpecProblem(location(document, step, key), message, hint))
     return problems
+
+
+def _files_like(target: Path) -> str:
+    """`` (did you mean 'x.npy'?)``: the files beside ``target`` named most like it."""
+    try:
+        names = [entry.name for entry in os.scandir(target.parent)] if target.parent.is_dir() else []
+    except OSError:
+        return ""
+    return did_you_mean(target.name, names)
 
 
 def _key_of(params: Any, value: str, key: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:

@@ -99,9 +99,20 @@ def _branches_of_the_right_type(errors: Iterable[ValidationError]) -> list[Valid
     """The errors of the anyOf/oneOf branches whose type the value has (``0`` breaks the integer branch's
     minimum: say that, not that it is not a string); all of them when no branch has its type."""
     errors = list(errors)
-    wrong = {e.relative_schema_path[0] for e in errors if not e.relative_path and e.validator == "type"}
+    wrong = {e.relative_schema_path[0] for e in errors if not e.relative_path and _of_another_type(e)}
     right = [e for e in errors if e.relative_schema_path[0] not in wrong]
     return right or errors
+
+
+def _of_another_type(error: ValidationError) -> bool:
+    """The branch wants another type: by ``type``, or by a ``const``/``enum`` of other types only
+    (``{rtol: 1, atoll: 2}`` against ``skip | {rtol, atol}``: the object branch is the one meant)."""
+    if error.validator == "type":
+        return True
+    allowed = [error.validator_value] if error.validator == "const" else error.validator_value
+    if error.validator not in ("const", "enum") or not isinstance(allowed, list):
+        return False
+    return not any(type(value) is type(error.instance) for value in allowed)
 
 
 def _short_message(error: ValidationError) -> str:
