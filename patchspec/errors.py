@@ -260,6 +260,23 @@ def problems_of(error: PatchspecError) -> list[SpecProblem]:
     return [SpecProblem(error.where or SpecLocation(), error.detail, error.hint, plugin_traceback=traceback)]
 
 
+def sorted_problems(errors: Iterable[PatchspecError]) -> list[tuple[int, SpecProblem]]:
+    """Every problem of ``errors`` with the exit code of its kind, by line (the unlocated first)."""
+    found = [(error.exit_code, problem) for error in errors for problem in problems_of(error)]
+    return sorted(found, key=lambda item: item[1].order())
+
+
+def combined(errors: list[PatchspecError]) -> PatchspecError:
+    """Mistakes of several kinds as one error: every problem, sorted by line, and one exit code
+    (:func:`exit_code_of_all`); the one error itself when there is one."""
+    if len(errors) == 1:
+        return errors[0]
+    error = PatchspecError("\n".join(str(problem) for _, problem in sorted_problems(errors)))
+    error.exit_code = exit_code_of_all(errors)
+    error.plugin_tracebacks = tuple(dict.fromkeys(t for e in errors for t in e.plugin_tracebacks))
+    return error
+
+
 class ModelFileError(PatchspecError):
     """A file cannot be used: input missing/corrupt/too new, bad external data, output unwritable."""
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from patchspec.commands.context import State, limit_option, root_option
-from patchspec.errors import PatchspecError, SpecError, SpecProblem, UsageError, exit_code_of_all, problems_of
+from patchspec.errors import PatchspecError, SpecError, SpecProblem, UsageError, exit_code_of_all, sorted_problems
 
 if TYPE_CHECKING:  # imported where used: `validate --help` stays fast
     from patchspec.host.registry import PluginRegistry
@@ -45,7 +45,7 @@ def validate(state: State, specs: tuple[Path, ...], as_json: bool, no_model: boo
     found = [error for _, errors in checked for error in errors]
     if as_json:
         results = [
-            {"spec": str(path), "ok": not errors, "problems": [_problem_json(c, p) for c, p in _sorted(errors)]}
+            {"spec": str(path), "ok": not errors, "problems": [_problem_json(c, p) for c, p in sorted_problems(errors)]}
             for path, errors in checked
         ]
         state.reporter.output(json.dumps({"specs": results}, indent=2))
@@ -56,7 +56,7 @@ def validate(state: State, specs: tuple[Path, ...], as_json: bool, no_model: boo
         if not errors:
             state.echo(f"{path}: ok")
     if found:  # every spec's problems, each spec's sorted by line, with the exit code of their kinds
-        error = UsageError("\n".join(str(problem) for _, errors in checked for _, problem in _sorted(errors)))
+        error = UsageError("\n".join(str(problem) for _, errors in checked for _, problem in sorted_problems(errors)))
         error.exit_code = exit_code_of_all(found)
         error.plugin_tracebacks = tuple(dict.fromkeys(t for p in found for t in p.plugin_tracebacks))
         raise error
@@ -82,12 +82,6 @@ def check_spec(path: Path, registry: PluginRegistry, root: Path | None, *, with_
         engine = Engine(registry, Reporter.to(lambda _: None), root=root)
         errors += model_problems(engine, spec, reading.left_out)
     return errors
-
-
-def _sorted(errors: list[PatchspecError]) -> list[tuple[int, SpecProblem]]:
-    """Each error's problems with its exit code, by line (the unlocated first: about the whole file)."""
-    found = [(error.exit_code, problem) for error in errors for problem in problems_of(error)]
-    return sorted(found, key=lambda item: item[1].order())
 
 
 def _problem_json(exit_code: int, problem: SpecProblem) -> dict[str, Any]:
