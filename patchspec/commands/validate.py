@@ -45,7 +45,11 @@ def validate(state: State, specs: tuple[Path, ...], as_json: bool, no_model: boo
     found = [error for _, errors in checked for error in errors]
     if as_json:
         results = [
-            {"spec": str(path), "ok": not errors, "problems": [_problem_json(c, p) for c, p in sorted_problems(errors)]}
+            {
+                "spec": str(path),
+                "ok": not errors,
+                "problems": [_problem_json(path, c, p) for c, p in sorted_problems(errors)],
+            }
             for path, errors in checked
         ]
         state.reporter.output(json.dumps({"specs": results}, indent=2))
@@ -80,10 +84,11 @@ def check_spec(path: Path, registry: PluginRegistry, root: Path | None, *, with_
         from patchspec.run.reporter import Reporter
 
         engine = Engine(registry, Reporter.to(lambda _: None), root=root)
-        errors += model_problems(engine, spec, reading.left_out)
+        errors += model_problems(engine, spec, reading.left_out, reading.invalid)
     return errors
 
 
-def _problem_json(exit_code: int, problem: SpecProblem) -> dict[str, Any]:
-    """A problem as ``validate --json`` gives it: its fields and the exit code of its kind."""
-    return {**problem.to_json(), "exit_code": exit_code}
+def _problem_json(path: Path, exit_code: int, problem: SpecProblem) -> dict[str, Any]:
+    """A problem as ``validate --json`` gives it: its fields (the spec's file where it names no place)
+    and the exit code of its kind."""
+    return {**problem.to_json(), "file": problem.file or str(path), "exit_code": exit_code}

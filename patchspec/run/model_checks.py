@@ -9,23 +9,26 @@ left-out patch would have changed says so in its hint.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import replace
 
 import onnx
 
-from patchspec.errors import PatchspecError, SpecError, SpecProblem
+from patchspec.errors import PatchspecError, PluginError, SpecError, SpecProblem
 from patchspec.model.graph import sync_initializer_inputs
 from patchspec.plugin.contract import PatchContext, RunState
 from patchspec.run.engine import Engine
 from patchspec.spec.steps import Spec, Step
 
 
-def model_problems(engine: Engine, spec: Spec, left_out: Sequence[tuple[int, str]] = ()) -> list[PatchspecError]:
+def model_problems(
+    engine: Engine, spec: Spec, left_out: Sequence[tuple[int, str]] = (), invalid: Set[str] = frozenset()
+) -> list[PatchspecError]:
     """Every problem ``spec``'s steps have with its model, as errors of their kinds: the model unusable
     (exit 3), names the model lacks (spec errors, exit 2), a patch that cannot apply (exit 4), a
     plugin's fault (exit 5). ``left_out``: the patches (index, label) the loader found invalid,
-    checked but not applied."""
+    checked but not applied; ``invalid``: the labels of steps whose static checks failed (a fault of
+    their ``check_model`` is not reported: the plugin was handed params it had refused)."""
     try:
         loaded = engine.load_input(spec)
     except PatchspecError as exc:
@@ -33,14 +36,16 @@ def model_problems(engine: Engine, spec: Spec, left_out: Sequence[tuple[int, str
     model = onnx.ModelProto()
     model.CopyFrom(loaded.model)
     state = RunState()  # one per run, as in apply: the patches of this spec share it
-    invalid = dict(left_out)
+    not_applied = dict(left_out)
     skipped: list[str] = []  # the patches before the step checked that were not applied
     found: list[PatchspecError] = []
     problems: list[SpecProblem] = []
     for step in spec.patches:
-        skipped += [label for index, label in sorted(invalid.items()) if index < step.index and label not in skipped]
-        step_problems = _checked(engine, spec, step, model, skipped)
-        if step_problems or step.index in invalid:
+        skipped += [
+            label for index, label in sorted(not_applied.items()) if index < step.index and label not in skipped
+        ]
+        step_problems = _checked(engine, spec, step, model, skipped, invalid)
+        if step_problems or step.index in not_applied:
             problems += step_problems
             skipped.append(step.label)
             continue
@@ -59,18 +64,26 @@ def model_problems(engine: Engine, spec: Spec, left_out: Sequence[tuple[int, str
             continue
         sync_initializer_inputs(trial, before)  # IR < 4: a new initializer must be a graph input too
         model = trial
-    skipped += [label for _, label in sorted(invalid.items()) if label not in skipped]
+    skipped += [label for _, label in sorted(not_applied.items()) if label not in skipped]
     for step in spec.verify:
-        problems += _checked(engine, spec, step, model, skipped)
+        problems += _checked(engine, spec, step, model, skipped, invalid)
     if problems:
         found.append(SpecError(problems))
     return found
 
 
-def _checked(engine: Engine, spec: Spec, step: Step, model: onnx.ModelProto, skipped: list[str]) -> list[SpecProblem]:
+def _checked(
+    engine: Engine, spec: Spec, step: Step, model: onnx.ModelProto, skipped: list[str], invalid: Set[str]
+) -> list[SpecProblem]:
     """``step``'s problems with ``model``, each saying which left-out patches the model lacks."""
     guard = engine.registry.guard(step.kind, step.type_name, spec.locate(step))
-    problems = [spec.problem(step, key, message) for key, message in guard.check_model(step.params, model)]
+    try:
+        found = guard.check_model(step.params, model)
+    except PluginError:
+        if step.label in invalid:  # params its own checks refused: their problems are said already
+            return []
+        raise
+    problems = [spec.problem(step, key, message) for key, message in found]
     if skipped:
         problems = [replace(problem, hint=_after_left_out(problem.hint, skipped)) for problem in problems]
     return problems

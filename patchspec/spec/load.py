@@ -58,11 +58,13 @@ class SpecReading:
     """What reading a spec found, all of it at once: every problem, and the spec with the steps whose
     params passed their schema (``None`` when the envelope names no model or output), so that the
     checks that need the model still run on the parts that were valid. ``left_out``: the patches
-    (index, label) that must not be applied: invalid, or of an unknown type."""
+    (index, label) that must not be applied: invalid, or of an unknown type; ``invalid``: the labels
+    of every step in ``spec`` whose plugin's own static checks found a problem."""
 
     spec: Spec | None
     problems: tuple[SpecProblem, ...]
     left_out: tuple[tuple[int, str], ...] = ()
+    invalid: frozenset[str] = frozenset()
 
 
 def load_spec(path: Path | str, registry: Catalog, *, text: str | None = None, root: Path | None = None) -> Spec:
@@ -97,7 +99,7 @@ def read_spec(path: Path | str, registry: Catalog, *, text: str | None = None, r
         check = registry.verifiers.get("check")
         verify = (Step(StepKind.VERIFIER, 0, "check", apply_defaults(check.params_schema, {}) if check else {}),)
     if not all(isinstance(data.get(key), str) and data[key] for key in ("model", "output")):
-        return SpecReading(None, tuple(problems), tuple(left_out))
+        return SpecReading(None, tuple(problems), tuple(left_out), frozenset(label for _, label in left_out + invalid))
     folder = Path(os.path.abspath(path)).parent  # as named, links not followed (a Bazel sandbox links the spec)
     output = Path(
         os.path.normpath(folder / data["output"])
@@ -106,7 +108,8 @@ def read_spec(path: Path | str, registry: Catalog, *, text: str | None = None, r
     # found next to that name, as in a Hugging Face cache, where snapshots/<rev>/model.onnx and its
     # data are each a link into blobs/; the data policy then checks where the links lead
     model = Path(os.path.normpath(folder / data["model"]))
-    return SpecReading(Spec(path, document, model, output, patches, verify), tuple(problems), tuple(left_out))
+    spec = Spec(path, document, model, output, patches, verify)
+    return SpecReading(spec, tuple(problems), tuple(left_out), frozenset(label for _, label in left_out + invalid))
 
 
 def apply_defaults(schema: dict[str, Any], value: Any) -> Any:

@@ -150,3 +150,40 @@ def test_plan_says_every_step_s_problem_with_the_model_at_once(tmp_path: Path, r
     assert result.exit_code == EXIT_INVALID_SPEC, result.output
     found = [line.split(": ")[0].rsplit(":", 2)[1] for line in result.stderr.splitlines() if line.startswith(str(path))]
     assert found == ["5", "6", "10", "10"], result.stderr  # set_batch's name, the patch, the case (twice)
+
+
+def test_a_step_its_own_checks_refused_is_not_blamed_for_a_fault_on_those_params(tmp_path: Path) -> None:
+    import types
+
+    from patchspec import Verifier, VerifyResult, hookimpl
+    from patchspec.testing import run_spec
+
+    class PickyVerifier(Verifier[dict[str, Any]]):
+        name = "picky.check"
+        description = "refuses 'odd'"
+        params_schema = {
+            "type": "object",
+            "properties": {"mode": {"type": "string", "description": "odd or even"}},
+            "additionalProperties": False,
+        }
+
+        def check_params(self, params: dict[str, Any]) -> Any:
+            if params.get("mode") == "odd":
+                yield ("mode",), "mode 'odd' is not supported"
+
+        def check_model(self, params: dict[str, Any], model: Any) -> Any:
+            return iter([{"even": ()}[params["mode"]]])  # a KeyError on what check_params refused
+
+        def verify(self, params: dict[str, Any], context: Any) -> VerifyResult:
+            return VerifyResult("passed", "ok")
+
+    plugin = types.ModuleType("picky")
+    plugin.register_verifiers = hookimpl(lambda register: register(PickyVerifier))  # type: ignore[attr-defined]
+    node = onnx.helper.make_node("Relu", ["x"], ["y"])
+    model = graph_model([node], [tensor_info("x", ["N", 4])], [tensor_info("y", ["N", 4])])
+    run = run_spec(
+        tmp_path, "patches: []\nverify:\n  - picky.check: {mode: odd}\n", model, plugins=[plugin], command="validate"
+    )
+    assert run.exit_code == EXIT_INVALID_SPEC, run.output
+    assert "verify[0] (picky.check) > mode: mode 'odd' is not supported" in run.stderr
+    assert "bug" not in run.stderr
