@@ -268,8 +268,8 @@ def _steps(
         guard = registry.guard(kind, type_name, locate(document, step))  # a fault in its code is the plugin's
         for error in guard.schema_errors(params):
             problems.extend(param_problems(document, step, error, cls_.params_schema, cls_.shorthand))
-        if len(problems) > before:  # params the schema refuses: nothing more can be checked
-            left_out.append((index, step.label))
+        if len(problems) > before or any(control_characters(params)):  # refused: nothing more can be checked
+            left_out.append((index, step.label))  # (a control character was reported with the spec's own)
             continue
         problems.extend(SpecProblem(location(document, step, tuple(key)), m) for key, m in guard.check_params(params))
         if len(problems) > before:

@@ -53,3 +53,19 @@ def test_a_bad_value_in_a_const_branch_still_says_what_the_const_wants(tmp_path:
     result = run_cli("validate", "--no-model", path)
     assert result.exit_code == 2, result.output
     assert "compare.outputs.y: expected 'skip', got 'skpi'" in result.stderr
+
+
+def test_a_step_with_a_control_character_is_refused_once_and_not_checked_further(
+    tmp_path: Path, run_cli: RunCli
+) -> None:
+    import onnx
+
+    from helpers import graph_model, tensor_info
+
+    node = onnx.helper.make_node("Relu", ["x"], ["y"])
+    onnx.save(graph_model([node], [tensor_info("x", ["N", 4])], [tensor_info("y", ["N", 4])]), str(tmp_path / "m.onnx"))
+    path = write_spec(tmp_path, HEAD + '  - run: {cases: [{inputs: {x: {file: "a\\0b.npy"}}}]}\n')
+    result = run_cli("validate", path)
+    assert result.exit_code == 2, result.output
+    assert "verify[0] (run) > cases.0.inputs.x.file: contains the control character" in result.stderr
+    assert len([line for line in result.stderr.splitlines() if line.startswith(str(path))]) == 1, result.stderr
