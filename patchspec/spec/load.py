@@ -98,18 +98,18 @@ def read_spec(path: Path | str, registry: Catalog, *, text: str | None = None, r
     if "verify" not in data:
         check = registry.verifiers.get("check")
         verify = (Step(StepKind.VERIFIER, 0, "check", apply_defaults(check.params_schema, {}) if check else {}),)
+    refused = frozenset(label for _, label in left_out + invalid)
     if not all(isinstance(data.get(key), str) and data[key] for key in ("model", "output")):
-        return SpecReading(None, tuple(problems), tuple(left_out), frozenset(label for _, label in left_out + invalid))
+        return SpecReading(None, tuple(problems), tuple(left_out), refused)
     folder = Path(os.path.abspath(path)).parent  # as named, links not followed (a Bazel sandbox links the spec)
-    output = Path(
-        os.path.normpath(folder / data["output"])
-    )  # a symlink at the output is replaced, never written through
+    # a symlink at the output is replaced, never written through
+    output = Path(os.path.normpath(folder / data["output"]))
     # the model keeps the path the spec names (normalised, symlinks not followed): its data files are
     # found next to that name, as in a Hugging Face cache, where snapshots/<rev>/model.onnx and its
     # data are each a link into blobs/; the data policy then checks where the links lead
     model = Path(os.path.normpath(folder / data["model"]))
     spec = Spec(path, document, model, output, patches, verify)
-    return SpecReading(spec, tuple(problems), tuple(left_out), frozenset(label for _, label in left_out + invalid))
+    return SpecReading(spec, tuple(problems), tuple(left_out), refused)
 
 
 def apply_defaults(schema: dict[str, Any], value: Any) -> Any:
