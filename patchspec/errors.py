@@ -166,11 +166,6 @@ class UsageError(PatchspecError):
     exit_code = EXIT_INVALID_SPEC
 
 
-def step_where(label: str, key: Iterable[Any] = ()) -> str:
-    """A place in a spec as messages name it: ``patches[1] (rename_dims) > axes.2``."""
-    return SpecLocation(label=label, key=tuple(key)).place
-
-
 @dataclass(frozen=True)
 class SpecProblem:
     """One located problem in a spec file: ``file:line:col: where: message``."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from patchspec.errors import PatchError, SpecLocation, SpecProblem, Where, step_where
+from patchspec.errors import PatchError, SpecLocation, SpecProblem, Where
 from patchspec.spec.catalog import StepKind
 from patchspec.spec.steps import Step
 
@@ -13,7 +13,7 @@ def test_a_place_in_a_step_and_one_in_the_spec_s_own_keys() -> None:
     assert str(SpecLocation("s.yaml", 7, 1, "", ("patches", 0, "set_batch"))) == "s.yaml:7:1: patches[0].set_batch"
     assert str(SpecLocation("s.yaml")) == "s.yaml"
     assert str(in_step.inside("x")) == "s.yaml:5:9: patches[1] (rename_dims) > axes.2.x"
-    assert step_where("verify[0] (run)", ("cases", 0)) == "verify[0] (run) > cases.0"
+    assert SpecLocation(label="verify[0] (run)", key=("cases", 0)).place == "verify[0] (run) > cases.0"
     assert Where is SpecLocation and in_step.step == in_step.label
 
 
