@@ -8,7 +8,7 @@ expected, what was found, where, and what to do next). The CLI prints ``str(erro
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 EXIT_OK = 0
@@ -21,35 +21,67 @@ EXIT_INTERNAL = 5
 EXIT_STALE = 6
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
+#: the exit code of mistakes of several kinds found at once (``validate``): a bug first (the rest may
+#: follow from it), then the kinds in the order ``apply`` meets them: the spec, a file, a patch
+EXIT_PRECEDENCE = (EXIT_INTERNAL, EXIT_INVALID_SPEC, EXIT_BAD_FILE, EXIT_PATCH_FAILED, EXIT_VERIFY_FAILED)
 
 
 @dataclass(frozen=True)
-class Where:
-    """The place in a spec an error points at: file, line and column, the step, the key inside it.
+class SpecLocation:
+    """A place in a spec: the one type for it, with the one formatter.
 
-    ``str(where)`` is ``spec.yaml:5:9: patches[1] (rename_dims) > axes.2``; ``to_json()`` the fields.
+    ``file``, ``line`` and ``column`` (1-based; 0 when unknown); ``label`` the step
+    (``patches[1] (rename_dims)``, empty for the spec's own keys); ``key`` the path inside the step's
+    params (``("axes", 2)``), or, without a step, the path in the document (``("patches", 0)``).
+    ``str(location)`` is ``spec.yaml:5:9: patches[1] (rename_dims) > axes.2`` (``spec.yaml:7:1:
+    patches[0]`` without a step); ``to_json()`` the fields.
     """
 
-    file: str
-    line: int
-    column: int
-    step: str = ""  # "patches[1] (rename_dims)"; empty for the spec's own keys
+    file: str = ""
+    line: int = 0
+    column: int = 0
+    label: str = ""
     key: tuple[Any, ...] = ()
 
+    @property
+    def step(self) -> str:
+        """The step's label (the name this field had when the type was called ``Where``)."""
+        return self.label
+
+    @property
+    def position(self) -> str:
+        """``file:line:col``, or the file alone when the line is unknown."""
+        return f"{self.file}:{self.line}:{self.column}" if self.line else self.file
+
+    @property
+    def place(self) -> str:
+        """What is there, by meaning: ``patches[1] (rename_dims) > axes.2``, or ``patches[0].set_batch``."""
+        if self.label:
+            return self.label + (" > " + ".".join(str(k) for k in self.key) if self.key else "")
+        return "".join(f"[{k}]" if isinstance(k, int) else (f".{k}" if i else str(k)) for i, k in enumerate(self.key))
+
     def __str__(self) -> str:
-        place = f"{self.file}:{self.line}:{self.column}" if self.line else self.file
-        label = step_where(self.step, self.key) if self.step else ""
-        return ": ".join(part for part in (place, label) if part)
+        from patchspec.printable import escape_controls
+
+        return ": ".join(part for part in (self.position, escape_controls(self.place)) if part)
+
+    def inside(self, *key: Any) -> SpecLocation:
+        """The place of ``key`` inside this one (same position: the caller knows no better)."""
+        return replace(self, key=self.key + key)
 
     def to_json(self) -> dict[str, Any]:
-        return {"file": self.file, "line": self.line, "column": self.column, "step": self.step, "key": list(self.key)}
+        return {"file": self.file, "line": self.line, "column": self.column, "step": self.label, "key": list(self.key)}
+
+
+#: the name ``SpecLocation`` had before plugin API 1.5 (``StepContext.location()`` returns one)
+Where = SpecLocation
 
 
 class PatchspecError(Exception):
     """Base class: a failure patchspec explains to the user.
 
     Errors are data (since plugin API 1.2): ``detail`` is what went wrong, ``where`` the place in the
-    spec (a :class:`Where`, or None), ``key`` the key path inside the step, ``node`` the graph node
+    spec (a :class:`SpecLocation`, or None), ``key`` the key path inside the step, ``node`` the graph node
     it concerns, ``hint`` what to do. ``message`` is the one line ``where: detail`` the reporter
     prints, and ``to_json()`` gives every field for ``--json`` and ``--report``.
     """
@@ -64,7 +96,7 @@ class PatchspecError(Exception):
         message: str,
         hint: str | None = None,
         *,
-        where: Where | None = None,
+        where: SpecLocation | None = None,
         key: tuple[Any, ...] = (),
         node: str | None = None,
     ) -> None:
@@ -114,14 +146,14 @@ class VerifierFailed(PatchspecError):
 
     def __init__(
         self,
-        where: str | Where,
+        where: str | SpecLocation,
         summary: str,
         key: tuple[Any, ...] = (),
         hint: str | None = None,
         *,
         node: str | None = None,
     ) -> None:
-        if isinstance(where, Where):
+        if isinstance(where, SpecLocation):
             super().__init__(summary, hint, where=where, key=key, node=node)
         else:  # a place already written out (1.1)
             super().__init__(f"{where}: {summary}", hint, key=key, node=node)
@@ -134,47 +166,56 @@ class UsageError(PatchspecError):
     exit_code = EXIT_INVALID_SPEC
 
 
-def step_where(label: str, key: Iterable[Any] = ()) -> str:
-    """A place in a spec as messages name it: ``patches[1] (rename_dims) > axes.2``."""
-    key = tuple(key)
-    return label + (" > " + ".".join(str(k) for k in key) if key else "")
-
-
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class SpecProblem:
     """One located problem in a spec file: ``file:line:col: where: message``."""
 
-    line: int
-    column: int
-    where: str
+    location: SpecLocation
     message: str
     hint: str | None = None
-    file: str = ""
     #: the traceback of the plugin behind the problem (one that failed to load), shown with ``-v``
     plugin_traceback: str | None = field(default=None, compare=False)
-    #: the key path inside the step's params (``("axes", 2)``), as data
-    key: tuple[Any, ...] = field(default=(), compare=False)
+
+    @property
+    def file(self) -> str:
+        return self.location.file
+
+    @property
+    def line(self) -> int:
+        return self.location.line
+
+    @property
+    def column(self) -> int:
+        return self.location.column
+
+    @property
+    def where(self) -> str:
+        """The place by meaning: ``patches[1] (rename_dims) > axes.2``."""
+        return self.location.place
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        return self.location.key
+
+    def order(self) -> tuple[int, int, str, str]:
+        """Problems are listed by position in the file, then by place and message."""
+        return (self.line, self.column, self.where, self.message)
 
     def __str__(self) -> str:
-        from patchspec.printable import escape_controls
-
-        place = f"{self.file}:{self.line}:{self.column}" if self.line else self.file
-        parts = [part for part in (place, escape_controls(self.where), self.message) if part]
-        text = ": ".join(parts)
+        text = ": ".join(part for part in (str(self.location), self.message) if part)
         if self.hint:
             text += f"\n  hint: {self.hint}"
         return text
 
     def to_json(self) -> dict[str, Any]:
         """The problem's fields, for ``validate --json`` and ``--report``: ``where`` the step
-        (``patches[0] (set_batch)``), ``key`` the path inside its params (``["axes", 2]``)."""
-        suffix = step_where("", self.key)
-        step = self.where[: -len(suffix)] if suffix and self.where.endswith(suffix) else self.where
+        (``patches[0] (set_batch)``), ``key`` the path inside its params (``["axes", 2]``); for the
+        spec's own keys, ``where`` the place (``patches[0]``) and ``key`` its path (``["patches", 0]``)."""
         return {
             "file": self.file,
             "line": self.line,
             "column": self.column,
-            "where": step,
+            "where": self.location.label or self.location.place,
             "key": list(self.key),
             "message": self.message,
             "hint": self.hint,
@@ -188,8 +229,8 @@ class SpecError(PatchspecError):
 
     def __init__(self, problems: list[SpecProblem] | str, hint: str | None = None) -> None:
         if isinstance(problems, str):
-            problems = [SpecProblem(0, 0, "", problems, hint)]
-        self.problems = sorted(problems)
+            problems = [SpecProblem(SpecLocation(), problems, hint)]
+        self.problems = sorted(dict.fromkeys(problems), key=SpecProblem.order)  # each once, by position
         super().__init__("\n".join(str(p) for p in self.problems))
         self.plugin_tracebacks = tuple(dict.fromkeys(p.plugin_traceback for p in self.problems if p.plugin_traceback))
 
@@ -198,6 +239,37 @@ class SpecError(PatchspecError):
 
     def to_json(self) -> dict[str, Any]:
         return {**super().to_json(), "problems": [problem.to_json() for problem in self.problems]}
+
+
+def exit_code_of_all(errors: Iterable[PatchspecError]) -> int:
+    """The one exit code for ``errors`` of several kinds, by :data:`EXIT_PRECEDENCE` (0 for none)."""
+    codes = {error.exit_code for error in errors}
+    return next((code for code in EXIT_PRECEDENCE if code in codes), max(codes, default=EXIT_OK))
+
+
+def problems_of(error: PatchspecError) -> list[SpecProblem]:
+    """``error`` as located problems: a spec error's each, or the one error at its place."""
+    if isinstance(error, SpecError):
+        return list(error.problems)
+    traceback = error.plugin_tracebacks[0] if error.plugin_tracebacks else None
+    return [SpecProblem(error.where or SpecLocation(), error.detail, error.hint, plugin_traceback=traceback)]
+
+
+def sorted_problems(errors: Iterable[PatchspecError]) -> list[tuple[int, SpecProblem]]:
+    """Every problem of ``errors`` with the exit code of its kind, by line (the unlocated first)."""
+    found = [(error.exit_code, problem) for error in errors for problem in problems_of(error)]
+    return sorted(found, key=lambda item: item[1].order())
+
+
+def combined(errors: list[PatchspecError]) -> PatchspecError:
+    """Mistakes of several kinds as one error: every problem, sorted by line, and one exit code
+    (:func:`exit_code_of_all`); the one error itself when there is one."""
+    if len(errors) == 1:
+        return errors[0]
+    error = PatchspecError("\n".join(str(problem) for _, problem in sorted_problems(errors)))
+    error.exit_code = exit_code_of_all(errors)
+    error.plugin_tracebacks = tuple(dict.fromkeys(t for e in errors for t in e.plugin_tracebacks))
+    return error
 
 
 class ModelFileError(PatchspecError):

@@ -58,8 +58,11 @@ def parse(given: tuple[str, ...]) -> Limits:
         name, _, text = item.partition("=")
         name = name.strip().replace("-", "_")
         if name not in names or not text:
-            known = ", ".join(sorted(n.replace("_", "-") for n in names))
-            raise ValueError(f"{item!r}: give NAME=VALUE with NAME one of {known}")
+            from patchspec.errors import did_you_mean
+
+            known = sorted(n.replace("_", "-") for n in names)
+            near = did_you_mean(name.replace("_", "-"), known) if text else ""
+            raise ValueError(f"{item!r}: give NAME=VALUE with NAME one of {', '.join(known)}{near}")
         try:
             value: float | int = float(text) if names[name] in (float, "float") else int(text)
         except ValueError:

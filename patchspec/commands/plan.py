@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from patchspec.commands.context import State, limit_option, root_option, verbosity_options
+from patchspec.errors import PatchError, SpecError, combined
 
 
 @click.command()
@@ -31,6 +32,14 @@ def plan(
     registry = state.registry()
     spec = load_spec(spec_path, registry, root=root)
     engine = Engine(registry, Reporter.to(lambda _: None) if as_json else state.reporter, root=root)
-    report = engine.plan(spec, model)
+    try:
+        report = engine.plan(spec, model)
+    except (SpecError, PatchError) as exc:
+        if model is not None:
+            raise
+        # the first step's problems stop the plan: find every step's, as validate does, and say them all
+        from patchspec.run.model_checks import model_problems
+
+        raise combined(model_problems(engine, spec) or [exc]) from None
     if as_json:
         state.reporter.output(json.dumps(report.to_json(), indent=2))

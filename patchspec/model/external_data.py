@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from patchspec.errors import ModelFileError, close_matches
+from patchspec.errors import ModelFileError, did_you_mean
 from patchspec.model.data_names import ORT_MEMORY_MARKER
 from patchspec.model.graph import subgraphs
 
@@ -319,12 +319,7 @@ def _missing_message(path: Path, location: str, where: str, model_dir: Path) -> 
         return f"{where}: external data '{location}' is a symbolic link to {os.readlink(path)}, which does not exist"
     folder = path.parent
     names = [p.name for p in folder.iterdir() if not p.name.endswith(".onnx")] if folder.is_dir() else []
-    similar = close_matches(path.name, names, limit=5)
-    found = (
-        "; similar files there: " + ", ".join(repr(n) for n in similar)
-        if similar
-        else "; no similarly named file there"
-    )
+    found = did_you_mean(path.name, names, limit=5) or "; no similarly named file there"
     if not folder.is_dir():
         found = f"; the folder {folder} does not exist"
     return f"{where}: external data file '{location}' not found in {folder}{found}"

@@ -22,7 +22,7 @@ from typing import Any, NoReturn, Protocol
 
 import onnx
 
-from patchspec.errors import close_matches
+from patchspec.errors import did_you_mean
 from patchspec.model.graph import bodies, subgraphs
 from patchspec.model.selector_schema import (
     DEFAULT_EXPECT,
@@ -226,13 +226,9 @@ def _start_tensors(value: str | list[str], index: GraphIndex, context: FailConte
         ids = index.tensor_ids(name)
         if not ids:
             where = key + (position,) if isinstance(value, list) else key
-            similar = close_matches(name, index.all_tensor_names(), 5)
-            hint = (
-                ("close matches: " + ", ".join(repr(s) for s in similar))
-                if similar
-                else "'patchspec inspect MODEL' lists the model's tensors"
-            )
-            context.fail(f"tensor {name!r} named in '{key[-1]}' is not in the model", key=where, hint=hint)
+            near = did_you_mean(name, index.all_tensor_names(), 5)
+            hint = "'patchspec inspect MODEL' lists the model's tensors"
+            context.fail(f"tensor {name!r} named in '{key[-1]}' is not in the model{near}", key=where, hint=hint)
         found.extend(ids)
     return found
 
@@ -254,11 +250,34 @@ def _count_mismatch(
     noun = "node" if len(chosen) == 1 else "nodes"
     msg = f"selector {describe_selector(selector)} matched {len(chosen)} {noun}, expected {wanted}{found}"
     hint = (
-        _narrowing_hint(candidates, tests)
+        "; ".join([*_unknown_names(selector, candidates, index), _narrowing_hint(candidates, tests)])
         if len(chosen) < minimum
         else "tighten the selector, or set 'expect' to the count this model should have"
     )
     context.fail(msg, key=key, hint=hint)
+
+
+#: what each pattern field is matched against, for a "did you mean" from the nodes in scope
+_NAMES_OF: dict[str, Callable[[onnx.NodeProto], Iterable[str]]] = {
+    "op_type": lambda node: [node.op_type],
+    "name": lambda node: [node.name],
+    "domain": lambda node: ["" if node.domain == "ai.onnx" else node.domain],
+    "consumes": lambda node: node.input,
+    "produces": lambda node: node.output,
+}
+
+
+def _unknown_names(selector: dict[str, Any], candidates: list[int], index: GraphIndex) -> list[str]:
+    """Each plain name (no glob, no ``re:``) a pattern field gives that no node in scope has, with the
+    closest ones it does have: ``op_type 'Conv2d' is on no node in scope (did you mean 'Conv'?)``."""
+    said = []
+    for field, names_of in _NAMES_OF.items():
+        values = selector.get(field)
+        plain = [v for v in (values if isinstance(values, list) else [values]) if isinstance(v, str)]
+        plain = [v for v in plain if not v.startswith("re:") and not any(c in v for c in "*?[")]
+        known = {name for i in candidates for name in names_of(index.nodes[i].node) if name}
+        said += [f"{field} '{v}' is on no node in scope{did_you_mean(v, known)}" for v in plain if v not in known]
+    return said
 
 
 def _narrowing_hint(candidates: list[int], tests: FieldTests) -> str:

@@ -23,7 +23,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from patchspec.errors import UsageError, Where
+from patchspec.errors import SpecLocation, UsageError
 
 #: the command-line option and the key under ``[tool.patchspec]`` in the project's pyproject.toml
 OPTION = "--allow-native-code"
@@ -67,7 +67,7 @@ def _setting(text: str) -> Any:
     return settings.get(SETTING) if isinstance(settings, dict) else None
 
 
-def check_native_code(libraries: Sequence[str], root: Path, where: Where | None = None) -> None:
+def check_native_code(libraries: Sequence[str], root: Path, where: SpecLocation | None = None) -> None:
     """Raise :class:`NativeCodeRefused` when ``libraries`` (paths as the spec gives them) is not empty
     and neither the caller nor the project allowed native code. Every path counts the same:
     relative, ``../`` or absolute. ``root``: the project root (:class:`patchspec.spec.confine.Root`),

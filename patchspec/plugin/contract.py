@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, NoReturn, TypeVar, get_args
 
-from patchspec.errors import PatchError, VerifierFailed, Where
+from patchspec.errors import PatchError, SpecLocation, VerifierFailed
 from patchspec.plugin.params import is_params_declaration, schema_of
 
 if TYPE_CHECKING:
@@ -208,7 +208,7 @@ class StepContext:
         """``file:line:col: patches[1] (rename_dims) > axes.2`` for a key inside the step's params."""
         return self.spec.locate(self.step, key)
 
-    def location(self, key: tuple[Any, ...] = ()) -> Where:
+    def location(self, key: tuple[Any, ...] = ()) -> SpecLocation:
         """The same place as data: file, line, column, step, key (since plugin API 1.2)."""
         return self.spec.location(self.step, key)
 

@@ -12,7 +12,6 @@ from patchspec.spec.steps import Spec
 
 def missing_model(spec: Spec, model_path: Path) -> ModelFileError:
     """The spec's model does not exist: where the spec names it, as written, as resolved, and the rule."""
-    pos = spec.document.position(("model",))
     data = spec.document.data
     written = data.get("model") if isinstance(data, dict) else None
     nearby = sorted(p.name for p in model_path.parent.glob("*.onnx"))[:5] if model_path.parent.is_dir() else []
@@ -23,11 +22,12 @@ def missing_model(spec: Spec, model_path: Path) -> ModelFileError:
             "" if model_path.parent.is_dir() else f"; the folder {shown_path(model_path.parent)} does not exist either"
         )
     )
-    msg = f"{spec.path}:{pos.line}:{pos.column}: model: {written} does not exist (resolved to {model_path}){found}"
+    msg = f"{written} does not exist (resolved to {model_path}){found}"
     return ModelFileError(
         msg,
         f"paths in a spec are relative to the spec's folder ({spec.path.resolve().parent}), "
         "not to the current directory",
+        where=spec.document.location(("model",)),
     )
 
 

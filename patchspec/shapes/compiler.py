@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from patchspec.errors import close_matches
+from patchspec.errors import did_you_mean
 from patchspec.model.graph import Namer, constant_value
 from patchspec.shapes import expressions as ex
 from patchspec.shapes.annotations import read_dim
@@ -175,14 +175,12 @@ class ShapeCompiler:
         facts = self.index.get(ref.tensor)
         func = "dim" if isinstance(ref, ex.Dim) else "value"
         if facts is None:
-            near = close_matches(ref.tensor, self.index.facts, limit=5)
-            hint = (
-                ("close names: " + ", ".join(near))
-                if near
-                else "add it with an add_input patch if the export dropped it"
-            )
+            near = did_you_mean(ref.tensor, self.index.facts, limit=5)
+            hint = "add it with an add_input patch if the export dropped it" if not near else None
             raise ShapeCompileError(
-                self._item, f"col {ref.column}: {func}() reads tensor '{ref.tensor}', which is not in the model", hint
+                self._item,
+                f"col {ref.column}: {func}() reads tensor '{ref.tensor}', which is not in the model{near}",
+                hint,
             )
         if isinstance(ref, ex.Dim):
             if facts.dims is not None and not -len(facts.dims) <= ref.axis < len(facts.dims):

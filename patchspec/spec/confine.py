@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from patchspec.errors import SpecError, SpecProblem
+from patchspec.errors import SpecError
 from patchspec.spec.steps import Spec
 
 #: the environment variable that names the project root, as ``--root`` does
@@ -296,11 +296,9 @@ def reserved_name(name: str) -> str | None:
 
 def spec_path_error(spec: Spec, key: str, message: str, hint: str | None = None) -> SpecError:
     """An error located at the envelope key (``model``, ``output``) that gives the refused path."""
-    pos = spec.document.position((key,))
     data = spec.document.data
     written = data.get(key) if isinstance(data, dict) else None
-    problem = SpecProblem(pos.line, pos.column, key, f"'{written}' {message}", hint, file=str(spec.path), key=(key,))
-    return SpecError([problem])
+    return SpecError([spec.document.problem((key,), f"'{written}' {message}", hint)])
 
 
 def check_model_path(spec: Spec, root: Root) -> None:

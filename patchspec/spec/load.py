@@ -10,20 +10,20 @@ from __future__ import annotations
 
 import copy
 import os
-import re
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import replace
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jsonschema
-from jsonschema.exceptions import ValidationError, best_match
 
-from patchspec.errors import SpecError, SpecProblem, did_you_mean, step_where
-from patchspec.spec.catalog import DISABLE_ENV, Catalog, StepKind
+from patchspec.errors import SpecError, SpecProblem, did_you_mean
+from patchspec.spec.catalog import Catalog, StepKind
 from patchspec.spec.confine import ROOT_HINT, Root, control_characters, read_problem
 from patchspec.spec.reader import YamlDocument, load_yaml
-from patchspec.spec.steps import Spec, Step, locate
+from patchspec.spec.schema_errors import param_problems, schema_problem
+from patchspec.spec.steps import Spec, Step, locate, location
+from patchspec.spec.unknown_types import unknown_type
 
 FORMAT_VERSION = 1
 #: the combined schema's $id: stable for a spec format version (editors and caches key on it)
@@ -53,50 +53,63 @@ ENVELOPE_SCHEMA = {
 }
 
 
+@dataclass(frozen=True)
+class SpecReading:
+    """What reading a spec found, all of it at once: every problem, and the spec with the steps whose
+    params passed their schema (``None`` when the envelope names no model or output), so that the
+    checks that need the model still run on the parts that were valid. ``left_out``: the patches
+    (index, label) that must not be applied: invalid, or of an unknown type; ``invalid``: the labels
+    of every step in ``spec`` whose plugin's own static checks found a problem."""
+
+    spec: Spec | None
+    problems: tuple[SpecProblem, ...]
+    left_out: tuple[tuple[int, str], ...] = ()
+    invalid: frozenset[str] = frozenset()
+
+
 def load_spec(path: Path | str, registry: Catalog, *, text: str | None = None, root: Path | None = None) -> Spec:
     """Read, parse and validate a spec file; raise :class:`SpecError` listing every problem.
 
     ``root``: the project root the files its steps read must lie in (``--root``); default: the
     nearest folder above the spec holding ``.git``, else the spec's folder (docs/security.md)."""
+    reading = read_spec(path, registry, text=text, root=root)
+    if reading.problems or reading.spec is None:
+        raise SpecError(list(reading.problems))
+    return reading.spec
+
+
+def read_spec(path: Path | str, registry: Catalog, *, text: str | None = None, root: Path | None = None) -> SpecReading:
+    """Read and validate a spec file in one pass, collecting every problem instead of stopping at the
+    first kind; raise :class:`SpecError` only where nothing can be read (YAML, the format version, a
+    ``patches`` that is not a list)."""
     path = Path(path)
     document = load_yaml(path, text)
     problems: list[SpecProblem] = _check_envelope(document)  # listed together with the steps' problems
     problems += _control_characters(document)
     data: dict[str, Any] = document.data if isinstance(document.data, dict) else {}
-    patches = tuple(_steps(document, "patches", registry, problems))
-    verify = tuple(_steps(document, "verify", registry, problems))
-    if text is None and not problems:  # a spec on disk: the files its steps read must be there (a draft's not yet)
+    left_out: list[tuple[int, str]] = []
+    patches = tuple(_steps(document, StepKind.PATCH_TYPE, registry, problems, left_out))
+    invalid: list[tuple[int, str]] = []
+    verify = tuple(_steps(document, StepKind.VERIFIER, registry, problems, invalid))
+    if text is None:  # a spec on disk: the files its valid steps read must be there (a draft's not yet)
         folder = Path(os.path.abspath(path)).parent
-        problems += _missing_files(document, folder, registry, patches + verify, Root.of(path, root))
-    if problems:
-        raise SpecError(problems)
+        valid = [step for step in patches + verify if (step.index, step.label) not in left_out + invalid]
+        problems += _missing_files(document, folder, registry, valid, Root.of(path, root))
     if "verify" not in data:
         check = registry.verifiers.get("check")
-        verify = (Step("verify", 0, "check", apply_defaults(check.params_schema, {}) if check else {}),)
+        verify = (Step(StepKind.VERIFIER, 0, "check", apply_defaults(check.params_schema, {}) if check else {}),)
+    refused = frozenset(label for _, label in left_out + invalid)
+    if not all(isinstance(data.get(key), str) and data[key] for key in ("model", "output")):
+        return SpecReading(None, tuple(problems), tuple(left_out), refused)
     folder = Path(os.path.abspath(path)).parent  # as named, links not followed (a Bazel sandbox links the spec)
-    output = folder / data["output"]
-    output = Path(os.path.normpath(output))  # a symlink at the output is replaced, never written through
+    # a symlink at the output is replaced, never written through
+    output = Path(os.path.normpath(folder / data["output"]))
     # the model keeps the path the spec names (normalised, symlinks not followed): its data files are
     # found next to that name, as in a Hugging Face cache, where snapshots/<rev>/model.onnx and its
     # data are each a link into blobs/; the data policy then checks where the links lead
     model = Path(os.path.normpath(folder / data["model"]))
-    return Spec(path, document, model, output, patches, verify)
-
-
-def _located(
-    document: YamlDocument,
-    path: tuple[Any, ...],
-    where: str,
-    message: str,
-    hint: str | None = None,
-    *,
-    of_key: bool = False,
-    key: tuple[Any, ...] = (),
-) -> SpecProblem:
-    """``document.problem``, typed: the problem at ``path`` (its key's position with ``of_key``);
-    ``key``: the path inside the step's params that ``where`` ends with, kept as data."""
-    problem: SpecProblem = document.problem(path, where, message, hint, of_key=of_key)
-    return replace(problem, key=tuple(key)) if key else problem
+    spec = Spec(path, document, model, output, patches, verify)
+    return SpecReading(spec, tuple(problems), tuple(left_out), refused)
 
 
 def apply_defaults(schema: dict[str, Any], value: Any) -> Any:
@@ -121,38 +134,46 @@ def _control_characters(document: YamlDocument) -> list[SpecProblem]:
     ``file:`` path would otherwise become a Make rule in the depfile)."""
     problems = []
     for doc_path, char, in_key in control_characters(document.data):
-        where = ".".join(map(str, doc_path))
         message = f"contains the control character {char}; no path or name in a spec may hold one"
-        problems.append(_located(document, doc_path, where, message, of_key=in_key))
+        label, key = "", doc_path  # the spec's own keys: 'model'; inside a step: 'patches[0] (x) > name'
+        if len(doc_path) >= 3 and doc_path[0] in ("patches", "verify") and isinstance(doc_path[1], int):
+            label, key = f"{doc_path[0]}[{doc_path[1]}] ({doc_path[2]})", doc_path[3:]
+        problems.append(document.problem(doc_path, message, label=label, key=key, of_key=in_key))
     return problems
 
 
 def _missing_files(
-    document: YamlDocument, folder: Path, registry: Catalog, steps: tuple[Step, ...], root: Root
+    document: YamlDocument, folder: Path, registry: Catalog, steps: list[Step], root: Root
 ) -> list[SpecProblem]:
     """Files a step reads (``file:`` inputs, reference models, .npz outputs) that do not exist, lie
     outside the project root (links followed) or are not regular files."""
     problems = []
     for step in steps:
-        kind = StepKind.of_section(step.section)
-        for relative in registry.guard(kind, step.type_name, locate(document, step)).dependencies(step.params):
+        for relative in registry.guard(step.kind, step.type_name, locate(document, step)).dependencies(step.params):
             key = _key_of(step.params, relative) or ()
-            doc_path = step.path if step.shorthand_used else step.path + key
-            where = step_where(step.label, key)
             hint = None
             target = Path(os.path.normpath(folder / relative))  # the path the step opens (StepContext.resolve)
             if not os.path.lexists(target) or not target.exists():
                 message = (
-                    f"{relative} does not exist (resolved to {target.resolve()}); paths in a spec are "
-                    f"relative to the spec's folder"
+                    f"{relative} does not exist (resolved to {target.resolve()}){_files_like(target)}; paths in a "
+                    f"spec are relative to the spec's folder"
                 )
             else:
                 refused = read_problem(root, target)  # checked as it is read: 'link/..' means one thing
                 if refused is None:
                     continue
                 message, hint = f"{relative} {refused}", ROOT_HINT if not root.holds(target) else None
-            problems.append(_located(document, doc_path, where, message, hint, key=key))
+            problems.append(SpecProblem(location(document, step, key), message, hint))
     return problems
+
+
+def _files_like(target: Path) -> str:
+    """`` (did you mean 'x.npy'?)``: the files beside ``target`` named most like it."""
+    try:
+        names = [entry.name for entry in os.scandir(target.parent)] if target.parent.is_dir() else []
+    except OSError:
+        return ""
+    return did_you_mean(target.name, names)
 
 
 def _key_of(params: Any, value: str, key: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:
@@ -171,7 +192,7 @@ def _check_envelope(document: YamlDocument) -> list[SpecProblem]:
     data = document.data
     if not isinstance(data, dict):
         raise SpecError(
-            [_located(document, (), "", "a spec is a mapping with keys 'patchspec', 'model', 'output', 'patches'")]
+            [document.problem((), "a spec is a mapping with keys 'patchspec', 'model', 'output', 'patches'")]
         )
     version = data.get("patchspec")
     if type(version) is not int or version != FORMAT_VERSION:  # not True, not 1.0
@@ -183,22 +204,19 @@ def _check_envelope(document: YamlDocument) -> list[SpecProblem]:
             )
         else:
             message = f"'patchspec' must be the integer {FORMAT_VERSION}, got {version!r}"
-        raise SpecError([_located(document, ("patchspec",), "patchspec", message)])
+        raise SpecError([document.problem(("patchspec",), message)])
     problems = []
     structural = False
     for key in data:
         if key not in ENVELOPE_KEYS:
-            problems.append(
-                _located(
-                    document, (key,), "", f"unknown key '{key}'" + did_you_mean(str(key), ENVELOPE_KEYS), of_key=True
-                )
-            )
+            message = f"unknown key '{key}'" + did_you_mean(str(key), ENVELOPE_KEYS)
+            problems.append(document.problem((key,), message, key=(), of_key=True))
     validator = jsonschema.Draft202012Validator(ENVELOPE_SCHEMA)
     for error in validator.iter_errors(data):
         if error.validator == "additionalProperties":
             continue  # reported above, with suggestions
         bare = _bare_step(document, error)
-        problems.append(bare if bare is not None else _schema_problem(document, (), "", error))
+        problems.append(bare if bare is not None else schema_problem(document, (), "", error))
         if error.absolute_path and error.absolute_path[0] in ("patches", "verify"):
             structural = True  # the steps cannot be read: report what was found so far
     if structural:
@@ -216,39 +234,48 @@ def _bare_step(document: YamlDocument, error: jsonschema.ValidationError) -> Spe
     words = value.split(None, 1) if isinstance(value, str) else []
     if len(words) == 2:  # `- set_batch 8`: a type and its shorthand value, the colon left out
         message = f"{value!r} is not a step: write '- {words[0]}: {words[1]}' (a colon after the type)"
-        return _located(document, path, f"{section}[{index}]", message)
+        return document.problem(path, message, label=f"{section}[{index}]")
     example = f"{value}: {{}}" if isinstance(value, str) else "TYPE: {...}"
     message = (
         f"{value!r} is not a step: each item is a mapping with one key, the type "
         f"(write '- {example}', or '- TYPE: VALUE' for a type with a shorthand)"
     )
-    return _located(document, path, f"{section}[{index}]", message)
+    return document.problem(path, message, label=f"{section}[{index}]")
 
 
-def _steps(document: YamlDocument, section: str, registry: Catalog, problems: list[SpecProblem]) -> Iterator[Step]:
-    kind = StepKind.of_section(section)
-    table = registry.patch_types if section == "patches" else registry.verifiers
+def _steps(
+    document: YamlDocument,
+    kind: StepKind,
+    registry: Catalog,
+    problems: list[SpecProblem],
+    left_out: list[tuple[int, str]],
+) -> Iterator[Step]:
+    """The steps of ``kind``'s section whose params pass their schema (a plugin's own static checks may
+    still fail: such a step is still checked against the model); every problem goes to ``problems``,
+    each step with one to ``left_out``."""
+    table = registry.patch_types if kind is StepKind.PATCH_TYPE else registry.verifiers
     data = document.data if isinstance(document.data, dict) else {}
-    for index, item in enumerate(data.get(section) or []):
+    for index, item in enumerate(data.get(kind.section) or []):
         ((type_name, raw),) = item.items()
-        step_path = (section, index, type_name)
         if type_name not in table:
-            problems.append(_unknown_type(document, registry, section, index, kind, str(type_name), table))
+            problems.append(unknown_type(document, registry, kind, index, str(type_name), table))
+            left_out.append((index, f"{kind.section}[{index}] ({type_name})"))
             continue
         cls_ = table[type_name]
         params, shorthand_used = _normalize(cls_, raw)
-        step = Step(section, index, type_name, params, shorthand_used)
+        step = Step(kind, index, type_name, params, shorthand_used)
         before = len(problems)
         guard = registry.guard(kind, type_name, locate(document, step))  # a fault in its code is the plugin's
         for error in guard.schema_errors(params):
-            problems.extend(_param_problems(document, step, error, cls_.params_schema, cls_.shorthand))
-        if len(problems) == before:
-            for key, message in guard.check_params(params):
-                doc_path = step_path if shorthand_used else step_path + tuple(key)
-                problems.append(_located(document, doc_path, step_where(step.label, key), message, key=tuple(key)))
-        if len(problems) == before:  # the schema's defaults, once, here: the plugin gets its params filled in
-            step = Step(section, index, type_name, apply_defaults(cls_.params_schema, params), shorthand_used)
-        yield step
+            problems.extend(param_problems(document, step, error, cls_.params_schema, cls_.shorthand))
+        if len(problems) > before or any(control_characters(params)):  # refused: nothing more can be checked
+            left_out.append((index, step.label))  # (a control character was reported with the spec's own)
+            continue
+        problems.extend(SpecProblem(location(document, step, tuple(key)), m) for key, m in guard.check_params(params))
+        if len(problems) > before:
+            left_out.append((index, step.label))
+        # the schema's defaults, once, here: the plugin gets its params filled in
+        yield Step(kind, index, type_name, apply_defaults(cls_.params_schema, params), shorthand_used)
 
 
 def _normalize(cls_: Any, raw: Any) -> tuple[dict[str, Any], bool]:
@@ -257,162 +284,6 @@ def _normalize(cls_: Any, raw: Any) -> tuple[dict[str, Any], bool]:
     if cls_.shorthand and not isinstance(raw, dict):
         return {cls_.shorthand: raw}, True
     return raw, False
-
-
-def _unknown_type(
-    document: YamlDocument,
-    registry: Catalog,
-    section: str,
-    index: int,
-    kind: str,
-    type_name: str,
-    table: Mapping[str, Any],
-) -> SpecProblem:
-    doc_path, where = (section, index, type_name), f"{section}[{index}]"
-    missing = registry.why_missing(type_name)  # its plugin is installed, but disabled or broken
-    if missing is not None and missing.disabled:
-        message = f"unknown {kind} '{type_name}': plugin '{missing.name}' is disabled by {DISABLE_ENV}"
-        hint = (
-            f"{missing.label} is installed but not loaded; to use it, remove '{missing.name}' from "
-            f"{DISABLE_ENV} (now '{os.environ.get(DISABLE_ENV, '')}')"
-        )
-        return _located(document, doc_path, where, message, hint, of_key=True)
-    if missing is not None:  # no 'did you mean' from other plugins: the type is the broken plugin's
-        message = f"unknown {kind} '{type_name}': plugin '{missing.name}' is installed but failed to load"
-        hint = (
-            f"{missing.label} failed to load: {missing.error}; it provides nothing until it is fixed: upgrade "
-            f"or reinstall {missing.distribution}, or report it to its author"
-        )
-        if missing.traceback:
-            hint += "; -v shows its traceback"
-        problem = _located(document, doc_path, where, message, hint, of_key=True)
-        return replace(problem, plugin_traceback=missing.traceback)
-    plugin = type_name.split(".")[0]
-    if "." in type_name and not any(name.startswith(f"{plugin}.") for name in table):
-        # a third party's type whose plugin is not installed where patchspec runs
-        message = f"unknown {kind} '{type_name}': no installed plugin is named '{plugin}'"
-        return _located(document, doc_path, where, message, _install_hint(plugin), of_key=True)
-    suggestion = did_you_mean(type_name, table)
-    known = None
-    if not suggestion:
-        known = f"known {kind}s: {', '.join(sorted(table))}; 'patchspec plugins' lists where they come from"
-    return _located(document, doc_path, where, f"unknown {kind} '{type_name}'" + suggestion, known, of_key=True)
-
-
-def _install_hint(plugin: str) -> str:
-    """How to install plugin ``plugin`` where this patchspec runs: pre-commit and pipx keep patchspec in
-    an environment of its own, where a plugin installed next to the project is not seen."""
-    import sys
-
-    what = f"the distribution that provides plugin '{plugin}'"
-    if os.environ.get("PRE_COMMIT"):
-        return (
-            f"patchspec runs in pre-commit's own environment: list {what} under additional_dependencies "
-            "of the patchspec hook in .pre-commit-config.yaml (docs/build-systems.md)"
-        )
-    if "pipx" in Path(sys.prefix).parts:
-        return f"patchspec runs in a pipx environment: pipx inject patchspec DIST, with DIST {what[4:]}"
-    return (
-        f"install {what} in the environment patchspec runs from ({sys.prefix}); 'patchspec plugins' lists what is there"
-    )
-
-
-def _param_problems(
-    document: YamlDocument, step: Step, error: ValidationError, schema: dict[str, Any], shorthand: str | None = None
-) -> list[SpecProblem]:
-    path = tuple(error.absolute_path)
-    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        known = _schema_at(schema, error.schema_path).get("properties", {})
-        problems = []
-        for key in error.instance:
-            if key in known:
-                continue
-            message = f"unknown key '{key}'" + did_you_mean(str(key), known)
-            where = step_where(step.label, path)
-            problems.append(_located(document, step.path + path + (key,), where, message, of_key=True, key=path))
-        return problems
-    if step.shorthand_used:  # located at the value the user wrote; named by the key it stands for
-        note = f" ({step.type_name}: VALUE is short for {step.type_name}: {{{shorthand}: VALUE}})"
-        return [_schema_problem(document, step.path, step.label, error, shorthand_note=note)]
-    return [_schema_problem(document, step.path + path, step.label, error)]
-
-
-def _schema_at(schema: dict[str, Any], schema_path: Iterable[Any]) -> dict[str, Any]:
-    node = schema
-    for part in list(schema_path)[:-1]:
-        node = node[part]
-    return node
-
-
-def _schema_problem(
-    document: YamlDocument, doc_path: tuple[Any, ...], label: str, error: ValidationError, shorthand_note: str = ""
-) -> SpecProblem:
-    message = _wrong_type_in_every_branch(error)
-    if message is None:
-        if error.context:
-            error = best_match(_branches_of_the_right_type(error.context))
-        message = _short_message(error)
-    rel = tuple(error.absolute_path)
-    where = step_where(label, rel) if label else ""
-    if not label:  # the envelope: patches[0], as steps are named everywhere else
-        where = "".join(f"[{k}]" if isinstance(k, int) else (f".{k}" if i else str(k)) for i, k in enumerate(rel))
-    full_path = doc_path if label else doc_path + rel
-    key = rel if label else ()
-    return _located(document, full_path, where, message + shorthand_note, _missing_comma(error.instance), key=key)
-
-
-#: "4 3" or "N 3 640": numbers (or names and numbers) separated by spaces, as a flow list without commas reads
-_SPACED_ITEMS = re.compile(r"[\w.+-]+(?:\s+[\w.+-]+)+")
-
-
-def _missing_comma(instance: Any) -> str | None:
-    """YAML reads ``[4 3]`` as a list of one string, '4 3': say that a comma is missing."""
-    if isinstance(instance, str) and _SPACED_ITEMS.fullmatch(instance.strip()) and any(c.isdigit() for c in instance):
-        fixed = ", ".join(instance.split())
-        return f"'{instance}' is one item: YAML separates the items of [...] with commas: [{fixed}]"
-    if isinstance(instance, list) and len(instance) == 1:
-        return _missing_comma(instance[0])
-    return None
-
-
-def _wrong_type_in_every_branch(error: ValidationError) -> str | None:
-    """``[1] is not of type 'integer' or 'string'`` when every branch of an anyOf/oneOf wants another type.
-
-    (jsonschema's best match names one branch only, which reads as if the other were not allowed.)
-    """
-    if error.validator not in ("anyOf", "oneOf") or not error.context:
-        return None
-    types: dict[int, list[str]] = {}
-    for sub in error.context:
-        if not sub.relative_path and sub.validator == "type":
-            wanted = sub.validator_value
-            types[sub.relative_schema_path[0]] = wanted if isinstance(wanted, list) else [wanted]
-    if len(types) != len(error.validator_value):
-        return None
-    names = list(dict.fromkeys(name for index in sorted(types) for name in types[index]))
-    return f"{error.instance!r} is not of type " + " or ".join(repr(name) for name in names)
-
-
-def _branches_of_the_right_type(errors: Iterable[ValidationError]) -> list[ValidationError]:
-    """The errors of the anyOf/oneOf branches whose type the value has (``0`` breaks the integer branch's
-    minimum: say that, not that it is not a string); all of them when no branch has its type."""
-    errors = list(errors)
-    wrong = {e.relative_schema_path[0] for e in errors if not e.relative_path and e.validator == "type"}
-    right = [e for e in errors if e.relative_schema_path[0] not in wrong]
-    return right or errors
-
-
-def _short_message(error: ValidationError) -> str:
-    text = str(error.message)
-    if error.validator == "const":
-        return f"expected {error.validator_value!r}, got {error.instance!r}"
-    if error.validator == "required":
-        return text.replace("is a required property", "is required")
-    if error.validator == "enum" and isinstance(error.instance, str):
-        return text + did_you_mean(error.instance, [v for v in error.validator_value if isinstance(v, str)])
-    if error.validator in ("minProperties", "maxProperties") and isinstance(error.instance, dict):
-        return f"each item has exactly one key (the type), got {len(error.instance)}: {', '.join(map(str, error.instance))}"
-    return text
 
 
 def combined_schema(registry: Catalog) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 
 import yaml
 
-from patchspec.errors import SpecError, SpecProblem
+from patchspec.errors import SpecError, SpecLocation, SpecProblem
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
 MAX_DEPTH = 64
@@ -80,11 +80,28 @@ class YamlDocument:
             path = path[:-1]
         return self.positions.get((), Position(1, 1))
 
-    def problem(
-        self, path: Iterable[Any], where: str, message: str, hint: str | None = None, *, of_key: bool = False
-    ) -> SpecProblem:
+    def location(
+        self, path: Iterable[Any], *, label: str = "", key: Iterable[Any] | None = None, of_key: bool = False
+    ) -> SpecLocation:
+        """Where ``path`` was written (its key's position with ``of_key``), named as ``label > key``;
+        without a label, by ``key`` or else ``path`` itself (the spec's own keys: ``patches[0]``)."""
+        path = tuple(path)
         pos = self.position(path, of_key=of_key)
-        return SpecProblem(pos.line, pos.column, where, message, hint, file=str(self.path))
+        named = tuple(key) if key is not None else (() if label else path)
+        return SpecLocation(str(self.path), pos.line, pos.column, label, named)
+
+    def problem(
+        self,
+        path: Iterable[Any],
+        message: str,
+        hint: str | None = None,
+        *,
+        label: str = "",
+        key: Iterable[Any] | None = None,
+        of_key: bool = False,
+    ) -> SpecProblem:
+        """A problem at ``path``, located as :meth:`location` says."""
+        return SpecProblem(self.location(path, label=label, key=key, of_key=of_key), message, hint)
 
 
 Scalar = str | int | float | bool | None
@@ -179,13 +196,13 @@ def load_yaml(path: Path, text: str | None = None) -> YamlDocument:
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or "invalid YAML"
         line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
-        raise SpecError([SpecProblem(line, col, "", f"YAML syntax error: {problem}", file=str(path))]) from None
+        raise SpecError([SpecProblem(SpecLocation(str(path), line, col), f"YAML syntax error: {problem}")]) from None
     except yaml.reader.ReaderError as exc:  # a character YAML forbids; carries an offset, not a mark
         line = text.count("\n", 0, exc.position) + 1
         column = exc.position - text.rfind("\n", 0, exc.position)
         char = f"#x{exc.character:04x}" if isinstance(exc.character, int) else repr(exc.character)
         message = f"character {char} is not allowed in YAML ({exc.reason})"
-        raise SpecError([SpecProblem(line, column, "", message, file=str(path))]) from None
+        raise SpecError([SpecProblem(SpecLocation(str(path), line, column), message)]) from None
     except yaml.YAMLError as exc:
         raise SpecError(f"{path}: YAML error: {exc}") from None
     return builder.result()
@@ -223,7 +240,7 @@ class _Builder:
     # PyYAML ships no type hints: its events and marks are Any here
     def fail(self, mark: Any, message: str, hint: str | None = None) -> NoReturn:
         line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
-        raise SpecError([SpecProblem(line, col, "", message, hint, file=str(self.path))])
+        raise SpecError([SpecProblem(SpecLocation(str(self.path), line, col), message, hint)])
 
     def feed(self, event: Any) -> None:
         if isinstance(event, yaml.DocumentStartEvent):

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from patchspec.errors import SpecProblem, Where, step_where
+from patchspec.errors import SpecLocation, SpecProblem
+from patchspec.spec.catalog import StepKind
 from patchspec.spec.reader import YamlDocument
 
 
@@ -16,11 +17,16 @@ from patchspec.spec.reader import YamlDocument
 class Step:
     """One item of ``patches`` or ``verify``: its type, its parameters and where it was written."""
 
-    section: str  # "patches" | "verify"
+    kind: StepKind  # a patch type (in ``patches``) or a verifier (in ``verify``)
     index: int
     type_name: str
     params: dict[str, Any]
     shorthand_used: bool = False
+
+    @property
+    def section(self) -> str:
+        """The spec's key the step is listed under: ``patches`` or ``verify``."""
+        return self.kind.section
 
     @property
     def label(self) -> str:
@@ -52,26 +58,21 @@ class Spec:
 
     def locate(self, step: Step, key: tuple[Any, ...] = ()) -> str:
         """``file:line:col: patches[1] (rename_dims) > axes.2`` for a key inside a step."""
-        return locate(self.document, step, key)
+        return str(location(self.document, step, key))
 
-    def location(self, step: Step, key: tuple[Any, ...] = ()) -> Where:
-        """The :class:`Where` of a key inside a step: file, line, column, step label, key path."""
+    def location(self, step: Step, key: tuple[Any, ...] = ()) -> SpecLocation:
+        """The :class:`SpecLocation` of a key inside a step: file, line, column, step label, key path."""
         return location(self.document, step, key)
 
     def problem(self, step: Step, key: tuple[Any, ...], message: str, hint: str | None = None) -> SpecProblem:
         """A located problem inside a step's params, as the loader reports its own."""
-        key = tuple(key)
-        doc_path = step.path if step.shorthand_used else step.path + key
-        where = step_where(step.label, key)
-        pos = self.document.position(doc_path)
-        return SpecProblem(pos.line, pos.column, where, message, hint, file=str(self.document.path), key=key)
+        return SpecProblem(location(self.document, step, key), message, hint)
 
 
-def location(document: YamlDocument, step: Step, key: tuple[Any, ...] = ()) -> Where:
-    """Where a key inside a step of ``document`` was written."""
+def location(document: YamlDocument, step: Step, key: tuple[Any, ...] = ()) -> SpecLocation:
+    """Where a key inside a step of ``document`` was written (a shorthand's value stands for its key)."""
     key = tuple(key)
-    pos = document.position(step.path if step.shorthand_used else step.path + key)
-    return Where(str(document.path), pos.line, pos.column, step.label, key)
+    return document.location(step.path if step.shorthand_used else step.path + key, label=step.label, key=key)
 
 
 def locate(document: YamlDocument, step: Step, key: tuple[Any, ...] = ()) -> str:

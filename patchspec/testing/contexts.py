@@ -8,8 +8,9 @@ from typing import Any
 
 import onnx
 
-from patchspec.errors import Where
+from patchspec.errors import SpecLocation
 from patchspec.plugin.contract import PatchContext, RunState, VerifyContext
+from patchspec.spec.catalog import StepKind
 from patchspec.spec.steps import Step
 
 
@@ -25,8 +26,8 @@ class DetachedSpec:
     def locate(self, step: Step, key: tuple[Any, ...] = ()) -> str:
         return str(self.location(step, key))
 
-    def location(self, step: Step, key: tuple[Any, ...] = ()) -> Where:
-        return Where(str(self.path), 0, 0, step.label, tuple(key))
+    def location(self, step: Step, key: tuple[Any, ...] = ()) -> SpecLocation:
+        return SpecLocation(str(self.path), 0, 0, step.label, tuple(key))
 
 
 def patch_context(
@@ -41,7 +42,7 @@ def patch_context(
 
     Pass the same ``state`` to several calls to test patches that share run state.
     """
-    step = Step("patches", index, type_name, dict(params or {}))
+    step = Step(StepKind.PATCH_TYPE, index, type_name, dict(params or {}))
     return PatchContext(
         DetachedSpec(Path(model_dir)),  # type: ignore[arg-type]  # a Spec's interface, no file behind it
         step,
@@ -61,7 +62,7 @@ def verify_context(
     """A ``VerifyContext`` to call ``verify`` directly in a unit test: ``output`` (and ``original``,
     default the same file) are model paths; ``context.fail`` raises ``patchspec.VerifierFailed``."""
     output = Path(output)
-    step = Step("verify", 0, type_name, dict(params or {}))
+    step = Step(StepKind.VERIFIER, 0, type_name, dict(params or {}))
     loaded = model if model is not None else onnx.load(str(output), load_external_data=False)
     return VerifyContext(
         DetachedSpec(output.parent),  # type: ignore[arg-type]  # a Spec's interface, no file behind it

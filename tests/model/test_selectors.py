@@ -100,7 +100,7 @@ def test_unknown_tensor_fails_with_close_matches():
     error = failure(fpn_model(), {"after": "/lat.0/Conv_output"})
     assert "'/lat.0/Conv_output' named in 'after' is not in the model" in error.message
     assert error.message.startswith("select.after:")
-    assert "/lat.0/Conv_output_0" in error.hint
+    assert "(did you mean '/lat.0/Conv_output_0'" in error.message
 
 
 # -- subgraphs -----------------------------------------------------------------------------------------
@@ -181,6 +181,13 @@ def test_default_expect_is_one_or_more_and_explains_an_empty_match():
     error = failure(fpn_model(), {"op_type": "Conv", "name": "/lat.9/*"})
     assert "matched 0 nodes, expected at least 1" in error.message
     assert "op_type alone matches 6" in error.hint and "name alone matches 0" in error.hint
+
+
+def test_an_op_type_or_tensor_no_node_has_gets_the_closest_ones_the_graph_has():
+    error = failure(fpn_model(), {"op_type": "Conv2d", "consumes": "/lat.0/Conv_outptu"})
+    assert "op_type 'Conv2d' is on no node in scope (did you mean 'Conv'?)" in error.hint
+    assert "consumes '/lat.0/Conv_outptu' is on no node in scope (did you mean '/lat.0/Conv_output_0'" in error.hint
+    assert "is on no node" not in failure(fpn_model(), {"op_type": "Conv*", "name": "/lat.9/*"}).hint  # patterns
 
 
 def test_mismatch_lists_at_most_ten_nodes():

@@ -32,6 +32,13 @@ def test_a_malformed_limit_is_a_usage_error(repo, run_cli, given):
     assert result.exit_code == 2 and "--limit" in result.stderr, result.output
 
 
+def test_a_misspelt_limit_name_gets_the_closest_one():
+    with pytest.raises(
+        ValueError, match=r"one of align, case-bytes, max-elements, timeout \(did you mean 'timeout'\?\)"
+    ):
+        parse(("timout=5",))
+
+
 def test_limits_parse_names_with_dashes():
     assert parse(("max-elements=10", "timeout=1.5")) == Limits(timeout=1.5, max_elements=10)
 

@@ -1,0 +1,70 @@
+"""Why a step's type is unknown, and what to do: a typo (the closest known names), a plugin that is
+disabled or failed to load, or a third party's plugin not installed where patchspec runs."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from patchspec.errors import SpecProblem, did_you_mean
+from patchspec.spec.catalog import DISABLE_ENV, Catalog, StepKind
+from patchspec.spec.reader import YamlDocument
+
+
+def unknown_type(
+    document: YamlDocument, registry: Catalog, kind: StepKind, index: int, type_name: str, table: Mapping[str, Any]
+) -> SpecProblem:
+    """The problem of step ``index`` of ``kind``'s section, whose type ``type_name`` is not in ``table``."""
+    doc_path, label = (kind.section, index, type_name), f"{kind.section}[{index}]"
+
+    def problem(message: str, hint: str | None) -> SpecProblem:
+        return document.problem(doc_path, message, hint, label=label, of_key=True)
+
+    missing = registry.why_missing(type_name)  # its plugin is installed, but disabled or broken
+    if missing is not None and missing.disabled:
+        hint = (
+            f"{missing.label} is installed but not loaded; to use it, remove '{missing.name}' from "
+            f"{DISABLE_ENV} (now '{os.environ.get(DISABLE_ENV, '')}')"
+        )
+        return problem(f"unknown {kind} '{type_name}': plugin '{missing.name}' is disabled by {DISABLE_ENV}", hint)
+    if missing is not None:  # no 'did you mean' from other plugins: the type is the broken plugin's
+        hint = (
+            f"{missing.label} failed to load: {missing.error}; it provides nothing until it is fixed: upgrade "
+            f"or reinstall {missing.distribution}, or report it to its author"
+        )
+        if missing.traceback:
+            hint += "; -v shows its traceback"
+        message = f"unknown {kind} '{type_name}': plugin '{missing.name}' is installed but failed to load"
+        return replace(problem(message, hint), plugin_traceback=missing.traceback)
+    plugin = type_name.split(".")[0]
+    if "." in type_name and not any(name.startswith(f"{plugin}.") for name in table):
+        # a third party's type whose plugin is not installed where patchspec runs
+        return problem(f"unknown {kind} '{type_name}': no installed plugin is named '{plugin}'", _install_hint(plugin))
+    suggestion = did_you_mean(type_name, table)
+    known = None
+    if not suggestion:
+        known = f"known {kind}s: {', '.join(sorted(table))}; 'patchspec plugins' lists where they come from"
+    return problem(f"unknown {kind} '{type_name}'" + suggestion, known)
+
+
+def _install_hint(plugin: str) -> str:
+    """How to install plugin ``plugin`` where this patchspec runs: pre-commit and pipx keep patchspec in
+    an environment of its own, where a plugin installed next to the project is not seen."""
+    what = f"the distribution that provides plugin '{plugin}'"
+    if os.environ.get("PRE_COMMIT"):
+        return (
+            f"patchspec runs in pre-commit's own environment: list {what} under additional_dependencies "
+            "of the patchspec hook in .pre-commit-config.yaml (docs/build-systems.md)"
+        )
+    if "pipx" in Path(sys.prefix).parts:
+        return f"patchspec runs in a pipx environment: pipx inject patchspec DIST, with DIST {what[4:]}"
+    return (
+        f"install {what} in the environment patchspec runs from ({sys.prefix}); 'patchspec plugins' lists what is there"
+    )
+
+
+__all__ = ["unknown_type"]
