@@ -155,7 +155,7 @@ def target_annotations(
     if "tensor" in params:
         names = _names_from_patterns(model, params["tensor"], context)
     elif "select" in params:
-        names = _names_from_selection(model, params, context)
+        names = _names_from_selection(model, params["select"], params.get("tensors", "outputs"), context)
     else:
         return [info for info in api.all_annotations(model.graph) if api.has_shape(info)]
     found = _annotations_named(model, names)
@@ -212,14 +212,15 @@ def _matches(pattern: str, name: str) -> bool:
     return name == pattern or fnmatch.fnmatchcase(name, pattern)
 
 
-def _names_from_selection(model: onnx.ModelProto, params: RenameDimsParams, context: PatchContext) -> list[str]:
-    which = params.get("tensors", "outputs")
+def _names_from_selection(
+    model: onnx.ModelProto, selector: dict[str, Any], which: str, context: PatchContext
+) -> list[str]:
     constants = {t.name for g in api.all_graphs(model.graph) for t in g.initializer}
     constants |= {
         n.output[0] for g in api.all_graphs(model.graph) for n in g.node if n.op_type == "Constant" and n.output
     }
     names: dict[str, None] = {}
-    for ref in api.select_nodes(model, params["select"], context, key=("select",)):
+    for ref in api.select_nodes(model, selector, context, key=("select",)):
         picked = (list(ref.node.input) if which in ("inputs", "all") else []) + (
             list(ref.node.output) if which in ("outputs", "all") else []
         )
