@@ -14,7 +14,9 @@ __version__ = "0.1.0"
 #: range says so with ``PATCHSPEC_API = ">=1.3,<2"`` in the module its entry point names, checked at
 #: load (docs/plugins.md). 1.3: ``PATCHSPEC_API``, SystemExit from plugin code is the plugin's fault.
 #: 1.4: ``PatchType.check_model``; ``validate`` reads the model's graph when it is there; ``COUPLED``.
-PLUGIN_API = "1.4"
+#: 1.5: ``StepType``, the one base of both; ``NotRequired`` fields in a params ``TypedDict``; 17 helpers
+#: of ``patchspec.api`` deprecated.
+PLUGIN_API = "1.5"
 
 if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported on first use (below)
     from patchspec.errors import (
@@ -35,6 +37,7 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported
         RunState,
         StateKey,
         StepContext,
+        StepType,
         Verifier,
         VerifyContext,
         VerifyResult,
@@ -58,6 +61,7 @@ _HOME = {
             "RunState",
             "StateKey",
             "StepContext",
+            "StepType",
             "UNDECIDED",
             "COUPLED",
             "Verifier",
@@ -107,6 +111,7 @@ __all__ = [
     "SpecError",
     "StateKey",
     "StepContext",
+    "StepType",
     "VerificationFailed",
     "Verifier",
     "VerifierFailed",

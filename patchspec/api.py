@@ -1,7 +1,9 @@
 """The helpers a plugin may use, besides the contract that ``patchspec`` itself exports.
 
 Everything here is public: a name listed in ``__all__`` keeps its meaning within a major version
-(new keyword arguments may be added; see docs/api.md). Every built-in plugin imports from
+(new keyword arguments may be added; see docs/api.md). The names are written once, in ``api.pyi``
+beside this module: type checkers read it, and this module builds ``__all__`` and the table of where
+each name lives from it when it is imported. Every built-in plugin imports from
 ``patchspec`` and ``patchspec.api`` only (``tests/architecture/test_public_api.py`` checks it), so
 any of them is an example a third party can copy. Any other ``patchspec.*`` module is internal and
 may change in any release.
@@ -21,299 +23,45 @@ Grouped by what they work on:
 - shape evaluation at concrete sizes (``ShapeEvaluator``), which never reads weights;
 - external data: ``iter_tensors``, ``is_external``, ``read_tensor``, and ``OUTPUT_LAYOUT``, the
   state key that tells the writer where tensor bytes go;
-- ONNX Runtime: sessions (bounded in time), feeds (bounded in size) and output comparison for
-  verifiers that run models, the run verifier's whole work (``run_verification``), and the shape
-  lint (``lint_model``).
+- ONNX Runtime: sessions (bounded in time) and case inputs (bounded in size) for verifiers that run
+  models, the run verifier's whole work (``run_verification``), and the shape lint (``lint_model``).
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 import warnings
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
-if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported on first use (below)
-    from patchspec.errors import UsageError, close_matches, did_you_mean
-    from patchspec.limits import current_limits
-    from patchspec.model.data_names import DIGEST_FIELD, ORT_MEMORY_MARKER
-    from patchspec.model.data_writer import OUTPUT_LAYOUT, Layout, refuse_inline_overflow
-    from patchspec.model.element_types import ELEMENT_TYPES
-    from patchspec.model.external_data import is_external, iter_tensors, read_tensor
-    from patchspec.model.graph import (
-        Namer,
-        NodeSite,
-        ScopeIndex,
-        all_graphs,
-        all_names,
-        bodies,
-        constant_value,
-        default_opset,
-        fresh_name,
-        subgraphs,
-        use_counts,
-    )
-    from patchspec.model.selector_schema import SELECTOR_SCHEMA, check_selector
-    from patchspec.model.selectors import select_nodes
-    from patchspec.ort.case_fit import case_fit_problems, unlisted_input_problems
-    from patchspec.ort.case_inputs import (
-        CASE_INPUT_SCHEMA,
-        DEFAULT_MAX_ELEMENTS,
-        DTYPES,
-        case_input_problems,
-        value_shape,
-    )
-    from patchspec.ort.comparison import OutputComparison, compare_output, nonfinite_problems
-    from patchspec.ort.feeds import feed_shape_problems, format_shape, make_feeds, shape_problems
-    from patchspec.ort.inspection import lint_model
-    from patchspec.ort.providers import provider_did_you_mean, provider_option_problems
-    from patchspec.ort.run_cases import run_verification
-    from patchspec.ort.sessions import (
-        BatchSplit,
-        ProviderUnusable,
-        RunFailure,
-        Session,
-        TensorDecl,
-        provider_skip_reasons,
-    )
-    from patchspec.ort.settings import (
-        DEFAULT_ATOL,
-        DEFAULT_PROVIDERS,
-        DEFAULT_RTOL,
-        DEFAULT_TIMEOUT,
-        DTYPE_TOLERANCES,
-        OPTIMIZATION_LEVELS,
-        PRECISION,
-    )
-    from patchspec.shapes import expressions
-    from patchspec.shapes.annotations import (
-        PINNED_DIMS,
-        all_annotations,
-        apply_pins,
-        dim_params,
-        format_dims,
-        has_shape,
-        read_dim,
-        read_dims,
-        rederive_shapes,
-        shape_dims,
-        typed,
-        write_dim,
-    )
-    from patchspec.shapes.batch_as_is import not_as_exported
-    from patchspec.shapes.batch_axes import BatchAxes, BatchAxesError, batch_axes, fed_inputs
-    from patchspec.shapes.batch_computed import compute_shapes
-    from patchspec.shapes.batch_joins import tile_inputs
-    from patchspec.shapes.batch_rewrite import declare_from_trace, explicit_squeezes, rewrite_batch_constants
-    from patchspec.shapes.batch_trace import BatchTrace, Rewrite, Undecided
-    from patchspec.shapes.batch_tracker import trace_batch
-    from patchspec.shapes.compiler import ShapeCompileError, ShapeCompiler, TensorIndex
-    from patchspec.shapes.evaluate import BROADCASTING, Known, ShapeEvaluator
-    from patchspec.shapes.spec_lines import FlowValue, SpecFix, spec_lines
-    from patchspec.shapes.values import input_values
+#: ``from MODULE import (A as A, b as b)`` in api.pyi: one statement per module a name lives in
+_STATEMENT = re.compile(r"^from ([\w.]+) import (\([^)]*\)|[^\n]*)", re.MULTILINE)
+
+
+def _public_names() -> dict[str, str]:
+    """Each public name -> the module that defines it, in api.pyi's order (read as text: no ``ast``,
+    nothing imported, so ``import patchspec.api`` stays free)."""
+    stub = Path(__file__).with_suffix(".pyi").read_text(encoding="utf-8")
+    homes: dict[str, str] = {}
+    for module, names in _STATEMENT.findall(stub):
+        for item in re.sub(r"#[^\n]*", "", names).strip("()").split(","):
+            name, _, alias = (part.strip() for part in item.strip().partition(" as "))
+            if name:
+                homes[alias or name] = module
+    return homes
+
 
 #: each public name -> the module that defines it. ``import patchspec.api`` imports none of them (PEP 562):
 #: a plugin that takes only light names at module level (schemas, their checks, defaults) imports
 #: neither onnx nor numpy until it patches a model, so ``validate`` reads its schema cheaply
-_HOME = {
-    **dict.fromkeys(["UsageError", "close_matches", "did_you_mean"], "patchspec.errors"),
-    **dict.fromkeys(["Layout", "OUTPUT_LAYOUT", "refuse_inline_overflow"], "patchspec.model.data_writer"),
-    **dict.fromkeys(["DIGEST_FIELD", "ORT_MEMORY_MARKER"], "patchspec.model.data_names"),
-    **dict.fromkeys(["ELEMENT_TYPES"], "patchspec.model.element_types"),
-    **dict.fromkeys(["is_external", "iter_tensors", "read_tensor"], "patchspec.model.external_data"),
-    **dict.fromkeys(
-        [
-            "Namer",
-            "NodeSite",
-            "ScopeIndex",
-            "all_graphs",
-            "all_names",
-            "bodies",
-            "constant_value",
-            "default_opset",
-            "fresh_name",
-            "subgraphs",
-            "use_counts",
-        ],
-        "patchspec.model.graph",
-    ),
-    **dict.fromkeys(["current_limits"], "patchspec.limits"),
-    **dict.fromkeys(["SELECTOR_SCHEMA", "check_selector"], "patchspec.model.selector_schema"),
-    **dict.fromkeys(["select_nodes"], "patchspec.model.selectors"),
-    **dict.fromkeys(["case_fit_problems", "unlisted_input_problems"], "patchspec.ort.case_fit"),
-    **dict.fromkeys(
-        ["CASE_INPUT_SCHEMA", "DEFAULT_MAX_ELEMENTS", "DTYPES", "case_input_problems", "value_shape"],
-        "patchspec.ort.case_inputs",
-    ),
-    **dict.fromkeys(["OutputComparison", "compare_output", "nonfinite_problems"], "patchspec.ort.comparison"),
-    **dict.fromkeys(["feed_shape_problems", "format_shape", "make_feeds", "shape_problems"], "patchspec.ort.feeds"),
-    **dict.fromkeys(["lint_model"], "patchspec.ort.inspection"),
-    **dict.fromkeys(["provider_did_you_mean", "provider_option_problems"], "patchspec.ort.providers"),
-    **dict.fromkeys(["run_verification"], "patchspec.ort.run_cases"),
-    **dict.fromkeys(
-        ["BatchSplit", "ProviderUnusable", "RunFailure", "Session", "TensorDecl", "provider_skip_reasons"],
-        "patchspec.ort.sessions",
-    ),
-    **dict.fromkeys(
-        [
-            "DEFAULT_ATOL",
-            "DEFAULT_PROVIDERS",
-            "DEFAULT_RTOL",
-            "DEFAULT_TIMEOUT",
-            "DTYPE_TOLERANCES",
-            "OPTIMIZATION_LEVELS",
-            "PRECISION",
-        ],
-        "patchspec.ort.settings",
-    ),
-    **dict.fromkeys(
-        [
-            "PINNED_DIMS",
-            "all_annotations",
-            "apply_pins",
-            "dim_params",
-            "format_dims",
-            "has_shape",
-            "read_dim",
-            "read_dims",
-            "rederive_shapes",
-            "shape_dims",
-            "typed",
-            "write_dim",
-        ],
-        "patchspec.shapes.annotations",
-    ),
-    **dict.fromkeys(["BatchAxes", "BatchAxesError", "batch_axes", "fed_inputs"], "patchspec.shapes.batch_axes"),
-    **dict.fromkeys(
-        ["declare_from_trace", "explicit_squeezes", "rewrite_batch_constants"], "patchspec.shapes.batch_rewrite"
-    ),
-    **dict.fromkeys(["BatchTrace", "Rewrite", "Undecided"], "patchspec.shapes.batch_trace"),
-    **dict.fromkeys(["trace_batch"], "patchspec.shapes.batch_tracker"),
-    **dict.fromkeys(["not_as_exported"], "patchspec.shapes.batch_as_is"),
-    **dict.fromkeys(["tile_inputs"], "patchspec.shapes.batch_joins"),
-    **dict.fromkeys(["compute_shapes"], "patchspec.shapes.batch_computed"),
-    **dict.fromkeys(["ShapeCompileError", "ShapeCompiler", "TensorIndex"], "patchspec.shapes.compiler"),
-    **dict.fromkeys(["BROADCASTING", "Known", "ShapeEvaluator"], "patchspec.shapes.evaluate"),
-    **dict.fromkeys(["FlowValue", "SpecFix", "spec_lines"], "patchspec.shapes.spec_lines"),
-    **dict.fromkeys(["input_values"], "patchspec.shapes.values"),
-    "expressions": "patchspec.shapes.expressions",
-}
-#: the public names that are modules themselves
-_MODULES = {"expressions"}
+_HOME = _public_names()
+__all__ = list(_HOME)  # built from api.pyi, which type checkers read
 
-__all__ = [
-    # messages
-    "UsageError",
-    "close_matches",
-    "did_you_mean",
-    # graphs
-    "ELEMENT_TYPES",
-    "Namer",
-    "NodeSite",
-    "ScopeIndex",
-    "all_graphs",
-    "all_names",
-    "bodies",
-    "constant_value",
-    "default_opset",
-    "fresh_name",
-    "subgraphs",
-    "use_counts",
-    # node selection
-    "SELECTOR_SCHEMA",
-    "check_selector",
-    "select_nodes",
-    # shape annotations
-    "PINNED_DIMS",
-    "all_annotations",
-    "apply_pins",
-    "dim_params",
-    "format_dims",
-    "has_shape",
-    "read_dim",
-    "read_dims",
-    "rederive_shapes",
-    "shape_dims",
-    "typed",
-    "write_dim",
-    # the batch's axes
-    "BatchAxes",
-    "BatchAxesError",
-    "batch_axes",
-    "fed_inputs",
-    # following the batch (set_batch's core) and applying what it finds
-    "BatchTrace",
-    "Rewrite",
-    "Undecided",
-    "trace_batch",
-    "not_as_exported",
-    "rewrite_batch_constants",
-    "tile_inputs",
-    "compute_shapes",
-    "explicit_squeezes",
-    "declare_from_trace",
-    # patches to suggest, as data and as the lines to paste into a spec
-    "FlowValue",
-    "SpecFix",
-    "spec_lines",
-    # what values an integer input needs, where the graph says
-    "input_values",
-    # shape expressions and their compiler
-    "expressions",
-    "ShapeCompileError",
-    "ShapeCompiler",
-    "TensorIndex",
-    # shape evaluation
-    "BROADCASTING",
-    "Known",
-    "ShapeEvaluator",
-    # external data
-    "DIGEST_FIELD",
-    "ORT_MEMORY_MARKER",
-    "OUTPUT_LAYOUT",
-    "Layout",
-    "is_external",
-    "iter_tensors",
-    "read_tensor",
-    "refuse_inline_overflow",
-    # limits a spec cannot lift (the caller's --limit)
-    "current_limits",
-    # ONNX Runtime
-    "CASE_INPUT_SCHEMA",
-    "DEFAULT_ATOL",
-    "DEFAULT_MAX_ELEMENTS",
-    "DEFAULT_PROVIDERS",
-    "DEFAULT_RTOL",
-    "DEFAULT_TIMEOUT",
-    "DTYPE_TOLERANCES",
-    "DTYPES",
-    "OPTIMIZATION_LEVELS",
-    "PRECISION",
-    "BatchSplit",
-    "OutputComparison",
-    "ProviderUnusable",
-    "RunFailure",
-    "Session",
-    "TensorDecl",
-    "case_fit_problems",
-    "case_input_problems",
-    "compare_output",
-    "feed_shape_problems",
-    "format_shape",
-    "lint_model",
-    "make_feeds",
-    "nonfinite_problems",
-    "provider_did_you_mean",
-    "provider_option_problems",
-    "provider_skip_reasons",
-    "run_verification",
-    "shape_problems",
-    "unlisted_input_problems",
-    "value_shape",
-]
-
-#: names 1.2 removes from the API (no plugin used them), with what to use instead; they still import,
-#: with a DeprecationWarning, until 2.0 (docs/api.md, "Deprecated in 1.2")
-DEPRECATED = {
+_RUN_INSTEAD = "run_verification(params, context), the run verifier's whole work, or a 'run' step in the spec"
+#: names no plugin and no example used, with what to use instead; they still import, with a
+#: DeprecationWarning, until 2.0 (docs/api.md, "Deprecated in 1.2" and "Deprecated in 1.5")
+_DEPRECATED_IN_1_2 = {
     "uses_of": ("patchspec.model.graph", "use_counts(model)[name], counted once for every tensor"),
     "walk_nodes": ("patchspec.model.graph", "select_nodes(model, selector), or all_graphs(graph) and each .node"),
     "Dim": ("patchspec.shapes.annotations", "int | str | None in your annotations"),
@@ -321,25 +69,52 @@ DEPRECATED = {
     "InputValues": ("patchspec.shapes.values", "the attributes of what input_values returns (item, why, flag)"),
     "FILLS": ("patchspec.ort.feeds", "case_input_problems(item), which checks a case's fill"),
 }
+_DEPRECATED_IN_1_5 = {
+    "input_values": ("patchspec.shapes.values", "patchspec init, which writes these values into its run case"),
+    "BatchSplit": ("patchspec.ort.sessions", _RUN_INSTEAD + " with compare: {split_batch: ...}"),
+    "OutputComparison": ("patchspec.ort.comparison", _RUN_INSTEAD),
+    "compare_output": ("patchspec.ort.comparison", _RUN_INSTEAD),
+    "feed_shape_problems": ("patchspec.ort.feeds", _RUN_INSTEAD),
+    "shape_problems": ("patchspec.ort.feeds", _RUN_INSTEAD),
+    "nonfinite_problems": ("patchspec.ort.comparison", _RUN_INSTEAD),
+    "make_feeds": ("patchspec.ort.feeds", _RUN_INSTEAD + " with cases: [{inputs: {...}}]"),
+    "provider_skip_reasons": ("patchspec.ort.sessions", _RUN_INSTEAD + ", which skips a provider with the reason"),
+    "ProviderUnusable": ("patchspec.ort.sessions", "RunFailure, which a provider that cannot be used raises too"),
+    "TensorDecl": ("patchspec.ort.sessions", "the .name, .shape and .dtype of Session(...).inputs and .outputs"),
+    "format_shape": ("patchspec.ort.feeds", "format_dims(dims) for an annotation, or str(list(shape))"),
+    "NodeSite": ("patchspec.model.graph", "select_nodes(model, selector), whose results carry .node"),
+    "ScopeIndex": ("patchspec.model.graph", "constant_value(graph, name) on the graph that holds the constant"),
+    "typed": ("patchspec.shapes.annotations", "has_shape(info), or info.type.tensor_type.elem_type != 0"),
+    "BROADCASTING": ("patchspec.shapes.evaluate", "a set of the elementwise op types your plugin follows"),
+}
+DEPRECATED = {**_DEPRECATED_IN_1_2, **_DEPRECATED_IN_1_5}
 
 
 def __getattr__(name: str) -> Any:
     """``patchspec.api.X``: the public name imported from its module on first use, then kept here; a
     deprecated name still imports, with a warning that says what replaces it."""
     if name in _HOME:
-        module = importlib.import_module(_HOME[name])
-        value = module if name in _MODULES else getattr(module, name)
+        value = _imported(_HOME[name], name)
         globals()[name] = value
         return value
     if name not in DEPRECATED:
         raise AttributeError(f"module 'patchspec.api' has no attribute {name!r}")
     module_name, instead = DEPRECATED[name]
+    since = "1.2" if name in _DEPRECATED_IN_1_2 else "1.5"
     warnings.warn(
-        f"patchspec.api.{name} is deprecated since plugin API 1.2 and goes in 2.0; use {instead}",
+        f"patchspec.api.{name} is deprecated since plugin API {since} and goes in 2.0; use {instead}",
         DeprecationWarning,
         stacklevel=2,
     )
-    return getattr(importlib.import_module(module_name), name)
+    return _imported(module_name, name)
+
+
+def _imported(module_name: str, name: str) -> Any:
+    """``name`` from ``module_name``: an attribute, or a submodule (``expressions``)."""
+    module = importlib.import_module(module_name)
+    if hasattr(module, name):
+        return getattr(module, name)
+    return importlib.import_module(f"{module_name}.{name}")
 
 
 def __dir__() -> list[str]:

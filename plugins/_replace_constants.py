@@ -36,9 +36,11 @@ def replace_constants(model: onnx.ModelProto, params: ReplaceInitializerParams, 
     """The patch: each target's constant replaced by the value or the computed shape; shapes re-derived."""
     targets = _targets(model, params, context)
     if "value" in params:
-        changed, details = _replace_values(model, targets, params, context)
-    else:
-        changed, details = _replace_with_shape(model, targets, params, context)
+        changed, details = _replace_values(model, targets, params["value"], params.get("dtype"), context)
+    elif "shape" in params:
+        changed, details = _replace_with_shape(model, targets, params["shape"], context)
+    else:  # check_params asks for one of the two before any model is read
+        context.fail("give either 'value: [...]' or 'shape: [ITEM, ...]'")
     if not changed:
         return PatchResult(False, "already has this value", tuple(details))
     api.rederive_shapes(model, context.state)
@@ -53,6 +55,8 @@ def _targets(model: onnx.ModelProto, params: ReplaceInitializerParams, context: 
         name = params["initializer"]
         _require_constant(model.graph, name, ("initializer",), context, f"'{name}'")
         return [Target(model.graph, name)]
+    if "select" not in params or "input" not in params:  # check_params asks for one of the two forms
+        context.fail("give 'initializer', or 'select' with 'input'")
     targets = []
     for ref in api.select_nodes(model, params["select"], context):
         index = params["input"]
@@ -141,7 +145,7 @@ def _converted(value: Any, dims: tuple[int, ...], dtype: int, context: PatchCont
 
 
 def _replace_values(
-    model: onnx.ModelProto, targets: list[Target], params: ReplaceInitializerParams, context: PatchContext
+    model: onnx.ModelProto, targets: list[Target], value: Any, dtype_name: str | None, context: PatchContext
 ) -> tuple[bool, list[str]]:
     """Overwrite each constant in place when only the targets read it, else feed the targets a new one."""
 
@@ -154,8 +158,8 @@ def _replace_values(
         graph, name = group[0].graph, group[0].name
         dims, old_dtype = _original_array(graph, name)
         # the schema allows every element type but string
-        dtype = api.ELEMENT_TYPES[params["dtype"]] if "dtype" in params else old_dtype
-        array = _converted(params["value"], dims, dtype, context)
+        dtype = api.ELEMENT_TYPES[dtype_name] if dtype_name is not None else old_dtype
+        array = _converted(value, dims, dtype, context)
         tensor = numpy_helper.from_array(array, name)
         shown = array.reshape(-1).tolist()
         if _same_constant(graph, name, tensor):
@@ -210,16 +214,16 @@ def _overwrite_constant(graph: onnx.GraphProto, name: str, tensor: onnx.TensorPr
 
 # -- shape ----------------------------------------------------------------------------------------------
 def _replace_with_shape(
-    model: onnx.ModelProto, targets: list[Target], params: ReplaceInitializerParams, context: PatchContext
+    model: onnx.ModelProto, targets: list[Target], shape: list[int | str], context: PatchContext
 ) -> tuple[bool, list[str]]:
     namer = api.Namer(api.all_names(model))
     details = []
     compiled_for: dict[int, str] = {}
-    text = "[" + ", ".join(str(item) for item in params["shape"]) + "]"
+    text = "[" + ", ".join(str(item) for item in shape) + "]"
     for target in targets:
         graph = target.graph
         if id(graph) not in compiled_for:
-            compiled_for[id(graph)] = _compile_into(model, graph, target, params, context, namer)
+            compiled_for[id(graph)] = _compile_into(model, graph, target, shape, context, namer)
         output = compiled_for[id(graph)]
         users = graph_users(model, target.name) if target.node is None else [(target.node, target.index)]
         if target.node is None and any(node is None for node, _ in users):
@@ -243,7 +247,7 @@ def _compile_into(
     model: onnx.ModelProto,
     graph: onnx.GraphProto,
     target: Target,
-    params: ReplaceInitializerParams,
+    shape: list[int | str],
     context: PatchContext,
     namer: api.Namer,
 ) -> str:
@@ -251,7 +255,7 @@ def _compile_into(
     prefix = f"patchspec/patches{context.step.index}/{target.name}"
     compiler = api.ShapeCompiler(api.TensorIndex(graphs), api.default_opset(model), namer, prefix)
     try:
-        compiled = compiler.compile(params["shape"])
+        compiled = compiler.compile(shape)
     except api.ShapeCompileError as exc:
         context.fail(exc.message, key=("shape", exc.item), hint=exc.hint)
     except api.expressions.ExpressionError as exc:  # pragma: no cover - validate catches syntax first

@@ -6,24 +6,32 @@ The writer copies them from the input's data files in bounded chunks, aligned, i
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import Annotated, Any, TypedDict
 
 from patchspec import Param, ParamProblem, PatchContext, PatchResult, PatchType, api, hookimpl
 
+if sys.version_info >= (3, 11):
+    from typing import NotRequired
+else:  # Python 3.10
+    from typing_extensions import NotRequired
+
 MAX_ALIGN = 1 << 30
 
 
-class ExternalDataParams(TypedDict, total=False):
-    location: Annotated[
-        str,
-        Param(
-            "Data file name, next to the output model (default: '<output file name>.data'); "
-            "'{digest}' in it becomes the start of the output's digest (e.g. '{digest}.weights'), "
-            "so a new build never shares a data file name with an old one",
-            minLength=1,
-        ),
+class ExternalDataParams(TypedDict):
+    location: NotRequired[
+        Annotated[
+            str,
+            Param(
+                "Data file name, next to the output model (default: '<output file name>.data'); "
+                "'{digest}' in it becomes the start of the output's digest (e.g. '{digest}.weights'), "
+                "so a new build never shares a data file name with an old one",
+                minLength=1,
+            ),
+        ]
     ]
     size_threshold: Annotated[
         int,
@@ -39,7 +47,9 @@ class ExternalDataParams(TypedDict, total=False):
             maximum=MAX_ALIGN,
         ),
     ]
-    inline: Annotated[bool, Param("Store every tensor inside the .onnx (refused past protobuf's 2 GiB limit).")]
+    inline: NotRequired[
+        Annotated[bool, Param("Store every tensor inside the .onnx (refused past protobuf's 2 GiB limit).")]
+    ]
     checksum: Annotated[
         bool, Param("Write ONNX's per-tensor 'checksum' entries (sha1 of each tensor's bytes).", default=False)
     ]

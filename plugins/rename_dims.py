@@ -14,10 +14,16 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypedDict
 
 from patchspec import Param, ParamProblem, PatchContext, PatchResult, PatchType, api, hookimpl
+
+if sys.version_info >= (3, 11):
+    from typing import NotRequired
+else:  # Python 3.10
+    from typing_extensions import NotRequired
 
 if TYPE_CHECKING:  # annotations only: onnx and numpy are imported where a model is patched
     import onnx
@@ -29,39 +35,50 @@ NAME_OR_SIZE = {
 MAX_DETAILS = 40
 
 
-class RenameDimsParams(TypedDict, total=False):
-    tensor: Annotated[
-        str | list[str],
-        Param(
-            "tensors to change: a name pattern (glob, or 're:' + a regex matched in full) or a "
-            "list of them; graph inputs, outputs and annotated intermediates",
-            schema={
-                "anyOf": [
-                    {"type": "string", "minLength": 1},
-                    {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
-                ]
-            },
-        ),
+class RenameDimsParams(TypedDict):
+    tensor: NotRequired[
+        Annotated[
+            str | list[str],
+            Param(
+                "tensors to change: a name pattern (glob, or 're:' + a regex matched in full) or a "
+                "list of them; graph inputs, outputs and annotated intermediates",
+                schema={
+                    "anyOf": [
+                        {"type": "string", "minLength": 1},
+                        {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
+                    ]
+                },
+            ),
+        ]
     ]
-    select: Annotated[dict[str, Any], Param(api.SELECTOR_SCHEMA["description"], schema=api.SELECTOR_SCHEMA)]
-    tensors: Annotated[
-        Literal["outputs", "inputs", "all"], Param("with select: which tensors of the selected nodes (default outputs)")
+    select: NotRequired[
+        Annotated[dict[str, Any], Param(api.SELECTOR_SCHEMA["description"], schema=api.SELECTOR_SCHEMA)]
     ]
-    axes: Annotated[
-        dict[int, int | str],
-        Param(
-            "{AXIS: NAME_OR_SIZE}: set that axis of each targeted tensor (negative counts from the end)",
-            schema={"type": "object", "minProperties": 1, "additionalProperties": NAME_OR_SIZE},
-        ),
+    tensors: NotRequired[
+        Annotated[
+            Literal["outputs", "inputs", "all"],
+            Param("with select: which tensors of the selected nodes (default outputs)"),
+        ]
     ]
-    map: Annotated[
-        dict[str, int | str],
-        Param(
-            "{OLD: NAME_OR_SIZE}: rename the dim_param OLD wherever it appears on the targets",
-            schema={"type": "object", "minProperties": 1, "additionalProperties": NAME_OR_SIZE},
-        ),
+    axes: NotRequired[
+        Annotated[
+            dict[int, int | str],
+            Param(
+                "{AXIS: NAME_OR_SIZE}: set that axis of each targeted tensor (negative counts from the end)",
+                schema={"type": "object", "minProperties": 1, "additionalProperties": NAME_OR_SIZE},
+            ),
+        ]
     ]
-    unique: Annotated[bool, Param("give every symbolic or unknown dim of the targets its own fresh name")]
+    map: NotRequired[
+        Annotated[
+            dict[str, int | str],
+            Param(
+                "{OLD: NAME_OR_SIZE}: rename the dim_param OLD wherever it appears on the targets",
+                schema={"type": "object", "minProperties": 1, "additionalProperties": NAME_OR_SIZE},
+            ),
+        ]
+    ]
+    unique: NotRequired[Annotated[bool, Param("give every symbolic or unknown dim of the targets its own fresh name")]]
 
 
 class RenameDimsPatch(PatchType[RenameDimsParams]):
@@ -86,10 +103,10 @@ class RenameDimsPatch(PatchType[RenameDimsParams]):
         targets = target_annotations(model, params, context)
         before = {id(info): api.read_dims(info) for info in targets}
         renamed = Renamer(model, context)
-        if params.get("map"):
-            renamed.map_params(targets, params["map"])
-        if params.get("axes"):
-            renamed.set_axes(targets, params["axes"])
+        if mapping := params.get("map"):
+            renamed.map_params(targets, mapping)
+        if axes := params.get("axes"):
+            renamed.set_axes(targets, axes)
         if params.get("unique"):
             renamed.make_unique(targets)
         changed = [info for info in targets if api.read_dims(info) != before[id(info)]]
@@ -138,7 +155,7 @@ def target_annotations(
     if "tensor" in params:
         names = _names_from_patterns(model, params["tensor"], context)
     elif "select" in params:
-        names = _names_from_selection(model, params, context)
+        names = _names_from_selection(model, params["select"], params.get("tensors", "outputs"), context)
     else:
         return [info for info in api.all_annotations(model.graph) if api.has_shape(info)]
     found = _annotations_named(model, names)
@@ -195,14 +212,15 @@ def _matches(pattern: str, name: str) -> bool:
     return name == pattern or fnmatch.fnmatchcase(name, pattern)
 
 
-def _names_from_selection(model: onnx.ModelProto, params: RenameDimsParams, context: PatchContext) -> list[str]:
-    which = params.get("tensors", "outputs")
+def _names_from_selection(
+    model: onnx.ModelProto, selector: dict[str, Any], which: str, context: PatchContext
+) -> list[str]:
     constants = {t.name for g in api.all_graphs(model.graph) for t in g.initializer}
     constants |= {
         n.output[0] for g in api.all_graphs(model.graph) for n in g.node if n.op_type == "Constant" and n.output
     }
     names: dict[str, None] = {}
-    for ref in api.select_nodes(model, params["select"], context, key=("select",)):
+    for ref in api.select_nodes(model, selector, context, key=("select",)):
         picked = (list(ref.node.input) if which in ("inputs", "all") else []) + (
             list(ref.node.output) if which in ("outputs", "all") else []
         )

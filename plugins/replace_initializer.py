@@ -11,10 +11,16 @@ model is patched.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 from patchspec import Param, ParamProblem, PatchContext, PatchResult, PatchType, api, hookimpl
+
+if sys.version_info >= (3, 11):
+    from typing import NotRequired
+else:  # Python 3.10
+    from typing_extensions import NotRequired
 
 if TYPE_CHECKING:  # annotations only: the work, in _replace_constants, imports onnx and numpy
     import onnx
@@ -26,33 +32,43 @@ DTYPES = {name: value for name, value in api.ELEMENT_TYPES.items() if name != "s
 NUMBERS = {"anyOf": [{"type": "number"}, {"type": "boolean"}, {"type": "array", "minItems": 1}]}
 
 
-class ReplaceInitializerParams(TypedDict, total=False):
-    initializer: Annotated[
-        str,
-        Param("name of an initializer or of a Constant node's output; every use is replaced", minLength=1),
+class ReplaceInitializerParams(TypedDict):
+    initializer: NotRequired[
+        Annotated[
+            str,
+            Param("name of an initializer or of a Constant node's output; every use is replaced", minLength=1),
+        ]
     ]
-    select: Annotated[
-        dict[str, Any],
-        Param(
-            "nodes whose input 'input' is replaced (only those uses)",
-            schema={key: value for key, value in api.SELECTOR_SCHEMA.items() if key != "description"},
-        ),
+    select: NotRequired[
+        Annotated[
+            dict[str, Any],
+            Param(
+                "nodes whose input 'input' is replaced (only those uses)",
+                schema={key: value for key, value in api.SELECTOR_SCHEMA.items() if key != "description"},
+            ),
+        ]
     ]
-    input: Annotated[int, Param("with 'select': which input of each selected node", minimum=0)]
-    value: Annotated[
-        Any, Param("new value: a number or a (nested) list; same element count as the original", schema=NUMBERS)
+    input: NotRequired[Annotated[int, Param("with 'select': which input of each selected node", minimum=0)]]
+    value: NotRequired[
+        Annotated[
+            Any, Param("new value: a number or a (nested) list; same element count as the original", schema=NUMBERS)
+        ]
     ]
-    dtype: Annotated[str, Param("element type of 'value' (default: the original's)", schema={"enum": sorted(DTYPES)})]
-    shape: Annotated[
-        list[int | str],
-        Param(
-            "an int64 1-D tensor computed at run time: integers and expressions (docs/expressions.md)",
-            schema={
-                "type": "array",
-                "minItems": 1,
-                "items": {"anyOf": [{"type": "integer"}, {"type": "string", "minLength": 1}]},
-            },
-        ),
+    dtype: NotRequired[
+        Annotated[str, Param("element type of 'value' (default: the original's)", schema={"enum": sorted(DTYPES)})]
+    ]
+    shape: NotRequired[
+        Annotated[
+            list[int | str],
+            Param(
+                "an int64 1-D tensor computed at run time: integers and expressions (docs/expressions.md)",
+                schema={
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {"anyOf": [{"type": "integer"}, {"type": "string", "minLength": 1}]},
+                },
+            ),
+        ]
     ]
 
 

@@ -20,54 +20,58 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Annotated, TypedDict
 
-from patchspec import COUPLED, UNDECIDED, ParamProblem, PatchContext, PatchResult, PatchType, api, hookimpl
+from patchspec import COUPLED, UNDECIDED, Param, ParamProblem, PatchContext, PatchResult, PatchType, api, hookimpl
+
+if sys.version_info >= (3, 11):
+    from typing import NotRequired
+else:  # Python 3.10
+    from typing_extensions import NotRequired
 
 if TYPE_CHECKING:  # annotations only: onnx and numpy are imported where a model is patched
     import onnx
 
 
-class SetBatchParams(TypedDict, total=False):
-    """The params as ``apply``/``verify`` receive them (schema defaults filled in); the test kit checks
-    its keys against ``params_schema``."""
+class SetBatchParams(TypedDict):
+    """The params as ``apply`` receives them; ``Param`` makes the schema the spec is checked with."""
 
-    size: int | str
-    inputs: list[str] | dict[str, int]
+    size: Annotated[
+        int | str,
+        Param(
+            "the new batch: a positive integer (static, below 2**31) or a name (symbolic, e.g. N)",
+            # 2**63-1 overflowed the tracker's int64 arithmetic (exit 5): a batch that large is never meant
+            schema={
+                "anyOf": [{"type": "integer", "minimum": 1, "maximum": 2**31 - 1}, {"type": "string", "minLength": 1}]
+            },
+        ),
+    ]
+    inputs: NotRequired[
+        Annotated[
+            list[str] | dict[str, int],
+            Param(
+                "inputs that carry the batch: a list of names (batch on axis 0) or a mapping "
+                "{name: axis}; default: detected from the first input",
+                schema={
+                    "anyOf": [
+                        {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
+                        {"type": "object", "minProperties": 1, "additionalProperties": {"type": "integer"}},
+                    ]
+                },
+            ),
+        ]
+    ]
 
 
 class SetBatchPatch(PatchType[SetBatchParams]):
-    Params = SetBatchParams
     name = "set_batch"
     description = (
         "Set the batch size (static or symbolic) on the inputs that carry it, re-derive every "
         "other shape, and rewrite shape constants that provably bake in the old batch."
     )
     shorthand = "size"
-    params_schema = {
-        "type": "object",
-        "description": description,
-        "properties": {
-            "size": {
-                "description": "the new batch: a positive integer (static, below 2**31) or a name (symbolic, e.g. N)",
-                # 2**63-1 overflowed the tracker's int64 arithmetic (exit 5): a batch that large is never meant
-                "anyOf": [{"type": "integer", "minimum": 1, "maximum": 2**31 - 1}, {"type": "string", "minLength": 1}],
-            },
-            "inputs": {
-                "description": (
-                    "inputs that carry the batch: a list of names (batch on axis 0) or a mapping "
-                    "{name: axis}; default: detected from the first input"
-                ),
-                "anyOf": [
-                    {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
-                    {"type": "object", "minProperties": 1, "additionalProperties": {"type": "integer"}},
-                ],
-            },
-        },
-        "required": ["size"],
-        "additionalProperties": False,
-    }
 
     def check_params(self, params: SetBatchParams) -> Iterator[ParamProblem]:
         size = params.get("size")

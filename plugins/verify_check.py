@@ -14,7 +14,7 @@ from typing import Annotated, TypedDict
 from patchspec import Param, Verifier, VerifyContext, VerifyResult, hookimpl
 
 
-class CheckParams(TypedDict, total=False):
+class CheckParams(TypedDict):
     strict: Annotated[
         bool,
         Param(

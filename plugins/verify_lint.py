@@ -2,24 +2,32 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 from patchspec import Param, ParamProblem, Verifier, VerifyContext, VerifyResult, api, hookimpl
 
+if sys.version_info >= (3, 11):
+    from typing import NotRequired
+else:  # Python 3.10
+    from typing_extensions import NotRequired
+
 #: where lint's inputs come from when neither lint nor a run case gives them
 DEFAULT_ORIGIN = "default shapes"
 
 
-class LintParams(TypedDict, total=False):
-    inputs: Annotated[
-        dict[str, Any],
-        Param(
-            "input name -> shape (as in a run case); default: the first run case's inputs, "
-            "else 1 on axis 0 and 64, 96, ... on other symbolic axes",
-            schema={"type": "object", "additionalProperties": api.CASE_INPUT_SCHEMA},
-        ),
+class LintParams(TypedDict):
+    inputs: NotRequired[
+        Annotated[
+            dict[str, Any],
+            Param(
+                "input name -> shape (as in a run case); default: the first run case's inputs, "
+                "else 1 on axis 0 and 64, 96, ... on other symbolic axes",
+                schema={"type": "object", "additionalProperties": api.CASE_INPUT_SCHEMA},
+            ),
+        ]
     ]
 
 

@@ -8,11 +8,17 @@ bounded in time, cases bounded in size, comparison, diagnosis of an unstable ref
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
-from patchspec import ParamProblem, Verifier, VerifyContext, VerifyResult, api, hookimpl
+from patchspec import Param, ParamProblem, Verifier, VerifyContext, VerifyResult, api, hookimpl
+
+if sys.version_info >= (3, 11):
+    from typing import NotRequired
+else:  # Python 3.10
+    from typing_extensions import NotRequired
 
 if TYPE_CHECKING:  # annotations only: onnx and numpy are imported where a model is patched
     import onnx
@@ -26,213 +32,190 @@ _AGAINST = {
 }
 
 
-class RunParams(TypedDict, total=False):
-    """The params as ``apply``/``verify`` receive them (schema defaults filled in); the test kit checks
-    its keys against ``params_schema``."""
+_TOLERANCE = {
+    "type": "object",
+    "additionalProperties": False,
+    "minProperties": 1,
+    "properties": {
+        "rtol": {"type": "number", "minimum": 0, "description": "relative tolerance"},
+        "atol": {"type": "number", "minimum": 0, "description": "absolute tolerance"},
+    },
+}
+_SPLIT = {
+    "anyOf": [
+        {"type": "boolean"},
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "minProperties": 1,
+            "properties": {
+                "inputs": {
+                    "type": "object",
+                    "additionalProperties": {"type": ["integer", "null"]},
+                    "description": "batch axis per input (default 0; null: not split)",
+                },
+                "outputs": {
+                    "type": "object",
+                    "additionalProperties": {"type": "integer"},
+                    "description": "batch axis per output (default 0); a per-sample output of lower rank is stacked "
+                    "along it",
+                },
+            },
+        },
+    ],
+}
+_OPTIONS = {
+    "type": "object",
+    "additionalProperties": {
+        "type": "object",
+        "description": "one provider's options: OPTION: VALUE",
+        "additionalProperties": {"type": ["string", "number", "boolean", "null"]},
+    },
+}
 
-    providers: list[str]
-    provider_options: dict[str, dict[str, Any]]
-    custom_op_libraries: list[str]
-    require: list[str]
-    cases: list[dict[str, Any]]
-    optimizations: list[str]
-    compare: dict[str, Any]
-    timeout: float
-    max_elements: int
+
+class CaseParams(TypedDict):
+    inputs: Annotated[
+        dict[str, Any],
+        Param(
+            "input name -> shape list or {shape, dtype, fill, seed, low, high, file, value}",
+            additionalProperties=api.CASE_INPUT_SCHEMA,
+        ),
+    ]
+    against: NotRequired[Annotated[str, Param("this case's reference; default: compare.against")]]
+
+
+class CompareParams(TypedDict):
+    against: Annotated[str, Param(_AGAINST["description"] + "; default original", default="original")]
+    split_batch: NotRequired[
+        Annotated[
+            bool | dict[str, dict[str, int | None]],
+            Param(
+                "run the reference once per sample and join its outputs: true (axis 0 of every input and output), "
+                "or {inputs: {NAME: AXIS or null}, outputs: {NAME: AXIS}} for a batch elsewhere (an LSTM state "
+                "[2, batch, 64] is 1; null gives that input whole to every sample)",
+                schema=_SPLIT,
+            ),
+        ]
+    ]
+    coupled: NotRequired[
+        Annotated[
+            str,
+            Param(
+                "the reason a batch may differ from its samples run one at a time (a model whose ops couple the "
+                "samples: one quantization scale over the batch, a reduction over it): compares batch against "
+                "batch instead of per sample, and the report names the reason; not with split_batch",
+                minLength=1,
+            ),
+        ]
+    ]
+    rtol: Annotated[
+        float, Param(f"relative tolerance (default {api.DEFAULT_RTOL:g})", default=api.DEFAULT_RTOL, minimum=0)
+    ]
+    atol: Annotated[
+        float, Param(f"absolute tolerance (default {api.DEFAULT_ATOL:g})", default=api.DEFAULT_ATOL, minimum=0)
+    ]
+    outputs: NotRequired[
+        Annotated[
+            dict[str, Any],
+            Param(
+                "per output: {rtol, atol} for this output only, or skip (run it, check its declared shape, do not "
+                "compare its values): for outputs the original itself does not reproduce (near-tied TopK, a "
+                "quantized head)",
+                additionalProperties={"anyOf": [{"const": "skip"}, _TOLERANCE]},
+            ),
+        ]
+    ]
+    tolerances: NotRequired[
+        Annotated[
+            dict[str, dict[str, float]],
+            Param(
+                "rtol/atol per element type, for outputs whose coarser side (output or reference) has it; defaults: "
+                + ", ".join(f"{k} rtol {r:g} atol {a:g}" for k, (r, a) in api.DTYPE_TOLERANCES.items()),
+                propertyNames={"enum": list(api.PRECISION)},
+                additionalProperties=_TOLERANCE,
+            ),
+        ]
+    ]
+
+
+class RunParams(TypedDict):
+    """The params as ``verify`` receives them (every default filled in); ``Param`` makes the schema."""
+
+    providers: Annotated[
+        list[str],
+        Param(
+            "execution providers to run on (default [CPUExecutionProvider]); one not available here is skipped "
+            "with the reason",
+            default=list(api.DEFAULT_PROVIDERS),
+            minItems=1,
+        ),
+    ]
+    provider_options: Annotated[
+        dict[str, dict[str, Any]],
+        Param(
+            "options per provider, as onnxruntime names them: {PROVIDER: {OPTION: VALUE}} (true/false are given "
+            "as 1/0, null leaves an option out). They go on top of the provider's exact-math settings (CUDA: "
+            "use_tf32 0; docs/providers.md), so use_tf32: 1 keeps TF32 on; off the CPU the tolerance is widened "
+            "by a measured floor either way",
+            default={},
+            schema=_OPTIONS,
+        ),
+    ]
+    custom_op_libraries: NotRequired[
+        Annotated[
+            list[str],
+            Param(
+                "shared libraries that register the model's custom ops (onnxruntime's "
+                "register_custom_ops_library), relative to the spec's folder; loaded into every session, the "
+                "reference's too. Native code: loaded only with --allow-native-code or 'allow-native-code = true' "
+                "under [tool.patchspec] in the project's pyproject.toml (exit 2 otherwise)",
+                minItems=1,
+            ),
+        ]
+    ]
+    timeout: Annotated[
+        float,
+        Param(
+            f"seconds one run of a session may take before it is stopped and the case fails (default "
+            f"{api.DEFAULT_TIMEOUT:g})",
+            default=api.DEFAULT_TIMEOUT,
+            exclusiveMinimum=0,
+        ),
+    ]
+    max_elements: Annotated[
+        int,
+        Param(
+            f"the most elements one case input may have (default {api.DEFAULT_MAX_ELEMENTS:,}); a larger one is "
+            "a spec error (exit 2) found before anything runs",
+            default=api.DEFAULT_MAX_ELEMENTS,
+            minimum=1,
+        ),
+    ]
+    require: Annotated[list[str], Param("providers that must run: unavailable fails the verifier", default=[])]
+    cases: NotRequired[
+        Annotated[
+            list[CaseParams],
+            Param("input sets to run; default: one case from the declared shapes when all are fixed", minItems=1),
+        ]
+    ]
+    optimizations: Annotated[
+        list[str],
+        Param(
+            "ONNX Runtime graph optimization levels to run every case at (default [all, disabled]): "
+            "optimizations can make a wrong model look right",
+            default=list(DEFAULT_OPTIMIZATIONS),
+            minItems=1,
+            uniqueItems=True,
+            items={"enum": list(api.OPTIMIZATION_LEVELS)},
+        ),
+    ]
+    compare: Annotated[CompareParams, Param("what the outputs are compared with, and how closely", default={})]
 
 
 class RunVerifier(Verifier[RunParams]):
-    Params = RunParams
     name = "run"
     description = "Run the output on ONNX Runtime per provider and case; compare its outputs with a reference."
-    params_schema = {
-        "type": "object",
-        "properties": {
-            "providers": {
-                "type": "array",
-                "items": {"type": "string"},
-                "minItems": 1,
-                "default": list(api.DEFAULT_PROVIDERS),
-                "description": "execution providers to run on (default [CPUExecutionProvider]); "
-                "one not available here is skipped with the reason",
-            },
-            "provider_options": {
-                "type": "object",
-                "default": {},
-                "description": "options per provider, as onnxruntime names them: {PROVIDER: {OPTION: VALUE}} "
-                "(true/false are given as 1/0, null leaves an option out). They go on top of the "
-                "provider's exact-math settings (CUDA: use_tf32 0; docs/providers.md), so use_tf32: 1 "
-                "keeps TF32 on; off the CPU the tolerance is widened by a measured floor either way",
-                "additionalProperties": {
-                    "type": "object",
-                    "description": "one provider's options: OPTION: VALUE",
-                    "additionalProperties": {"type": ["string", "number", "boolean", "null"]},
-                },
-            },
-            "custom_op_libraries": {
-                "type": "array",
-                "items": {"type": "string"},
-                "minItems": 1,
-                "description": "shared libraries that register the model's custom ops "
-                "(onnxruntime's register_custom_ops_library), relative to the "
-                "spec's folder; loaded into every session, the reference's too. Native code: "
-                "loaded only with --allow-native-code or 'allow-native-code = true' under "
-                "[tool.patchspec] in the project's pyproject.toml (exit 2 otherwise)",
-            },
-            "timeout": {
-                "type": "number",
-                "exclusiveMinimum": 0,
-                "default": api.DEFAULT_TIMEOUT,
-                "description": f"seconds one run of a session may take before it is stopped and the "
-                f"case fails (default {api.DEFAULT_TIMEOUT:g})",
-            },
-            "max_elements": {
-                "type": "integer",
-                "minimum": 1,
-                "default": api.DEFAULT_MAX_ELEMENTS,
-                "description": f"the most elements one case input may have (default {api.DEFAULT_MAX_ELEMENTS:,}); "
-                "a larger one is a spec error (exit 2) found before anything runs",
-            },
-            "require": {
-                "type": "array",
-                "items": {"type": "string"},
-                "default": [],
-                "description": "providers that must run: unavailable fails the verifier",
-            },
-            "cases": {
-                "type": "array",
-                "minItems": 1,
-                "description": "input sets to run; default: one case from the declared shapes when all are fixed",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "inputs": {
-                            "type": "object",
-                            "additionalProperties": api.CASE_INPUT_SCHEMA,
-                            "description": "input name -> shape list or {shape, dtype, fill, seed, low, high, file, value}",
-                        },
-                        "against": dict(_AGAINST, description="this case's reference; default: compare.against"),
-                    },
-                    "required": ["inputs"],
-                    "additionalProperties": False,
-                },
-            },
-            "optimizations": {
-                "type": "array",
-                "minItems": 1,
-                "uniqueItems": True,
-                "default": list(DEFAULT_OPTIMIZATIONS),
-                "items": {"enum": list(api.OPTIMIZATION_LEVELS)},
-                "description": (
-                    "ONNX Runtime graph optimization levels to run every case at (default [all, "
-                    "disabled]): optimizations can make a wrong model look right"
-                ),
-            },
-            "compare": {
-                "type": "object",
-                "default": {},
-                "description": "what the outputs are compared with, and how closely",
-                "properties": {
-                    "against": dict(
-                        _AGAINST, default="original", description=_AGAINST["description"] + "; default original"
-                    ),
-                    "split_batch": {
-                        "description": (
-                            "run the reference once per sample and join its outputs: true (axis 0 of "
-                            "every input and output), or {inputs: {NAME: AXIS or null}, outputs: "
-                            "{NAME: AXIS}} for a batch elsewhere (an LSTM state [2, batch, 64] is 1; "
-                            "null gives that input whole to every sample)"
-                        ),
-                        "anyOf": [
-                            {"type": "boolean"},
-                            {
-                                "type": "object",
-                                "additionalProperties": False,
-                                "minProperties": 1,
-                                "properties": {
-                                    "inputs": {
-                                        "type": "object",
-                                        "additionalProperties": {"type": ["integer", "null"]},
-                                        "description": "batch axis per input (default 0; null: not split)",
-                                    },
-                                    "outputs": {
-                                        "type": "object",
-                                        "additionalProperties": {"type": "integer"},
-                                        "description": "batch axis per output (default 0); a per-sample output "
-                                        "of lower rank is stacked along it",
-                                    },
-                                },
-                            },
-                        ],
-                    },
-                    "coupled": {
-                        "type": "string",
-                        "minLength": 1,
-                        "description": (
-                            "the reason a batch may differ from its samples run one at a time (a model "
-                            "whose ops couple the samples: one quantization scale over the batch, a "
-                            "reduction over it): compares batch against batch instead of per sample, and "
-                            "the report names the reason; not with split_batch"
-                        ),
-                    },
-                    "rtol": {
-                        "type": "number",
-                        "minimum": 0,
-                        "default": api.DEFAULT_RTOL,
-                        "description": f"relative tolerance (default {api.DEFAULT_RTOL:g})",
-                    },
-                    "atol": {
-                        "type": "number",
-                        "minimum": 0,
-                        "default": api.DEFAULT_ATOL,
-                        "description": f"absolute tolerance (default {api.DEFAULT_ATOL:g})",
-                    },
-                    "outputs": {
-                        "type": "object",
-                        "description": (
-                            "per output: {rtol, atol} for this output only, or skip (run it, check its "
-                            "declared shape, do not compare its values): for outputs the original "
-                            "itself does not reproduce (near-tied TopK, a quantized head)"
-                        ),
-                        "additionalProperties": {
-                            "anyOf": [
-                                {"const": "skip"},
-                                {
-                                    "type": "object",
-                                    "additionalProperties": False,
-                                    "minProperties": 1,
-                                    "properties": {
-                                        "rtol": {"type": "number", "minimum": 0, "description": "relative tolerance"},
-                                        "atol": {"type": "number", "minimum": 0, "description": "absolute tolerance"},
-                                    },
-                                },
-                            ],
-                        },
-                    },
-                    "tolerances": {
-                        "type": "object",
-                        "description": (
-                            "rtol/atol per element type, for outputs whose coarser side (output or "
-                            "reference) has it; defaults: "
-                            + ", ".join(f"{k} rtol {r:g} atol {a:g}" for k, (r, a) in api.DTYPE_TOLERANCES.items())
-                        ),
-                        "propertyNames": {"enum": list(api.PRECISION)},
-                        "additionalProperties": {
-                            "type": "object",
-                            "additionalProperties": False,
-                            "minProperties": 1,
-                            "properties": {
-                                "rtol": {"type": "number", "minimum": 0, "description": "relative tolerance"},
-                                "atol": {"type": "number", "minimum": 0, "description": "absolute tolerance"},
-                            },
-                        },
-                    },
-                },
-                "additionalProperties": False,
-            },
-        },
-        "additionalProperties": False,
-    }
 
     def check_params(self, params: RunParams) -> Iterator[ParamProblem]:
         yield from _provider_problems(params)
@@ -257,8 +240,8 @@ class RunVerifier(Verifier[RunParams]):
         """The cases, split axes and per-output settings against the patched model's inputs and outputs."""
         inputs = dict(api.fed_inputs(model.graph))
         outputs = [info.name for info in model.graph.output]
-        limit = int(params.get("max_elements", api.DEFAULT_MAX_ELEMENTS))
-        for index, case in enumerate(params.get("cases") or [{"inputs": {}}]):
+        no_case: list[CaseParams] = [{"inputs": {}}]
+        for index, case in enumerate(params.get("cases") or no_case):
             given = case["inputs"]
             for name, item in given.items():
                 key = ("cases", index, "inputs", name)
@@ -272,10 +255,10 @@ class RunVerifier(Verifier[RunParams]):
                     )
                     continue
                 yield from api.case_fit_problems(inputs[name], item, key)
-            problems = api.unlisted_input_problems(model, given, ("cases", index, "inputs"), limit)
+            problems = api.unlisted_input_problems(model, given, ("cases", index, "inputs"), params["max_elements"])
             # without cases, a symbolic input is the run's own failure ("no cases given"), said at run time
             yield from (p for p in problems if params.get("cases") or "gives no shape" not in p[1])
-        split = params.get("compare", {}).get("split_batch")
+        split = params["compare"].get("split_batch")
         for section, names in (("inputs", list(inputs)), ("outputs", outputs)):
             for name in split.get(section, {}) if isinstance(split, dict) else {}:
                 if name not in names:
@@ -283,7 +266,7 @@ class RunVerifier(Verifier[RunParams]):
                         ("compare", "split_batch", section, name),
                         (f"'{name}' is not one of the patched model's {section}{api.did_you_mean(str(name), names)}"),
                     )
-        for name in params.get("compare", {}).get("outputs", {}):
+        for name in params["compare"].get("outputs", {}):
             if name not in outputs:
                 yield (
                     ("compare", "outputs", name),
@@ -298,7 +281,7 @@ class RunVerifier(Verifier[RunParams]):
         """Reference models, .npz outputs, .npy inputs and custom-op libraries: part of the digest and the depfile.
         Files only: ``against: original`` (the input model) and ``against: none`` name no file."""
         yield from params.get("custom_op_libraries", [])
-        compare_against: str = params.get("compare", {}).get("against", "original")
+        compare_against = params["compare"]["against"]
         references = [compare_against, *(case.get("against", compare_against) for case in params.get("cases") or [])]
         yield from (reference for reference in references if reference not in ("original", "none"))
         for case in params.get("cases") or []:
@@ -307,8 +290,8 @@ class RunVerifier(Verifier[RunParams]):
                     yield item["file"]
 
     def verify(self, params: RunParams, context: VerifyContext) -> VerifyResult:
-        result = api.run_verification(dict(params), context)
-        reason = params.get("compare", {}).get("coupled")
+        result = api.run_verification(params, context)
+        reason = params["compare"].get("coupled")
         if not reason:
             return result
         said = f"batch against batch, as the samples are coupled (accepted: {reason})"

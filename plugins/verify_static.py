@@ -3,44 +3,34 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Annotated, TypedDict
 
-from patchspec import Verifier, VerifyContext, VerifyResult, api, hookimpl
+from patchspec import Param, Verifier, VerifyContext, VerifyResult, api, hookimpl
 
 if TYPE_CHECKING:  # annotations only: onnx and numpy are imported where a model is patched
     import onnx
 
 
-class StaticParams(TypedDict, total=False):
-    """The params as ``apply``/``verify`` receive them (schema defaults filled in); the test kit checks
-    its keys against ``params_schema``."""
+class StaticParams(TypedDict):
+    """The params as ``verify`` receives them; ``Param`` makes the schema the spec is checked with."""
 
-    value_info: bool
+    value_info: Annotated[
+        bool, Param("also check every tensor annotated in the graph's value_info (default false)", default=False)
+    ]
 
 
 class StaticVerifier(Verifier[StaticParams]):
-    Params = StaticParams
     name = "static"
     description = "Every graph input and output has only fixed sizes (optionally every annotated tensor too)."
-    params_schema = {
-        "type": "object",
-        "properties": {
-            "value_info": {
-                "type": "boolean",
-                "description": "also check every tensor annotated in the graph's value_info (default false)",
-            },
-        },
-        "additionalProperties": False,
-    }
 
     def verify(self, params: StaticParams, context: VerifyContext) -> VerifyResult:
         graph = context.model.graph
         groups = [("input", graph.input), ("output", graph.output)]
-        if params.get("value_info"):
+        if params["value_info"]:
             groups.append(("value_info", graph.value_info))
         offenders = [line for kind, infos in groups for info in infos if (line := dynamic_axes(kind, info))]
         checked = sum(len(infos) for _, infos in groups)
-        scope = "inputs, outputs and annotated tensors" if params.get("value_info") else "inputs and outputs"
+        scope = "inputs, outputs and annotated tensors" if params["value_info"] else "inputs and outputs"
         if offenders:
             summary = f"{len(offenders)} of {checked} {scope} are not static: {offenders[0]}"
             return VerifyResult(
@@ -71,6 +61,22 @@ def _hint(model: onnx.ModelProto) -> tuple[str, ...]:
             "the tensor and a size per axis for any other, listed before set_batch, so that set_batch derives "
             "the outputs from the fixed inputs",
         )
+    fixes = _output_fixes(model, inputs)
+    if not fixes:
+        return (
+            "hint: the inputs are fixed, but the outputs' sizes cannot be derived from the graph alone "
+            "(they depend on data): declare them with rename_dims if you know them",
+        )
+    return (
+        "hint: the inputs are fixed; ONNX's inference cannot derive these outputs' sizes, which the graph "
+        "gives at those inputs: add to the end of patches:",
+        *fixes,
+    )
+
+
+def _output_fixes(model: onnx.ModelProto, inputs: dict[str, onnx.ValueInfoProto]) -> list[str]:
+    """The rename_dims lines that give each output not declared fixed the sizes the graph computes at
+    the fixed inputs (evaluated on the graph, no weights read); none for an output the graph leaves open."""
     point = {
         name: api.Known(
             info.type.tensor_type.elem_type, tuple(d if isinstance(d, int) else None for d in api.read_dims(info) or ())
@@ -82,25 +88,13 @@ def _hint(model: onnx.ModelProto) -> tuple[str, ...]:
     for info in model.graph.output:
         dims = api.read_dims(info)
         found = evaluator.at(info.name)[0] if info.name in evaluator.known else None
-        if (
-            found is None
-            or found.shape is None
-            or not found.full
-            or (dims is not None and all(isinstance(d, int) for d in dims))
-        ):
+        if found is None or found.shape is None or not found.full:
+            continue
+        if dims is not None and all(isinstance(d, int) for d in dims):
             continue
         axes: dict[str | int, api.FlowValue] = {axis: int(size or 0) for axis, size in enumerate(found.shape)}
         fixes.append(api.spec_lines(api.SpecFix("rename_dims", (("tensor", info.name), ("axes", axes)))))
-    if not fixes:
-        return (
-            "hint: the inputs are fixed, but the outputs' sizes cannot be derived from the graph alone "
-            "(they depend on data): declare them with rename_dims if you know them",
-        )
-    return (
-        "hint: the inputs are fixed; ONNX's inference cannot derive these outputs' sizes, which the graph "
-        "gives at those inputs: add to the end of patches:",
-        *fixes,
-    )
+    return fixes
 
 
 def dynamic_axes(kind: str, info: onnx.ValueInfoProto) -> str:

@@ -29,7 +29,6 @@ from patchspec.author.batch_ties import BatchEvidence, CaseLayout, Pair, refuted
 from patchspec.author.init_case import (
     PROBE,
     InputRow,
-    all_nodes,
     case_inputs,
     case_shapes,
     input_rules,
@@ -40,6 +39,7 @@ from patchspec.author.init_case import (
     unified_shapes,
 )
 from patchspec.author.original_runs import OriginalRuns
+from patchspec.author.recurrent_inputs import SEQUENCES, recurrent_states, state_pairs
 from patchspec.author.spec_text import DraftStep, SpecDraft, checked, next_command, output_ref, quoted, root_needed
 from patchspec.author.weightless import weightless_copy
 from patchspec.errors import PatchError
@@ -86,39 +86,42 @@ def _draft_spec(model_path: Path, spec_path: Path, size: int | str, registry: An
     split = _per_sample(model, axes, old_size, runner, batch, probe)
     coupled = prober.coupled(axes)
     root = root_needed(spec_path, [model_path])
-    draft = SpecDraft(
-        model_ref,
-        output,
-        header=[
-            f"Written by 'patchspec init {model_path}': check the comments, then '{next_command(spec_path, root)}'",
-            "(both from the folder init ran in). Paths below are relative to this file's folder.",
-        ]
-        + ([f"The model lies outside this spec's project root: apply with --root {root}."] if root else []),
-    )
-    draft.patches += renames
-    given = {name: axis for name, axis in axes}
-    draft.patches.append(
-        DraftStep(
-            "set_batch",
-            {"size": size, "inputs": given},
-            [f"batch on {', '.join(f'{quoted(n)}[{a}]' for n, a in axes)}:"]
-            + [f"  {quoted(n)}[{a}]: {how[(n, a)]}" for n, a in axes]
-            + [f"{quoted(row.name)}: not batched ({row.how})" for row in rows if row.axis is None],
-        )
-    )
-    check = DraftStep("check", {}, ["onnx's checker and strict shape inference on the output"])
-    draft.verify.append(check)
+    draft = SpecDraft(model_ref, output, header=_header(model_path, spec_path, root))
+    draft.patches += [*renames, _set_batch_step(size, axes, how, rows)]
     unloadable = _unloadable(model, runner.runs)
-    if unloadable:  # a run step could only fail, the original's own failure and the output's alike
-        check.comments += [
-            f"no 'run' step: onnxruntime here cannot load the original ({unloadable});",
-            "add one with providers that can (run: {providers: [...]}), or compare with your own outputs",
-        ]
-    else:
+    draft.verify.append(_check_step(unloadable))
+    if not unloadable:  # else a run step could only fail, the original's own failure and the output's alike
         draft.verify.append(run_step(probe, rows, case, split, coupled))
     text = checked(draft, spec_path, registry)
     notes = [f"{row.name}: {row.values}" for row in rows if row.flagged]
     return InitResult(text, rows, notes, next_command(spec_path, root))
+
+
+def _header(model_path: Path, spec_path: Path, root: Path | None) -> list[str]:
+    return [
+        f"Written by 'patchspec init {model_path}': check the comments, then '{next_command(spec_path, root)}'",
+        "(both from the folder init ran in). Paths below are relative to this file's folder.",
+    ] + ([f"The model lies outside this spec's project root: apply with --root {root}."] if root else [])
+
+
+def _set_batch_step(size: int | str, axes: list[Pair], how: dict[Pair, str], rows: list[InputRow]) -> DraftStep:
+    return DraftStep(
+        "set_batch",
+        {"size": size, "inputs": {name: axis for name, axis in axes}},
+        [f"batch on {', '.join(f'{quoted(n)}[{a}]' for n, a in axes)}:"]
+        + [f"  {quoted(n)}[{a}]: {how[(n, a)]}" for n, a in axes]
+        + [f"{quoted(row.name)}: not batched ({row.how})" for row in rows if row.axis is None],
+    )
+
+
+def _check_step(unloadable: str | None) -> DraftStep:
+    check = DraftStep("check", {}, ["onnx's checker and strict shape inference on the output"])
+    if unloadable:
+        check.comments += [
+            f"no 'run' step: onnxruntime here cannot load the original ({unloadable});",
+            "add one with providers that can (run: {providers: [...]}), or compare with your own outputs",
+        ]
+    return check
 
 
 def _relative(path: Path, folder: Path) -> str:
@@ -207,7 +210,27 @@ def _batch_axes(
     how.update(
         {(name, 0): "no node reads it: it takes the batch with the others (any values do)" for name in detected.unread}
     )
-    for (name, axis), node in _recurrent_states(model, _SEQUENCES).items():  # X [seq, batch, ...]: axis 0 is time
+    _move_to_sequence_axes(model, chosen, how)
+    old_size = batch_axes(model, dict(chosen)).old_size
+    _add_recurrent_states(model, runner, chosen, how)
+    _add_ties(prober, runner, chosen, how)
+    refusal = prober.refusal(chosen)
+    if refusal is not None:
+        return _with_another_input(model, prober, size, chosen, how, refusal, detected.old_size)
+    chosen = _uncoupled_axes(model, prober, chosen, how) or chosen
+    paired = state_pairs(model, prober.patched(chosen), chosen, old_size)
+    if not paired or prober.refusal(chosen + list(paired)) is not None:
+        return chosen, how
+    for pair, out in paired.items():
+        how[pair] = (
+            f"pairs with output {quoted(out)}, which carries the batch on axis {pair[1]} (a state passed in and out)"
+        )
+    return chosen + list(paired), how
+
+
+def _move_to_sequence_axes(model: onnx.ModelProto, chosen: list[Pair], how: dict[Pair, str]) -> None:
+    """A recurrent op's sequence X is [seq, batch, ...]: its batch is on axis 1 (axis 0 is time)."""
+    for (name, axis), node in recurrent_states(model, SEQUENCES).items():
         for at, (chosen_name, chosen_axis) in enumerate(chosen):
             if chosen_name == name and chosen_axis != axis:
                 how.pop(chosen[at])
@@ -215,22 +238,30 @@ def _batch_axes(
                 how[(name, axis)] = (
                     f"the sequence input of {node}, whose batch axis is {axis} (axis {chosen_axis} is time)"
                 )
-    old_size = batch_axes(model, dict(chosen)).old_size
-    for pair, node in _recurrent_states(model).items():
-        if pair not in chosen and pair[0] not in {name for name, _ in chosen}:
-            why_not = runner.refutes(chosen, pair)
-            if why_not:  # the op keeps a batch of 1 while the inputs' axis varies: a sequence, not a batch
-                axes_text = ", ".join(f"{quoted(n)}[{a}]" for n, a in chosen)
-                raise PatchError(
-                    f"the model cannot be batched on {axes_text}: {node} keeps a batch of 1 in its initial state "
-                    f"{quoted(pair[0])} while {axes_text} varies ({why_not}), so that axis is the sequence the "
-                    "recurrent op runs through, and its samples are not independent",
-                    "a streaming model is batched by its recurrent state's batch axis, which this export fixes "
-                    "at 1: export it with that axis free, or run it one stream at a time",
-                    node=node,
-                )
-            chosen.append(pair)
-            how[pair] = f"the initial state of {node}, whose batch axis is {pair[1]}"
+
+
+def _add_recurrent_states(model: onnx.ModelProto, runner: _Runner, chosen: list[Pair], how: dict[Pair, str]) -> None:
+    """Add each recurrent op's initial state that the runs do not refute as a batch; refuse a streaming model."""
+    for pair, node in recurrent_states(model).items():
+        if pair in chosen or pair[0] in {name for name, _ in chosen}:
+            continue
+        why_not = runner.refutes(chosen, pair)
+        if why_not:  # the op keeps a batch of 1 while the inputs' axis varies: a sequence, not a batch
+            axes_text = ", ".join(f"{quoted(n)}[{a}]" for n, a in chosen)
+            raise PatchError(
+                f"the model cannot be batched on {axes_text}: {node} keeps a batch of 1 in its initial state "
+                f"{quoted(pair[0])} while {axes_text} varies ({why_not}), so that axis is the sequence the "
+                "recurrent op runs through, and its samples are not independent",
+                "a streaming model is batched by its recurrent state's batch axis, which this export fixes "
+                "at 1: export it with that axis free, or run it one stream at a time",
+                node=node,
+            )
+        chosen.append(pair)
+        how[pair] = f"the initial state of {node}, whose batch axis is {pair[1]}"
+
+
+def _add_ties(prober: _Prober, runner: _Runner, chosen: list[Pair], how: dict[Pair, str]) -> None:
+    """Add the inputs the original's runs tie to the batch, unless set_batch refuses them (then say why)."""
     untied = dict(runner.evidence.untied)
     ties = runner.tie(chosen).ties
     runner.evidence.untied.update(untied)
@@ -243,21 +274,6 @@ def _batch_axes(
             runner.evidence.untied[tie.name] = (
                 f"the original ties it to the batch, but set_batch refuses it: {refused.detail.splitlines()[0]}"
             )
-    refusal = prober.refusal(chosen)
-    if refusal is None:
-        chosen = _uncoupled_axes(model, prober, chosen, how) or chosen
-        paired = _state_pairs(model, prober.patched(chosen), chosen, old_size)
-        if paired and prober.refusal(chosen + list(paired)) is None:
-            how.update(
-                {
-                    pair: f"pairs with output {quoted(out)}, which carries the batch on axis {pair[1]} (a state "
-                    "passed in and out)"
-                    for pair, out in paired.items()
-                }
-            )
-            return chosen + list(paired), how
-        return chosen, how
-    return _with_another_input(model, prober, size, chosen, how, refusal, detected.old_size)
 
 
 def _with_another_input(
@@ -311,59 +327,6 @@ def _uncoupled_axes(
                     how[new] = f"on axis 0 the samples would not be independent ({coupled[0]}); on axis {axis} they are"
                 return moved
     return None
-
-
-#: recurrent ops and the operands that hold their initial state ([directions, batch, hidden] by default)
-_STATES: dict[str, tuple[int, ...]] = {"LSTM": (5, 6), "GRU": (5,), "RNN": (5,)}
-#: the operand a recurrent op runs through: its sequence X, batch on the same axis as its state
-_SEQUENCES: dict[str, tuple[int, ...]] = {"LSTM": (0,), "GRU": (0,), "RNN": (0,)}
-#: ops between a state input and the recurrent op that keep its batch axis (a Slice of its layers)
-_STATE_PATH = {"Identity", "Cast", "Slice", "Split"}
-
-
-def _recurrent_states(model: onnx.ModelProto, operands: dict[str, tuple[int, ...]] = _STATES) -> dict[Pair, str]:
-    """Graph inputs that an LSTM/GRU/RNN takes as its initial state (or, with ``_SEQUENCES``, as its
-    sequence): {(input, batch axis): "GRU 'name'"}."""
-    recurrent = [node for node in all_nodes(model.graph) if node.op_type in operands]
-    if not recurrent:
-        return {}
-    inputs = fed_inputs(model.graph)
-    producers = {o: node for node in model.graph.node for o in node.output if o}
-    found: dict[Pair, str] = {}
-    for graph_node in recurrent:
-        for operand in operands.get(graph_node.op_type, ()):
-            if operand >= len(graph_node.input) or not graph_node.input[operand]:
-                continue
-            name = graph_node.input[operand]
-            while name not in inputs and name in producers and producers[name].op_type in _STATE_PATH:
-                name = producers[name].input[0]
-            if name in inputs:
-                layout = next((a.i for a in graph_node.attribute if a.name == "layout"), 0)
-                found.setdefault(
-                    (name, 0 if layout else 1), f"{graph_node.op_type} '{graph_node.name or graph_node.output[0]}'"
-                )
-    return found
-
-
-def _state_pairs(
-    model: onnx.ModelProto, probe: onnx.ModelProto | None, chosen: list[Pair], old_size: int
-) -> dict[Pair, str]:
-    """Inputs shaped like an output that carries the batch, except that they hold the old batch (or an
-    unknown size) on that axis: a recurrent state in ``[2, 1, 128]``, out ``[2, N, 128]``. {(input, axis): output}"""
-    batched = {name for name, _ in chosen}
-    found: dict[Pair, str] = {}
-    for info in probe.graph.output if probe is not None else []:
-        dims = read_dims(info) or []
-        for axis, dim in enumerate(dims):
-            if dim != PROBE:
-                continue
-            for name, given in fed_inputs(model.graph).items():
-                theirs = read_dims(given) or []
-                if name in batched or len(theirs) != len(dims) or theirs[axis] not in (None, old_size):
-                    continue
-                if all(a == b for i, (a, b) in enumerate(zip(theirs, dims)) if i != axis):
-                    found.setdefault((name, axis), info.name)
-    return found
 
 
 class _Prober:

@@ -236,18 +236,20 @@ def _search(
                 _smallest_free(group, sizes, runs, dims, groups, values)
             answer = [(group.sizes or (1, 1), group.how) for group in unknown]
             found.setdefault(tuple("free" if "free" in how else sizes for sizes, how in answer), answer)
-    tried = _spent(runs)
+    return _distinct(found, labels, _spent(runs)), complete
+
+
+def _distinct(found: dict[tuple[object, ...], Answer], labels: str, tried: int) -> list[Answer]:
+    """The answers found, less a set that another equals but for sizes 1 in A and B where it holds larger
+    ones: 1 runs there because it broadcasts, not because the trace saw it."""
     if not found:
         raise PatchError(
             f"derive cannot tell the sizes A and B were traced at for {labels}: A and B ran at none of "
             f"{tried} sets of sizes made from the constants that differ",
             SHAPE_HINT,
         )
-    keys = list(found)  # less a set that another equals but for sizes 1 in A and B where it holds larger ones:
-    # 1 runs there because it broadcasts, not because the trace saw it
-    return [
-        found[key] for key in keys if not any(other != key and _broadcast_of(key, other) for other in keys)
-    ], complete
+    keys = list(found)
+    return [found[key] for key in keys if not any(other != key and _broadcast_of(key, other) for other in keys)]
 
 
 def _spent(runs: tuple[OriginalRuns, OriginalRuns]) -> int:

@@ -4,11 +4,15 @@ two sizes."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from patchspec.commands.context import State
 from patchspec.errors import UsageError
+
+if TYPE_CHECKING:  # imported inside the command, so that --help loads none of it
+    from patchspec.author.derive import Derivation
 
 
 @click.command("derive")
@@ -78,6 +82,18 @@ def derive_command(
     """
     from patchspec.author.derive import derive, write
 
+    spec_path = _spec_path(a_path, b_path, spec_path, force)
+    shapes = (_shapes("--shape-a", shapes_a), _shapes("--shape-b", shapes_b))
+    result = derive(a_path, b_path, spec_path, state.registry(), shapes)
+    existing = [str(path) for path in result.arrays if path.exists()]
+    if existing and not force:
+        raise UsageError(f"{', '.join(existing)} exists; nothing was written", "give another --output, or --force")
+    write(result)
+    _say(state, result, spec_path)
+
+
+def _spec_path(a_path: Path, b_path: Path, spec_path: Path | None, force: bool) -> Path:
+    """Where the spec goes (``--output``, else beside the working folder), refused before any model is read."""
     if a_path.resolve() == b_path.resolve():
         raise UsageError(f"A and B are the same file ({a_path}): give two exports of the model at two input sizes")
     spec_path = spec_path or Path(f"{a_path.stem}.patchspec.yaml")
@@ -87,12 +103,11 @@ def derive_command(
         raise UsageError(
             f"{spec_path} exists; nothing was written", "give another --output, or --force to overwrite it"
         )
-    shapes = (_shapes("--shape-a", shapes_a), _shapes("--shape-b", shapes_b))
-    result = derive(a_path, b_path, spec_path, state.registry(), shapes)
-    existing = [str(path) for path in result.arrays if path.exists()]
-    if existing and not force:
-        raise UsageError(f"{', '.join(existing)} exists; nothing was written", "give another --output, or --force")
-    write(result)
+    return spec_path
+
+
+def _say(state: State, result: Derivation, spec_path: Path) -> None:
+    """The constants fitted (a table), the dims freed, the notes and what was written."""
     if result.rows:
         width = max(len("constant"), *(len(row.constant) for row in result.rows))
         state.echo(f"{'constant'.ljust(width)}  {'A -> B':<14}  expression")

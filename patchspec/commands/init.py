@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from patchspec.commands.context import State
 from patchspec.errors import UsageError
+
+if TYPE_CHECKING:  # imported inside the command, so that --help loads none of it
+    from patchspec.author.init import InitResult
 
 
 @click.command("init")
@@ -61,17 +65,22 @@ def init_command(
             f"{spec_path} exists; nothing was written", "give another --output, or --force to overwrite it"
         )
     result = draft_spec(model_path, spec_path, batch if batch is not None else (dynamic or "N"), state.registry())
-    names = {row.name: escape_controls(row.name) for row in result.rows}  # a name cannot forge a line
-    width = max([len("input")] + [len(name) for name in names.values()])
-    state.echo(f"{'input'.ljust(width)}  batch axis  how it was decided")
-    for row in result.rows:
-        axis = "-" if row.axis is None else str(row.axis)
-        state.echo(
-            f"{names[row.name].ljust(width)}  {axis.ljust(10)}  {row.how}"
-            + (f"; values: {row.values}" if row.values else "")
-        )
+    _say_inputs(state, result)
     spec_path.parent.mkdir(parents=True, exist_ok=True)
     spec_path.write_text(result.text, encoding="utf-8")
     for note in result.notes:
         state.echo(f"flagged: {escape_controls(note)}")
     state.echo(f"wrote {spec_path}; next: {result.next}")
+
+
+def _say_inputs(state: State, result: InitResult) -> None:
+    """One line per input: its batch axis, how it was decided, and the values it is given."""
+    from patchspec.author.spec_text import escape_controls
+
+    names = {row.name: escape_controls(row.name) for row in result.rows}  # a name cannot forge a line
+    width = max([len("input")] + [len(name) for name in names.values()])
+    state.echo(f"{'input'.ljust(width)}  batch axis  how it was decided")
+    for row in result.rows:
+        axis = "-" if row.axis is None else str(row.axis)
+        values = f"; values: {row.values}" if row.values else ""
+        state.echo(f"{names[row.name].ljust(width)}  {axis.ljust(10)}  {row.how}{values}")

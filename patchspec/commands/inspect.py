@@ -63,14 +63,9 @@ def inspect_command(
     """
     from patchspec.ort.inspection import parse_shape_options, parse_value_options
     from patchspec.ort.report import format_inspection, inspect_model
-    from patchspec.printable import one_line_strings
 
     if suggest:
-        from patchspec.author.suggest import format_suggestions, suggest_report
-
-        data = suggest_report(model_path, parse_shape_options(shapes))
-        text = json.dumps(data, indent=2) if as_json else format_suggestions(one_line_strings(data))
-        state.reporter.output(text)  # the model's names, escaped: none can steer the terminal or start a line
+        _suggest(state, model_path, parse_shape_options(shapes), as_json)
         return
     try:
         data = inspect_model(model_path, parse_shape_options(shapes), parse_value_options(values))
@@ -92,3 +87,13 @@ def inspect_command(
         raise click.exceptions.Exit(problem["exit_code"])
     if problem:  # the missing files, once, at the end (on stderr, as any error)
         raise ModelFileError(problem["message"], problem["hint"])
+
+
+def _suggest(state: State, model_path: Path, shapes: dict[str, list[int]], as_json: bool) -> None:
+    """``--suggest``: the constants that bake the export's sizes, and the spec lines that free them."""
+    from patchspec.author.suggest import format_suggestions, suggest_report
+    from patchspec.printable import one_line_strings
+
+    data = suggest_report(model_path, shapes)
+    text = json.dumps(data, indent=2) if as_json else format_suggestions(one_line_strings(data))
+    state.reporter.output(text)  # the model's names, escaped: none can steer the terminal or start a line

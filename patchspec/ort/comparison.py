@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,9 +55,10 @@ class Tolerances:
     applied: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @classmethod
-    def from_params(cls, compare: dict[str, Any]) -> Tolerances:
-        """From ``compare`` (schema defaults filled in): ``rtol``, ``atol``, ``tolerances``, ``outputs``."""
-        rtol, atol = float(compare.get("rtol", DEFAULT_RTOL)), float(compare.get("atol", DEFAULT_ATOL))
+    def from_params(cls, compare: Mapping[str, Any]) -> Tolerances:
+        """From ``compare`` as the verifier receives it (schema defaults filled in, so ``rtol`` and ``atol``
+        are there): ``rtol``, ``atol``, ``tolerances``, ``outputs``."""
+        rtol, atol = float(compare["rtol"]), float(compare["atol"])
         by_dtype = dict(DTYPE_TOLERANCES)
         for dtype, given in compare.get("tolerances", {}).items():
             default_rtol, default_atol = by_dtype.get(dtype, (rtol, atol))

@@ -8,6 +8,7 @@ where an output differs, the diagnosis (:mod:`patchspec.ort.diagnosis`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from patchspec.ort.case_fit import declared_shape_problems, value_notes
@@ -15,7 +16,6 @@ from patchspec.ort.comparison import Tolerances, nonfinite_problems
 from patchspec.ort.diagnosis import original_fails_too, unstable_reference_notes
 from patchspec.ort.environment import device_name
 from patchspec.ort.feeds import (
-    DEFAULT_MAX_ELEMENTS,
     default_case,
     feed_shape_problems,
     make_feeds,
@@ -26,7 +26,6 @@ from patchspec.ort.providers import CPU, provider_setup
 from patchspec.ort.references import CaseRun, References, ReferenceSettings
 from patchspec.ort.run_results import Row, verdict
 from patchspec.ort.sessions import (
-    DEFAULT_TIMEOUT,
     BatchSplit,
     ProviderUnusable,
     RunFailure,
@@ -37,8 +36,9 @@ from patchspec.plugin.contract import VerifyContext, VerifyResult
 from patchspec.spec.confine import Root
 
 
-def run_verification(params: dict[str, Any], context: VerifyContext) -> VerifyResult:
-    """Run ``params`` (the run verifier's, schema defaults filled in) on the staged output.
+def run_verification(params: Mapping[str, Any], context: VerifyContext) -> VerifyResult:
+    """Run ``params`` (the run verifier's, as it receives them: schema defaults filled in) on the staged
+    output. They are read as given: no default is applied a second time here.
 
     Raises :class:`patchspec.ort.native_code.NativeCodeRefused` (exit 2) before anything runs when
     the params name custom-op libraries that the caller has not allowed.
@@ -50,19 +50,18 @@ def run_verification(params: dict[str, Any], context: VerifyContext) -> VerifyRe
 
 
 class _Run:
-    def __init__(self, params: dict[str, Any], context: VerifyContext) -> None:
+    def __init__(self, params: Mapping[str, Any], context: VerifyContext) -> None:
         self.params = params
         self.context = context
-        compare = params["compare"]  # the loader filled in the schema's defaults
+        compare = params["compare"]  # the loader filled in the schema's defaults, at every depth
         split = compare.get("split_batch", False)
         self.optimizations = list(params["optimizations"])
         self.tolerances = Tolerances.from_params(compare)
         self.required = set(params["require"])
-        self.max_elements = int(params.get("max_elements", DEFAULT_MAX_ELEMENTS))
-        timeout = params.get("timeout", DEFAULT_TIMEOUT)
-        self.timeout = None if timeout is None else float(timeout)
+        self.max_elements = int(params["max_elements"])
+        self.timeout = float(params["timeout"])
         self.libraries = tuple(context.resolve(p) for p in params.get("custom_op_libraries", []))
-        given = params.get("provider_options", {})
+        given = params["provider_options"]
         self.setups = {provider: provider_setup(provider, given.get(provider)) for provider in params["providers"]}
         settings = ReferenceSettings(
             against=compare["against"],

@@ -113,22 +113,7 @@ def build_session(
     working directory, so that is ``data_dir`` while the session is built (the weights are read then).
     """
     onnxruntime = quiet_onnxruntime()
-    settings = onnxruntime.SessionOptions()
-    for library in libraries:
-        try:
-            settings.register_custom_ops_library(str(library))
-        except Exception as exc:
-            msg = f"onnxruntime cannot load the custom-op library {library}: {ort_message(exc)}"
-            raise RunFailure(
-                msg, "give a shared library built for this onnxruntime; paths are relative to the spec"
-            ) from None
-    settings.log_severity_level = 4  # fatal only: patchspec reports the errors itself, without ANSI
-    settings.graph_optimization_level = {
-        "all": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL,
-        "extended": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-        "basic": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-        "disabled": onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL,
-    }[optimization]
+    settings = _session_options(onnxruntime, optimization, libraries)
     source = str(model) if isinstance(model, Path) else model
     in_folder = data_dir is not None and not isinstance(model, Path)
     if in_folder and _version(onnxruntime.__version__) >= EXTERNAL_FOLDER_OPTION_SINCE:
@@ -150,6 +135,28 @@ def build_session(
         msg = f"{provider} could not be loaded (onnxruntime fell back to {', '.join(used)})"
         raise ProviderUnusable(msg, "check the provider's libraries (CUDA, cuDNN, drivers) with 'patchspec env'")
     return session
+
+
+def _session_options(onnxruntime: Any, optimization: str, libraries: Sequence[Path]) -> Any:
+    """``SessionOptions`` at one optimization level, with onnxruntime's logging off and the custom-op
+    libraries registered (one that does not load is a run failure naming it)."""
+    settings = onnxruntime.SessionOptions()
+    for library in libraries:
+        try:
+            settings.register_custom_ops_library(str(library))
+        except Exception as exc:
+            msg = f"onnxruntime cannot load the custom-op library {library}: {ort_message(exc)}"
+            raise RunFailure(
+                msg, "give a shared library built for this onnxruntime; paths are relative to the spec"
+            ) from None
+    settings.log_severity_level = 4  # fatal only: patchspec reports the errors itself, without ANSI
+    settings.graph_optimization_level = {
+        "all": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        "extended": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "basic": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "disabled": onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    }[optimization]
+    return settings
 
 
 def _cannot_build(exc: Exception, provider: str, path: Path | None) -> RunFailure:

@@ -1,9 +1,10 @@
 """What a plugin implements: patch types and verifiers, and what the engine hands them.
 
-A patch type is a class with its parameters declared as data (``params_schema``, a JSON Schema
-with ``additionalProperties: false`` and a ``description`` per field) and an ``apply`` method that
-changes the model in place and says what it did. A verifier looks at the written output and
-returns a verdict; it never changes anything.
+Both are step types (:class:`StepType`): a class with its parameters declared as data
+(``params_schema``, a JSON Schema with ``additionalProperties: false`` and a ``description`` per
+field, usually generated from a params ``TypedDict``) and the checks made before anything runs. A
+patch type adds an ``apply`` method that changes the model in place and says what it did; a verifier
+adds ``verify``, which looks at the written output and returns a verdict and never changes anything.
 """
 
 from __future__ import annotations
@@ -103,12 +104,14 @@ class PatchResult:
     details: tuple[str, ...] = ()
 
 
-class PatchType(Generic[P]):
-    """Base class of every patch type (built-in or third-party).
+class StepType(Generic[P]):
+    """What patch types and verifiers have in common: the base of :class:`PatchType` and :class:`Verifier`.
 
-    ``class StripPatch(PatchType[StripParams])`` types ``params`` as ``StripParams`` (a ``TypedDict``)
-    in every method; when ``StripParams`` declares its fields with ``Param`` and the class gives no
-    ``params_schema``, the schema is generated from it (since plugin API 1.2).
+    A step's type declares its name, a description and its params (``StepType[P]`` with ``P`` a
+    ``TypedDict`` types ``params`` in every method; when ``P`` declares its fields with ``Param`` and
+    the class gives no ``params_schema``, the schema is generated from it), and may check its params
+    before anything runs. Subclass :class:`PatchType` or :class:`Verifier`, never this class: the
+    engine tells a patch from a verifier by them. Since plugin API 1.5 (the methods, since 1.0 on both).
     """
 
     name: ClassVar[str]
@@ -116,8 +119,8 @@ class PatchType(Generic[P]):
     params_schema: ClassVar[dict[str, Any]]
     #: ``set_batch: 32`` means ``set_batch: {size: 32}`` when ``shorthand = "size"``
     shorthand: ClassVar[str | None] = None
-    #: the params ``TypedDict``: set from ``PatchType[P]`` (since 1.2), or by hand (1.1); the test kit
-    #: checks its keys against ``params_schema``'s properties
+    #: the params ``TypedDict``: set from ``PatchType[P]``/``Verifier[P]`` (since 1.2), or by hand (1.1);
+    #: the test kit checks its keys against ``params_schema``'s properties
     Params: ClassVar[type | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -125,19 +128,35 @@ class PatchType(Generic[P]):
         _declare_params(cls)
 
     def check_params(self, params: P) -> Iterable[ParamProblem]:
-        """Checks JSON Schema cannot express (expression syntax, regexes); no model needed."""
+        """Checks JSON Schema cannot express (expression syntax, regexes); no model needed.
+
+        ``params`` are as the spec wrote them: a key with a schema ``default`` may be missing here
+        (read it with ``params.get``); every other method gets the defaults filled in."""
         return ()
 
     def dependencies(self, params: P) -> Iterable[str]:
-        """Files this patch reads besides the model (paths as written, relative to the spec)."""
+        """Files this step reads besides the models (paths as written, relative to the spec's folder).
+
+        They are part of the output's digest and of ``--depfile``, so changing one re-runs ``apply``.
+        """
         return ()
 
     def check_model(self, params: P, model: onnx.ModelProto) -> Iterable[ParamProblem]:
-        """Problems with ``params`` that only the model can show (an input name it lacks):
-        ``(key path, message)`` pairs, reported like ``check_params``'s (exit 2, located at the key).
-        ``apply``, ``plan`` and ``validate`` call it on the model as the patches before this one left it,
-        weights not loaded, before ``apply``; do not modify it. Since plugin API 1.4."""
+        """Problems with ``params`` that only the model can show: ``(key path, message)`` pairs, reported
+        like ``check_params``'s (exit 2, located at the key). The model is a graph without weights; do
+        not modify it. A patch type sees the model as the patches before it left it, before ``apply``
+        (``apply``, ``plan`` and ``validate``; since plugin API 1.4); a verifier sees the patched model,
+        before anything is staged, written or run (``apply`` and ``plan``; since plugin API 1.1)."""
         return ()
+
+
+class PatchType(StepType[P]):
+    """Base class of every patch type (built-in or third-party): ``apply`` changes the model.
+
+    ``class StripPatch(PatchType[StripParams])`` types ``params`` as ``StripParams`` (a ``TypedDict``)
+    in every method; when ``StripParams`` declares its fields with ``Param`` and the class gives no
+    ``params_schema``, the schema is generated from it (since plugin API 1.2).
+    """
 
     def apply(self, model: onnx.ModelProto, params: P, context: PatchContext) -> PatchResult:
         """Change ``model`` in place as ``params`` say; raise via ``context.fail`` when it cannot."""
@@ -158,40 +177,10 @@ class VerifyResult:
         return self.status != "failed"
 
 
-class Verifier(Generic[P]):
-    """Base class of every verifier. Verifiers never change the model or any file.
-
-    ``Verifier[P]`` types and declares the params as :class:`PatchType` does (since plugin API 1.2).
-    """
-
-    name: ClassVar[str]
-    description: ClassVar[str]
-    params_schema: ClassVar[dict[str, Any]]
-    shorthand: ClassVar[str | None] = None
-    #: the params ``TypedDict``: set from ``Verifier[P]`` (since 1.2), or by hand (1.1)
-    Params: ClassVar[type | None] = None
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        _declare_params(cls)
-
-    def check_params(self, params: P) -> Iterable[ParamProblem]:
-        return ()
-
-    def dependencies(self, params: P) -> Iterable[str]:
-        """Files this verifier reads besides the models (paths as written, relative to the spec).
-
-        They are part of the output's digest and of ``--depfile``, so changing one re-runs ``apply``.
-        """
-        return ()
-
-    def check_model(self, params: P, model: Any) -> Iterable[ParamProblem]:
-        """Problems with ``params`` that only the patched model can show (a run case naming an input the
-        model lacks, a shape of the wrong rank): ``(key path, message)`` pairs, reported like
-        ``check_params``'s (exit 2, located at the key). ``apply`` and ``plan`` call it after the
-        patches, before anything is staged, written or run; ``model`` is the patched graph (no
-        weights; do not modify it). Since plugin API 1.1."""
-        return ()
+class Verifier(StepType[P]):
+    """Base class of every verifier: ``verify`` judges the written output. Verifiers never change the
+    model or any file. ``Verifier[P]`` types and declares the params as :class:`PatchType` does (since
+    plugin API 1.2)."""
 
     def verify(self, params: P, context: VerifyContext) -> VerifyResult:
         raise NotImplementedError(f"verifier {self.name!r} does not implement verify()")
@@ -269,6 +258,7 @@ __all__ = [
     "RunState",
     "StateKey",
     "StepContext",
+    "StepType",
     "Verifier",
     "VerifyContext",
     "VerifyResult",

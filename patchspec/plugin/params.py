@@ -5,9 +5,16 @@ The ``TypedDict`` is what ``apply``/``verify`` receive and what a type checker r
 cannot say. :func:`schema_of` turns the declaration into the ``params_schema`` fragment, so the
 schema, the type and the defaults cannot disagree::
 
-    class MaxNodesParams(TypedDict, total=False):
-        limit: Annotated[int, Param("the most nodes the output may have", required=True, minimum=0)]
+    class MaxNodesParams(TypedDict):
+        limit: Annotated[int, Param("the most nodes the output may have", minimum=0)]
         subgraphs: Annotated[bool, Param("also count If/Loop/Scan bodies", default=True)]
+        note: NotRequired[Annotated[str, Param("a line for the report")]]
+
+The ``TypedDict`` is total (the default): a key the spec must give and a key with a ``default``
+(the loader fills it in) are both there when ``apply``/``verify`` run, so ``params["subgraphs"]``
+type-checks under mypy and pyright; a key that may be absent is ``NotRequired`` (read it with
+``params.get``). Since plugin API 1.5 ``NotRequired``/``Required`` are read under
+``from __future__ import annotations`` too.
 
 Python types map to JSON Schema as ``int`` -> integer, ``float`` -> number, ``str``, ``bool``,
 ``None`` -> null, ``list[T]`` -> array, ``dict[str, T]`` -> object, ``Literal[...]`` -> enum,
@@ -78,12 +85,15 @@ def _object_schema(params: type, description: str) -> dict[str, Any]:
     properties: dict[str, Any] = {}
     required: list[str] = []
     for key, hint in hints.items():
-        annotation, declared = _unwrap(hint)
+        annotation, declared, marker = _unwrap(hint)
         if declared is None:
             msg = f"{params.__qualname__}.{key}: declare it as Annotated[{_name(annotation)}, Param('what it is for')]"
             raise ParamsDeclarationError(msg)
         properties[key] = _field_schema(params, key, annotation, declared)
-        if declared.required or (key in required_keys and declared.default is _MISSING):
+        # the marker first: with ``from __future__ import annotations`` Python before 3.14 cannot see a
+        # NotRequired/Required in the class's own __required_keys__
+        needed = marker == "Required" or (marker is None and key in required_keys)
+        if declared.required or (needed and declared.default is _MISSING):
             required.append(key)
     schema: dict[str, Any] = {"type": "object"}
     if description:
@@ -108,7 +118,7 @@ def _field_schema(params: type, key: str, annotation: Any, declared: Param) -> d
 
 
 def _type_schema(annotation: Any) -> dict[str, Any]:
-    annotation, _ = _unwrap(annotation)
+    annotation, _, _ = _unwrap(annotation)
     if annotation is Any or annotation is object:
         return {}
     if annotation is type(None) or annotation is None:
@@ -133,9 +143,9 @@ def _type_schema(annotation: Any) -> dict[str, Any]:
     raise ParamsDeclarationError(msg)
 
 
-def _unwrap(hint: Any) -> tuple[Any, Param | None]:
-    """(the type, its Param) of a field's annotation; Required/NotRequired are looked through."""
-    declared = None
+def _unwrap(hint: Any) -> tuple[Any, Param | None, str | None]:
+    """(the type, its Param, "Required" or "NotRequired" when the field says so) of a field's annotation."""
+    declared, marker = None, None
     while True:
         origin = typing.get_origin(hint)
         if origin is typing.Annotated:
@@ -143,9 +153,10 @@ def _unwrap(hint: Any) -> tuple[Any, Param | None]:
             declared = next((a for a in args[1:] if isinstance(a, Param)), declared)
             hint = args[0]
         elif origin is not None and getattr(origin, "_name", None) in ("Required", "NotRequired"):
+            marker = marker or origin._name
             hint = typing.get_args(hint)[0]
         else:
-            return hint, declared
+            return hint, declared, marker
 
 
 def _hints(params: type) -> dict[str, Any]:

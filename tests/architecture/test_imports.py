@@ -118,3 +118,23 @@ def test_the_root_imports_its_public_names_on_first_use():
     assert seen["before"] == ["patchspec"], seen["before"]
     assert "patchspec.plugin.contract" in seen["after"], seen["after"]
     assert seen["undir"] == [], f"names in patchspec.__all__ that dir(patchspec) lacks: {seen['undir']}"
+
+
+API_PROBE = """
+import json, sys
+import patchspec.api
+before = sorted(m for m in sys.modules if m.startswith("patchspec"))
+names = list(patchspec.api.__all__)
+patchspec.api.read_dims
+print(json.dumps({"before": before, "names": len(names), "heavy": sorted(set(sys.modules) & {"onnx", "numpy"}),
+                  "after": sorted(m for m in sys.modules if m.startswith("patchspec"))}))
+"""
+
+
+def test_the_api_builds_its_names_from_the_stub_and_imports_none_until_used():
+    """``import patchspec.api`` reads api.pyi (text, no ``ast``) and imports no module behind a name."""
+    done = subprocess.run([sys.executable, "-c", API_PROBE], capture_output=True, text=True, check=True)
+    seen = json.loads(done.stdout)
+    assert seen["before"] == ["patchspec", "patchspec.api"], seen["before"]
+    assert seen["names"] > 50, seen
+    assert "patchspec.shapes.annotations" in seen["after"], seen["after"]

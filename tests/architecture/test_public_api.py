@@ -67,34 +67,10 @@ def test_the_test_kit_docs_name_everything_the_kit_exports():
     assert not undocumented, f"docs/plugins.md (section 5) does not mention: {undocumented}"
 
 
-#: exported though no built-in plugin or example uses it, and why
-_RUN_PARTS = "the parts of the run verifier (patchspec.ort), for a verifier of one's own that runs models"
+#: exported though no built-in plugin or example uses it, and why (1.5 deprecated the others)
 UNUSED_ON_PURPOSE = {
-    "read_tensor": "the one way to read external data through the path policy",
-    "input_values": "what an integer input needs, where the graph says (init and the run verifier ask it)",
-    **dict.fromkeys(
-        [
-            "BatchSplit",
-            "OutputComparison",
-            "ProviderUnusable",
-            "TensorDecl",
-            "compare_output",
-            "feed_shape_problems",
-            "format_shape",
-            "make_feeds",
-            "nonfinite_problems",
-            "provider_skip_reasons",
-            "shape_problems",
-        ],
-        _RUN_PARTS,
-    ),
-    # set_batch's tracker used these while it lived in plugins/; it is patchspec.shapes.batch_tracker now
-    # and they stay the public way to walk a graph and evaluate shapes as it does
-    "NodeSite": "what a ShapeEvaluator hook receives: a node and its scopes",
-    "ScopeIndex": "constants by name across a graph and its bodies",
-    "use_counts": "how many nodes read each tensor, before a constant is changed in place",
-    "typed": "whether an annotation has an element type (a shape written on one without is refused)",
-    "BROADCASTING": "the ops a ShapeEvaluator broadcasts, for a hook that follows a dim",
+    "read_tensor": "the one way to read external data through the path policy (docs/external-data.md's example)",
+    "use_counts": "what replaces the deprecated uses_of (one pass counts every tensor)",
 }
 
 
@@ -115,27 +91,33 @@ def test_a_deprecated_name_still_imports_and_says_what_replaces_it(name):
         value = getattr(patchspec.api, name)
     module, _ = patchspec.api.DEPRECATED[name]
     assert value is getattr(importlib.import_module(module), name)
+    assert name not in (REPO / "patchspec" / "api.pyi").read_text(encoding="utf-8"), "a type checker still sees it"
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         patchspec.api.nope  # noqa: B018
 
 
 def _type_checking_names(module) -> dict[str, str]:
-    """name -> module of each import under ``if TYPE_CHECKING:`` in ``module``'s source."""
-    tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
-    names = {}
+    """name -> module of each import a type checker sees: ``if TYPE_CHECKING:`` in ``module``'s source,
+    or its ``.pyi`` stub beside it."""
+    stub = Path(module.__file__).with_suffix(".pyi")
+    tree = ast.parse((stub if stub.exists() else Path(module.__file__)).read_text(encoding="utf-8"))
+    statements = list(tree.body) if stub.exists() else []
     for node in tree.body:
         if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
-            for imported in node.body:
-                if isinstance(imported, ast.ImportFrom):
-                    for alias in imported.names:
-                        names[alias.asname or alias.name] = f"{imported.module}.{alias.name}"
+            statements += node.body
+    names = {}
+    for imported in statements:
+        if isinstance(imported, ast.ImportFrom):
+            for alias in imported.names:
+                names[alias.asname or alias.name] = f"{imported.module}.{alias.name}"
     return names
 
 
 @pytest.mark.parametrize("module", [patchspec, patchspec.api], ids=lambda m: m.__name__)
-def test_the_lazy_modules_three_lists_agree(module):
-    """What a type checker sees (the TYPE_CHECKING imports), what is imported at run time (``_HOME``)
-    and what is public (``__all__``) are one list, written three times: they must not drift."""
+def test_the_lazy_modules_lists_agree(module):
+    """What a type checker sees (the TYPE_CHECKING imports, or the stub), what is imported at run time
+    (``_HOME``) and what is public (``__all__``) are one list: ``patchspec.api`` builds the other two
+    from its stub; the root writes them three times, and they must not drift."""
     seen = _type_checking_names(module)
     public = set(module.__all__) - {"__version__", "PLUGIN_API"}  # plain constants, not lazy names
     assert set(seen) == public == set(module._HOME), (
@@ -144,3 +126,17 @@ def test_the_lazy_modules_three_lists_agree(module):
     )
     for name, home in module._HOME.items():  # the same module in both places
         assert seen[name] in (f"{home}.{name}", home), (name, seen[name], home)
+
+
+def test_the_api_stub_re_exports_every_name_it_imports():
+    """A stub re-exports ``A as A`` only: a bare ``import A`` would hide the name from type checkers."""
+    tree = ast.parse((REPO / "patchspec" / "api.pyi").read_text(encoding="utf-8"))
+    bare = [
+        alias.name
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+        if alias.asname != alias.name
+    ]
+    assert not bare, f"write these as 'NAME as NAME' in patchspec/api.pyi: {bare}"
+    assert patchspec.api.__all__[:3] == ["UsageError", "close_matches", "did_you_mean"], "api.pyi's order"

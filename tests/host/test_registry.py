@@ -331,7 +331,7 @@ def test_two_distributions_claiming_one_plugin_name_is_an_error_naming_both(tmp_
 
 
 @pytest.mark.parametrize(
-    ("wanted", "loads"), [(">=1.3,<2", True), (">=1.5", False), ("<1", False), ("==1.4", True), ("1.4", None)]
+    ("wanted", "loads"), [(">=1.3,<2", True), (">=1.6", False), ("<1", False), ("==1.5", True), ("1.5", None)]
 )
 def test_a_plugin_requires_a_range_of_the_plugin_api_checked_at_load(tmp_path, monkeypatch, wanted, loads):
     import patchspec

@@ -10,10 +10,10 @@ if TYPE_CHECKING:  # in annotations only: `patchspec validate` imports this modu
     import onnx
 
 
-class MaxNodesParams(TypedDict, total=False):
+class MaxNodesParams(TypedDict):
     """The params: their type for ``verify`` and, through ``Param``, the schema the spec is checked with."""
 
-    limit: Annotated[int, Param("the most nodes the output may have", required=True, minimum=0)]
+    limit: Annotated[int, Param("the most nodes the output may have", minimum=0)]
     subgraphs: Annotated[bool, Param("also count nodes inside If/Loop/Scan bodies", default=True)]
 
 

@@ -11,7 +11,7 @@ if TYPE_CHECKING:  # in annotations only: `patchspec validate` imports this modu
     import onnx
 
 
-class StripDocStringsParams(TypedDict, total=False):
+class StripDocStringsParams(TypedDict):
     """The params: their type for ``apply`` and, through ``Param``, the schema the spec is checked with."""
 
     keep_model_doc: Annotated[bool, Param("keep the model's own doc_string (its top-level description)", default=False)]
