@@ -103,9 +103,9 @@ def _require_constant(
     constants = [t.name for t in graph.initializer] + [
         o for n in graph.node if n.op_type == "Constant" for o in n.output
     ]
-    near = api.close_matches(name, constants, limit=5)
-    hint = ("close names: " + ", ".join(near)) if near else "'patchspec inspect MODEL' lists the model's tensors"
-    context.fail(f"{what}: no initializer or Constant output of that name", key=key, hint=hint)
+    near = api.did_you_mean(name, constants)
+    hint = "'patchspec inspect MODEL' lists the model's tensors"
+    context.fail(f"{what}: no initializer or Constant output of that name{near}", key=key, hint=hint)
 
 
 def _original_array(graph: onnx.GraphProto, name: str) -> tuple[tuple[int, ...], int]:

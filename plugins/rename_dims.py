@@ -199,9 +199,12 @@ def _names_from_patterns(model: onnx.ModelProto, patterns: str | list[str], cont
         matched = [name for name in candidates if _matches(pattern, name)]
         if not matched:
             key = ("tensor", index) if isinstance(patterns, list) else ("tensor",)
-            near = api.close_matches(pattern.removeprefix("re:"), candidates)
-            hint = f"close matches: {', '.join(near)}" if near else "'patchspec inspect MODEL' lists the tensors"
-            context.fail(f"no tensor of this model matches '{pattern}'", key=key, hint=hint)
+            near = api.did_you_mean(pattern.removeprefix("re:"), candidates)
+            context.fail(
+                f"no tensor of this model matches '{pattern}'{near}",
+                key=key,
+                hint="'patchspec inspect MODEL' lists the tensors",
+            )
         chosen.update(dict.fromkeys(matched))
     return list(chosen)
 

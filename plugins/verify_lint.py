@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 from patchspec import Param, ParamProblem, Verifier, VerifyContext, VerifyResult, api, hookimpl
 
@@ -13,6 +13,9 @@ if sys.version_info >= (3, 11):
     from typing import NotRequired
 else:  # Python 3.10
     from typing_extensions import NotRequired
+
+if TYPE_CHECKING:  # annotations only: onnx is imported where a model is checked
+    import onnx
 
 #: where lint's inputs come from when neither lint nor a run case gives them
 DEFAULT_ORIGIN = "default shapes"
@@ -41,6 +44,17 @@ class LintVerifier(Verifier[LintParams]):
     def check_params(self, params: LintParams) -> Iterator[ParamProblem]:
         for name, item in (params.get("inputs") or {}).items():  # the same inputs as a run case
             yield from api.case_input_problems(item, ("inputs", name))
+
+    def check_model(self, params: LintParams, model: onnx.ModelProto) -> Iterator[ParamProblem]:
+        """An input named in ``inputs`` that the patched model lacks is a spec mistake (exit 2)."""
+        inputs = list(api.fed_inputs(model.graph))
+        for name in params.get("inputs") or {}:
+            if name not in inputs:
+                yield (
+                    ("inputs", name),
+                    f"'{name}' is not an input of the patched model{api.did_you_mean(str(name), inputs)}; "
+                    f"its inputs are: {', '.join(inputs)}",
+                )
 
     def verify(self, params: LintParams, context: VerifyContext) -> VerifyResult:
         inputs, origin = _inputs(params, context)

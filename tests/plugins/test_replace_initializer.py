@@ -130,7 +130,7 @@ def test_no_op_leaves_bytes_identical():
         ("{initializer: shape, value: [1, 16]}", "expected 3 elements (shape [3]), got 2"),
         ("{initializer: shape, value: [1, -1, 1.5]}", "expected int64 values, got 1.5"),
         ("{initializer: shape, value: [1, 2, 300], dtype: uint8}", "expected uint8 values in [0, 255], got 300"),
-        ("{initializer: shap, value: [1, -1, 16]}", "close names: shape"),
+        ("{initializer: shap, value: [1, -1, 16]}", "(did you mean 'shape'?)"),
         ("{initializer: y, value: [1, -1, 16]}", "computed by node 'reshape' (Reshape), not a constant"),
         ("{initializer: x, value: [1, -1, 16]}", "is a graph input, not a constant"),
         ("{select: {op_type: Reshape}, input: 0, value: [1]}", "('x') is a graph input"),

@@ -56,11 +56,13 @@ def test_lint_reads_the_shape_of_a_file_input(run_cli, folder):
     assert result.exit_code == 1 and "at input.1=1,3,128,128" in result.output
 
 
-def test_lint_fails_when_an_input_name_is_wrong(run_cli, folder):
+def test_a_wrong_input_name_is_a_spec_mistake_found_by_validate_too(run_cli, folder):
     spec = write_spec(folder, HEAD + "verify:\n  - lint: {inputs: {input1: [1, 3, 64, 64]}}\n")
-    result = run_cli("apply", spec)
-    assert result.exit_code == 1, result.output
-    assert "no input 'input1' (did you mean 'input.1'?)" in result.output
+    for command in ("apply", "validate"):
+        result = run_cli(command, spec)
+        assert result.exit_code == 2, result.output
+        assert "'input1' is not an input of the patched model (did you mean 'input.1'?)" in result.output
+    assert not (folder / "out.onnx").exists()
 
 
 def test_lint_fails_when_the_model_cannot_run(run_cli, folder):
