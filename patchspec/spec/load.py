@@ -20,6 +20,7 @@ import jsonschema
 from jsonschema.exceptions import ValidationError, best_match
 
 from patchspec.errors import SpecError, SpecProblem, did_you_mean, step_where
+from patchspec.install_advice import install_hint
 from patchspec.spec.catalog import DISABLE_ENV, Catalog, StepKind
 from patchspec.spec.confine import ROOT_HINT, Root, control_characters, read_problem
 from patchspec.spec.reader import YamlDocument, load_yaml
@@ -291,30 +292,12 @@ def _unknown_type(
     if "." in type_name and not any(name.startswith(f"{plugin}.") for name in table):
         # a third party's type whose plugin is not installed where patchspec runs
         message = f"unknown {kind} '{type_name}': no installed plugin is named '{plugin}'"
-        return _located(document, doc_path, where, message, _install_hint(plugin), of_key=True)
+        return _located(document, doc_path, where, message, install_hint(plugin), of_key=True)
     suggestion = did_you_mean(type_name, table)
     known = None
     if not suggestion:
         known = f"known {kind}s: {', '.join(sorted(table))}; 'patchspec plugins' lists where they come from"
     return _located(document, doc_path, where, f"unknown {kind} '{type_name}'" + suggestion, known, of_key=True)
-
-
-def _install_hint(plugin: str) -> str:
-    """How to install plugin ``plugin`` where this patchspec runs: pre-commit and pipx keep patchspec in
-    an environment of its own, where a plugin installed next to the project is not seen."""
-    import sys
-
-    what = f"the distribution that provides plugin '{plugin}'"
-    if os.environ.get("PRE_COMMIT"):
-        return (
-            f"patchspec runs in pre-commit's own environment: list {what} under additional_dependencies "
-            "of the patchspec hook in .pre-commit-config.yaml (docs/build-systems.md)"
-        )
-    if "pipx" in Path(sys.prefix).parts:
-        return f"patchspec runs in a pipx environment: pipx inject patchspec DIST, with DIST {what[4:]}"
-    return (
-        f"install {what} in the environment patchspec runs from ({sys.prefix}); 'patchspec plugins' lists what is there"
-    )
 
 
 def _param_problems(
