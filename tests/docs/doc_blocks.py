@@ -44,7 +44,7 @@ SCRIPT_LANGUAGES = {"sh", "bash", "shell"}
 PROJECT = "/path/to/project"
 #: how this checkout's path reads in a transcript (an editable install's files are there)
 CHECKOUT = "/path/to/patchspec"
-MARK = "\x1edoc-blocks"
+MARK = "@@doc-blocks@@"
 FENCE = re.compile(r"^```(\w*)\s*$")
 MARKER = re.compile(r"^<!-- (run|not run: (?P<reason>.+?)) -->$")
 SETUP = re.compile(r"^<!-- setup:\n(?P<script>.*?)\n-->$", re.S | re.M)
@@ -172,17 +172,17 @@ def environment() -> dict[str, str]:
 
 def run_page(page: Path, folder: Path, timeout: float = 600) -> list[Outcome]:
     """Run the page's setups and run-marked blocks in order in one bash; each console command's outcome."""
-    steps: list[tuple[int, str, object]] = [(line, "setup", script) for line, script in setups(page)]
-    steps += [(block.line, "block", block) for block in blocks(page) if block.runs]
+    steps: list[tuple[int, str, str, Block | None]] = [
+        (line, f"the setup at {page.name}:{line}", script, None) for line, script in setups(page)
+    ]
+    steps += [(block.line, block.where, "\n".join(block.body), block) for block in blocks(page) if block.runs]
     script, keys = ["exec 2>&1", 'export DOCS_SCRATCH="$PWD"'], []
-    for _, kind, item in sorted(steps, key=lambda step: step[0]):
-        if kind == "setup" or not isinstance(item, Block) or not item.is_console:
-            text = item if isinstance(item, str) else "\n".join(item.body)  # type: ignore[attr-defined]
-            where = f"setup at line {_}" if kind == "setup" else item.where  # type: ignore[union-attr]
+    for _, where, text, block in sorted(steps, key=lambda step: step[0]):
+        if block is None or not block.is_console:  # a setup or a script block: must exit 0, as a whole
             script += ["set -e", text, "set +e", f"printf '\\n{MARK} done %s\\n' '{where}'"]
             continue
-        for command in item.commands:
-            keys.append((item, command))
+        for command in block.commands:
+            keys.append((block, command))
             script += [
                 f"printf '\\n{MARK} command {len(keys) - 1}\\n'",
                 "(exit ${__rc:-0})",  # $? is the last command's, as in the user's shell
@@ -190,6 +190,8 @@ def run_page(page: Path, folder: Path, timeout: float = 600) -> list[Outcome]:
                 "__rc=$?",
                 f"printf '\\n{MARK} exit %d\\n' $__rc",
             ]
+        script.append(f"printf '\\n{MARK} done %s\\n' '{where}'")
+    script.append(f"printf '\\n{MARK} end\\n'")
     done = subprocess.run(
         ["bash", "-c", "\n".join(script)],
         cwd=folder,
@@ -199,10 +201,16 @@ def run_page(page: Path, folder: Path, timeout: float = 600) -> list[Outcome]:
         timeout=timeout,
         check=False,
     )
-    return _outcomes(done.stdout, keys, folder, page)
+    if f"{MARK} end" not in done.stdout:  # a script block or a setup failed: bash stopped there
+        printed = done.stdout.split("\n")
+        finished = [line.split(" done ", 1)[1] for line in printed if line.startswith(f"{MARK} done ")]
+        tail = "\n".join(line for line in printed[-30:] if line and not line.startswith(MARK))
+        after = f"after {finished[-1]}" if finished else "before any block finished"
+        raise AssertionError(f"{page.name}: a block or setup failed {after}; the last lines printed:\n{tail}")
+    return _outcomes(done.stdout, keys, folder)
 
 
-def _outcomes(output: str, keys: list[tuple[Block, Command]], folder: Path, page: Path) -> list[Outcome]:
+def _outcomes(output: str, keys: list[tuple[Block, Command]], folder: Path) -> list[Outcome]:
     outcomes, current, lines = [], None, []
     for line in output.split("\n"):
         if line.startswith(f"{MARK} command "):
@@ -216,10 +224,6 @@ def _outcomes(output: str, keys: list[tuple[Block, Command]], folder: Path, page
             current = None
         elif current is not None:
             lines.append(line)
-    if len(outcomes) < len(keys):  # a script block or a setup failed: bash stopped there
-        missing = keys[len(outcomes)][1].line
-        tail = "\n".join(output.splitlines()[-30:])
-        raise AssertionError(f"{page.name}: stopped before `$ {missing}`; the last lines printed:\n{tail}")
     return outcomes
 
 

@@ -61,3 +61,12 @@ def test_an_ellipsis_stands_for_any_lines_and_figures_are_compared_by_form():
         "onnx 1.17.0 checker, 2 s, max abs error 0"
     )
     assert normal("exit 6") == "exit 6"
+
+
+def test_a_script_block_that_fails_fails_the_page_wherever_it_stands(tmp_path):
+    written = page(
+        tmp_path,
+        "<!-- run -->\n```console\n$ echo one\none\n```\n\n<!-- run -->\n```sh\ntrue\nfalse\necho never\n```\n",
+    )
+    with pytest.raises(AssertionError, match=r"a block or setup failed after page.md:2"):
+        run_page(written, scratch_project(tmp_path / "project"))
