@@ -74,20 +74,22 @@ class PatchspecBuildHook(_BuildHook):
 
 
 def leave_out_bookkeeping(config: Any) -> None:
-    """Make hatchling's builder ``config`` exclude patchspec's own files (any path through one of its
-    names: the lock, a stat cache, a staging folder) wherever they lie, as if the project excluded them.
+    """Make hatchling's builder ``config`` leave out patchspec's own files (any path through one of its
+    names: the lock, a stat cache, a staging folder) wherever they lie, whatever includes them.
 
-    hatchling gives a hook no way to exclude a file, so its ``path_is_excluded`` is wrapped: every
-    file hatchling walks goes through it (``include`` and ``exclude`` patterns, .gitignore)."""
+    hatchling gives a hook no way to exclude a file, so its ``include_path`` is wrapped: every file
+    hatchling walks, or finds in a force-included folder, goes through it (``include``, ``exclude``,
+    ``artifacts`` and .gitignore are decided there)."""
     from patchspec.spec.confine import reserved_name
 
-    excluded = config.path_is_excluded
+    included = config.include_path
 
-    def path_is_excluded(relative_path: str) -> bool:
-        parts = PurePath(relative_path).parts
-        return any(reserved_name(part) for part in parts) or bool(excluded(relative_path))
+    def include_path(relative_path: str, *args: Any, **kwargs: Any) -> bool:
+        if any(reserved_name(part) for part in PurePath(relative_path).parts):
+            return False
+        return bool(included(relative_path, *args, **kwargs))
 
-    config.path_is_excluded = path_is_excluded
+    config.include_path = include_path
 
 
 @hookimpl

@@ -79,26 +79,28 @@ def test_the_hook_leaves_patchspecs_own_files_out_of_every_target():
     from patchspec.hatch_hook import leave_out_bookkeeping
 
     class Config:  # hatchling's BuilderConfig, as far as the hook touches it
-        def path_is_excluded(self, relative_path: str) -> bool:
-            return relative_path.endswith(".tmp")
+        def include_path(self, relative_path: str, *, explicit: bool = False, is_package: bool = True) -> bool:
+            return not relative_path.endswith(".tmp")
 
     config = Config()
     leave_out_bookkeeping(config)
-    for ours in (
-        ".patchspec.lock",
-        "pkg/.patchspec.lock",
-        "pkg/.b4.onnx.patchspec-cache.json",
-        "pkg/.patchspec-x1/b4.onnx",
-    ):
-        assert config.path_is_excluded(ours), ours
+    ours = (".patchspec.lock", "pkg/.patchspec.lock", "pkg/.b4.onnx.patchspec-cache.json", "pkg/.patchspec-x1/b4.onnx")
+    for path in ours:
+        assert not config.include_path(path, explicit=True), path  # not even from a force-included folder
     for theirs in ("pkg/b4.onnx", "pkg/b4.onnx.data", "pkg/__init__.py", "patchspec.lock"):
-        assert not config.path_is_excluded(theirs), theirs
-    assert config.path_is_excluded("pkg/notes.tmp")  # the project's own exclusions still hold
+        assert config.include_path(theirs, is_package=False), theirs
+    assert not config.include_path("pkg/notes.tmp")  # the project's own choices still hold
 
 
 @pytest.mark.slow
 def test_a_wheel_ships_the_patched_model_and_nothing_of_patchspecs_bookkeeping(tmp_path):
     project = make_project(tmp_path / "project")
+    pyproject = project / "pyproject.toml"  # the output's folder as artifacts: git-ignored files ship too
+    pyproject.write_text(
+        pyproject.read_text().replace(
+            'packages = ["detector_models"]', 'packages = ["detector_models"]\nartifacts = ["detector_models/"]'
+        )
+    )
     wheel = build(project, tmp_path / "dist")
     bookkeeping = [p.name for p in (project / "detector_models").iterdir() if p.name.startswith(".")]
     assert ".patchspec.lock" in bookkeeping and ".b4.onnx.patchspec-cache.json" in bookkeeping  # beside it, but
