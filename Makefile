@@ -44,7 +44,7 @@ INSTALL_PATCHSPEC := -e .
 PACKAGE_FILES :=
 endif
 
-.PHONY: demo test test-fast test-oldest test-bazel lint venv clean bench torch-fixtures corpus corpus-run corpus-generate
+.PHONY: demo test test-fast test-oldest test-bazel lint venv clean bench torch-fixtures corpus corpus-run corpus-generate docs-transcripts
 .DELETE_ON_ERROR:
 
 venv: $(STAMP)
@@ -78,6 +78,11 @@ test: $(STAMP)
 # the inner loop: everything but the tests marked slow (wheel builds, pre-commit's own environment)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" tests
+
+# the documented commands' transcripts, rewritten from a real run where they differ (tests/docs/doc_blocks.py;
+# review the diff: it is what a user would now see)
+docs-transcripts: $(STAMP)
+	$(PY) tests/docs/doc_blocks.py --write
 
 # ruff (lint and format) on everything, mypy (strict) on patchspec/ and plugins/; the versions come from the
 # `lint` extra. ruff has no rule for a function's length: tools/function_size.py fails on any over 50 lines.

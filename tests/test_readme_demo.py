@@ -1,7 +1,7 @@
-"""The README's demo transcript is what `patchspec apply specs/scrfd_b32.yaml` prints, run as `make
-demo` runs it: the model generated, the spec applied from the project's root. Figures that depend on
-the machine (onnx's version, the float rounding of the largest difference, the providers present)
-are compared by their form."""
+"""The README's demo transcript is what `make demo` prints once .venv is built: the two commands make
+echoes, each followed by what it prints. What they print is the transcript of the same two commands
+in examples/scrfd/README.md, which tests/docs/test_doc_commands.py runs and checks; figures that
+depend on the machine (versions, float rounding, the providers present) are compared by their form."""
 
 from __future__ import annotations
 
@@ -10,9 +10,15 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from helpers import REPO
 
+sys.path.insert(0, str(REPO / "tests" / "docs"))
+from doc_blocks import blocks, normal
+
 README = REPO / "README.md"
+EXAMPLE = REPO / "examples" / "scrfd" / "README.md"
 
 
 def transcript() -> list[str]:
@@ -28,27 +34,20 @@ def transcript() -> list[str]:
     return lines
 
 
-def normal(line: str) -> str:
-    line = re.sub(r"onnx \d+\.\d+\.\d+", "onnx VERSION", line)
-    line = re.sub(r"max abs error [0-9.e+-]+", "max abs error FIGURE", line)
-    line = re.sub(r"2 case\(s\) on .*? \(optimizations", "2 case(s) on PROVIDERS (optimizations", line)
-    line = re.sub(r"; [A-Za-z]+ExecutionProvider: [^;]*", "", line)  # an accelerator's math, where one is present
-    return re.sub(r"; skipped [A-Za-z, ]+$", "", line)
-
-
-def test_the_readme_demo_prints_what_the_readme_shows(tmp_path):
-    (tmp_path / ".git").mkdir()
-    (tmp_path / "specs").mkdir()
-    shutil.copy(REPO / "specs" / "scrfd_b32.yaml", tmp_path / "specs")
-    generator = [sys.executable, str(REPO / "examples" / "scrfd" / "make_scrfd.py"), "models/scrfd_like.onnx"]
-    subprocess.run(generator, cwd=tmp_path, check=True, capture_output=True, timeout=300)
+def echoed_commands() -> list[str]:
+    """The commands `make demo` runs when .venv is up to date, as make echoes them."""
     done = subprocess.run(
-        [sys.executable, "-m", "patchspec", "apply", "specs/scrfd_b32.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
+        ["make", "-n", "-o", ".venv/.product", "demo"], cwd=REPO, capture_output=True, text=True, check=True
     )
-    assert done.returncode == 0, done.stdout + done.stderr
-    printed = [normal(line) for line in done.stdout.splitlines() if line.strip()]
-    assert printed == [normal(line) for line in transcript()], "\n".join(printed)
+    return done.stdout.splitlines()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_the_readme_demo_prints_what_make_demo_prints():
+    (example,) = [block for block in blocks(EXAMPLE) if block.runs and len(block.commands) == 2]
+    expected = []
+    for echoed, command in zip(echoed_commands(), example.commands, strict=True):
+        program, *arguments = echoed.split()  # .venv/bin/python: `python` in the example, .venv/bin on PATH
+        assert [program.rsplit("/", 1)[-1], *arguments] == command.line.split("#")[0].split(), (echoed, command.line)
+        expected += [echoed, *command.shown]
+    assert [normal(line) for line in transcript()] == [normal(line) for line in expected], "\n".join(expected)

@@ -4,13 +4,12 @@ disabled or failed to load, or a third party's plugin not installed where patchs
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from patchspec.errors import SpecProblem, did_you_mean
+from patchspec.install_advice import install_hint
 from patchspec.spec.catalog import DISABLE_ENV, Catalog, StepKind
 from patchspec.spec.reader import YamlDocument
 
@@ -43,28 +42,12 @@ def unknown_type(
     plugin = type_name.split(".")[0]
     if "." in type_name and not any(name.startswith(f"{plugin}.") for name in table):
         # a third party's type whose plugin is not installed where patchspec runs
-        return problem(f"unknown {kind} '{type_name}': no installed plugin is named '{plugin}'", _install_hint(plugin))
+        return problem(f"unknown {kind} '{type_name}': no installed plugin is named '{plugin}'", install_hint(plugin))
     suggestion = did_you_mean(type_name, table)
     known = None
     if not suggestion:
         known = f"known {kind}s: {', '.join(sorted(table))}; 'patchspec plugins' lists where they come from"
     return problem(f"unknown {kind} '{type_name}'" + suggestion, known)
-
-
-def _install_hint(plugin: str) -> str:
-    """How to install plugin ``plugin`` where this patchspec runs: pre-commit and pipx keep patchspec in
-    an environment of its own, where a plugin installed next to the project is not seen."""
-    what = f"the distribution that provides plugin '{plugin}'"
-    if os.environ.get("PRE_COMMIT"):
-        return (
-            f"patchspec runs in pre-commit's own environment: list {what} under additional_dependencies "
-            "of the patchspec hook in .pre-commit-config.yaml (docs/build-systems.md)"
-        )
-    if "pipx" in Path(sys.prefix).parts:
-        return f"patchspec runs in a pipx environment: pipx inject patchspec DIST, with DIST {what[4:]}"
-    return (
-        f"install {what} in the environment patchspec runs from ({sys.prefix}); 'patchspec plugins' lists what is there"
-    )
 
 
 __all__ = ["unknown_type"]
