@@ -8,6 +8,7 @@ line; a newline would start a line of the author's choosing (``::error::`` in a 
 
 from __future__ import annotations
 
+import os
 import re
 from typing import TypeVar, cast
 
@@ -49,4 +50,14 @@ def one_line_strings(value: T) -> T:
     return value
 
 
-__all__ = ["escape_controls", "one_line_strings", "printable"]
+def shown_path(path: str | os.PathLike[str]) -> str:
+    """A path as git prints it: relative to the current folder when it lies below it, else as given."""
+    text = os.fspath(path)
+    try:
+        relative = os.path.relpath(os.path.abspath(text))
+    except (ValueError, OSError):  # another drive (Windows), or no current folder any more
+        return text
+    return text if relative == os.pardir or relative.startswith(os.pardir + os.sep) else relative
+
+
+__all__ = ["escape_controls", "one_line_strings", "printable", "shown_path"]

@@ -22,6 +22,7 @@ def verify(state: State, spec_path: Path, output: Path | None, root: Path | None
     """Run only the spec's verifiers against the existing output."""
     from patchspec.run.engine import Engine
     from patchspec.run.report import RunReport
+    from patchspec.run.reporter import shown_path
     from patchspec.spec.confine import ROOT_HINT, Root, check_model_path, spec_path_error
     from patchspec.spec.load import load_spec
 
@@ -37,4 +38,4 @@ def verify(state: State, spec_path: Path, output: Path | None, root: Path | None
     target = (output or spec.output).absolute()
     report = RunReport(str(spec.path), str(spec.model), str(target))
     engine.verify(spec, target, spec.model, report, check_params=True)
-    state.echo(f"{target}: verified")
+    state.echo(f"{shown_path(target)}: verified")

@@ -25,6 +25,7 @@ from onnx import TensorProto, helper
 from patchspec.errors import ModelFileError, did_you_mean
 from patchspec.model.data_names import ORT_MEMORY_MARKER
 from patchspec.model.graph import subgraphs
+from patchspec.printable import shown_path
 
 ALLOWED_KEYS = {"location", "offset", "length", "checksum", "basepath"}
 COPY_CHUNK = 8 * 1024 * 1024
@@ -79,7 +80,7 @@ def expected_nbytes(tensor: TensorProto) -> int | None:
 # -- the path policy ----------------------------------------------------------------------------
 def check_location(location: str, tensor_name: str, model_path: Path) -> None:
     """Refuse empty, absolute, drive, UNC, ``..`` and ORT-marker locations before any byte is read."""
-    where = f"{model_path}: tensor '{tensor_name}'"
+    where = f"{shown_path(model_path)}: tensor '{tensor_name}'"
     if not location:
         raise ModelFileError(f"{where}: external data has no 'location'")
     if "\x00" in location:
@@ -161,7 +162,7 @@ def check_tensor(
 ) -> ExternalRef:
     """One reference: keys, location, where its links lead (``roots``), file, offset and length
     (``label`` names the model in messages)."""
-    where = f"{label}: tensor '{tensor.name}'"
+    where = f"{shown_path(label)}: tensor '{tensor.name}'"
     info = _entries(tensor, where)
     location = info.get("location", "")
     check_location(location, tensor.name, Path(label))
@@ -292,10 +293,11 @@ def _refuse_missing_files(model: onnx.ModelProto, model_path: Path) -> None:
     lines = []
     for location in missing:
         nearby = _same_name_nearby(model_dir, PurePosixPath(location.replace("\\", "/")).name)
-        seen = f"; a file of that name is at {', '.join(str(p) for p in nearby)}" if nearby else ""
+        seen = f"; a file of that name is at {', '.join(shown_path(p) for p in nearby)}" if nearby else ""
         lines.append(f"  '{location}' ({counts[location]} tensor{'s' * (counts[location] != 1)}){seen}")
     raise ModelFileError(
-        f"{model_path}: {len(missing)} external data files not found in {model_dir}:\n" + "\n".join(lines),
+        f"{shown_path(model_path)}: {len(missing)} external data files not found in {shown_path(model_dir)}:\n"
+        + "\n".join(lines),
         "put the data files next to the model (or fetch them: git lfs pull, huggingface-cli download)",
     )
 
@@ -321,8 +323,8 @@ def _missing_message(path: Path, location: str, where: str, model_dir: Path) -> 
     names = [p.name for p in folder.iterdir() if not p.name.endswith(".onnx")] if folder.is_dir() else []
     found = did_you_mean(path.name, names, limit=5) or "; no similarly named file there"
     if not folder.is_dir():
-        found = f"; the folder {folder} does not exist"
-    return f"{where}: external data file '{location}' not found in {folder}{found}"
+        found = f"; the folder {shown_path(folder)} does not exist"
+    return f"{where}: external data file '{location}' not found in {shown_path(folder)}{found}"
 
 
 def _verify_checksums(refs: list[ExternalRef], model_path: Path) -> None:
@@ -335,7 +337,7 @@ def _verify_checksums(refs: list[ExternalRef], model_path: Path) -> None:
             whole_file[ref.path] = _sha1_range(ref.path, 0, ref.path.stat().st_size)
         if whole_file[ref.path] != ref.checksum:
             msg = (
-                f"{model_path}: tensor '{ref.tensor}': bytes {ref.offset}..{ref.offset + ref.length} of "
+                f"{shown_path(model_path)}: tensor '{ref.tensor}': bytes {ref.offset}..{ref.offset + ref.length} of "
                 f"'{ref.location}' do not match its sha1 checksum {ref.checksum}; the data file is corrupt or not this model's"
             )
             raise ModelFileError(msg, "copy the data file again from where the model came from")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from patchspec.errors import ModelFileError, UsageError
-from patchspec.run.stamp import shown_path
+from patchspec.printable import shown_path
 from patchspec.spec.steps import Spec
 
 

@@ -19,6 +19,7 @@ import onnx
 
 from patchspec import __version__
 from patchspec.model.external_data import data_files, external_info, is_external, iter_tensors, validate_external_data
+from patchspec.printable import shown_path
 
 VERSION_KEY = "patchspec.version"
 DIGEST_KEY = "patchspec.digest"
@@ -136,15 +137,6 @@ def _recorded_files(text: str | None) -> dict[str, dict[str, Any]] | None:
         if Path(name).is_absolute() or ".." in Path(name).parts:
             return None
     return record
-
-
-def shown_path(path: Path) -> str:
-    """``path`` as the user knows it: relative to the current directory when below it, else absolute."""
-    absolute = Path(os.path.abspath(path))
-    try:
-        return str(absolute.relative_to(Path.cwd()))
-    except (ValueError, OSError):
-        return str(absolute)
 
 
 def input_changes(built_from: dict[str, str] | None, parts: dict[str, str], paths: dict[str, Path]) -> list[str]:
