@@ -21,6 +21,7 @@ import onnx
 from onnx import TensorProto
 
 from patchspec.errors import ModelFileError, UsageError
+from patchspec.model.data_recipe import KnownDigests, Piece, Recipe
 from patchspec.model.external_data import (
     COPY_CHUNK,
     check_tensor,
@@ -131,6 +132,7 @@ def write_model(
     layout: Layout,
     progress: Progress | None = None,
     finalize: Callable[[onnx.ModelProto, dict[str, str]], None] | None = None,
+    known: KnownDigests | None = None,
 ) -> list[Path]:
     """Write ``model`` to ``out_path`` (+ its data file) without changing ``model``.
 
@@ -139,7 +141,9 @@ def write_model(
     ``layout.align``. Files are created new (never appended to, never through a symlink).
     ``finalize(output, digests)`` may still change the graph-only output (metadata, a digest computed
     meanwhile) after the data file is written and before the .onnx is; ``digests`` holds the data
-    file's sha256 by name, taken while it was written. Returns the files written.
+    file's sha256 by name, taken while it was written, or from ``known`` (a trusted record of what
+    the same recipe made before: then the bytes are copied in the kernel and never read here).
+    Returns the files written.
     """
     output = onnx.ModelProto()
     output.CopyFrom(model)
@@ -157,7 +161,7 @@ def write_model(
     if moving:
         assert data_name is not None  # _goes_external is False for every tensor without a data file
         data_path = out_path.parent / data_name
-        digests[data_name] = _write_data_file(moving, data_path, data_name, source_dir, layout, progress)
+        digests[data_name] = _write_data_file(moving, data_path, source_dir, layout, progress, known)
         written.append(data_path)
     if finalize is not None:
         finalize(output, digests)
@@ -266,16 +270,16 @@ class _Digest:
 
 class _Sink:
     """A data file being written: created new, positioned writes, progress over the whole copy, and
-    its sha256 taken meanwhile (:class:`_Digest`)."""
+    its sha256 taken meanwhile (:class:`_Digest`) unless it is known already (``hashing=False``)."""
 
-    def __init__(self, path: Path, total: int, progress: Progress | None) -> None:
+    def __init__(self, path: Path, total: int, progress: Progress | None, *, hashing: bool = True) -> None:
         if path.is_symlink() or path.exists():
             path.unlink()
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
         self.fd = os.open(path, flags, 0o644)
         self.position, self.done, self.total, self.progress = 0, 0, total, progress
         self.kernel_copy = hasattr(os, "copy_file_range")
-        self.digest = _Digest()
+        self.digest = _Digest() if hashing else None
 
     def pad_to(self, align: int) -> int:
         padded = -(-self.position // align) * align if align > 1 else self.position
@@ -284,7 +288,8 @@ class _Sink:
         return self.position
 
     def write(self, data: bytes, count: bool = True) -> None:
-        self.digest.add_bytes(data)
+        if self.digest is not None:
+            self.digest.add_bytes(data)
         view = memoryview(data)
         while view:
             written = os.write(self.fd, view)
@@ -300,7 +305,8 @@ class _Sink:
             step = min(KERNEL_CHUNK if digest is None and self.kernel_copy else COPY_CHUNK, end - offset)
             copied = self._kernel_copy(source_fd, offset, step) if digest is None and self.kernel_copy else 0
             if copied:
-                self.digest.add_range(source_fd, offset, copied)
+                if self.digest is not None:
+                    self.digest.add_range(source_fd, offset, copied)
             else:
                 chunk = _read_at(source_fd, step, offset)
                 if not chunk:
@@ -331,12 +337,12 @@ class _Sink:
             self.progress(self.done, self.total)
 
     def close(self) -> str:
-        """Flush the file to disk and close it; returns its sha256 (taken meanwhile)."""
+        """Flush the file to disk and close it; returns its sha256 (taken meanwhile; "" if not hashing)."""
         try:
             os.fsync(self.fd)
         finally:
             os.close(self.fd)
-        return self.digest.hexdigest()
+        return self.digest.hexdigest() if self.digest is not None else ""
 
 
 def _read_at(fd: int, size: int, offset: int) -> bytes:
@@ -349,26 +355,53 @@ def _read_at(fd: int, size: int, offset: int) -> bytes:
 def _write_data_file(
     tensors: list[TensorProto],
     data_path: Path,
-    data_name: str,
     source_dir: Path,
     layout: Layout,
     progress: Progress | None,
+    known: KnownDigests | None,
 ) -> str:
+    """Write the data file; returns its sha256: known from its recipe, else taken while it is written."""
+    recipe = _recipe(tensors, data_path.name, source_dir, layout.align) if known is not None else None
+    sha256 = known.data_sha256(recipe) if known is not None and recipe is not None else None
     total = sum(expected_nbytes(t) or 0 for t in tensors)
-    sink = _Sink(data_path, total, progress)
+    sink = _Sink(data_path, total, progress, hashing=sha256 is None)
     sources: dict[Path, int] = {}
     try:
         for tensor in tensors:
             start = sink.pad_to(layout.align)
             checksum = _place_one(tensor, sink, source_dir, layout, sources)
-            _point_at(tensor, data_name, start, sink.position - start, checksum)
+            _point_at(tensor, data_path.name, start, sink.position - start, checksum)
     finally:
         try:
-            sha256 = sink.close()  # waits for the digest, which still reads the sources: they close after
+            taken = sink.close()  # waits for the digest, which still reads the sources: they close after
         finally:
             for fd in sources.values():
                 os.close(fd)
-    return sha256
+    if sha256 is not None:
+        return sha256
+    if known is not None and recipe is not None:
+        known.learned(recipe, taken)
+    return taken
+
+
+def _recipe(tensors: list[TensorProto], name: str, source_dir: Path, align: int) -> Recipe:
+    """The pieces ``_write_data_file`` writes, at the offsets it writes them (the padding between)."""
+    pieces, position = [], 0
+    for tensor in tensors:
+        start = -(-position // align) * align if align > 1 else position
+        if is_external(tensor):
+            ref = check_tensor(tensor, source_dir, str(source_dir), False, {})
+            piece = Piece(start, ref.length, Path(os.path.abspath(ref.path)), ref.offset)
+        else:
+            raw = _raw_bytes(tensor)
+            piece = Piece(start, len(raw), sha256=hashlib.sha256(raw).hexdigest())
+        pieces.append(piece)
+        position = start + piece.length
+    return Recipe(name, tuple(pieces))
+
+
+def _raw_bytes(tensor: TensorProto) -> bytes:
+    return tensor.raw_data if tensor.HasField("raw_data") else onnx.numpy_helper.to_array(tensor).tobytes()
 
 
 def _place_one(
@@ -383,7 +416,7 @@ def _place_one(
         sink.copy_from(sources[ref.path], ref.offset, ref.length, digest)
         kept = ref.checksum if layout.keep_external else None
         return digest.hexdigest() if digest is not None else kept
-    raw = tensor.raw_data if tensor.HasField("raw_data") else onnx.numpy_helper.to_array(tensor).tobytes()
+    raw = _raw_bytes(tensor)
     sink.write(raw)
     return hashlib.sha1(raw, usedforsecurity=False).hexdigest() if digest is not None else None
 

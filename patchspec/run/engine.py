@@ -266,7 +266,7 @@ class Engine:
                 rule.data_files(filter(None, [layout.data_name(loaded.output_path)]))
             with Staging(loaded.output_path) as staging:
                 files, written = self._write_and_verify(
-                    staging.path(loaded.output_path), loaded, patched, layout, parts.result, no_verify, report
+                    staging.path(loaded.output_path), loaded, patched, layout, parts.result, no_verify, report, cache
                 )
                 # the point of no return: from the first rename on, a signal waits until this build is
                 # recorded, then ends the run (143) with the new output whole in place
@@ -316,6 +316,7 @@ class Engine:
         # a content-addressed name changes every build: the previous build's data files go, but only
         # those the stat cache proves this patchspec wrote (never what a model's metadata names)
         remove_superseded(loaded.output_path, cache, report.files)
+        cache.keep_learned()  # the data files' sha256 by recipe: a rebuild of the same bytes reads none
         cache.record_output([Path(name) for name in report.files], digest)
         for name, entry in written.items():  # hashed at build time: the next check need not read them
             cache.remember(loaded.output_path.parent / name, entry["sha256"])
@@ -336,6 +337,7 @@ class Engine:
         parts: Callable[[], dict[str, str]],
         no_verify: bool,
         report: RunReport,
+        known: StatCache | None = None,
     ) -> tuple[list[Path], dict[str, dict[str, Any]]]:
         """Write the output at ``staged_model`` (in a staging folder) and verify it there; returns the
         staged files and its data files' record (name -> size, sha256)."""
@@ -353,7 +355,7 @@ class Engine:
         try:
             with self.reporter.bytes("copying weights") as progress:
                 files = write_model(
-                    patched, staged_model, loaded.model_path.parent, layout, progress, finalize=finalize
+                    patched, staged_model, loaded.model_path.parent, layout, progress, finalize=finalize, known=known
                 )
         except OSError as exc:
             raise ModelFileError(f"{loaded.output_path}: cannot write: {exc.strerror or exc}") from None

@@ -23,6 +23,12 @@ entries deleted the tracked LICENSE; ``{output: null}`` made ``apply`` say "up t
 decide nothing. Each cache is signed (HMAC-SHA256) with a key of this machine's user, kept outside
 every repository (:func:`machine_key`); one whose signature does not check is ignored, with the
 reason in :attr:`StatCache.ignored`. Where no key can be kept (a read-only home) nothing is saved.
+
+A data file the build wrote is hashed while it is written, once: the cache keeps its sha256 under its
+recipe's key (``derived``; ``patchspec.model.data_recipe``: the ranges it copies, named by their
+source files' hashes, which this cache vouches for). A rebuild that makes the same data file from
+the same inputs (``--force``, a graph-only edit of the spec) then copies it in the kernel without
+reading it: its sha256 is that record's, as signed as the rest.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from patchspec.model.data_recipe import Recipe
 from patchspec.run.atomic import write_text_atomically
 
 #: the cache file's format; another version is ignored (and rewritten)
@@ -45,6 +52,8 @@ FORMAT = 2
 #: ~/.cache/patchspec/cache.key
 KEY_ENV = "PATCHSPEC_CACHE_KEY"
 KEY_BYTES = 32
+#: how many data-file recipes a cache remembers (the newest): one per layout a spec went through
+RECIPES = 8
 _keys: dict[str, bytes | None] = {}  # by path: read or made once per process
 
 
@@ -123,6 +132,9 @@ class StatCache:
         #: how the last build was asked for and from which files (``run/noop``): what lets an
         #: up-to-date ``apply`` or ``--check`` answer without parsing the spec's steps or the model
         self.build: dict[str, Any] = dict((data or {}).get("build", {}))
+        #: the sha256 of each data file a build wrote, by its recipe's key (``Recipe.key``)
+        self.derived: dict[str, str] = {key: sha for key, sha in (data or {}).get("derived", [])}  # oldest first
+        self._learned: list[tuple[Recipe, str]] = []  # this run's, keyed once the sources are hashed
         self.hashed: list[str] = []  # files this run had to read (for messages and tests)
         #: why the cache file beside the output was not used (not signed here), or None
         self.ignored: str | None = None
@@ -161,6 +173,33 @@ class StatCache:
             if now is not None:
                 self.files[key] = {"identity": now, "sha256": digest}
         return digest
+
+    def known_sha256(self, path: Path) -> str | None:
+        """The file's hash when this cache holds it for the file's identity now; None, reading nothing."""
+        entry, now = self.files.get(str(path.absolute())), identity(path)
+        return str(entry["sha256"]) if now is not None and entry is not None and entry.get("identity") == now else None
+
+    def data_sha256(self, recipe: Recipe) -> str | None:
+        """The sha256 of the data file ``recipe`` makes, when a build of this machine wrote and hashed
+        it from sources whose identity is unchanged since they were hashed; None: hash it."""
+        key = recipe.key(self.known_sha256)
+        return self.derived.get(key) if key is not None else None
+
+    def learned(self, recipe: Recipe, sha256: str) -> None:
+        """A data file ``recipe`` made, hashed while written; kept by :meth:`keep_learned` after the commit."""
+        with self._lock:
+            self._learned.append((recipe, sha256))
+
+    def keep_learned(self) -> None:
+        """Remember what this run's recipes made (for :meth:`data_sha256`), the newest :data:`RECIPES`;
+        called once the build is committed and its inputs hashed (a source unknown: not kept)."""
+        for recipe, sha256 in self._learned:
+            key = recipe.key(self.known_sha256)
+            if key is not None:
+                self.derived.pop(key, None)
+                self.derived[key] = sha256
+        self._learned.clear()
+        self.derived = dict(list(self.derived.items())[-RECIPES:])
 
     def remember(self, path: Path, sha256: str) -> None:
         """A hash known without reading ``path`` (a data file the build just wrote and hashed)."""
@@ -214,6 +253,7 @@ class StatCache:
             "files": self.files,
             "written": self.written,
             "build": self.build,
+            "derived": [[key, sha256] for key, sha256 in self.derived.items()],  # a list keeps the order
         }
         key = machine_key()
         if key is None:  # unsigned, it would be ignored
