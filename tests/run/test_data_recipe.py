@@ -9,21 +9,29 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 from onnx import helper, numpy_helper
-from test_statcache import SPEC, make_project
+from test_statcache import SPEC, count_reads, make_project
 
 import patchspec.model.data_writer as data_writer
+import patchspec.run.statcache as statcache
 from patchspec.model.data_recipe import Piece, Recipe
 from patchspec.run.stamp import OutputStamp
 from patchspec.run.statcache import cache_path, file_sha256
 from patchspec.testing import make_model
 
 OUTPUT = Path("out") / "m2.onnx"
+
+
+@pytest.fixture(autouse=True)
+def own_store(tmp_path_factory, monkeypatch):
+    """A key, and so a shared store, of this test's own: what another test built is not known here."""
+    monkeypatch.setenv(statcache.KEY_ENV, str(tmp_path_factory.mktemp("key") / "cache.key"))
 
 
 def recorded_sha256(project: Path) -> dict[str, str]:
@@ -116,3 +124,32 @@ def test_a_recipe_key_names_each_source_by_content_and_each_piece_by_place():
     assert moved.key(lambda path: "1" * 64) != key
     from_elsewhere = Recipe("o.data", (Piece(0, 16, source, 8), Piece(64, 4, sha256="ab")))
     assert from_elsewhere.key(lambda path: "1" * 64) != key
+
+
+def test_a_clean_build_reads_neither_the_input_nor_the_data_file_again(tmp_path, run_cli, monkeypatch):
+    """``rm -rf out``: this user's shared store still knows the input's hash and the data file's."""
+    spec = make_project(tmp_path)
+    assert run_cli("apply", spec).exit_code == 0
+    first = recorded_sha256(tmp_path)
+    shutil.rmtree(tmp_path / "out")
+    reads = count_reads(monkeypatch)
+    refuse_hashing(monkeypatch)
+    again = run_cli("apply", spec)
+    assert again.exit_code == 0 and "wrote" in again.stdout, again.output
+    assert reads == [] and recorded_sha256(tmp_path) == first
+
+
+def test_a_tampered_shared_store_decides_nothing(tmp_path, run_cli):
+    spec = make_project(tmp_path)
+    assert run_cli("apply", spec).exit_code == 0
+    store = json.loads(statcache.SharedDigests.path().read_text())
+    for entry in store["files"].values():
+        entry["sha256"] = "0" * 64  # the signature no longer checks
+    store["derived"] = [[key, "0" * 64] for key, _ in store["derived"]]
+    statcache.SharedDigests.path().write_text(json.dumps(store))
+    shutil.rmtree(tmp_path / "out")
+    assert run_cli("apply", spec).exit_code == 0
+    stamp = OutputStamp.read(tmp_path / OUTPUT)
+    assert stamp is not None and stamp.parts is not None
+    assert stamp.parts["data m.data"] == file_sha256(tmp_path / "m.data")
+    assert "0" * 64 not in recorded_sha256(tmp_path).values()
