@@ -291,7 +291,8 @@ class Engine:
         return layout
 
     def _commit(self, build: Build, staging: Staging, files: list[Path], written: dict[str, dict[str, Any]]) -> None:
-        changed = staging.commit(files)
+        digests = {name: entry["sha256"] for name, entry in written.items()}
+        changed = staging.commit(files, digests, build.cache.known_sha256)
         build.report.files = [str(build.output.parent / f.name) for f in files]
         build.report.status = "written" if changed else "unchanged"
         self._record(build, written)

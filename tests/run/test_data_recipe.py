@@ -19,6 +19,7 @@ from onnx import helper, numpy_helper
 from test_statcache import SPEC, count_reads, make_project
 
 import patchspec.model.data_writer as data_writer
+import patchspec.run.commit as commit
 import patchspec.run.statcache as statcache
 from patchspec.model.data_recipe import Piece, Recipe
 from patchspec.run.stamp import OutputStamp
@@ -55,9 +56,26 @@ def test_a_forced_rebuild_reads_no_data_file_and_records_the_same_sha256(tmp_pat
     assert run_cli("apply", spec).exit_code == 0
     first = recorded_sha256(tmp_path)
     refuse_hashing(monkeypatch)
+    compared = []
+    real_cmp = commit.filecmp.cmp
+    monkeypatch.setattr(commit.filecmp, "cmp", lambda a, b, shallow: compared.append(Path(b).name) or real_cmp(a, b))
     again = run_cli("apply", "--force", spec)
     assert again.exit_code == 0 and "unchanged (identical bytes)" in again.stdout, again.output
     assert recorded_sha256(tmp_path) == first
+    assert compared == ["m2.onnx"]  # the data file is known identical by its sha256, read by neither side
+
+
+def test_a_forced_rebuild_replaces_a_data_file_changed_since(tmp_path, run_cli):
+    spec = make_project(tmp_path)
+    assert run_cli("apply", spec).exit_code == 0
+    first = recorded_sha256(tmp_path)
+    data = tmp_path / OUTPUT.parent / "m2.onnx.data"
+    damaged = bytearray(data.read_bytes())
+    damaged[0] ^= 0xFF
+    data.write_bytes(bytes(damaged))
+    again = run_cli("apply", "--force", spec)
+    assert again.exit_code == 0 and "wrote" in again.stdout, again.output
+    assert recorded_sha256(tmp_path) == first  # and the bytes are the build's again
 
 
 def test_a_changed_input_is_hashed_again(tmp_path, run_cli):
