@@ -3,7 +3,7 @@
 A data file patchspec writes is a function of its recipe: each piece is either a byte range copied
 from an input file or bytes the writer holds, at an offset, with zero padding between. Named by the
 sha256 of each source file, a recipe therefore names the data file's bytes, so a data file's sha256
-once computed can be known again without reading 2 GiB (:meth:`Recipe.key`; the signed stat cache
+once computed can be known again without reading 2 GiB (the stat cache imports this module: no onnx here) (:meth:`Recipe.key`; the signed stat cache
 keeps what each key made, ``patchspec.run.statcache``).
 """
 
@@ -61,6 +61,10 @@ class KnownDigests(Protocol):
 
     def learned(self, recipe: Recipe, sha256: str) -> None:
         """``recipe`` made a file whose bytes hashed to ``sha256`` (taken while it was written)."""
+
+    def reusable(self, recipe: Recipe, sha256: str) -> tuple[Path, tuple[int, int, int]] | None:
+        """A file a build wrote that holds these bytes (the previous build's data file of this name),
+        with its size, mtime and inode as vouched for, to hard-link instead of copying; or None."""
 
 
 __all__ = ["VERSION", "KnownDigests", "Piece", "Recipe"]

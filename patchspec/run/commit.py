@@ -95,6 +95,8 @@ class Staging:
             for staged in ordered:
                 final = self.output.parent / staged.name
                 if final.is_file() and not final.is_symlink() and same(staged, final):
+                    if os.path.samefile(staged, final):  # a link to the previous build's file: gone now,
+                        staged.unlink()  # so its ctime settles before the stat cache records it
                     continue
                 previous[final] = self._keep_previous(final)
                 os.replace(staged, final)

@@ -350,10 +350,11 @@ class Engine:
             stamp_model(out, parts(), written)
 
         known = build.cache if build is not None else None
+        link = build is not None and (build.request.no_verify or not loaded.spec.verify)  # no verifier reads it
         try:
             with self.reporter.bytes("copying weights") as progress:
                 source = loaded.model_path.parent
-                files = write_model(patched, staged_model, source, layout, progress, finalize=finalize, known=known)
+                files = write_model(patched, staged_model, source, layout, progress, finalize, known, link)
         except OSError as exc:
             raise ModelFileError(f"{loaded.output_path}: cannot write: {exc.strerror or exc}") from None
         if build is not None and not build.request.no_verify:

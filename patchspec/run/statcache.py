@@ -208,6 +208,15 @@ class StatCache:
             self.learned(recipe, found)  # kept as the newest
         return found
 
+    def reusable(self, recipe: Recipe, sha256: str) -> tuple[Path, tuple[int, int, int]] | None:
+        """The previous build's data file of ``recipe``'s name, when this cache proves it holds those
+        bytes (its sha256 by identity) and that a build wrote it (inode): with its size, mtime, inode."""
+        path = self.output.parent / recipe.name
+        now = identity(path)
+        if now is None or self.known_sha256(path) != sha256 or not self.wrote(path, reread=False):
+            return None
+        return path, (now[0], now[1], now[2])
+
     def learned(self, recipe: Recipe, sha256: str) -> None:
         """A data file ``recipe`` made, hashed while written; kept by :meth:`keep_learned` after the commit."""
         with self._lock:

@@ -171,3 +171,35 @@ def test_a_tampered_shared_store_decides_nothing(tmp_path, run_cli):
     assert stamp is not None and stamp.parts is not None
     assert stamp.parts["data m.data"] == file_sha256(tmp_path / "m.data")
     assert "0" * 64 not in recorded_sha256(tmp_path).values()
+
+
+def test_without_verifiers_a_forced_rebuild_links_the_same_data_file_instead_of_copying(tmp_path, run_cli, monkeypatch):
+    """Nothing reads the staged copy (onnx's checker would refuse a data file with two links), so the
+    previous build's file is hard-linked into staging and kept; the next check is still a stat."""
+    spec = make_project(tmp_path)
+    assert run_cli("apply", "--no-verify", spec).exit_code == 0
+    data = tmp_path / OUTPUT.parent / "m2.onnx.data"
+    inode, first = os.stat(data).st_ino, recorded_sha256(tmp_path)
+
+    def no_copy(*args, **kwargs):
+        raise AssertionError("the data file was copied")
+
+    real_sink = data_writer._Sink
+    monkeypatch.setattr(data_writer, "_Sink", no_copy)
+    again = run_cli("apply", "--no-verify", "--force", spec)
+    assert again.exit_code == 0 and "unchanged (identical bytes)" in again.stdout, again.output
+    assert os.stat(data).st_ino == inode and os.stat(data).st_nlink == 1
+    assert recorded_sha256(tmp_path) == first
+    monkeypatch.setattr(data_writer, "_Sink", real_sink)
+    reads = count_reads(monkeypatch)
+    assert "up to date" in run_cli("apply", "--no-verify", spec).stdout and reads == []
+
+
+def test_with_verifiers_the_data_file_is_copied(tmp_path, run_cli):
+    spec = make_project(tmp_path)
+    spec.write_text(spec.read_text() + "verify: [{check: {}}]\n")
+    assert run_cli("apply", spec).exit_code == 0
+    data = tmp_path / OUTPUT.parent / "m2.onnx.data"
+    again = run_cli("apply", "--force", spec)
+    assert again.exit_code == 0 and "unchanged (identical bytes)" in again.stdout, again.output
+    assert os.stat(data).st_nlink == 1
