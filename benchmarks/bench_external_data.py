@@ -6,7 +6,10 @@ For each size it generates a chain of MatMul + Add layers with [4096, 4096] floa
 - ``cp`` of the data file to the same disk (and ``cp`` followed by an fsync of the copy, since
   patchspec fsyncs what it writes);
 - ``patchspec apply --no-verify`` of a spec with ``set_batch`` (when that plugin is installed)
-  plus ``external_data: {location: new.data, align: 65536}``;
+  plus ``external_data: {location: new.data, align: 65536}``, twice: a first build (no output, and
+  a signing key of its own, so nothing was hashed before: the input and the new data file are both
+  hashed) and a clean build (``rm -rf out`` by a user who built from this input before: this user's
+  signed store knows both hashes, and the weights are copied in the kernel, read by nobody);
 - a plain ``onnx.load`` + ``onnx.save(save_as_external_data=True)`` of the same model.
 
 Peak RSS is each process's own (``/usr/bin/time``, else ``os.wait4``). The patchspec output is then
@@ -88,7 +91,7 @@ def _external(name: str, dims, location: str, offset: int, length: int) -> Tenso
     return tensor
 
 
-def timed(command: list[str], workdir: Path) -> tuple[float, float]:
+def timed(command: list[str], workdir: Path, env: dict[str, str] | None = None) -> tuple[float, float]:
     """(seconds, peak RSS in MiB) of one fresh process, after flushing earlier writes to disk.
 
     The command runs under /usr/bin/time: a child forked from this (large) process would report
@@ -99,7 +102,7 @@ def timed(command: list[str], workdir: Path) -> tuple[float, float]:
     report = workdir / "time.txt"
     started = time.perf_counter()
     if not TIME:
-        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
         stderr = child.stderr.read()
         _, status, usage = os.wait4(child.pid, 0)
         seconds = time.perf_counter() - started
@@ -107,7 +110,11 @@ def timed(command: list[str], workdir: Path) -> tuple[float, float]:
             raise SystemExit(f"failed ({os.waitstatus_to_exitcode(status)}): {' '.join(command)}\n{stderr}")
         return seconds, usage.ru_maxrss / 1024  # Linux: KiB
     result = subprocess.run(
-        [TIME, "-f", "%M", "-o", str(report), *command], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        [TIME, "-f", "%M", "-o", str(report), *command],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     seconds = time.perf_counter() - started
     if result.returncode != 0:
@@ -135,41 +142,55 @@ ONNX_RESAVE = (
 )
 
 
+PATCHSPEC: list[str] = []  # --patchspec: the command to time, when not the one beside this interpreter
+
+
 def patchspec_command() -> list[str]:
-    """The ``patchspec`` beside this interpreter (no need for an activated venv), else the one on PATH."""
+    """``--patchspec``, else the ``patchspec`` beside this interpreter (no need for an activated venv),
+    else the one on PATH."""
+    if PATCHSPEC:
+        return PATCHSPEC
     here = Path(sys.executable).with_name("patchspec")
     return [str(here) if here.is_file() else shutil.which("patchspec") or "patchspec"]
 
 
+def with_key(key: Path) -> dict[str, str]:
+    """The environment with patchspec's signing key (and so its shared store of hashes) at ``key``."""
+    return {**os.environ, "PATCHSPEC_CACHE_KEY": str(key)}
+
+
 def measure(folder: Path, model: Path, spec: Path, repeat: int) -> dict[str, tuple[float, float]]:
+    """Each command ``repeat`` times in turn. ``patchspec`` is a first build: no output, and a key of
+    its own, so nothing was hashed before; ``clean build`` is a build into an emptied output folder
+    (``rm -rf out``) by a user who built from this input before."""
     data, out = model.parent / "model.onnx_data", folder / "out"
-    patchspec = patchspec_command()
+    patchspec = [*patchspec_command(), "-q", "apply", "--no-verify", "--force", str(spec)]
     runs: dict[str, list[tuple[float, float]]] = {
-        "cp": [],
-        "cp+fsync": [],
-        "patchspec": [],
-        "startup": [],
-        "onnx load+save": [],
+        name: [] for name in ("cp", "cp+fsync", "patchspec", "clean build", "startup", "onnx load+save")
     }
-    for _ in range(repeat):
-        for name, command, cleanup in (
-            ("cp", ["cp", str(data), str(folder / "copy.data")], [folder / "copy.data"]),
+    shared = with_key(folder / "keys" / "shared" / "cache.key")
+    subprocess.run(patchspec, env=shared, check=True, stdout=subprocess.DEVNULL)  # the input hashed once
+    for index in range(repeat):
+        for name, command, cleanup, env in (
+            ("cp", ["cp", str(data), str(folder / "copy.data")], [folder / "copy.data"], None),
             (
                 "cp+fsync",
                 ["sh", "-c", f"cp '{data}' '{folder / 'copy.data'}' && sync -f '{folder / 'copy.data'}'"],
                 [folder / "copy.data"],
+                None,
             ),
-            ("patchspec", [*patchspec, "-q", "apply", "--no-verify", "--force", str(spec)], [out]),
-            ("startup", [*patchspec, "-q", "validate", str(spec)], []),
+            ("patchspec", patchspec, [out], with_key(folder / "keys" / str(index) / "cache.key")),
+            ("clean build", patchspec, [out], shared),
+            ("startup", [*patchspec_command(), "-q", "validate", str(spec)], [], None),
         ):
             _remove(cleanup)
-            runs[name].append(timed(command, folder))
+            runs[name].append(timed(command, folder, env))
     resaved = folder / "resaved"  # once: it holds every weight in memory
     resaved.mkdir()
     runs["onnx load+save"].append(
         timed([sys.executable, "-c", ONNX_RESAVE, str(model), str(resaved / "model.onnx")], folder)
     )
-    _remove([resaved, folder / "copy.data"])
+    _remove([resaved, folder / "copy.data", folder / "keys"])
     return {name: (statistics.median(t for t, _ in values), max(r for _, r in values)) for name, values in runs.items()}
 
 
@@ -211,6 +232,7 @@ def main() -> None:
     )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--patchspec", help="the patchspec command to time (another checkout's, to compare)")
     parser.add_argument(
         "--quick",
         action="store_true",
@@ -221,6 +243,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         vars(args).update(QUICK)
+    if args.patchspec:
+        PATCHSPEC[:] = args.patchspec.split()
     made_workdir = args.workdir is None or not args.workdir.exists()  # a folder named and already there stays
     if args.workdir is None:
         args.workdir = Path(tempfile.mkdtemp(prefix="patchspec-bench-")) if args.quick else Path("/tmp/patchspec-bench")
@@ -229,10 +253,10 @@ def main() -> None:
         f"spec patches: {'set_batch: 8 + ' if set_batch else '(set_batch not installed) '}external_data: {{location: new.data, align: 65536}}"
     )
     print(
-        "| weights | cp | cp + fsync | patchspec apply | ratio to cp | ratio to cp + fsync | patchspec startup "
-        "(validate) | patchspec peak RSS | onnx load+save | onnx peak RSS |"
+        "| weights | cp | cp + fsync | patchspec first build | ratio to cp + fsync | clean build | ratio to cp + "
+        "fsync | patchspec startup (validate) | patchspec peak RSS | onnx load+save | onnx peak RSS |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     checks = []
     try:
         for gib in args.sizes:
@@ -241,12 +265,13 @@ def main() -> None:
             model = generate(folder / "in", gib, args.side)
             spec = write_spec(folder, model, set_batch)
             figures = measure(folder, model, spec, args.repeat)
-            cp, cp_sync, ps, start, resave = (
-                figures[k] for k in ("cp", "cp+fsync", "patchspec", "startup", "onnx load+save")
+            cp, cp_sync, ps, clean, start, resave = (
+                figures[k] for k in ("cp", "cp+fsync", "patchspec", "clean build", "startup", "onnx load+save")
             )
             print(
-                f"| {gib:g} GiB | {cp[0]:.2f} s | {cp_sync[0]:.2f} s | {ps[0]:.2f} s | {ps[0] / cp[0]:.2f}x | "
-                f"{ps[0] / cp_sync[0]:.2f}x | {start[0]:.2f} s | {ps[1]:.0f} MiB | {resave[0]:.2f} s | {resave[1]:.0f} MiB |",
+                f"| {gib:g} GiB | {cp[0]:.2f} s | {cp_sync[0]:.2f} s | {ps[0]:.2f} s | {ps[0] / cp_sync[0]:.2f}x | "
+                f"{clean[0]:.2f} s | {clean[0] / cp_sync[0]:.2f}x | {start[0]:.2f} s | {max(ps[1], clean[1]):.0f} MiB | "
+                f"{resave[0]:.2f} s | {resave[1]:.0f} MiB |",
                 flush=True,
             )
             if gib == args.sizes[0]:

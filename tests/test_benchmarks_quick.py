@@ -29,7 +29,7 @@ FIGURES = {
         rf"^\| MatMul chain, [\d.]+ GiB external weights \| onnx.load \+ onnx.save [^|]+\| {S} \| {S} \| \d+ \|$",
     ],
     "bench_external_data.py": [
-        rf"^\| [\d.]+ GiB \| {S} s \| {S} s \| {S} s \| {S}x \| {S}x \| {S} s \| \d+ MiB \| {S} s "
+        rf"^\| [\d.]+ GiB \| {S} s \| {S} s \| {S} s \| {S}x \| {S} s \| {S}x \| {S} s \| \d+ MiB \| {S} s "
         r"\| \d+ MiB \|$",
         r"^[\d.]+ GiB: ORT runs the output: max abs diff 0 vs input, \d+ offsets all 64 KiB aligned: True$",
     ],

@@ -22,11 +22,6 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PATHS = ("patchspec", "plugins", "examples/plugin-acme", "tools")
 #: functions being shortened elsewhere (issue 36, item 1): file -> function names; the lead removes
 #: an entry once its function is under the limit on main
-PENDING: dict[str, set[str]] = {
-    # pending: apply's internals are being made one straight line by another branch (issue 36, item 1)
-    "patchspec/run/engine.py": {"Engine.apply"},
-    "patchspec/commands/apply.py": {"apply"},
-}
 
 
 def long_functions(path: Path, limit: int = LIMIT) -> Iterator[tuple[int, str, int]]:
@@ -55,8 +50,6 @@ def problems(paths: list[Path], limit: int = LIMIT) -> list[str]:
     for path in sorted(file for given in paths for file in ([given] if given.is_file() else given.rglob("*.py"))):
         shown = path.resolve().relative_to(ROOT).as_posix() if path.resolve().is_relative_to(ROOT) else str(path)
         for line, name, length in long_functions(path, limit):
-            if name in PENDING.get(shown, set()):
-                continue
             found.append(f"{shown}:{line}: {name} is {length} lines long (limit {limit}): split it into steps")
     return found
 

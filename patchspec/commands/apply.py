@@ -4,7 +4,6 @@ up to date without writing; ``--depfile`` and ``--report`` write what build tool
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +14,6 @@ from patchspec.commands.context import (
     State,
     exit_code_of,
     limit_option,
-    load_registry,
     native_code_option,
     output_dir_option,
     root_option,
@@ -26,6 +24,7 @@ from patchspec.errors import EXIT_STALE, PatchspecError, UsageError
 if TYPE_CHECKING:
     from patchspec.run.noop import Request
     from patchspec.run.report import RunReport
+    from patchspec.run.request import BuildRequest
 
 
 @click.command()
@@ -56,20 +55,13 @@ if TYPE_CHECKING:
 @click.pass_obj
 def apply(
     state: State,
+    /,
     specs: tuple[Path, ...],
-    model: Path | None,
-    output: Path | None,
-    force: bool,
     check_only: bool,
-    no_verify: bool,
-    allow_undecided: bool,
-    depfile: Path | None,
     report_path: Path | None,
-    strict_paths: bool,
-    root: Path | None,
-    output_dirs: tuple[Path, ...],
     verbose: int,
     quiet: bool,
+    **options: Any,
 ) -> None:
     """Apply SPEC(s): patch, verify, and write the output atomically.
 
@@ -77,53 +69,49 @@ def apply(
     patch and verifier passed. If the output already carries the digest of this spec, input and
     plugin versions, nothing is done ("up to date").
     """
+    request = build_request(specs, check=check_only, report=report_path, **options)
+    state.more(verbose, quiet)
+    records = noop_requests(specs, request)
+    if request.check:
+        check(state, specs, request, records)
+    elif request.writes_extras or not all_up_to_date(state, records):
+        run_all(state, specs, request, records)
+
+
+def build_request(specs: tuple[Path, ...], **options: Any) -> BuildRequest:
+    """The run's one :class:`BuildRequest`, from the command line; refused (exit 2) where options clash."""
+    from patchspec.run.request import BuildRequest
+
+    request = BuildRequest(**options)
+    if (request.model or request.output) and len(specs) != 1:
+        raise UsageError("--model and --output need exactly one spec")
+    if request.check and request.writes_extras:
+        raise UsageError("--check writes nothing: it does not take --force, --depfile or --report")
+    return request
+
+
+def run_all(state: State, specs: tuple[Path, ...], request: BuildRequest, records: list[Request]) -> None:
+    """Build every spec; the report (``--report``) and the summary say how the run ended, whatever ended it."""
     from patchspec.run.reporter import summary_line
 
-    if (model or output) and len(specs) != 1:
-        raise UsageError("--model and --output need exactly one spec")
-    if check_only and (force or depfile or report_path):
-        raise UsageError("--check writes nothing: it does not take --force, --depfile or --report")
-    state.more(verbose, quiet)
-    requests = noop_requests(state, specs, model, output, no_verify, strict_paths, allow_undecided)
-    if check_only:
-        check(state, specs, model, output, no_verify, strict_paths, requests, root, allow_undecided)
-        return
-    if not (force or depfile or report_path) and all_up_to_date(state, requests):
-        return
-    build = Build(model, output, force, no_verify, allow_undecided, depfile, strict_paths, root, output_dirs)
     reports: list[RunReport] = []
     try:
-        run_specs(state, specs, build, requests, reports)
+        run_specs(state, specs, request, records, reports)
     except BaseException as exc:  # the report says how the run ended, whatever ended it
         if reports and reports[-1].status not in ("written", "unchanged", "up to date"):
             reports[-1].status, reports[-1].error = "failed", str(exc) or type(exc).__name__
             reports[-1].problem = exc.to_json() if isinstance(exc, PatchspecError) else None
-        write_report(state, report_path, reports, exit_code_of(exc), None if reports else exc)
+        write_report(state, request.report, reports, exit_code_of(exc), None if reports else exc)
         if len(specs) > 1 and reports:  # closes the output, after the error
             state.closing = summary_line([r.status for r in reports], len(specs))
         raise
-    write_report(state, report_path, reports, 0)
+    write_report(state, request.report, reports, 0)
     if len(specs) > 1:
         state.echo(summary_line([r.status for r in reports], len(specs)))
 
 
-@dataclass(frozen=True)
-class Build:
-    """How ``apply`` was asked to build, one value for every spec of the run."""
-
-    model: Path | None
-    output: Path | None
-    force: bool
-    no_verify: bool
-    allow_undecided: bool
-    depfile: Path | None
-    strict_paths: bool
-    root: Path | None
-    output_dirs: tuple[Path, ...]
-
-
 def run_specs(
-    state: State, specs: tuple[Path, ...], build: Build, requests: list[Request], reports: list[RunReport]
+    state: State, specs: tuple[Path, ...], request: BuildRequest, records: list[Request], reports: list[RunReport]
 ) -> None:
     """Load every spec (all valid before any work), then build each in turn; ``reports`` grows as
     they start, so the caller can report how the run ended whatever ended it."""
@@ -136,58 +124,36 @@ def run_specs(
 
     spec_identities = [identity(path) for path in specs]  # before the specs are read: see run/noop
     registry = state.registry()
-    engine = Engine(
-        registry, state.reporter, strict_paths=build.strict_paths, root=build.root, output_dirs=build.output_dirs
-    )
-    loaded_specs = [load_spec(path, registry, root=build.root) for path in specs]
+    engine = Engine.of(registry, state.reporter, request)
+    loaded_specs = [load_spec(path, registry, root=request.root) for path in specs]
     for index, spec in enumerate(loaded_specs):
-        report = RunReport(str(spec.path), str(build.model or spec.model), str(build.output or spec.output))
+        report = RunReport(str(spec.path), str(request.model or spec.model), str(request.output or spec.output))
         reports.append(report)
         state.echo(f"patchspec {spec.path}")
-        engine.apply(
-            spec,
-            model=build.model,
-            output=build.output,
-            force=build.force,
-            no_verify=build.no_verify,
-            report=report,
-            allow_undecided=build.allow_undecided,
-            depfile=build.depfile,
-        )
+        engine.apply(spec, request, report)
         if report.status in ("written", "unchanged"):
-            written = report.status == "written"
             shown = shown_path(report.output)
-            state.echo(f"wrote {shown}" if written else f"{shown}: unchanged (identical bytes)")
-        if requests and report.digest and not registry.in_process():
-            remember(requests[index], spec_identities[index], Path(report.output), report.inputs, report.digest)
+            state.echo(f"wrote {shown}" if report.status == "written" else f"{shown}: unchanged (identical bytes)")
+        if records and report.digest and not registry.in_process():
+            remember(records[index], spec_identities[index], Path(report.output), report.inputs, report.digest)
 
 
-def noop_requests(
-    state: State,
-    specs: tuple[Path, ...],
-    model: Path | None,
-    output: Path | None,
-    no_verify: bool,
-    strict_paths: bool,
-    allow_undecided: bool = False,
-) -> list[Request]:
+def noop_requests(specs: tuple[Path, ...], request: BuildRequest) -> list[Request]:
     """How each spec is asked for, as the stat cache's record of a no-op keeps it (``run/noop``); none
-    while the plugins are not only the installed ones (a test's)."""
+    while a test hands plugins in (``patchspec.testing.registered``): no record can describe those."""
     from patchspec.host.installed import installed_plugins
     from patchspec.run.noop import Request
 
     plugins = installed_plugins()
-    if plugins is None or state.registry is not load_registry:
-        return []
-    return [Request(spec, model, output, no_verify, strict_paths, allow_undecided, plugins) for spec in specs]
+    return [] if plugins is None else [Request(spec, request, plugins) for spec in specs]
 
 
 def cached_outputs(requests: list[Request]) -> list[Path] | None:
     """Every output's path when each one is up to date by the stat cache alone; None when one may not
     be (or nothing was asked), and the full check must tell."""
-    from patchspec.run.noop import up_to_date
+    from patchspec.run.freshness import by_record
 
-    outputs = [up_to_date(request) for request in requests]
+    outputs = [by_record(request) for request in requests]
     found = [path for path in outputs if path is not None]
     return found if requests and len(found) == len(requests) else None
 
@@ -208,36 +174,24 @@ def all_up_to_date(state: State, requests: list[Request]) -> bool:
     return True
 
 
-def check(
-    state: State,
-    specs: tuple[Path, ...],
-    model: Path | None,
-    output: Path | None,
-    no_verify: bool,
-    strict_paths: bool,
-    requests: list[Request],
-    root: Path | None = None,
-    allow_undecided: bool = False,
-) -> None:
+def check(state: State, specs: tuple[Path, ...], request: BuildRequest, records: list[Request]) -> None:
     """apply --check: one line per output; exit 6 when any would be rebuilt."""
     from patchspec.run.depfile import cwd_relative
 
-    outputs = cached_outputs(requests)
+    outputs = cached_outputs(records)
     if outputs is not None:
         for path in outputs:
-            state.echo(f"{output or cwd_relative(path)}: up to date")
+            state.echo(f"{request.output or cwd_relative(path)}: up to date")
         return
     from patchspec.run.engine import Engine
     from patchspec.spec.load import load_spec
 
     registry = state.registry()
-    engine = Engine(registry, state.reporter, strict_paths=strict_paths, root=root)
+    engine = Engine.of(registry, state.reporter, request)
     stale = []
-    for spec in [load_spec(path, registry, root=root) for path in specs]:
-        verdict, reasons = engine.check(
-            spec, model=model, output=output, no_verify=no_verify, allow_undecided=allow_undecided
-        )
-        target = output or cwd_relative(spec.output)
+    for spec in [load_spec(path, registry, root=request.root) for path in specs]:
+        verdict, reasons = engine.check(spec, request)
+        target = request.output or cwd_relative(spec.output)
         if verdict == "up to date":
             state.echo(f"{target}: up to date")
             continue

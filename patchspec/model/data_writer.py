@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import queue
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +19,9 @@ import onnx
 from onnx import TensorProto
 
 from patchspec.errors import ModelFileError, UsageError
+from patchspec.model.data_digest import Digest as _Digest
+from patchspec.model.data_digest import read_at as _read_at
+from patchspec.model.data_recipe import KnownDigests, Piece, Recipe
 from patchspec.model.external_data import (
     COPY_CHUNK,
     check_tensor,
@@ -131,6 +132,8 @@ def write_model(
     layout: Layout,
     progress: Progress | None = None,
     finalize: Callable[[onnx.ModelProto, dict[str, str]], None] | None = None,
+    known: KnownDigests | None = None,
+    link: bool = False,
 ) -> list[Path]:
     """Write ``model`` to ``out_path`` (+ its data file) without changing ``model``.
 
@@ -139,7 +142,9 @@ def write_model(
     ``layout.align``. Files are created new (never appended to, never through a symlink).
     ``finalize(output, digests)`` may still change the graph-only output (metadata, a digest computed
     meanwhile) after the data file is written and before the .onnx is; ``digests`` holds the data
-    file's sha256 by name, taken while it was written. Returns the files written.
+    file's sha256 by name, taken while it was written, or from ``known`` (a trusted record of what
+    the same recipe made before: then the bytes are copied in the kernel and never read here, or,
+    with ``link``, the previous build's file of those bytes is hard-linked). Returns the files written.
     """
     output = onnx.ModelProto()
     output.CopyFrom(model)
@@ -157,7 +162,7 @@ def write_model(
     if moving:
         assert data_name is not None  # _goes_external is False for every tensor without a data file
         data_path = out_path.parent / data_name
-        digests[data_name] = _write_data_file(moving, data_path, data_name, source_dir, layout, progress)
+        digests[data_name] = _write_data_file(moving, data_path, source_dir, layout, progress, known, link)
         written.append(data_path)
     if finalize is not None:
         finalize(output, digests)
@@ -195,87 +200,18 @@ def _read_external(tensor: TensorProto, source_dir: Path) -> bytes:
         return handle.read(ref.length)
 
 
-class _Digest:
-    """The sha256 of a data file, computed while the file is written, not read back after.
-
-    The kernel copies tensors (``copy_file_range``) without their bytes passing through patchspec;
-    a worker thread reads the same source ranges (from the page cache: the input's digest has just
-    read them) and hashes them, with the padding and inline bytes, in file order, while the copy and
-    the ``fsync`` go on. The source ranges are the bytes copied as long as the input did not change
-    meanwhile, which the engine checks before it commits (``LoadedInput.unchanged``). The queue is
-    bounded, so a slow hash holds the copy back instead of piling up chunks in memory.
-    """
-
-    #: bytes of a source range read at a time; a write larger than ``QUEUED`` is hashed in place
-    CHUNK = 1 << 20
-    QUEUED = 1 << 16
-
-    def __init__(self) -> None:
-        self._sha = hashlib.sha256()
-        self._queue: queue.Queue[tuple[int, int, int] | bytes | None] = queue.Queue(maxsize=64)
-        self._error: BaseException | None = None
-        self._worker = threading.Thread(target=self._work, name="patchspec-data-digest", daemon=True)
-        self._worker.start()
-
-    def add_bytes(self, data: bytes) -> None:
-        """Bytes the writer has in hand: padding is queued; a chunk it copied itself is hashed here,
-        once the worker has caught up, so no chunk waits in the queue (one in memory at a time)."""
-        if len(data) <= self.QUEUED:
-            self._queue.put(bytes(data))
-            return
-        self._queue.join()
-        self._sha.update(data)
-
-    def add_range(self, source_fd: int, offset: int, length: int) -> None:
-        self._queue.put((source_fd, offset, length))
-
-    def hexdigest(self) -> str:
-        """Wait for the worker; the digest of everything given (raises what the worker hit)."""
-        self._queue.put(None)
-        self._worker.join()
-        if self._error is not None:
-            raise self._error
-        return self._sha.hexdigest()
-
-    def _work(self) -> None:
-        while True:
-            item = self._queue.get()
-            try:
-                if item is None:
-                    return
-                if self._error is None:  # after an error: drain, so the writer never blocks
-                    self._hash(item)
-            except BaseException as exc:  # handed to hexdigest(), in the writing thread
-                self._error = exc
-            finally:
-                self._queue.task_done()
-
-    def _hash(self, item: tuple[int, int, int] | bytes) -> None:
-        if isinstance(item, bytes):
-            self._sha.update(item)
-            return
-        fd, offset, length = item
-        end = offset + length
-        while offset < end:
-            chunk = _read_at(fd, min(self.CHUNK, end - offset), offset)
-            if not chunk:
-                raise ModelFileError("a data file ended early while its digest was taken")
-            self._sha.update(chunk)
-            offset += len(chunk)
-
-
 class _Sink:
     """A data file being written: created new, positioned writes, progress over the whole copy, and
-    its sha256 taken meanwhile (:class:`_Digest`)."""
+    its sha256 taken meanwhile (:class:`_Digest`) unless it is known already (``hashing=False``)."""
 
-    def __init__(self, path: Path, total: int, progress: Progress | None) -> None:
+    def __init__(self, path: Path, total: int, progress: Progress | None, *, hashing: bool = True) -> None:
         if path.is_symlink() or path.exists():
             path.unlink()
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
         self.fd = os.open(path, flags, 0o644)
         self.position, self.done, self.total, self.progress = 0, 0, total, progress
         self.kernel_copy = hasattr(os, "copy_file_range")
-        self.digest = _Digest()
+        self.digest = _Digest() if hashing else None
 
     def pad_to(self, align: int) -> int:
         padded = -(-self.position // align) * align if align > 1 else self.position
@@ -284,7 +220,8 @@ class _Sink:
         return self.position
 
     def write(self, data: bytes, count: bool = True) -> None:
-        self.digest.add_bytes(data)
+        if self.digest is not None:
+            self.digest.add_bytes(data)
         view = memoryview(data)
         while view:
             written = os.write(self.fd, view)
@@ -300,7 +237,8 @@ class _Sink:
             step = min(KERNEL_CHUNK if digest is None and self.kernel_copy else COPY_CHUNK, end - offset)
             copied = self._kernel_copy(source_fd, offset, step) if digest is None and self.kernel_copy else 0
             if copied:
-                self.digest.add_range(source_fd, offset, copied)
+                if self.digest is not None:
+                    self.digest.add_range(source_fd, offset, copied)
             else:
                 chunk = _read_at(source_fd, step, offset)
                 if not chunk:
@@ -331,44 +269,98 @@ class _Sink:
             self.progress(self.done, self.total)
 
     def close(self) -> str:
-        """Flush the file to disk and close it; returns its sha256 (taken meanwhile)."""
+        """Flush the file to disk and close it; returns its sha256 (taken meanwhile; "" if not hashing)."""
         try:
             os.fsync(self.fd)
         finally:
             os.close(self.fd)
-        return self.digest.hexdigest()
-
-
-def _read_at(fd: int, size: int, offset: int) -> bytes:
-    if hasattr(os, "pread"):
-        return os.pread(fd, size, offset)
-    os.lseek(fd, offset, os.SEEK_SET)  # Windows: no pread; the source fd is ours alone
-    return os.read(fd, size)
+        return self.digest.hexdigest() if self.digest is not None else ""
 
 
 def _write_data_file(
     tensors: list[TensorProto],
     data_path: Path,
-    data_name: str,
     source_dir: Path,
     layout: Layout,
     progress: Progress | None,
+    known: KnownDigests | None,
+    link: bool,
 ) -> str:
+    """Write the data file; returns its sha256: known from its recipe, else taken while it is written.
+    With ``link``, the previous build's data file, known to hold the same bytes, is hard-linked
+    instead of copied (only where nothing reads the link: onnx's checker refuses a data file with
+    several links)."""
+    recipe = _recipe_of(tensors, data_path.name, source_dir, layout.align) if known is not None else None
+    sha256 = known.data_sha256(recipe) if known is not None and recipe is not None else None
+    if link and known is not None and recipe is not None and sha256 is not None and not layout.checksum:
+        if _linked(known, recipe, sha256, data_path):
+            for tensor, piece in zip(tensors, recipe.pieces):
+                _point_at(tensor, data_path.name, piece.start, piece.length, _kept(tensor, source_dir, layout))
+            return sha256
     total = sum(expected_nbytes(t) or 0 for t in tensors)
-    sink = _Sink(data_path, total, progress)
+    sink = _Sink(data_path, total, progress, hashing=sha256 is None)
     sources: dict[Path, int] = {}
     try:
         for tensor in tensors:
             start = sink.pad_to(layout.align)
             checksum = _place_one(tensor, sink, source_dir, layout, sources)
-            _point_at(tensor, data_name, start, sink.position - start, checksum)
+            _point_at(tensor, data_path.name, start, sink.position - start, checksum)
     finally:
         try:
-            sha256 = sink.close()  # waits for the digest, which still reads the sources: they close after
+            taken = sink.close()  # waits for the digest, which still reads the sources: they close after
         finally:
             for fd in sources.values():
                 os.close(fd)
-    return sha256
+    if sha256 is not None:
+        return sha256
+    if known is not None and recipe is not None:
+        known.learned(recipe, taken)
+    return taken
+
+
+def _recipe_of(tensors: list[TensorProto], name: str, source_dir: Path, align: int) -> Recipe:
+    """The pieces the writer writes for ``tensors``, at the offsets it writes them (padding between)."""
+    pieces, position = [], 0
+    for tensor in tensors:
+        start = -(-position // align) * align if align > 1 else position
+        if is_external(tensor):
+            ref = check_tensor(tensor, source_dir, str(source_dir), False, {})
+            piece = Piece(start, ref.length, Path(os.path.abspath(ref.path)), ref.offset)
+        else:
+            raw = _raw_bytes(tensor)
+            piece = Piece(start, len(raw), sha256=hashlib.sha256(raw).hexdigest())
+        pieces.append(piece)
+        position = start + piece.length
+    return Recipe(name, tuple(pieces))
+
+
+def _raw_bytes(tensor: TensorProto) -> bytes:
+    """An inline tensor's bytes as a data file holds them."""
+    return tensor.raw_data if tensor.HasField("raw_data") else onnx.numpy_helper.to_array(tensor).tobytes()
+
+
+def _linked(known: KnownDigests, recipe: Recipe, sha256: str, data_path: Path) -> bool:
+    """Hard-link the file ``known`` proves holds ``recipe``'s bytes at ``data_path``; False: copy."""
+    existing = known.reusable(recipe, sha256)
+    if existing is None:
+        return False
+    path, (size, mtime_ns, inode) = existing
+    try:
+        os.link(path, data_path, follow_symlinks=False)
+        linked = os.lstat(data_path)
+    except OSError:  # another filesystem, no hard links: copy
+        return False
+    if (linked.st_size, linked.st_mtime_ns, linked.st_ino) == (size, mtime_ns, inode):
+        return True
+    data_path.unlink()  # changed since the record vouched for it: copy
+    return False
+
+
+def _kept(tensor: TensorProto, source_dir: Path, layout: Layout) -> str | None:
+    """The checksum ``_place_one`` records for a tensor without ``layout.checksum``: the input's, kept."""
+    if not (layout.keep_external and is_external(tensor)):
+        return None
+    return check_tensor(tensor, source_dir, str(source_dir), False, {}).checksum
 
 
 def _place_one(
@@ -383,7 +375,7 @@ def _place_one(
         sink.copy_from(sources[ref.path], ref.offset, ref.length, digest)
         kept = ref.checksum if layout.keep_external else None
         return digest.hexdigest() if digest is not None else kept
-    raw = tensor.raw_data if tensor.HasField("raw_data") else onnx.numpy_helper.to_array(tensor).tobytes()
+    raw = _raw_bytes(tensor)
     sink.write(raw)
     return hashlib.sha1(raw, usedforsecurity=False).hexdigest() if digest is not None else None
 

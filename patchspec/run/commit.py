@@ -3,7 +3,9 @@
 Files are written under their final names inside a ``.patchspec-*`` folder next to the output,
 verified there, and moved into place with ``os.replace`` (data file first, then the model) only
 when everything passed. Byte-identical files are not replaced, so readers and ``restat`` builds
-see no change. An ONNX Runtime session holding the old output keeps its old inode.
+see no change; a data file is known identical by its sha256 where the build knows the new one's and
+the signed stat cache the old one's (2 GiB compared without reading either), else byte by byte.
+An ONNX Runtime session holding the old output keeps its old inode.
 
 A staging folder's name carries the id of the process that made it
 (``.patchspec-<pid>-<random>``); a run removes the ones whose process is gone (a SIGKILL leaves
@@ -14,11 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import filecmp
+import functools
 import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from filelock import FileLock
@@ -59,25 +62,41 @@ class Staging:
         assert self.folder is not None
         return self.folder / final.name
 
-    def commit(self, staged_files: list[Path]) -> list[Path]:
-        """Move staged files into the output folder, model last; returns the files that changed."""
+    def commit(
+        self,
+        staged_files: list[Path],
+        digests: Mapping[str, str] | None = None,
+        known: Callable[[Path], str | None] | None = None,
+    ) -> list[Path]:
+        """Move staged files into the output folder, model last; returns the files that changed.
+        ``digests``: a staged file's sha256 by name; ``known``: an existing file's, where a trusted
+        record knows it without reading (the stat cache's, by identity)."""
         assert self.folder is not None
         changed: list[Path] = []
         previous: dict[Path, Path | None] = {}  # final -> hard link to what it replaced (None: it was new)
         ordered = sorted(staged_files, key=lambda p: p.suffix == ".onnx")
+        same = functools.partial(_identical, digests or {}, known or (lambda path: None))
         with _folder_lock(self.output.parent):
-            self._replace_all(ordered, changed, previous)
+            self._replace_all(ordered, changed, previous, same)
         _fsync_dir(self.output.parent)
         self.committed = True
         return changed
 
-    def _replace_all(self, ordered: list[Path], changed: list[Path], previous: dict[Path, Path | None]) -> None:
+    def _replace_all(
+        self,
+        ordered: list[Path],
+        changed: list[Path],
+        previous: dict[Path, Path | None],
+        same: Callable[[Path, Path], bool],
+    ) -> None:
         """``os.replace`` each staged file unless identical; on any failure, put back what was replaced."""
         final = self.output
         try:
             for staged in ordered:
                 final = self.output.parent / staged.name
-                if final.is_file() and not final.is_symlink() and filecmp.cmp(staged, final, shallow=False):
+                if final.is_file() and not final.is_symlink() and same(staged, final):
+                    if os.path.samefile(staged, final):  # a link to the previous build's file: gone now,
+                        staged.unlink()  # so its ctime settles before the stat cache records it
                     continue
                 previous[final] = self._keep_previous(final)
                 os.replace(staged, final)
@@ -117,6 +136,14 @@ class Staging:
                         os.rmdir(created)
                     except OSError:
                         break
+
+
+def _identical(digests: Mapping[str, str], known: Callable[[Path], str | None], staged: Path, final: Path) -> bool:
+    """Whether ``final`` holds ``staged``'s bytes: by their sha256 where both are known, else read."""
+    ours, theirs = digests.get(staged.name), known(final)
+    if ours and theirs:
+        return ours == theirs
+    return filecmp.cmp(staged, final, shallow=False)
 
 
 def remove_dead_folders(folder: Path, prefix: str) -> list[Path]:

@@ -65,7 +65,7 @@ def make_escape(path: Path | str) -> str:
     return "".join(ESCAPES.get(char, char) for char in Path(path).as_posix())
 
 
-def depfile_rule(targets: Iterable[Path | str], dependencies: Iterable[Path | str]) -> str:
+def _rule(targets: Iterable[Path | str], dependencies: Iterable[Path | str]) -> str:
     """``targets: dependencies``, each escaped, on one line."""
     return " ".join(map(make_escape, targets)) + ": " + " ".join(map(make_escape, dependencies)) + "\n"
 
@@ -113,7 +113,7 @@ class Depfile:
         deleting one makes the rule run) from everything they were built from."""
         from patchspec.run.atomic import write_text_atomically
 
-        write_text_atomically(self.path, depfile_rule([self.output, *self.data_files(data_names)], self.dependencies))
+        write_text_atomically(self.path, _rule([self.output, *self.data_files(data_names)], self.dependencies))
 
 
 __all__ = [
@@ -122,7 +122,6 @@ __all__ = [
     "Depfile",
     "cwd_relative",
     "depfile_problem",
-    "depfile_rule",
     "make_escape",
     "refuse_unwritable",
 ]

@@ -38,15 +38,17 @@ from patchspec.model.external_data import data_files, validate_external_data
 from patchspec.model.graph import sync_initializer_inputs
 from patchspec.model.io import FileStamp, load_model
 from patchspec.plugin.contract import COUPLED, UNDECIDED, PatchContext, RunState, VerifyContext
+from patchspec.run.build import Build
 from patchspec.run.commit import Staging, remove_superseded
 from patchspec.run.depfile import Depfile
-from patchspec.run.freshness import Freshness, LoadedInput, same_files, settle, trusted_stamp
+from patchspec.run.freshness import Freshness, LoadedInput, existing_digest, same_files, settle
 from patchspec.run.io_changes import io_changes
 from patchspec.run.model_paths import missing_model, refuse_same_file
 from patchspec.run.ownership import protected_files, refuse_data_file, refuse_foreign
 from patchspec.run.report import RunReport, StepOutcome, verification_failed, verifier_outcome
 from patchspec.run.reporter import Reporter, shown_path
-from patchspec.run.stamp import OutputStamp, data_record, digest_of, stamp_model
+from patchspec.run.request import BuildRequest
+from patchspec.run.stamp import data_record, digest_of, stamp_model
 from patchspec.run.statcache import StatCache, file_sha256
 from patchspec.spec.catalog import StepKind
 from patchspec.spec.confine import Root, check_model_path, check_output_path, within
@@ -54,6 +56,7 @@ from patchspec.spec.steps import Spec, Step
 
 Echo = Callable[[str], None]
 T = TypeVar("T")
+BUILD = BuildRequest()  # a plain ``apply SPEC``
 
 
 def _within_root(method: Callable[..., T]) -> Callable[..., T]:
@@ -90,6 +93,13 @@ class Engine:
         self.echo = self.reporter.line
         self.verbose = verbose or self.reporter.verbose
         self.strict_paths = strict_paths
+
+    @classmethod
+    def of(cls, registry: PluginRegistry, reporter: Reporter, request: BuildRequest) -> Engine:
+        """The engine a command's :class:`BuildRequest` asks for (its paths' root and policy)."""
+        return cls(
+            registry, reporter, strict_paths=request.strict_paths, root=request.root, output_dirs=request.output_dirs
+        )
 
     # -- stages ---------------------------------------------------------------------------------
     def load_input(self, spec: Spec, model: Path | None = None, output: Path | None = None) -> LoadedInput:
@@ -209,123 +219,116 @@ class Engine:
 
     # -- commands ---------------------------------------------------------------------------------
     @_within_root
-    def apply(
-        self,
-        spec: Spec,
-        *,
-        model: Path | None = None,
-        output: Path | None = None,
-        force: bool = False,
-        no_verify: bool = False,
-        report: RunReport | None = None,
-        allow_undecided: bool = False,
-        depfile: Path | None = None,
-    ) -> RunReport:
-        loaded = self.load_input(spec, model, output)
-        root = Root.of(spec.path, self.root, self.output_dirs)
-        refuse_foreign(loaded.output_path, [], root, lambda path: False, output_given=output is not None)
-        report = report or RunReport(str(spec.path), str(loaded.model_path), str(loaded.output_path))
-        report.inputs = [str(p) for p in [loaded.model_path, *loaded.data_paths, *self.step_dependencies(spec)]]
-        rule = Depfile.of(depfile, loaded, self.step_dependencies(spec), model, output) if depfile else None
-        cache = self._stat_cache(loaded.output_path)
-        # the output and its data files as the last build or check left them: a stat per file
-        cached = None if force else cache.output_digest()
-        # else the output's stamp, parsed once; it counts only where this machine's cache proves the file
-        stamp = (
-            None if force or cached else trusted_stamp(loaded.output_path, OutputStamp.read(loaded.output_path), cache)
-        )
+    def apply(self, spec: Spec, request: BuildRequest = BUILD, report: RunReport | None = None) -> RunReport:
+        """Build ``spec``'s output as ``request`` asks, top to bottom: load, plan, patch, verify,
+        write, stamp; or say it is up to date. ``report`` (the command's, so it can tell how a failed
+        run ended) is filled in as the build goes, and returned."""
+        loaded = self.load_input(spec, request.model, request.output)
+        build = self._plan(loaded, request, report)
         with ThreadPoolExecutor(max_workers=1) as pool:
-            # hashing gigabytes of weights overlaps the patches and the copy unless an existing
-            # output's digest must be compared first (the stat cache makes that a stat per file)
-            parts = pool.submit(self.freshness.parts, loaded, no_verify, cache, allow_undecided)
-            parts.add_done_callback(
-                lambda done: setattr(report, "digest", digest_of(done.result())) if not done.exception() else None
-            )
-            # else its data files are compared with the build's record (hashed only where their
-            # identity changed), meanwhile the inputs are hashed
-            intact = stamp is not None and not stamp.data_changes(cache.sha256)
-            existing = cached or (stamp.digest if stamp is not None and intact else None)
-            if existing is not None and existing == digest_of(parts.result()):
-                return self._up_to_date(loaded, report, cache, stamp, existing, rule, read=cached is None)
+            self._hash_inputs(build, pool)  # gigabytes of weights hashed while the patches run
+            if build.up_to_date():
+                return self._up_to_date(build)
             patched, layout = self.patch(
-                loaded, report, check_verifiers=not no_verify, refuse_undecided=no_verify and not allow_undecided
+                loaded, build.report, check_verifiers=not request.no_verify, refuse_undecided=request.refuse_undecided
             )
-            layout = layout or default_layout(patched, loaded.output_path, original=loaded.model)
-            if layout.location and DIGEST_FIELD in layout.location:  # content-addressed: named by this build
-                layout = replace(layout, location=layout.location.replace(DIGEST_FIELD, digest_of(parts.result())[:16]))
-            protected = protected_files(spec.path, loaded.model_path, loaded.data_paths, self.step_dependencies(spec))
-            refuse_input_overwrite(layout, loaded.output_path, protected)
-            refuse_data_file(
-                loaded.output_path,
-                layout.data_name(loaded.output_path),
-                root,
-                cache.wrote,
-                output_given=output is not None,
-            )
-            if rule is not None:
-                rule.data_files(filter(None, [layout.data_name(loaded.output_path)]))
+            layout = self._output_layout(build, patched, layout)
             with Staging(loaded.output_path) as staging:
-                files, written = self._write_and_verify(
-                    staging.path(loaded.output_path), loaded, patched, layout, parts.result, no_verify, report
-                )
+                staged = staging.path(loaded.output_path)
+                files, written = self._write_and_verify(staged, loaded, patched, layout, build.parts, build)
                 # the point of no return: from the first rename on, a signal waits until this build is
                 # recorded, then ends the run (143) with the new output whole in place
                 with deferred():
-                    changed = staging.commit(files)
-                    report.files = [str(loaded.output_path.parent / f.name) for f in files]
-                    report.status = "written" if changed else "unchanged"
-                    self._record(loaded, report, cache, written, digest_of(parts.result()), rule)
-        return report
+                    self._commit(build, staging, files, written)
+        return build.report
 
-    def _up_to_date(
-        self,
-        loaded: LoadedInput,
-        report: RunReport,
-        cache: StatCache,
-        stamp: OutputStamp | None,
-        digest: str,
-        rule: Depfile | None,
-        *,
-        read: bool,
-    ) -> RunReport:
-        """Nothing to build: say so, remember what was found (``read``: by reading the output or
-        hashing, so the next check is a stat), and write the depfile."""
+    def _plan(self, loaded: LoadedInput, request: BuildRequest, report: RunReport | None) -> Build:
+        """What this build works from: the output's place checked, its report, stat cache and depfile."""
+        spec, output = loaded.spec, loaded.output_path
+        root = Root.of(spec.path, self.root, self.output_dirs)
+        refuse_foreign(output, [], root, lambda path: False, output_given=request.output is not None)
+        report = report or RunReport(str(spec.path), str(loaded.model_path), str(output))
+        dependencies = self.step_dependencies(spec)
+        depfile = None
+        if request.depfile is not None:
+            depfile = Depfile.of(request.depfile, loaded, dependencies, request.model, request.output)
+        build = Build(loaded, request, report, self._stat_cache(output), root, dependencies, depfile)
+        report.inputs = [str(path) for path in build.inputs[1:]]
+        return build
+
+    def _hash_inputs(self, build: Build, pool: ThreadPoolExecutor) -> None:
+        """Start the digest on ``pool``; meanwhile, what the existing output says (a stat per file, or
+        its data files compared with the build's record, hashed only where their identity changed)."""
+        request = build.request
+        build.hashing = pool.submit(
+            self.freshness.parts, build.loaded, request.no_verify, build.cache, request.allow_undecided
+        )
+        build.hashing.add_done_callback(
+            lambda done: setattr(build.report, "digest", digest_of(done.result())) if not done.exception() else None
+        )
+        build.existing = existing_digest(build.output, build.cache, request.force)
+
+    def _output_layout(self, build: Build, patched: onnx.ModelProto, layout: Layout | None) -> Layout:
+        """Where the output's tensor bytes go, refused (before anything is written) where the data file
+        would replace an input, a file patchspec did not write, or a name a depfile cannot hold."""
+        loaded, output = build.loaded, build.output
+        layout = self._layout(loaded, patched, layout, build.parts)
+        protected = protected_files(loaded.spec.path, loaded.model_path, loaded.data_paths, build.dependencies)
+        refuse_input_overwrite(layout, output, protected)
+        given = build.request.output is not None
+        refuse_data_file(output, layout.data_name(output), build.root, build.cache.wrote, output_given=given)
+        if build.depfile is not None:
+            build.depfile.data_files(filter(None, [layout.data_name(output)]))
+        return layout
+
+    def _layout(
+        self, loaded: LoadedInput, patched: onnx.ModelProto, layout: Layout | None, parts: Callable[[], dict[str, str]]
+    ) -> Layout:
+        """The patches' layout, else the input's; a content-addressed data file named by this build."""
+        layout = layout or default_layout(patched, loaded.output_path, original=loaded.model)
+        if layout.location and DIGEST_FIELD in layout.location:
+            layout = replace(layout, location=layout.location.replace(DIGEST_FIELD, digest_of(parts())[:16]))
+        return layout
+
+    def _commit(self, build: Build, staging: Staging, files: list[Path], written: dict[str, dict[str, Any]]) -> None:
+        digests = {name: entry["sha256"] for name, entry in written.items()}
+        changed = staging.commit(files, digests, build.cache.known_sha256)
+        build.report.files = [str(build.output.parent / f.name) for f in files]
+        build.report.status = "written" if changed else "unchanged"
+        self._record(build, written)
+
+    def _up_to_date(self, build: Build) -> RunReport:
+        """Nothing to build: say so, remember what was found (by reading the output or hashing, so the
+        next check is a stat), and write the depfile."""
+        report, cache, output, digest = build.report, build.cache, build.output, build.digest()
         report.status = "up to date"
-        self.echo(f"{shown_path(loaded.output_path)}: up to date")
-        if stamp is not None:  # found by reading the output: remember it, so the next check is a stat
-            cache.record_output([loaded.output_path, *stamp.data_files], digest)
+        self.echo(f"{shown_path(output)}: up to date")
+        if build.existing.stamp is not None:  # found by reading the output: the next check is a stat
+            cache.record_output([output, *build.existing.stamp.data_files], digest)
         report.files = list(cache.built.get("files", {}))  # the output and its data files
-        inputs = [loaded.spec.path, loaded.model_path, *loaded.data_paths, *self.step_dependencies(loaded.spec)]
-        if settle([Path(f) for f in report.files], inputs, cache, digest) or read or cache.hashed:
+        if settle([Path(f) for f in report.files], build.inputs, cache, digest) or build.existing.read or cache.hashed:
             cache.save()
-        if rule is not None:
-            rule.write(Path(f).name for f in report.files if Path(f).name != loaded.output_path.name)
+        if build.depfile is not None:
+            build.depfile.write(Path(f).name for f in report.files if Path(f).name != output.name)
         return report
 
-    def _record(
-        self,
-        loaded: LoadedInput,
-        report: RunReport,
-        cache: StatCache,
-        written: dict[str, dict[str, Any]],
-        digest: str,
-        rule: Depfile | None,
-    ) -> None:
+    def _record(self, build: Build, written: dict[str, dict[str, Any]]) -> None:
         """After the commit: the stat cache's record of this build (what it wrote, by inode and sha256,
         so the next check is a stat and only these files are ever deleted) and the depfile."""
+        cache, output, report = build.cache, build.output, build.report
         # a content-addressed name changes every build: the previous build's data files go, but only
         # those the stat cache proves this patchspec wrote (never what a model's metadata names)
-        remove_superseded(loaded.output_path, cache, report.files)
-        cache.record_output([Path(name) for name in report.files], digest)
-        for name, entry in written.items():  # hashed at build time: the next check need not read them
-            cache.remember(loaded.output_path.parent / name, entry["sha256"])
-            cache.record_written(loaded.output_path.parent / name, entry["sha256"])
-        output_sha256 = file_sha256(loaded.output_path)
-        cache.remember(loaded.output_path, output_sha256)
-        cache.record_written(loaded.output_path, output_sha256)
+        remove_superseded(output, cache, report.files)
+        cache.keep_learned()  # the data files' sha256 by recipe: a rebuild of the same bytes reads none
+        cache.record_output([Path(name) for name in report.files], build.digest())
+        hashes = {output.parent / name: entry["sha256"] for name, entry in written.items()}
+        hashes[output] = file_sha256(output)  # hashed at build time: the next check need not read them
+        for path, sha256 in hashes.items():
+            cache.remember(path, sha256)
+            cache.record_written(path, sha256)
         cache.save()
-        if rule is not None:
-            rule.write(written)
+        if build.depfile is not None:
+            build.depfile.write(written)
 
     def _write_and_verify(
         self,
@@ -334,65 +337,41 @@ class Engine:
         patched: onnx.ModelProto,
         layout: Layout,
         parts: Callable[[], dict[str, str]],
-        no_verify: bool,
-        report: RunReport,
+        build: Build | None,
     ) -> tuple[list[Path], dict[str, dict[str, Any]]]:
-        """Write the output at ``staged_model`` (in a staging folder) and verify it there; returns the
-        staged files and its data files' record (name -> size, sha256)."""
-        spec = loaded.spec
+        """Write the output at ``staged_model`` (in a staging folder) and verify it there unless
+        ``build`` is None (``--check``'s rebuild) or asks ``--no-verify``; returns the staged files
+        and its data files' record (name -> size, sha256)."""
         written: dict[str, dict[str, Any]] = {}
 
-        def finalize(
-            out: onnx.ModelProto, digests: dict[str, str]
-        ) -> None:  # the data file is written, the .onnx not yet
+        def finalize(out: onnx.ModelProto, digests: dict[str, str]) -> None:  # the data file is written
             hashing = self._hashing(file_sha256)  # only for a file the writer did not digest as it wrote
-            known = lambda path: digests.get(path.name) or hashing(path)  # noqa: E731
-            written.update(data_record(out, staged_model.parent, known))
+            written.update(data_record(out, staged_model.parent, lambda path: digests.get(path.name) or hashing(path)))
             stamp_model(out, parts(), written)
 
+        known = build.cache if build is not None else None
+        link = build is not None and (build.request.no_verify or not loaded.spec.verify)  # no verifier reads it
         try:
             with self.reporter.bytes("copying weights") as progress:
-                files = write_model(
-                    patched, staged_model, loaded.model_path.parent, layout, progress, finalize=finalize
-                )
+                source = loaded.model_path.parent
+                files = write_model(patched, staged_model, source, layout, progress, finalize, known, link)
         except OSError as exc:
             raise ModelFileError(f"{loaded.output_path}: cannot write: {exc.strerror or exc}") from None
-        if not no_verify:
-            self.verify(spec, staged_model, loaded.model_path, report, staged=True)
+        if build is not None and not build.request.no_verify:
+            self.verify(loaded.spec, staged_model, loaded.model_path, build.report, staged=True)
         if not loaded.unchanged():
             msg = f"{loaded.model_path}: the input changed while patchspec was running; nothing was written"
             raise ModelFileError(msg, "run again once whatever writes the input has finished")
         return files, written
 
     @_within_root
-    def check(
-        self,
-        spec: Spec,
-        *,
-        model: Path | None = None,
-        output: Path | None = None,
-        no_verify: bool = False,
-        allow_undecided: bool = False,
-    ) -> tuple[str, list[str]]:
+    def check(self, spec: Spec, request: BuildRequest = BUILD) -> tuple[str, list[str]]:
         """Whether ``apply`` would rebuild, without writing anything: ("up to date" | "missing" |
         "stale", what changed since the output was built, files named by their paths)."""
-        loaded = self.load_input(spec, model, output)
+        loaded = self.load_input(spec, request.model, request.output)
         cache = self._stat_cache(loaded.output_path)  # read, never written: --check writes nothing
-        stamped = OutputStamp.read(loaded.output_path)
-        if stamped is None and loaded.output_path.exists():
-            return "stale", ["the output is incomplete (a data file missing or short) or not written by patchspec"]
-        if stamped is None:
-            return "missing", []
-        parts = self.freshness.parts(loaded, no_verify, cache, allow_undecided)
-        changed = self.freshness.changes(loaded, stamped.parts, parts) if stamped.digest != digest_of(parts) else []
-        changed += stamped.data_changes(cache.sha256)
-        if changed:
-            return "stale", changed
-        if trusted_stamp(loaded.output_path, stamped, cache) or self._rebuilds_same(loaded, parts):
-            return "up to date", []
-        return "stale", [
-            "its stamp matches, but its bytes are not what this spec builds (a committed or copied output?)"
-        ]
+        same = functools.partial(self._rebuilds_same, loaded)
+        return self.freshness.verdict(loaded, cache, request.no_verify, request.allow_undecided, same)
 
     def _rebuilds_same(self, loaded: LoadedInput, parts: dict[str, str]) -> bool:
         """Whether building the output again, into a temporary folder away from the output (``--check``
@@ -402,13 +381,11 @@ class Engine:
 
         report = RunReport(str(loaded.spec.path), str(loaded.model_path), str(loaded.output_path))
         patched, layout = self.patch(loaded, report, check_verifiers=False)
-        layout = layout or default_layout(patched, loaded.output_path, original=loaded.model)
-        if layout.location and DIGEST_FIELD in layout.location:
-            layout = replace(layout, location=layout.location.replace(DIGEST_FIELD, digest_of(parts)[:16]))
+        layout = self._layout(loaded, patched, layout, lambda: parts)
         try:
             with tempfile.TemporaryDirectory(prefix="patchspec-check-") as folder:
                 staged = Path(folder) / loaded.output_path.name
-                files, _ = self._write_and_verify(staged, loaded, patched, layout, lambda: parts, True, report)
+                files, _ = self._write_and_verify(staged, loaded, patched, layout, lambda: parts, None)
                 return same_files(files, loaded.output_path.parent)
         except OSError as exc:  # TMPDIR full or missing: the machine's fault (exit 3), not a bug
             raise ModelFileError(f"cannot build in the temporary folder to compare: {exc.strerror or exc}") from None

@@ -1,4 +1,9 @@
-"""Is an output up to date? What it is built from, what changed, and which record may say so.
+"""Is an output up to date? The one answer for the no-op, ``--check`` and the engine alike.
+
+Three questions, cheapest first: :func:`by_record` (the no-op: the stat cache's record of the last
+build alone, nothing parsed, no plugin loaded); :func:`existing_digest` (the engine: the digest an
+existing output was built with, where a record of this machine may say so); and
+:meth:`Freshness.verdict` (``--check``: up to date, missing or stale, and what changed).
 
 An output's digest covers everything it is built from (:meth:`Freshness.parts`): the spec text, the
 model and data bytes, the files the steps read, patchspec's and each plugin's version. The output's
@@ -17,16 +22,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-
-import onnx
+from typing import TYPE_CHECKING
 
 from patchspec import __version__
-from patchspec.host.registry import PluginRegistry
-from patchspec.model.io import FileStamp
-from patchspec.run.stamp import OutputStamp, input_changes
-from patchspec.run.statcache import StatCache, file_sha256
+from patchspec.run.statcache import StatCache, file_sha256, identity
 from patchspec.spec.catalog import StepKind
-from patchspec.spec.steps import Spec
+
+if TYPE_CHECKING:  # the no-op (by_record) imports this module: nothing here may import onnx
+    import onnx
+
+    from patchspec.host.registry import PluginRegistry
+    from patchspec.model.io import FileStamp
+    from patchspec.run.noop import Request
+    from patchspec.run.stamp import OutputStamp
+    from patchspec.spec.steps import Spec
 
 
 @dataclass
@@ -42,6 +51,52 @@ class LoadedInput:
 
     def unchanged(self) -> bool:
         return all(stamp.unchanged() for stamp in self.stamps)
+
+
+def by_record(request: Request) -> Path | None:
+    """The no-op: the output's path when the stat cache's record of its last build shows it up to
+    date for ``request`` (the same way of asking, no recorded file changed); None when only the full
+    check can tell. Reads the spec's ``output:`` with a plain YAML parse, nothing else."""
+    output = request.output_path()
+    if output is None:
+        return None
+    cache = StatCache.beside(output)
+    build = cache.build
+    if not build or build.get("request") != request.key():
+        return None
+    if identity(request.spec) != build.get("spec"):
+        return None
+    inputs = build.get("inputs")
+    if not isinstance(inputs, dict) or any(identity(Path(path)) != kept for path, kept in inputs.items()):
+        return None
+    digest = cache.output_digest()
+    return output if digest is not None and digest == build.get("digest") else None
+
+
+@dataclass(frozen=True)
+class Existing:
+    """What an existing output says of the build that wrote it, as far as this machine may trust it."""
+
+    digest: str | None  # the digest it was built with (None: none trusted, or no output)
+    stamp: OutputStamp | None  # its stamp, when that (not the cache's record) said so
+    read: bool  # found by reading the output or hashing (remember it: the next check is a stat)
+
+
+def existing_digest(output: Path, cache: StatCache, force: bool) -> Existing:
+    """The engine's question: the digest ``output`` was built with, from the stat cache's record (a
+    stat per file), else from its stamp where the cache proves the file and its data files are as
+    the build wrote them (hashed only where their identity changed); nothing with ``force``."""
+    from patchspec.run.stamp import OutputStamp
+
+    if force:
+        return Existing(None, None, read=False)
+    cached = cache.output_digest()
+    if cached is not None:
+        return Existing(cached, None, read=False)
+    stamp = trusted_stamp(output, OutputStamp.read(output), cache)
+    if stamp is None or stamp.data_changes(cache.sha256):
+        return Existing(None, stamp, read=True)
+    return Existing(stamp.digest, stamp, read=True)
 
 
 def trusted_stamp(output: Path, stamp: OutputStamp | None, cache: StatCache) -> OutputStamp | None:
@@ -92,8 +147,40 @@ class Freshness:
             parts[f"plugin {step.type_name}"] = f"{owner.distribution} {owner.version}" if owner else "?"
         return parts
 
+    def verdict(
+        self,
+        loaded: LoadedInput,
+        cache: StatCache,
+        no_verify: bool,
+        allow_undecided: bool,
+        rebuilds_same: Callable[[dict[str, str]], bool],
+    ) -> tuple[str, list[str]]:
+        """``--check``'s question: ("up to date" | "missing" | "stale", what changed since the output
+        was built). ``cache`` is read, never written; an output whose stamp matches but that no
+        record of this machine vouches for is up to date only if ``rebuilds_same`` (building it again
+        elsewhere gives its bytes)."""
+        from patchspec.run.stamp import OutputStamp, digest_of
+
+        stamped = OutputStamp.read(loaded.output_path)
+        if stamped is None:
+            if not loaded.output_path.exists():
+                return "missing", []
+            return "stale", ["the output is incomplete (a data file missing or short) or not written by patchspec"]
+        parts = self.parts(loaded, no_verify, cache, allow_undecided)
+        changed = self.changes(loaded, stamped.parts, parts) if stamped.digest != digest_of(parts) else []
+        changed += stamped.data_changes(cache.sha256)
+        if changed:
+            return "stale", changed
+        if trusted_stamp(loaded.output_path, stamped, cache) or rebuilds_same(parts):
+            return "up to date", []
+        return "stale", [
+            "its stamp matches, but its bytes are not what this spec builds (a committed or copied output?)"
+        ]
+
     def changes(self, loaded: LoadedInput, built_from: dict[str, str] | None, parts: dict[str, str]) -> list[str]:
         """What differs between the parts the output was built from and today's, files by path."""
+        from patchspec.run.stamp import input_changes
+
         paths = {"spec": loaded.spec.path, f"model {loaded.model_path.name}": loaded.model_path}
         paths.update({f"data {path.name}": path for path in loaded.data_paths})
         paths.update({f"file {written}": path for written, path in self.dependencies(loaded.spec)})
@@ -136,4 +223,13 @@ def same_files(built: list[Path], existing_folder: Path) -> bool:
     return True
 
 
-__all__ = ["Freshness", "LoadedInput", "same_files", "settle", "trusted_stamp"]
+__all__ = [
+    "Existing",
+    "Freshness",
+    "LoadedInput",
+    "by_record",
+    "existing_digest",
+    "same_files",
+    "settle",
+    "trusted_stamp",
+]

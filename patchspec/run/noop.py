@@ -1,5 +1,6 @@
-"""The no-op, answered from the stat cache alone: is an output up to date, without parsing the model
-or loading a plugin.
+"""The no-op's record: how a build was asked for and from which files, so that the next ``apply``
+can answer "up to date" from the stat cache alone (``freshness.by_record``), without parsing the
+model or loading a plugin.
 
 A build that succeeded writes, in the stat cache beside its output, how it was asked for (the spec,
 ``--model``/``--output``, ``--no-verify``, ``--strict-paths``, patchspec's version and the installed
@@ -18,41 +19,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from patchspec import __version__
-from patchspec.run.statcache import StatCache, identity
+from patchspec.run.request import BuildRequest
+from patchspec.run.statcache import StatCache
 
 
 @dataclass(frozen=True)
 class Request:
-    """How ``apply`` was asked to build one spec's output."""
+    """How ``apply`` was asked to build one spec's output: the spec, the run's :class:`BuildRequest`
+    and the installed plugins (each one's name -> distribution and version, and those disabled)."""
 
     spec: Path
-    model: Path | None = None
-    output: Path | None = None
-    no_verify: bool = False
-    strict_paths: bool = False
-    allow_undecided: bool = False
-    #: every installed plugin's name -> distribution and version (and the plugins disabled)
+    build: BuildRequest = field(default_factory=BuildRequest)
     plugins: dict[str, str] = field(default_factory=dict)
 
     def key(self) -> dict[str, Any]:
         """What a build record must match, as JSON."""
-        return {
-            "spec": os.path.abspath(self.spec),
-            "model": os.path.abspath(self.model) if self.model else None,
-            "output": os.path.abspath(self.output) if self.output else None,
-            "no_verify": self.no_verify,
-            "allow_undecided": self.no_verify and self.allow_undecided,
-            "strict_paths": self.strict_paths,
-            "patchspec": __version__,
-            "plugins": self.plugins,
-        }
+        return self.build.key(self.spec, self.plugins)
 
     def output_path(self) -> Path | None:
         """Where the output is: ``--output``, or the spec's ``output:`` as the loader resolves it (None
         when the spec cannot be read that simply: the full check then says why)."""
-        if self.output is not None:
-            return self.output.absolute()
+        if self.build.output is not None:
+            return self.build.output.absolute()
         try:
             import yaml
 
@@ -63,25 +51,6 @@ class Request:
         if not isinstance(written, str) or not written:
             return None
         return Path(os.path.normpath(Path(os.path.abspath(self.spec)).parent / written))
-
-
-def up_to_date(request: Request) -> Path | None:
-    """The output's path when the stat cache shows it up to date for ``request``; None when only the
-    full check can tell."""
-    output = request.output_path()
-    if output is None:
-        return None
-    cache = StatCache.beside(output)
-    build = cache.build
-    if not build or build.get("request") != request.key():
-        return None
-    if identity(request.spec) != build.get("spec"):
-        return None
-    inputs = build.get("inputs")
-    if not isinstance(inputs, dict) or any(identity(Path(path)) != kept for path, kept in inputs.items()):
-        return None
-    digest = cache.output_digest()
-    return output if digest is not None and digest == build.get("digest") else None
 
 
 def remember(request: Request, spec_identity: list[int] | None, output: Path, inputs: list[str], digest: str) -> None:
@@ -103,4 +72,4 @@ def remember(request: Request, spec_identity: list[int] | None, output: Path, in
     cache.save()
 
 
-__all__ = ["Request", "remember", "up_to_date"]
+__all__ = ["Request", "remember"]

@@ -23,6 +23,16 @@ entries deleted the tracked LICENSE; ``{output: null}`` made ``apply`` say "up t
 decide nothing. Each cache is signed (HMAC-SHA256) with a key of this machine's user, kept outside
 every repository (:func:`machine_key`); one whose signature does not check is ignored, with the
 reason in :attr:`StatCache.ignored`. Where no key can be kept (a read-only home) nothing is saved.
+
+A data file the build wrote is hashed while it is written, once: the cache keeps its sha256 under its
+recipe's key (``derived``; ``patchspec.model.data_recipe``: the ranges it copies, named by their
+source files' hashes, which this cache vouches for). A rebuild that makes the same data file from
+the same inputs (``--force``, a graph-only edit of the spec) then copies it in the kernel without
+reading it: its sha256 is that record's, as signed as the rest.
+
+Both kinds of hash are also kept for this user across outputs (:class:`SharedDigests`, beside the
+key), so a clean build (``rm -rf build``) or a second output of the same model reads an input it
+already hashed, or a data file it already made from it, not again.
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from patchspec.model.data_recipe import Recipe
 from patchspec.run.atomic import write_text_atomically
 
 #: the cache file's format; another version is ignored (and rewritten)
@@ -45,14 +56,22 @@ FORMAT = 2
 #: ~/.cache/patchspec/cache.key
 KEY_ENV = "PATCHSPEC_CACHE_KEY"
 KEY_BYTES = 32
+#: how many data-file recipes a cache remembers (the newest): one per layout a spec went through
+RECIPES = 8
+#: how many input hashes and recipes this user's shared store keeps (the newest)
+SHARED_FILES, SHARED_RECIPES = 512, 64
 _keys: dict[str, bytes | None] = {}  # by path: read or made once per process
+
+
+def key_path() -> Path:
+    cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(os.environ.get(KEY_ENV) or os.path.join(cache_home, "patchspec", "cache.key"))
 
 
 def machine_key() -> bytes | None:
     """This user's key for signing stat caches, made on first use (0600, created exclusively); None
     when it can be neither read nor made."""
-    cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    path = Path(os.environ.get(KEY_ENV) or os.path.join(cache_home, "patchspec", "cache.key"))
+    path = key_path()
     if str(path) in _keys:
         return _keys[str(path)]
     key = _read_key(path)
@@ -123,6 +142,12 @@ class StatCache:
         #: how the last build was asked for and from which files (``run/noop``): what lets an
         #: up-to-date ``apply`` or ``--check`` answer without parsing the spec's steps or the model
         self.build: dict[str, Any] = dict((data or {}).get("build", {}))
+        #: the sha256 of each data file a build wrote, by its recipe's key (``Recipe.key``)
+        self.derived: dict[str, str] = {key: sha for key, sha in (data or {}).get("derived", [])}  # oldest first
+        self._learned: list[tuple[Recipe, str]] = []  # this run's, keyed once the sources are hashed
+        self._kept: dict[str, str] = {}  # this run's recipes, keyed: for the shared store
+        self._sent: set[str] = set()  # hashes given to the shared store already
+        self._shared: SharedDigests | None = None  # read on the first miss (a no-op never reads it)
         self.hashed: list[str] = []  # files this run had to read (for messages and tests)
         #: why the cache file beside the output was not used (not signed here), or None
         self.ignored: str | None = None
@@ -155,12 +180,65 @@ class StatCache:
         entry = self.files.get(key)
         if now is not None and entry is not None and entry.get("identity") == now:
             return str(entry["sha256"])
+        shared = self.shared().sha256(key, now)
+        if shared is not None and now is not None:  # hashed for another output of this user
+            with self._lock:
+                self.files[key] = {"identity": now, "sha256": shared}
+            return shared
         digest = file_sha256(path) if progress is None else file_sha256(path, progress)
         with self._lock:
             self.hashed.append(key)
             if now is not None:
                 self.files[key] = {"identity": now, "sha256": digest}
         return digest
+
+    def known_sha256(self, path: Path) -> str | None:
+        """The file's hash when this cache holds it for the file's identity now; None, reading nothing."""
+        entry, now = self.files.get(str(path.absolute())), identity(path)
+        if now is not None and entry is not None and entry.get("identity") == now:
+            return str(entry["sha256"])
+        return self.shared().sha256(str(path.absolute()), now)
+
+    def data_sha256(self, recipe: Recipe) -> str | None:
+        """The sha256 of the data file ``recipe`` makes, when a build of this machine wrote and hashed
+        it from sources whose identity is unchanged since they were hashed; None: hash it."""
+        key = recipe.key(self.known_sha256)
+        found = None if key is None else self.derived.get(key) or self.shared().derived.get(key)
+        if found is not None:
+            self.learned(recipe, found)  # kept as the newest
+        return found
+
+    def reusable(self, recipe: Recipe, sha256: str) -> tuple[Path, tuple[int, int, int]] | None:
+        """The previous build's data file of ``recipe``'s name, when this cache proves it holds those
+        bytes (its sha256 by identity) and that a build wrote it (inode): with its size, mtime, inode."""
+        path = self.output.parent / recipe.name
+        now = identity(path)
+        if now is None or self.known_sha256(path) != sha256 or not self.wrote(path, reread=False):
+            return None
+        return path, (now[0], now[1], now[2])
+
+    def learned(self, recipe: Recipe, sha256: str) -> None:
+        """A data file ``recipe`` made, hashed while written; kept by :meth:`keep_learned` after the commit."""
+        with self._lock:
+            self._learned.append((recipe, sha256))
+
+    def keep_learned(self) -> None:
+        """Remember what this run's recipes made (for :meth:`data_sha256`), the newest :data:`RECIPES`;
+        called once the build is committed and its inputs hashed (a source unknown: not kept)."""
+        for recipe, sha256 in self._learned:
+            key = recipe.key(self.known_sha256)
+            if key is not None:
+                self.derived.pop(key, None)
+                self.derived[key] = self._kept[key] = sha256
+        self._learned.clear()
+        self.derived = dict(list(self.derived.items())[-RECIPES:])
+
+    def shared(self) -> SharedDigests:
+        """This user's store across outputs, read once."""
+        with self._lock:
+            if self._shared is None:
+                self._shared = SharedDigests.read()
+            return self._shared
 
     def remember(self, path: Path, sha256: str) -> None:
         """A hash known without reading ``path`` (a data file the build just wrote and hashed)."""
@@ -214,6 +292,7 @@ class StatCache:
             "files": self.files,
             "written": self.written,
             "build": self.build,
+            "derived": [[key, sha256] for key, sha256 in self.derived.items()],  # a list keeps the order
         }
         key = machine_key()
         if key is None:  # unsigned, it would be ignored
@@ -222,7 +301,66 @@ class StatCache:
         try:  # an unpredictable name, created new (O_EXCL), never through a link planted beside the output
             write_text_atomically(target, json.dumps(payload, sort_keys=True))
         except OSError:
+            pass
+        hashed = {name: self.files[name] for name in self.hashed if name in self.files and name not in self._sent}
+        if hashed or self._kept:  # for the other outputs of this user
+            SharedDigests.add(hashed, self._kept)
+            self._sent.update(hashed)
+            self._kept = {}
+
+
+class SharedDigests:
+    """This user's hashes across outputs (``digests.json`` beside the key, signed the same way): input
+    files by path and identity, data-file recipes by key; the newest :data:`SHARED_FILES` and
+    :data:`SHARED_RECIPES`. Written whole after a build, merged with what another run wrote meanwhile;
+    an unsigned, damaged or lost store only costs hashing."""
+
+    def __init__(self, files: dict[str, Any] | None = None, derived: list[Any] | None = None) -> None:
+        self.files: dict[str, dict[str, Any]] = dict(files or {})
+        self.derived: dict[str, str] = {key: sha for key, sha in derived or []}
+
+    @staticmethod
+    def path() -> Path:
+        return key_path().with_name("digests.json")
+
+    @classmethod
+    def read(cls) -> SharedDigests:
+        key = machine_key()
+        try:
+            data = json.loads(cls.path().read_text(encoding="utf-8"))
+            mac = data.pop("signature")
+            if key is None or data.get("format") != FORMAT or not hmac.compare_digest(mac, signature(data, key)):
+                return cls()
+            return cls(data["files"], data["derived"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return cls()
+
+    def sha256(self, path: str, now: list[int] | None) -> str | None:
+        entry = self.files.get(path)
+        return str(entry["sha256"]) if now is not None and entry is not None and entry.get("identity") == now else None
+
+    @classmethod
+    def add(cls, files: dict[str, dict[str, Any]], derived: dict[str, str]) -> None:
+        """Merge into the store as it is now on disk (another run may have written it meanwhile)."""
+        key, store = machine_key(), cls.read()
+        if key is None:
+            return
+        for name, entry in files.items():
+            store.files.pop(name, None)
+            store.files[name] = entry
+        for recipe, sha256 in derived.items():
+            store.derived.pop(recipe, None)
+            store.derived[recipe] = sha256
+        payload: dict[str, Any] = {
+            "format": FORMAT,
+            "files": dict(list(store.files.items())[-SHARED_FILES:]),
+            "derived": [[recipe, sha] for recipe, sha in list(store.derived.items())[-SHARED_RECIPES:]],
+        }
+        payload["signature"] = signature(payload, key)
+        try:
+            write_text_atomically(cls.path(), json.dumps(payload))
+        except OSError:
             return
 
 
-__all__ = ["KEY_ENV", "StatCache", "cache_path", "file_sha256", "identity", "machine_key", "signature"]
+__all__ = ["KEY_ENV", "SharedDigests", "StatCache", "cache_path", "file_sha256", "identity", "machine_key", "signature"]

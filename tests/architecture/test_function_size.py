@@ -40,11 +40,3 @@ def test_a_function_over_the_limit_is_named_by_file_line_and_length(tmp_path):
 def test_no_function_in_what_ships_is_over_the_limit():
     found = _tool().problems([REPO / name for name in _tool().DEFAULT_PATHS])
     assert not found, "\n".join(found)
-
-
-def test_a_pending_entry_names_a_function_that_is_still_long():
-    """An allowlist entry is removed once its function is short: a stale one fails here."""
-    tool = _tool()
-    for file, names in tool.PENDING.items():
-        long = {name for _, name, _ in tool.long_functions(REPO / file)}
-        assert names <= long, f"{file}: {sorted(names - long)} are short now: remove them from PENDING"

@@ -199,7 +199,7 @@ from pathlib import Path
 signal.signal(signal.SIGINT, signal.default_int_handler)  # whatever disposition the test runner passed on
 import patchspec.cli
 from patchspec import Verifier, VerifyResult, hookimpl
-from patchspec.host.registry import PluginRegistry
+from patchspec.host.registry import in_process_plugin
 
 marker = Path(sys.argv[1])
 
@@ -219,8 +219,8 @@ def register_verifiers(register):
 
 module = types.ModuleType("slow_plugin")
 module.register_verifiers = register_verifiers
-patchspec.cli._registry = lambda: PluginRegistry.load(extra=[("slow", module)])
-sys.exit(patchspec.cli.main(sys.argv[2:]))
+with in_process_plugin("slow", module):  # the test kit's way in: no record of a no-op is kept
+    sys.exit(patchspec.cli.main(sys.argv[2:]))
 """
 
 
@@ -416,12 +416,11 @@ def test_concurrent_commits_do_not_interleave_model_and_data(tmp_path, monkeypat
     assert staging_left(tmp_path) == []
 
 
-def test_input_changed_during_the_run_is_exit_3_and_nothing_written(inline_project, run_cli, monkeypatch):
+def test_input_changed_during_the_run_is_exit_3_and_nothing_written(inline_project, run_cli):
     import types
 
-    import patchspec.cli
     from patchspec import Verifier, VerifyResult, hookimpl
-    from patchspec.host.registry import PluginRegistry
+    from patchspec.host.registry import in_process_plugin
 
     class RewriteInput(Verifier):  # stands for another process writing the input mid-run
         name = "race.rewrite_input"
@@ -439,13 +438,13 @@ def test_input_changed_during_the_run_is_exit_3_and_nothing_written(inline_proje
         register(RewriteInput)
 
     module.register_verifiers = register_verifiers
-    monkeypatch.setattr(patchspec.cli, "_registry", lambda: PluginRegistry.load(extra=[("race", module)]))
     spec = write_spec(
         inline_project,
         "patchspec: 1\nmodel: m.onnx\noutput: out/m.onnx\npatches: []\nverify:\n  - race.rewrite_input: {}\n",
         name="race.yaml",
     )
-    result = run_cli("apply", spec)
+    with in_process_plugin("race", module):
+        result = run_cli("apply", spec)
     assert result.exit_code == 3, result.output
     assert "the input changed while patchspec was running" in result.stderr and "Traceback" not in result.output
     assert not (inline_project / "out").exists()

@@ -9,7 +9,9 @@ import onnx
 import pytest
 
 from patchspec.host.registry import DISABLE_ENV, installed_plugins
-from patchspec.run.noop import Request, up_to_date
+from patchspec.run.freshness import by_record
+from patchspec.run.noop import Request
+from patchspec.run.request import BuildRequest
 from patchspec.run.statcache import cache_path
 from patchspec.testing import make_model, registered, run_cli, run_spec
 
@@ -26,35 +28,35 @@ def built(tmp_path, monkeypatch):
 def request(folder, **options) -> Request:
     plugins = installed_plugins()
     assert plugins is not None
-    return Request(folder / "spec.yaml", plugins=plugins, **options)
+    return Request(folder / "spec.yaml", BuildRequest(**options), plugins)
 
 
 def test_a_build_records_what_makes_the_next_apply_a_no_op(built):
-    assert up_to_date(request(built)) == built / "out" / "model.onnx"
+    assert by_record(request(built)) == built / "out" / "model.onnx"
     code, stdout, _ = run_cli(["apply", "spec.yaml"], cwd=built)
     assert code == 0 and stdout.endswith(f"{built / 'out' / 'model.onnx'}: up to date\n"), stdout
 
 
 def test_another_way_of_asking_is_not_the_recorded_build(built):
-    assert up_to_date(request(built, no_verify=True)) is None
-    assert up_to_date(request(built, strict_paths=True)) is None
-    assert up_to_date(Request(built / "spec.yaml", plugins={})) is None  # other plugins installed
+    assert by_record(request(built, no_verify=True)) is None
+    assert by_record(request(built, strict_paths=True)) is None
+    assert by_record(Request(built / "spec.yaml", plugins={})) is None  # other plugins installed
 
 
 def test_a_changed_input_is_seen_by_its_identity_and_rebuilt(built):
     model = make_model()
     model.doc_string = "changed"
     onnx.save(model, str(built / "model.onnx"))
-    assert up_to_date(request(built)) is None
+    assert by_record(request(built)) is None
     code, stdout, stderr = run_cli(["apply", "spec.yaml"], cwd=built)
     assert code == 0 and "wrote" in stdout, stdout + stderr
-    assert up_to_date(request(built)) == built / "out" / "model.onnx"  # recorded again
+    assert by_record(request(built)) == built / "out" / "model.onnx"  # recorded again
 
 
-def test_a_touched_spec_takes_the_full_check_which_finds_it_up_to_date(built):
+def test_a_touched_spec_takes_the_full_check_which_finds_it_by_record(built):
     spec = built / "spec.yaml"
     os.utime(spec, ns=(spec.stat().st_atime_ns, spec.stat().st_mtime_ns + 10**9))
-    assert up_to_date(request(built)) is None
+    assert by_record(request(built)) is None
     code, stdout, _ = run_cli(["apply", "--check", "spec.yaml"], cwd=built)
     assert code == 0 and "up to date" in stdout
 
@@ -62,14 +64,14 @@ def test_a_touched_spec_takes_the_full_check_which_finds_it_up_to_date(built):
 def test_an_output_replaced_behind_the_cache_is_judged_by_its_own_stamp(built):
     output = built / "out" / "model.onnx"
     onnx.save(make_model(), str(output))  # not written by patchspec: no stamp
-    assert up_to_date(request(built)) is None
+    assert by_record(request(built)) is None
     code, stdout, _ = run_cli(["apply", "--check", "spec.yaml"], cwd=built)
     assert code == 6 and "stale" in stdout, stdout
 
 
 def test_disabling_a_plugin_is_another_request(built, monkeypatch):
     monkeypatch.setenv(DISABLE_ENV, "lint")
-    assert up_to_date(request(built)) is None
+    assert by_record(request(built)) is None
 
 
 def test_a_run_with_plugins_registered_in_process_records_nothing(tmp_path):
