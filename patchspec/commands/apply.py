@@ -115,10 +115,10 @@ def run_specs(
 ) -> None:
     """Load every spec (all valid before any work), then build each in turn; ``reports`` grows as
     they start, so the caller can report how the run ended whatever ended it."""
+    from patchspec.printable import shown_path
     from patchspec.run.engine import Engine
     from patchspec.run.noop import remember
     from patchspec.run.report import RunReport
-    from patchspec.run.reporter import shown_path
     from patchspec.run.statcache import identity
     from patchspec.spec.load import load_spec
 
@@ -161,6 +161,7 @@ def cached_outputs(requests: list[Request]) -> list[Path] | None:
 def all_up_to_date(state: State, requests: list[Request]) -> bool:
     """The no-op of ``apply``, from the stat cache alone: True (and each spec's lines printed) when
     every output is up to date; False when one may not be, and the full run must tell."""
+    from patchspec.printable import shown_path
     from patchspec.run.reporter import summary_line
 
     outputs = cached_outputs(requests)
@@ -168,7 +169,7 @@ def all_up_to_date(state: State, requests: list[Request]) -> bool:
         return False
     for request, path in zip(requests, outputs):
         state.echo(f"patchspec {request.spec}")
-        state.echo(f"{path}: up to date")
+        state.echo(f"{shown_path(path)}: up to date")
     if len(requests) > 1:
         state.echo(summary_line(["up to date"] * len(requests), len(requests)))
     return True

@@ -20,9 +20,9 @@ from patchspec.commands.context import State, limit_option, native_code_option, 
 @click.pass_obj
 def verify(state: State, spec_path: Path, output: Path | None, root: Path | None, verbose: int, quiet: bool) -> None:
     """Run only the spec's verifiers against the existing output."""
+    from patchspec.printable import shown_path
     from patchspec.run.engine import Engine
     from patchspec.run.report import RunReport
-    from patchspec.run.reporter import shown_path
     from patchspec.spec.confine import ROOT_HINT, Root, check_model_path, spec_path_error
     from patchspec.spec.load import load_spec
 

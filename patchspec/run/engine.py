@@ -38,6 +38,7 @@ from patchspec.model.external_data import data_files, validate_external_data
 from patchspec.model.graph import sync_initializer_inputs
 from patchspec.model.io import FileStamp, load_model
 from patchspec.plugin.contract import COUPLED, UNDECIDED, PatchContext, RunState, VerifyContext
+from patchspec.printable import shown_path
 from patchspec.run.build import Build
 from patchspec.run.commit import Staging, remove_superseded
 from patchspec.run.depfile import Depfile
@@ -46,7 +47,7 @@ from patchspec.run.io_changes import io_changes
 from patchspec.run.model_paths import missing_model, refuse_same_file
 from patchspec.run.ownership import protected_files, refuse_data_file, refuse_foreign
 from patchspec.run.report import RunReport, StepOutcome, verification_failed, verifier_outcome
-from patchspec.run.reporter import Reporter, shown_path
+from patchspec.run.reporter import Reporter
 from patchspec.run.request import BuildRequest
 from patchspec.run.stamp import data_record, digest_of, stamp_model
 from patchspec.run.statcache import StatCache, file_sha256
@@ -160,7 +161,9 @@ class Engine:
         graph input and output with its shape before -> after."""
         loaded = self.load_input(spec, model)
         report = RunReport(str(spec.path), str(loaded.model_path), str(loaded.output_path), status="planned")
-        self.echo(f"plan for {spec.path} ({loaded.model_path.name} -> {loaded.output_path}); nothing is written")
+        self.echo(
+            f"plan for {spec.path} ({loaded.model_path.name} -> {shown_path(loaded.output_path)}); nothing is written"
+        )
         patched, _ = self.patch(loaded, report)
         self.reporter.io_table(io_changes(loaded.model, patched))
         return report

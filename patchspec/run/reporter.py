@@ -97,16 +97,6 @@ def _clock(seconds: float) -> str:
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
 
 
-def shown_path(path: str | os.PathLike[str]) -> str:
-    """A path as git prints it: relative to the current folder when it lies below it, else as given."""
-    text = os.fspath(path)
-    try:
-        relative = os.path.relpath(os.path.abspath(text))
-    except ValueError:  # another drive (Windows)
-        return text
-    return text if relative == os.pardir or relative.startswith(os.pardir + os.sep) else relative
-
-
 def summary_line(statuses: list[str], total: int) -> str:
     """``3 specs: 2 written, 1 up to date, 0 failed``: how each spec of a run ended (``unchanged`` and
     ``not run``, after a failure stopped the run, only where there are some)."""
@@ -372,4 +362,4 @@ class Reporter:
         return _COUNTS.sub(lambda m: self._paint(m.group(0), _COLOURS[m.group(2)]), text)
 
 
-__all__ = ["DELAY", "Reporter", "Task", "is_terminal", "shown_path", "summary_line", "wants_colour", "wrap"]
+__all__ = ["DELAY", "Reporter", "Task", "is_terminal", "summary_line", "wants_colour", "wrap"]
