@@ -19,12 +19,14 @@ from patchspec.commands.context import (
     root_option,
     verbosity_options,
 )
-from patchspec.errors import EXIT_STALE, PatchspecError, UsageError
+from patchspec.errors import EXIT_STALE, PatchError, PatchspecError, SpecError, UsageError
 
 if TYPE_CHECKING:
+    from patchspec.run.engine import Engine
     from patchspec.run.noop import Request
     from patchspec.run.report import RunReport
     from patchspec.run.request import BuildRequest
+    from patchspec.spec.steps import Spec
 
 
 @click.command()
@@ -130,7 +132,10 @@ def run_specs(
         report = RunReport(str(spec.path), str(request.model or spec.model), str(request.output or spec.output))
         reports.append(report)
         state.echo(f"patchspec {spec.path}")
-        engine.apply(spec, request, report)
+        try:
+            engine.apply(spec, request, report)
+        except (SpecError, PatchError) as exc:
+            raise every_patch_problem(engine, spec, request, report, exc) from None
         if report.status in ("written", "unchanged"):
             shown = shown_path(report.output)
             state.echo(f"wrote {shown}" if report.status == "written" else f"{shown}: unchanged (identical bytes)")
@@ -146,6 +151,20 @@ def noop_requests(specs: tuple[Path, ...], request: BuildRequest) -> list[Reques
 
     plugins = installed_plugins()
     return [] if plugins is None else [Request(spec, request, plugins) for spec in specs]
+
+
+def every_patch_problem(
+    engine: Engine, spec: Spec, request: BuildRequest, report: RunReport, exc: PatchspecError
+) -> PatchspecError:
+    """A patch that does not fit the model stops the build at the first one: say every step's problem
+    with the model at once, as validate and plan do (the error itself where it came from elsewhere)."""
+    if request.model is not None or report.verifiers or not spec.patches:
+        return exc  # another model than the spec's, or past the patches: the error is the whole story
+    from patchspec.errors import combined
+    from patchspec.run.model_checks import model_problems
+
+    found = model_problems(engine, spec)
+    return combined(found) if found and any(str(exc) in str(problem) for problem in found) else exc
 
 
 def cached_outputs(requests: list[Request]) -> list[Path] | None:

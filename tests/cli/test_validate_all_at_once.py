@@ -139,17 +139,21 @@ def test_one_exit_code_for_mistakes_of_several_kinds(errors: list[Any], code: in
     assert exit_code_of_all(errors) == code
 
 
-def test_plan_says_every_step_s_problem_with_the_model_at_once(tmp_path: Path, run_cli: RunCli) -> None:
+@pytest.mark.parametrize("command", ["plan", "apply"])
+def test_plan_and_apply_say_every_step_s_problem_with_the_model_at_once(
+    tmp_path: Path, run_cli: RunCli, command: str
+) -> None:
     small(tmp_path)
     body = (
         "patches:\n  - set_batch: {size: 4, inputs: [xx]}\n  - replace_initializer: {initializer: nowhere, value: [1]}\n"
         "verify:\n  - run:\n      cases:\n        - inputs: {xs: [4, 4]}\n"
     )
     path = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out/m.onnx\n" + body)
-    result = run_cli("plan", path)
+    result = run_cli(command, path)
     assert result.exit_code == EXIT_INVALID_SPEC, result.output
     found = [line.split(": ")[0].rsplit(":", 2)[1] for line in result.stderr.splitlines() if line.startswith(str(path))]
     assert found == ["5", "6", "10", "10"], result.stderr  # set_batch's name, the patch, the case (twice)
+    assert not (tmp_path / "out" / "m.onnx").exists()
 
 
 def test_a_step_its_own_checks_refused_is_not_blamed_for_a_fault_on_those_params(tmp_path: Path) -> None:
