@@ -74,7 +74,8 @@ from patchspec.shapes.compiler import (
 )
 
 # shape evaluation
-from patchspec.shapes.evaluate import Known as Known, ShapeEvaluator as ShapeEvaluator
+from patchspec.shapes.evaluate import ShapeEvaluator as ShapeEvaluator
+from patchspec.shapes.known import Known as Known
 
 # external data
 from patchspec.model.data_names import DIGEST_FIELD as DIGEST_FIELD, ORT_MEMORY_MARKER as ORT_MEMORY_MARKER
@@ -109,7 +110,8 @@ from patchspec.ort.settings import (
     OPTIMIZATION_LEVELS as OPTIMIZATION_LEVELS,
     PRECISION as PRECISION,
 )
-from patchspec.ort.sessions import RunFailure as RunFailure, Session as Session
+from patchspec.ort.sessions import Session as Session
+from patchspec.ort.run_failure import RunFailure as RunFailure
 from patchspec.ort.case_fit import (
     case_fit_problems as case_fit_problems,
     unlisted_input_problems as unlisted_input_problems,

@@ -31,7 +31,7 @@ from patchspec.run.reporter import Reporter
 if TYPE_CHECKING:
     from patchspec.host.registry import PluginRegistry
 
-__all__ = ["cli", "exit_code_of", "main"]
+__all__ = ["cli", "main"]
 
 #: read by the OpenBLAS that numpy's wheels bundle, once, when numpy is imported
 BLAS_THREADS_ENV = "OPENBLAS_NUM_THREADS"

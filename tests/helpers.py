@@ -9,7 +9,7 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto, helper
 
-from patchspec.host.registry import DISABLE_ENV
+from patchspec.spec.catalog import DISABLE_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 

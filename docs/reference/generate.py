@@ -43,7 +43,8 @@ COMMON_DTYPES = ("bool", "float16", "float32", "float64", "int8", "int32", "int6
 @contextmanager
 def _third_party_disabled() -> Iterator[None]:
     """Keep third-party plugins out of the registry (they are not imported at all)."""
-    from patchspec.host.registry import BUILTIN_DISTRIBUTION, DISABLE_ENV
+    from patchspec.host.installed import BUILTIN_DISTRIBUTION
+    from patchspec.spec.catalog import DISABLE_ENV
 
     third_party = {
         ep.name

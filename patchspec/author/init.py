@@ -409,4 +409,4 @@ def _renames(model: onnx.ModelProto) -> list[DraftStep]:
     return steps
 
 
-__all__ = ["InitResult", "InputRow", "draft_spec"]
+__all__ = ["InitResult", "draft_spec"]

@@ -21,7 +21,8 @@ from onnx import helper
 
 from patchspec.model.graph import all_graphs
 from patchspec.ort.feeds import make_feeds
-from patchspec.ort.sessions import RunFailure, Session
+from patchspec.ort.run_failure import RunFailure
+from patchspec.ort.sessions import Session
 
 #: the original is run only when its weights are at most this large (1 GiB)
 RUN_LIMIT_BYTES = 1 << 30

@@ -117,4 +117,4 @@ def _needs_quotes(text: str) -> bool:
     )
 
 
-__all__ = ["DraftStep", "SpecDraft", "checked", "escape_controls", "next_command", "quoted", "render", "root_needed"]
+__all__ = ["DraftStep", "SpecDraft", "checked", "next_command", "quoted", "render", "root_needed"]

@@ -55,7 +55,7 @@ def init_command(
     4 set_batch cannot batch the model (the reason is printed).
     """
     from patchspec.author.init import draft_spec
-    from patchspec.author.spec_text import escape_controls
+    from patchspec.printable import escape_controls
 
     if batch is not None and dynamic is not None:
         raise UsageError("give --batch N (static) or --dynamic NAME (symbolic), not both")
@@ -75,7 +75,7 @@ def init_command(
 
 def _say_inputs(state: State, result: InitResult) -> None:
     """One line per input: its batch axis, how it was decided, and the values it is given."""
-    from patchspec.author.spec_text import escape_controls
+    from patchspec.printable import escape_controls
 
     names = {row.name: escape_controls(row.name) for row in result.rows}  # a name cannot forge a line
     width = max([len("input")] + [len(name) for name in names.values()])

@@ -61,7 +61,7 @@ def inspect_command(
     lines that make them follow the inputs, e.g.:
       patchspec inspect models/det.onnx --suggest
     """
-    from patchspec.ort.inspection import parse_shape_options, parse_value_options
+    from patchspec.ort.probe_inputs import parse_shape_options, parse_value_options
     from patchspec.ort.report import format_inspection, inspect_model
 
     if suggest:

@@ -33,12 +33,10 @@ from patchspec.host.installed import (
     IN_PROCESS_DISTRIBUTION,
     disabled_names,
     distribution_of,
-    in_process_plugin,
-    installed_plugins,
 )
 from patchspec.plugin import hookspecs
 from patchspec.plugin.contract import PatchType, Verifier
-from patchspec.spec.catalog import DISABLE_ENV, StepKind
+from patchspec.spec.catalog import StepKind
 
 T = TypeVar("T")
 
@@ -379,16 +377,4 @@ def _declared_types(plugins: list[metadata.EntryPoint]) -> dict[tuple[str, str],
     return declared
 
 
-__all__ = [
-    "BUILTIN_DISTRIBUTION",
-    "DISABLE_ENV",
-    "IN_PROCESS_DISTRIBUTION",
-    "TYPE_GROUPS",
-    "PluginInfo",
-    "PluginRegistry",
-    "TypeTable",
-    "disabled_names",
-    "in_process_plugin",
-    "installed_plugins",
-    "origin_of",
-]
+__all__ = ["TYPE_GROUPS", "PluginInfo", "PluginRegistry", "TypeTable", "origin_of"]

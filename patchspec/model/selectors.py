@@ -27,9 +27,7 @@ from patchspec.model.graph import bodies, subgraphs
 from patchspec.model.selector_schema import (
     DEFAULT_EXPECT,
     PATTERN_KEYS,
-    SELECTOR_SCHEMA,
     Key,
-    check_selector,
     parse_expect,
 )
 
@@ -302,13 +300,4 @@ def describe_selector(selector: dict[str, Any]) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
-__all__ = [
-    "SELECTOR_SCHEMA",
-    "GraphIndex",
-    "NodeRef",
-    "check_selector",
-    "describe_node",
-    "describe_selector",
-    "parse_expect",
-    "select_nodes",
-]
+__all__ = ["GraphIndex", "NodeRef", "describe_node", "describe_selector", "select_nodes"]

@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from patchspec.ort.sessions import Feeds, RunFailure
+from patchspec.ort.run_failure import RunFailure
+from patchspec.ort.sessions import Feeds
 from patchspec.ort.settings import DEFAULT_ATOL, DEFAULT_RTOL, DTYPE_TOLERANCES, FLOOR_FACTOR, PRECISION
 
 
@@ -206,14 +207,4 @@ def _index(flat: int | np.integer[Any], shape: tuple[int, ...]) -> tuple[int, ..
     return tuple(int(i) for i in np.unravel_index(int(flat), shape)) if shape else ()
 
 
-__all__ = [
-    "DEFAULT_ATOL",
-    "DEFAULT_RTOL",
-    "DTYPE_TOLERANCES",
-    "PRECISION",
-    "OutputComparison",
-    "Tolerance",
-    "Tolerances",
-    "compare_output",
-    "nonfinite_problems",
-]
+__all__ = ["OutputComparison", "Tolerance", "Tolerances", "compare_output", "nonfinite_problems"]

@@ -17,7 +17,8 @@ from pathlib import Path
 from patchspec.ort.comparison import OutputComparison, Tolerances, compare_output
 from patchspec.ort.providers import CPU, ProviderSetup
 from patchspec.ort.references import CaseRun, References
-from patchspec.ort.sessions import Feeds, RunFailure, Session
+from patchspec.ort.run_failure import RunFailure
+from patchspec.ort.sessions import Feeds, Session
 
 #: how the messages begin that say a failure is not the patch's doing: the summary leads with them
 NOT_THE_PATCH = ("the reference is unstable", "the original fails the same way")

@@ -16,18 +16,15 @@ import numpy as np
 from patchspec.errors import did_you_mean
 from patchspec.ort.bfloat16 import BFLOAT16
 from patchspec.ort.case_inputs import (
-    CASE_INPUT_SCHEMA,
     DEFAULT_MAX_ELEMENTS,
     DTYPES,
-    FILLS,
     FLOAT_RANGE,
     INTEGER_RANGE,
-    case_input_problems,
     is_text,
     size_problems,
-    value_shape,
 )
-from patchspec.ort.sessions import Feeds, RunFailure, TensorDecl
+from patchspec.ort.run_failure import RunFailure
+from patchspec.ort.sessions import Feeds, TensorDecl
 
 
 def random_range_problem(dtype: str, low: float | None, high: float | None) -> str | None:
@@ -261,11 +258,6 @@ def format_shape(shape: Sequence[int | str | None]) -> str:
 
 
 __all__ = [
-    "CASE_INPUT_SCHEMA",
-    "DEFAULT_MAX_ELEMENTS",
-    "DTYPES",
-    "FILLS",
-    "case_input_problems",
     "default_case",
     "feed_shape_problems",
     "format_shape",
@@ -273,7 +265,5 @@ __all__ = [
     "make_feeds",
     "random_range_problem",
     "shape_problems",
-    "size_problems",
     "text_array",
-    "value_shape",
 ]

@@ -18,7 +18,7 @@ import numpy as np
 
 from patchspec.ort.providers import CPU
 from patchspec.ort.references import CaseRun, References
-from patchspec.ort.sessions import RunFailure
+from patchspec.ort.run_failure import RunFailure
 from patchspec.ort.settings import FLOOR_FACTOR
 
 

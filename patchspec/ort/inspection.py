@@ -24,20 +24,18 @@ from onnx import helper
 
 from patchspec.model.external_data import is_external, iter_tensors
 from patchspec.model.graph import bodies, subgraphs
-from patchspec.ort.feeds import DEFAULT_MAX_ELEMENTS
+from patchspec.ort.case_inputs import DEFAULT_MAX_ELEMENTS
 from patchspec.ort.probe_inputs import (
-    DEFAULT_BATCH,
-    DEFAULT_SIZES,
     InputOptionError,
     declared_dims,
     feed_values,
     model_inputs,
-    parse_shape_options,
-    parse_value_options,
     probe_shapes,
     value_shapes,
 )
-from patchspec.ort.sessions import DEFAULT_TIMEOUT, RunFailure, build_session, run_bounded
+from patchspec.ort.run_failure import RunFailure
+from patchspec.ort.sessions import build_session, run_bounded
+from patchspec.ort.settings import DEFAULT_TIMEOUT
 
 
 @dataclass
@@ -315,16 +313,4 @@ def graph_bodies(graph: onnx.GraphProto, path: str = "main") -> Iterator[tuple[s
 
 _dims = declared_dims  # the name patchspec.ort.report imports
 
-__all__ = [
-    "DEFAULT_BATCH",
-    "DEFAULT_SIZES",
-    "Conflict",
-    "InputOptionError",
-    "LintResult",
-    "graph_bodies",
-    "lint_model",
-    "model_inputs",
-    "parse_shape_options",
-    "parse_value_options",
-    "probe_shapes",
-]
+__all__ = ["Conflict", "LintResult", "graph_bodies", "lint_model"]

@@ -20,7 +20,8 @@ import numpy as np
 from patchspec.errors import ModelFileError
 from patchspec.limits import current as current_limits
 from patchspec.ort.feeds import feed_shape_problems, make_feeds
-from patchspec.ort.sessions import BatchSplit, Feeds, RunFailure, Session, TensorDecl
+from patchspec.ort.run_failure import RunFailure
+from patchspec.ort.sessions import BatchSplit, Feeds, Session, TensorDecl
 
 #: what a reference gave for one case: (outputs, seconds), or why it could not run
 Expected = tuple[Feeds, float] | RunFailure

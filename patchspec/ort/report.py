@@ -21,7 +21,8 @@ from patchspec.errors import ModelFileError
 from patchspec.model.external_data import expected_nbytes, external_info, is_external, validate_external_data
 from patchspec.model.graph import all_graphs, bodies
 from patchspec.model.io import load_model
-from patchspec.ort.inspection import Binding, Conflict, _dims, _shapes_text, graph_bodies, lint_model, model_inputs
+from patchspec.ort.inspection import Binding, Conflict, _dims, _shapes_text, graph_bodies, lint_model
+from patchspec.ort.probe_inputs import model_inputs
 from patchspec.printable import one_line_strings
 
 #: uses of a dim_param, names of a list, shown before "and N more" (``unfold`` shows all)

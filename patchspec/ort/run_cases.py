@@ -24,14 +24,9 @@ from patchspec.ort.floors import measure_floor
 from patchspec.ort.native_code import check_native_code
 from patchspec.ort.providers import CPU, provider_setup
 from patchspec.ort.references import CaseRun, References, ReferenceSettings
+from patchspec.ort.run_failure import RunFailure
 from patchspec.ort.run_results import Row, verdict
-from patchspec.ort.sessions import (
-    BatchSplit,
-    ProviderUnusable,
-    RunFailure,
-    Session,
-    provider_skip_reasons,
-)
+from patchspec.ort.sessions import BatchSplit, ProviderUnusable, Session, provider_skip_reasons
 from patchspec.plugin.contract import VerifyContext, VerifyResult
 from patchspec.spec.confine import Root
 

@@ -33,7 +33,7 @@ from patchspec.ort.bfloat16 import run_ort_values, uses_bfloat16
 from patchspec.ort.data_links import staged_copy
 from patchspec.ort.hints import diagnose, node_of
 from patchspec.ort.run_failure import RunFailure
-from patchspec.ort.settings import DEFAULT_PROVIDERS, DEFAULT_TIMEOUT, OPTIMIZATION_LEVELS
+from patchspec.ort.settings import DEFAULT_TIMEOUT
 
 #: the first onnxruntime that takes the folder of external data for a model given as bytes
 EXTERNAL_FOLDER_OPTION_SINCE = (1, 21)
@@ -392,12 +392,8 @@ def _decl(arg: Any) -> TensorDecl:
 
 
 __all__ = [
-    "DEFAULT_PROVIDERS",
-    "DEFAULT_TIMEOUT",
-    "OPTIMIZATION_LEVELS",
     "BatchSplit",
     "ProviderUnusable",
-    "RunFailure",
     "Session",
     "TensorDecl",
     "build_session",

@@ -34,7 +34,7 @@ from patchspec.spec.confine import LOCK_NAME, STAGING_PREFIX, file_kind
 PREFIX = STAGING_PREFIX
 #: LOCK_NAME: the lock file that serialises commits into one folder (filelock: flock on POSIX, LockFileEx
 #: on Windows); both names are refused as a data file's ``location``
-__all__ = ["LOCK_NAME", "PREFIX", "Staging", "remove_dead_folders", "remove_superseded"]
+__all__ = ["PREFIX", "Staging", "remove_dead_folders", "remove_superseded"]
 
 
 class Staging:

@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 import onnx
 
 from patchspec.shapes.batch_trace import product, sizes_of
-from patchspec.shapes.evaluate import Known, ShapeEvaluator
+from patchspec.shapes.evaluate import ShapeEvaluator
+from patchspec.shapes.known import Known
 
 #: (the axis the batch is folded into, how many elements of that axis come before each sample's)
 Fold = tuple[int, int]

@@ -23,8 +23,8 @@ from onnx import TensorProto
 
 from patchspec.model.graph import NodeSite
 from patchspec.shapes.annotations import read_dims
-from patchspec.shapes.evaluate import BROADCASTING, Known, ShapeEvaluator
-from patchspec.shapes.known import Shape
+from patchspec.shapes.evaluate import BROADCASTING, ShapeEvaluator
+from patchspec.shapes.known import Known, Shape
 from patchspec.shapes.spec_lines import SpecFix
 
 #: sizes given to symbolic input dims that are not the batch: distinct, divisible by the usual

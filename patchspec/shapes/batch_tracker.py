@@ -47,7 +47,8 @@ from patchspec.shapes.batch_trace import (
     sizes_of,
     with_element,
 )
-from patchspec.shapes.evaluate import Known, ShapeEvaluator
+from patchspec.shapes.evaluate import ShapeEvaluator
+from patchspec.shapes.known import Known
 from patchspec.shapes.spec_lines import SpecFix, spec_lines
 
 
@@ -434,8 +435,7 @@ class _Tracker:
         return replace_fix(site, values, axis, at, operand)
 
 
-#: per op the tracker decides, its rule: (tracker, the node, its inputs at each point) -> the inputs to
-#: evaluate it with (after a rewrite), or None; the hook is called for these ops only
+#: per op the tracker decides (the hook is called for these only): (tracker, node, inputs) -> inputs or None
 RULES: dict[str, Callable[[_Tracker, NodeSite, PointInputs], PointInputs | None]] = {
     "Reshape": _Tracker._reshape,
     "Expand": _Tracker._expand,

@@ -26,7 +26,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from patchspec.model.graph import NodeSite, has_body, subgraphs
 from patchspec.shapes.annotations import collector_paused
-from patchspec.shapes.kernels import SMALL, values_of
+from patchspec.shapes.kernels import values_of
 from patchspec.shapes.known import (
     UNKNOWN,
     Known,
@@ -371,14 +371,4 @@ def _broadcast(op: str, inputs: list[Known]) -> Known | None:
     return Known(dtype, tuple(int(d) for d in shape))
 
 
-__all__ = [
-    "SMALL",
-    "UNKNOWN",
-    "Hook",
-    "Known",
-    "ShapeEvaluator",
-    "known_of_array",
-    "known_of_tensor",
-    "known_of_type",
-    "merge",
-]
+__all__ = ["Hook", "ShapeEvaluator"]

@@ -34,7 +34,7 @@ from typing import Any
 import onnx
 from onnx import TensorProto, helper
 
-from patchspec.host.registry import in_process_plugin
+from patchspec.host.installed import in_process_plugin
 from patchspec.plugin.contract import PatchType, Verifier
 
 IR_VERSION = 8  #: helper.make_model writes a newer IR than onnxruntime accepts; test models use 8

@@ -18,6 +18,7 @@ from helpers import PluginSite
 from patchspec.errors import PluginError
 from patchspec.host import registry as plugins_module
 from patchspec.host.registry import PluginRegistry
+from patchspec.spec.catalog import DISABLE_ENV
 from patchspec.testing import make_model, registered, run_cli, run_spec
 
 PATCH_PLUGIN = """
@@ -81,7 +82,7 @@ class FakeSite:
 @pytest.fixture
 def site(tmp_path, monkeypatch):
     fake = FakeSite(tmp_path / "site", monkeypatch)
-    monkeypatch.delenv(plugins_module.DISABLE_ENV, raising=False)
+    monkeypatch.delenv(DISABLE_ENV, raising=False)
     yield fake
     fake.forget_modules()
 
@@ -192,7 +193,7 @@ def test_disable_plugins_skips_broken_and_working_plugins_by_entry_point_name(si
     site.install("acme-good", "1.0", {"good": "good_plugin"}, {"good_plugin": patch_plugin("good.append")})
     spec = "patches:\n  - good.append: {text: x}\n"
     run_spec(tmp_path / "on", spec, make_model(), command="validate").assert_success()
-    monkeypatch.setenv(plugins_module.DISABLE_ENV, "missing, crash,good")
+    monkeypatch.setenv(DISABLE_ENV, "missing, crash,good")
     listing = plugins_listing()
     assert "missing (" not in listing and "crash (" not in listing and "good (" not in listing
     assert "typo (acme-typo 0.5)" in listing  # only the named ones

@@ -12,8 +12,9 @@ from onnx import helper
 from helpers import graph_model, tensor_info, write_spec
 from patchspec import PatchResult, PatchType, hookimpl
 from patchspec.errors import PatchError
-from patchspec.host.registry import in_process_plugin
-from patchspec.model.selectors import SELECTOR_SCHEMA, check_selector, parse_expect, select_nodes
+from patchspec.host.installed import in_process_plugin
+from patchspec.model.selector_schema import SELECTOR_SCHEMA, check_selector, parse_expect
+from patchspec.model.selectors import select_nodes
 from scrfd_like import chain_model, fpn_model, if_model
 
 

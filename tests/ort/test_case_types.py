@@ -10,7 +10,8 @@ from onnx import TensorProto, helper
 
 from patchspec.ort.case_inputs import DTYPES, case_input_problems, is_text, value_shape
 from patchspec.ort.feeds import BFLOAT16, HAS_BFLOAT16, generate, input_array, make_feeds, text_array
-from patchspec.ort.sessions import RunFailure, TensorDecl
+from patchspec.ort.run_failure import RunFailure
+from patchspec.ort.sessions import TensorDecl
 
 STRING_DECL = TensorDecl("letters", None, ("N",))  # onnxruntime's string inputs have no numpy dtype
 

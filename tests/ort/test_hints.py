@@ -17,7 +17,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from helpers import graph_model, tensor_info, write_spec
 from patchspec.ort.hints import diagnose
-from patchspec.ort.sessions import RunFailure, Session
+from patchspec.ort.run_failure import RunFailure
+from patchspec.ort.sessions import Session
 
 #: the run_cli fixture: patchspec ARGS in-process, giving exit_code and output
 RunCli = Callable[..., Any]

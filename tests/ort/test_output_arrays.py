@@ -7,7 +7,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from patchspec.ort.sessions import RunFailure, as_array
+from patchspec.ort.run_failure import RunFailure
+from patchspec.ort.sessions import as_array
 
 
 def zipmap_classifier() -> onnx.ModelProto:

@@ -13,7 +13,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from helpers import graph_model, tensor_info
-from patchspec.ort.sessions import OnnxRuntimeError, RunFailure, Session, build_session, run_bounded
+from patchspec.ort.run_failure import RunFailure
+from patchspec.ort.sessions import OnnxRuntimeError, Session, build_session, run_bounded
 
 
 def counting_loop(trips: int) -> onnx.ModelProto:

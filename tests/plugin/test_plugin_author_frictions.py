@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from helpers import PluginSite
-from patchspec.host.registry import DISABLE_ENV
+from patchspec.spec.catalog import DISABLE_ENV
 from patchspec.testing import make_model, registered, run_cli, run_spec
 
 DIST, VERSION = "fric-tools", "1.2.3"

@@ -199,7 +199,7 @@ from pathlib import Path
 signal.signal(signal.SIGINT, signal.default_int_handler)  # whatever disposition the test runner passed on
 import patchspec.cli
 from patchspec import Verifier, VerifyResult, hookimpl
-from patchspec.host.registry import in_process_plugin
+from patchspec.host.installed import in_process_plugin
 
 marker = Path(sys.argv[1])
 
@@ -420,7 +420,7 @@ def test_input_changed_during_the_run_is_exit_3_and_nothing_written(inline_proje
     import types
 
     from patchspec import Verifier, VerifyResult, hookimpl
-    from patchspec.host.registry import in_process_plugin
+    from patchspec.host.installed import in_process_plugin
 
     class RewriteInput(Verifier):  # stands for another process writing the input mid-run
         name = "race.rewrite_input"

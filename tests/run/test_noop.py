@@ -8,11 +8,12 @@ import os
 import onnx
 import pytest
 
-from patchspec.host.registry import DISABLE_ENV, installed_plugins
+from patchspec.host.installed import installed_plugins
 from patchspec.run.freshness import by_record
 from patchspec.run.noop import Request
 from patchspec.run.request import BuildRequest
 from patchspec.run.statcache import cache_path
+from patchspec.spec.catalog import DISABLE_ENV
 from patchspec.testing import make_model, registered, run_cli, run_spec
 
 SPEC = "patches:\n  - set_batch: 2\nverify:\n  - check: {}\n"

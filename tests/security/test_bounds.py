@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from helpers import graph_model, tensor_info, write_spec
-from patchspec.ort.feeds import DEFAULT_MAX_ELEMENTS, case_input_problems
+from patchspec.ort.case_inputs import DEFAULT_MAX_ELEMENTS, case_input_problems
 from patchspec.shapes import expressions
 
 #: the run_cli fixture: patchspec ARGS in-process, giving exit_code and output

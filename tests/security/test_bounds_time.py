@@ -21,7 +21,9 @@ import pytest
 from onnx import TensorProto, helper
 
 from helpers import write_spec
-from patchspec.ort.sessions import DEFAULT_TIMEOUT, RunFailure, Session
+from patchspec.ort.run_failure import RunFailure
+from patchspec.ort.sessions import Session
+from patchspec.ort.settings import DEFAULT_TIMEOUT
 
 #: the run_cli fixture: patchspec ARGS in-process, giving exit_code and output
 RunCli = Callable[..., Any]

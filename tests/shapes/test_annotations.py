@@ -154,7 +154,7 @@ def test_an_exporters_minus_one_is_unknown_everywhere_never_a_size():
     """Some exporters write dim_value -1 for "unknown": read_dims, the evaluator and the expression
     compiler all read it as unknown (issue 19: three readings took it for a size)."""
     from patchspec.shapes.compiler import TensorIndex
-    from patchspec.shapes.evaluate import known_of_type
+    from patchspec.shapes.known import known_of_type
 
     info = tensor_info("x", [2, 3])
     info.type.tensor_type.shape.dim[1].dim_value = -1

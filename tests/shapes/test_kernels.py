@@ -12,8 +12,8 @@ import pytest
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from patchspec.shapes.evaluate import Known
 from patchspec.shapes.kernels import SMALL, values_of
+from patchspec.shapes.known import Known
 
 I64_MAX = np.iinfo(np.int64).max
 I64_MIN = np.iinfo(np.int64).min

@@ -10,7 +10,9 @@ from pathlib import Path
 import onnx
 import pytest
 
-from patchspec.host.registry import BUILTIN_DISTRIBUTION, DISABLE_ENV, PluginRegistry
+from patchspec.host.installed import BUILTIN_DISTRIBUTION
+from patchspec.host.registry import PluginRegistry
+from patchspec.spec.catalog import DISABLE_ENV
 from patchspec.testing import run_cli, schema_problems
 
 REPO = Path(__file__).resolve().parents[2]
