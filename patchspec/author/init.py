@@ -298,8 +298,11 @@ def _with_another_input(
             first = refusal.detail.splitlines()[0]
             how.update({pair: f"tried: set_batch refuses the model without it ({first})" for pair in extra})
             return chosen + extra, how
-    if isinstance(size, int):  # the probe's batch is symbolic: say it at the batch the user asked for
-        refusal = prober.refusal(chosen, size) or refusal
+    if isinstance(size, int):  # the probe's batch is symbolic: the batch the user asked for may still do
+        at_size = prober.refusal(chosen, size)
+        if at_size is None:  # a constant state of one sample: repeated at a size, not at any batch
+            return chosen, how
+        refusal = at_size
     raise PatchError(
         f"set_batch cannot batch this model: {refusal.detail}",
         "list the inputs that carry the batch yourself: patchspec init does not guess further",

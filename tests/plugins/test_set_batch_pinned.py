@@ -179,3 +179,14 @@ def test_an_attribute_slice_of_another_axis_is_left_alone():
     model = graph_model(nodes, [tensor_info("x", [1, 3])], [tensor_info("y", [1, 2])], opset=9)
     result = set_batch(model, size=4)
     assert result.modified and [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim] == [4, 2]
+
+
+def test_init_at_a_static_batch_takes_a_constant_state_of_one_sample(tmp_path, run_cli):
+    """init probes at a symbolic batch, where the state cannot be repeated; at the size asked it can."""
+    import onnx
+
+    onnx.save(gru_model(1), tmp_path / "m.onnx")
+    made = run_cli("init", tmp_path / "m.onnx", "--batch", "4", "--output", tmp_path / "spec.yaml", cwd=tmp_path)
+    assert made.exit_code == 0, made.output
+    applied = run_cli("apply", tmp_path / "spec.yaml", cwd=tmp_path)
+    assert applied.exit_code == 0 and "passed" in applied.output, applied.output
