@@ -241,9 +241,18 @@ class SpecError(PatchspecError):
         return {**super().to_json(), "problems": [problem.to_json() for problem in self.problems]}
 
 
+class FollowOnError(SpecError):
+    """Problems found on a model that lacks a patch which could not apply or was invalid: shown with the
+    others, but the exit code is their cause's (a refused set_batch is exit 4, not 2 because a run case
+    does not fit the model it left unchanged)."""
+
+
 def exit_code_of_all(errors: Iterable[PatchspecError]) -> int:
-    """The one exit code for ``errors`` of several kinds, by :data:`EXIT_PRECEDENCE` (0 for none)."""
-    codes = {error.exit_code for error in errors}
+    """The one exit code for ``errors`` of several kinds, by :data:`EXIT_PRECEDENCE` (0 for none); a
+    :class:`FollowOnError` counts only where nothing else is there."""
+    errors = list(errors)
+    causes = [error for error in errors if not isinstance(error, FollowOnError)] or errors
+    codes = {error.exit_code for error in causes}
     return next((code for code in EXIT_PRECEDENCE if code in codes), max(codes, default=EXIT_OK))
 
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import onnx
 
-from patchspec.errors import PatchspecError, PluginError, SpecError, SpecProblem
+from patchspec.errors import FollowOnError, PatchspecError, PluginError, SpecError, SpecProblem
 from patchspec.model.graph import sync_initializer_inputs
 from patchspec.plugin.contract import PatchContext, RunState
 from patchspec.run.engine import Engine
@@ -67,9 +67,7 @@ def model_problems(
     skipped += [label for _, label in sorted(not_applied.items()) if label not in skipped]
     for step in spec.verify:
         problems += _checked(engine, spec, step, model, skipped, invalid)
-    if problems:
-        found.append(SpecError(problems))
-    return found
+    return found + _as_errors(problems)
 
 
 def _checked(
@@ -89,11 +87,22 @@ def _checked(
     return problems
 
 
+def _as_errors(problems: list[SpecProblem]) -> list[PatchspecError]:
+    """Spec mistakes, and apart those found on a model a left-out patch did not change (their exit code is
+    their cause's)."""
+    follow_on = [problem for problem in problems if problem.hint and _LEFT_OUT in problem.hint]
+    direct = [problem for problem in problems if problem not in follow_on]
+    errors: list[PatchspecError] = [SpecError(direct)] if direct else []
+    return errors + ([FollowOnError(follow_on)] if follow_on else [])
+
+
+#: how a hint says its problem was found on a model without some patches
+_LEFT_OUT = "checked on the model without"
+
+
 def _after_left_out(hint: str | None, skipped: list[str]) -> str:
     """A hint that says the model checked lacks the patches left out before (fixing those may fix this)."""
-    note = (
-        f"checked on the model without {', '.join(skipped)}, which could not apply: this may go away once that is fixed"
-    )
+    note = f"{_LEFT_OUT} {', '.join(skipped)}, which could not apply: this may go away once that is fixed"
     return f"{hint}; {note}" if hint else note
 
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import pytest
 
@@ -191,3 +192,19 @@ def test_a_step_its_own_checks_refused_is_not_blamed_for_a_fault_on_those_params
     assert run.exit_code == EXIT_INVALID_SPEC, run.output
     assert "verify[0] (picky.check) > mode: mode 'odd' is not supported" in run.stderr
     assert "bug" not in run.stderr
+
+
+def test_a_problem_that_follows_from_a_refused_patch_does_not_set_the_exit_code(
+    tmp_path: Path, run_cli: RunCli
+) -> None:
+    """set_batch refuses (exit 4); the run case at batch 4 then does not fit the model it left at batch 1.
+    Both are said; the exit code is the cause's, not 2 for the case that follows from it."""
+    first = onnx.numpy_helper.from_array(np.array(0, dtype=np.int64), "first")
+    node = onnx.helper.make_node("Gather", ["x", "first"], ["y"], name="take_first", axis=0)
+    onnx.save(graph_model([node], [tensor_info("x", [1, 4])], [tensor_info("y", [4])], [first]), tmp_path / "m.onnx")
+    body = "patches:\n  - set_batch: 4\nverify:\n  - run:\n      cases:\n        - inputs: {x: [4, 4]}\n"
+    for command in ("apply", "validate"):
+        result = run_cli(command, write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out.onnx\n" + body))
+        assert result.exit_code == 4, result.output
+        assert "Gather 'take_first' picks samples [0]" in result.output, result.output
+        assert "checked on the model without patches[0] (set_batch)" in result.output, result.output
