@@ -67,7 +67,7 @@ _DEPRECATED_IN_1_2 = {
     "Dim": ("patchspec.shapes.annotations", "int | str | None in your annotations"),
     "Pins": ("patchspec.shapes.annotations", "dict[str, dict[int, int | str]] in your annotations"),
     "InputValues": ("patchspec.shapes.values", "the attributes of what input_values returns (item, why, flag)"),
-    "FILLS": ("patchspec.ort.feeds", "case_input_problems(item), which checks a case's fill"),
+    "FILLS": ("patchspec.ort.case_inputs", "case_input_problems(item), which checks a case's fill"),
 }
 _DEPRECATED_IN_1_5 = {
     "input_values": ("patchspec.shapes.values", "patchspec init, which writes these values into its run case"),

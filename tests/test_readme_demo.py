@@ -37,7 +37,11 @@ def transcript() -> list[str]:
 def echoed_commands() -> list[str]:
     """The commands `make demo` runs when .venv is up to date, as make echoes them."""
     done = subprocess.run(
-        ["make", "-n", "-o", ".venv/.product", "demo"], cwd=REPO, capture_output=True, text=True, check=True
+        ["make", "--no-print-directory", "-n", "-o", ".venv/.product", "demo"],  # run from make test: no -w lines
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return done.stdout.splitlines()
 
