@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import sys
 import types
 from pathlib import Path
 
@@ -60,12 +61,13 @@ def test_hook_has_a_heading_with_its_exact_signature(name):
 
 
 @pytest.mark.parametrize("name", sorted(hook_specs()))
-def test_hook_example_in_the_docs_runs(name, tmp_path):
+def test_hook_example_in_the_docs_runs(name, tmp_path, monkeypatch):
     section = doc_section(name)
     python = re.findall(r"```python\n(.*?)```", section, re.S)
     yaml = re.findall(r"```yaml\n(.*?)```", section, re.S)
     assert len(python) == 1 and len(yaml) == 1, f"'### {name}' needs one python example and one yaml spec"
     module = types.ModuleType("example_plugin")
+    monkeypatch.setitem(sys.modules, "example_plugin", module)  # imported, as a plugin's module is
     exec(compile(python[0], f"docs/plugins.md ({name})", "exec"), module.__dict__)
     assert hasattr(module, name), f"the example under '### {name}' does not implement {name}"
     run = run_spec(tmp_path, yaml[0], make_model(), plugins=[("example", module)]).assert_success()
