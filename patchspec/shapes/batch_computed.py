@@ -84,6 +84,24 @@ def _expressed(tracker: Deciding, column: list[int]) -> int | str | None:
     return None
 
 
+def compiled_before(model: onnx.ModelProto, site: NodeSite, items: list[int | str], prefix: str) -> str:
+    """The int64 tensor ``items`` computed at run time by nodes inserted before ``site.node`` (or a new
+    constant where every item folds); returns its name."""
+    namer = Namer(all_names(model))
+    compiler = ShapeCompiler(TensorIndex(list(site.scopes)), default_opset(model), namer, prefix)
+    compiled = compiler.compile(items)
+    if compiled.constant is not None:
+        name = namer.fresh(prefix)
+        site.graph.initializer.append(numpy_helper.from_array(np.array(compiled.constant, np.int64), name))
+        return name
+    assert compiled.output is not None
+    site.graph.initializer.extend(compiled.initializers)
+    position = next(j for j, each in enumerate(site.graph.node) if each is site.node)
+    for offset, made in enumerate(compiled.nodes):
+        site.graph.node.insert(position + offset, made)
+    return compiled.output
+
+
 def compute_shapes(model: onnx.ModelProto, computed: Sequence[Computed], label: str) -> list[str]:
     """Apply the trace's computed shapes: nodes that compute each one, inserted before its reader."""
     if not computed:
@@ -114,4 +132,4 @@ def compute_shapes(model: onnx.ModelProto, computed: Sequence[Computed], label: 
     return details
 
 
-__all__ = ["compute_shapes", "computed_element"]
+__all__ = ["compiled_before", "compute_shapes", "computed_element"]

@@ -6,8 +6,9 @@ ConstantOfShape ``[1, 1, D]`` for padding), then a Concat with the patches ``[B,
 At batch 4 the Concat cannot run: ``[1, 1, D]`` against ``[4, P, D]``. The element of the Expand's
 shape (the Tile's repeats, the ConstantOfShape's shape) on the batch axis is the exported batch, and
 is rewritten to the new one. Where no op made it (the exporter folded the class token into a constant
-``[1, 1, D]``), a Tile repeats it to the new batch before the Concat. A symbolic batch, or a shape
-computed at run time, is undecided (apply --no-verify refuses it).
+``[1, 1, D]``), a Tile repeats it to the new batch before the Concat (by the batch input's dim,
+computed at run time, for a symbolic batch). A maker's shape at a symbolic batch, or computed at run
+time, is undecided (apply --no-verify refuses it).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from patchspec.model.graph import NodeSite, all_names, fresh_name
+from patchspec.shapes.batch_computed import compiled_before
 from patchspec.shapes.batch_ranges import arange_coordinates, indexes_the_batch, rewrite_range
-from patchspec.shapes.batch_states import Deciding, maker_values, rewrite_maker_element
+from patchspec.shapes.batch_states import Deciding, batch_expression, maker_values, rewrite_maker_element
 from patchspec.shapes.batch_trace import PointInputs, Tiling, Undecided, sizes_of
 from patchspec.shapes.known import Known
 
@@ -103,18 +105,19 @@ def _tile(tracker: Deciding, site: NodeSite, operand: int, batch_axis: int, rank
         )
         tracker.decided.add(id(node))
         return False
-    if trace.symbolic:
+    repeats = batch_expression(tracker) if trace.symbolic else trace.b2
+    if repeats is None:
         trace.undecided.append(
             Undecided(
                 f"undecided: {joined} joins '{node.input[operand]}', one sample's rows, with a tensor that "
-                "carries the batch; a symbolic batch there needs it repeated by the batch at run time: "
-                "export the model with the batch dynamic there"
+                "carries the batch; a symbolic batch there needs it repeated by the batch at run time, which "
+                "needs opset 11 or later: export the model with the batch dynamic there"
             )
         )
         tracker.decided.add(id(node))
         return False
-    reason = f"{joined}: input '{node.input[operand]}' holds one sample's rows; repeated {trace.b2} times on axis {batch_axis}"
-    trace.tilings.append(Tiling(site, operand, batch_axis, rank, trace.b2, reason))
+    reason = f"{joined}: input '{node.input[operand]}' holds one sample's rows; repeated {repeats} times on axis {batch_axis}"
+    trace.tilings.append(Tiling(site, operand, batch_axis, rank, repeats, reason))
     return True
 
 
@@ -147,11 +150,15 @@ def tile_inputs(model: onnx.ModelProto, tilings: list[Tiling], label: str) -> li
     details = []
     for tiling in tilings:
         node, source = tiling.site.node, tiling.site.node.input[tiling.operand]
-        repeats = [1] * tiling.rank
+        repeats: list[int | str] = [1] * tiling.rank
         repeats[tiling.axis] = tiling.repeats
         names = [fresh_name(wanted, taken) for wanted in (f"{source}_repeats_{label}", f"{source}_{label}")]
         taken.update(names)
-        tiling.site.graph.initializer.append(numpy_helper.from_array(np.array(repeats, np.int64), names[0]))
+        if isinstance(tiling.repeats, str):  # a symbolic batch: the repeats computed before the reader
+            names[0] = compiled_before(model, tiling.site, repeats, names[0])
+            taken.update(all_names(model))
+        else:
+            tiling.site.graph.initializer.append(numpy_helper.from_array(np.array(repeats, np.int64), names[0]))
         node.input[tiling.operand] = names[1]  # before the nodes are copied below
         tile = helper.make_node("Tile", [source, names[0]], [names[1]], name=names[1])
         graphs.setdefault(id(tiling.site.graph), (tiling.site.graph, []))[1].append((node, tile))

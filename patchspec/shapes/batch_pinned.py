@@ -8,8 +8,8 @@ Two families, both in real exports (a streaming speech enhancer has both):
   ``x[0]``). At any batch they still read or write only the samples the export saw.
 - a recurrent op (RNN, GRU, LSTM) that starts from a constant state (``initial_h``, ``initial_c``)
   of several exported samples, which may differ (``[2, 2, 4]`` cannot start four sequences), or of
-  one sample at a symbolic batch (at a static one ``batch_states`` repeats it: every sample starts
-  alike);
+  one sample before opset 11 at a symbolic batch (elsewhere ``batch_states`` repeats it: every sample
+  starts alike);
 - a recurrent op whose *sequence* axis carries the batch (silero's sequence models take
   ``input [sequence_length, 576]``): the samples would be steps of one sequence, each starting from
   the state the one before left.

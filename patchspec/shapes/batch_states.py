@@ -6,8 +6,9 @@ x.size(0), hidden)`` as a ConstantOfShape of the constant shape ``[layers, 1, hi
 the export, baked. At batch 4 onnxruntime then refuses the op ("Input initial_h must have shape
 {1,4,16}"). The batch element of that shape constant is rewritten to the new batch; a symbolic batch,
 or a shape computed at run time, is undecided (apply --no-verify refuses it). A state that is itself
-a constant of one sample (dynamo folds the zeros) is repeated to the new batch by a Tile; one of
-several samples, or at a symbolic batch, is no shape to rewrite: ``batch_pinned`` refuses it.
+a constant of one sample (dynamo folds the zeros) is repeated to the new batch by a Tile (by the
+batch input's dim at run time for a symbolic batch); one of several samples is no shape to rewrite:
+``batch_pinned`` refuses it.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from typing import Protocol
 import onnx
 
 from patchspec.model.graph import NodeSite
+from patchspec.shapes import expressions
 from patchspec.shapes.batch_operands import Operands
 from patchspec.shapes.batch_trace import BatchTrace, PointInputs, Rewrite, Tiling, Undecided, ints_of, sizes_of
+from patchspec.shapes.compiler import MIN_OPSET
 from patchspec.shapes.evaluate import ShapeEvaluator
 
 #: recurrent ops, with the inputs that hold a starting state
@@ -37,6 +40,15 @@ class Deciding(Protocol):
     b: int
 
     def carrier(self, inputs: PointInputs) -> tuple[int, int] | None: ...
+
+
+def batch_expression(tracker: Deciding) -> str | None:
+    """The symbolic batch as an expression of the first batch input's dim (``dim(x, 0)``), where the
+    model's opset computes shapes; None otherwise."""
+    if not tracker.trace.batch_axes or tracker.evaluator.opset() < MIN_OPSET:
+        return None
+    name, axis = tracker.trace.batch_axes[0]
+    return f"dim({expressions.quote_tensor(name)}, {axis})"
 
 
 def maker_values(tracker: Deciding, maker: NodeSite, operand: int) -> list[int]:
@@ -115,12 +127,15 @@ def _repeat_constant_state(tracker: Deciding, site: NodeSite, operand: int, at: 
     batch 1 into ``[1, 1, H]``) starts every sample alike: a Tile repeats it to the new batch. A
     constant of several samples (which may differ), or a symbolic batch, is left to batch_pinned."""
     trace, node = tracker.trace, site.node
-    if trace.b1 != 1 or trace.symbolic or not tracker.operands.is_constant(site, operand):
+    if trace.b1 != 1 or not tracker.operands.is_constant(site, operand):
         return
+    repeats = batch_expression(tracker) if trace.symbolic else trace.b2
+    if repeats is None:
+        return  # before opset 11 nothing computes the batch: batch_pinned refuses it
     state = f"the starting state {_STATE_NAMES[operand]} of {node.op_type} '{node.name or node.output[0]}'"
-    reason = f"{state}: the constant '{node.input[operand]}' holds one sample's state; repeated {trace.b2} times"
-    trace.tilings.append(Tiling(site, operand, at, 3, trace.b2, reason))
+    reason = f"{state}: the constant '{node.input[operand]}' holds one sample's state; repeated {repeats} times"
+    trace.tilings.append(Tiling(site, operand, at, 3, repeats, reason))
     tracker.decided.add(id(node))
 
 
-__all__ = ["RECURRENT", "layout_axes", "maker_values", "rewrite_maker_element", "settle_states"]
+__all__ = ["RECURRENT", "batch_expression", "layout_axes", "maker_values", "rewrite_maker_element", "settle_states"]

@@ -66,13 +66,14 @@ class Rewrite:
 @dataclass(frozen=True)
 class Tiling:
     """Repeat input ``operand`` of ``site.node`` ``repeats`` times along ``axis``: a tensor with one
-    sample's rows (a class token folded to a constant at batch 1) that a Concat joins with the batch."""
+    sample's rows (a class token folded to a constant at batch 1) that a Concat joins with the batch.
+    ``repeats`` is a number, or for a symbolic batch the expression of the batch (``dim(x, 0)``)."""
 
     site: NodeSite
     operand: int
     axis: int
     rank: int
-    repeats: int
+    repeats: int | str
     reason: str
 
 

@@ -9,6 +9,7 @@ onnxruntime cannot run at the new batch.
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
@@ -73,9 +74,23 @@ def test_a_constant_state_of_one_sample_is_repeated_to_the_batch(batch):
     np.testing.assert_allclose(ort_run(patched, {"x": x}), alone, rtol=1e-5, atol=1e-6)
 
 
-def test_a_constant_state_at_a_symbolic_batch_is_refused():
+def test_a_constant_state_at_a_symbolic_batch_is_repeated_by_the_batch_at_run_time():
+    original, patched = gru_model(), gru_model()
+    result = set_batch(patched, size="M")
+    assert any("repeated dim(x, 0) times" in line for line in result.details), result.details
+    for batch in (3, 5):
+        x = np.random.default_rng(batch).standard_normal((batch, 5, 3)).astype(np.float32)
+        alone = np.concatenate([ort_run(original, {"x": x[i : i + 1]}) for i in range(batch)], axis=1)
+        np.testing.assert_allclose(ort_run(patched, {"x": x}), alone, rtol=1e-5, atol=1e-6)
+
+
+def test_a_constant_state_at_a_symbolic_batch_before_opset_11_is_refused():
+    """Nothing computes the batch at run time before opset 11 (a Tile's repeats from Shape)."""
+    model = gru_model()
+    del model.opset_import[:]
+    model.opset_import.append(onnx.helper.make_opsetid("", 9))
     with pytest.raises(PatchError) as caught:
-        set_batch(gru_model(), size="M")
+        set_batch(model, size="M")
     text = str(caught.value)
     assert "GRU 'gru' starts from the constant state 'h0' (initial_h, [2, 1, 4])" in text, text
     assert "not batchable" in text
