@@ -89,7 +89,10 @@ def compiled_before(model: onnx.ModelProto, site: NodeSite, items: list[int | st
     constant where every item folds); returns its name."""
     namer = Namer(all_names(model))
     compiler = ShapeCompiler(TensorIndex(list(site.scopes)), default_opset(model), namer, prefix)
-    compiled = compiler.compile(items)
+    try:
+        compiled = compiler.compile(items)
+    except ShapeCompileError as exc:  # pragma: no cover - the trace checked the opset and the dims
+        raise AssertionError(f"set_batch could not compute {items} before {site.node.name!r}: {exc.message}") from exc
     if compiled.constant is not None:
         name = namer.fresh(prefix)
         site.graph.initializer.append(numpy_helper.from_array(np.array(compiled.constant, np.int64), name))
@@ -104,29 +107,11 @@ def compiled_before(model: onnx.ModelProto, site: NodeSite, items: list[int | st
 
 def compute_shapes(model: onnx.ModelProto, computed: Sequence[Computed], label: str) -> list[str]:
     """Apply the trace's computed shapes: nodes that compute each one, inserted before its reader."""
-    if not computed:
-        return []
-    namer = Namer(all_names(model))
     details = []
     for entry in computed:
-        site, node = entry.site, entry.site.node
+        node = entry.site.node
         prefix = f"{node.name or node.output[0]}_shape_{label}"
-        compiler = ShapeCompiler(TensorIndex(list(site.scopes)), default_opset(model), namer, prefix)
-        try:
-            compiled = compiler.compile(list(entry.items))
-        except ShapeCompileError as exc:  # pragma: no cover - the trace checked the opset and the dims
-            raise AssertionError(f"set_batch could not compute {entry.reason}: {exc.message}") from exc
-        if compiled.constant is not None:
-            name = namer.fresh(prefix)
-            site.graph.initializer.append(numpy_helper.from_array(np.array(compiled.constant, np.int64), name))
-            node.input[entry.operand] = name
-        else:
-            assert compiled.output is not None
-            site.graph.initializer.extend(compiled.initializers)
-            position = next(j for j, each in enumerate(site.graph.node) if each is node)
-            for offset, made in enumerate(compiled.nodes):
-                site.graph.node.insert(position + offset, made)
-            node.input[entry.operand] = compiled.output
+        node.input[entry.operand] = compiled_before(model, entry.site, list(entry.items), prefix)
         shown = "[" + ", ".join(str(item) for item in entry.items) + "]"
         details.append(f"computed {entry.reason}: shape {shown}")
     return details
