@@ -61,6 +61,7 @@ from patchspec.shapes.batch_rewrite import (
 )
 from patchspec.shapes.batch_joins import tile_inputs as tile_inputs
 from patchspec.shapes.batch_computed import compute_shapes as compute_shapes
+from patchspec.shapes.batch_counts import count_samples as count_samples
 
 # patches to suggest, as data and as the lines to paste into a spec
 from patchspec.shapes.spec_lines import FlowValue as FlowValue, SpecFix as SpecFix, spec_lines as spec_lines

@@ -119,6 +119,7 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         squeezes = [] if same else api.explicit_squeezes(model, trace.squeezes)
         tiled = [] if same else api.tile_inputs(model, trace.tilings, f"batch_{size}")
         changed += [] if same else api.compute_shapes(model, trace.computed, f"batch_{size}")
+        changed += [] if same else api.count_samples(model, trace.countings, f"batch_{size}")
         declared = {info.name: api.read_dims(info) for info in model.graph.output}
         names = {dim for name, axis in batch.axes if isinstance(dim := (api.read_dims(inputs[name]) or [])[axis], str)}
         pins = context.state.get(api.PINNED_DIMS)

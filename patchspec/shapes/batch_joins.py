@@ -19,7 +19,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from patchspec.model.graph import NodeSite, all_names, fresh_name
 from patchspec.shapes.batch_computed import compiled_before
-from patchspec.shapes.batch_ranges import arange_coordinates, indexes_the_batch, rewrite_range
+from patchspec.shapes.batch_counts import arange_coordinates, indexes_the_batch
+from patchspec.shapes.batch_ranges import rewrite_range
 from patchspec.shapes.batch_states import Deciding, batch_expression, maker_values, rewrite_maker_element
 from patchspec.shapes.batch_trace import PointInputs, Tiling, Undecided, sizes_of
 from patchspec.shapes.known import Known

@@ -9,7 +9,7 @@ run; the arithmetic runs and is wrong (every sample reads the first one's rows).
 is a count, and a count of exactly the exported batch that meets the batch axis is the batch: its
 limit is rewritten so that it counts the new batch. A symbolic batch, or a limit computed at run
 time, is undecided (apply --no-verify refuses it). Where the exporter folded the Range into an
-integer constant (``[0]``), nothing says it was a count: ``batch_joins`` leaves it undecided.
+integer constant (``[0]``), ``batch_counts`` finds its step from the rows it indexes.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import numpy as np
 import onnx
 
 from patchspec.model.graph import NodeSite
+from patchspec.shapes.batch_counts import settle_folded
 from patchspec.shapes.batch_operands import Operands
 from patchspec.shapes.batch_states import Deciding
 from patchspec.shapes.batch_trace import BatchTrace, PointInputs, Rewrite, Undecided, ints_of, sizes_of
@@ -33,9 +34,6 @@ _COPIES = frozenset({"Cast", "Identity"})
 _INTEGERS = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32})
 #: at most this many elements in a folded arange the tracker looks at (one per sample of the exported batch)
 _SMALL = 64
-#: ops that read coordinates into their data (input 0) from input 1; ops an index passes through on the way
-_INDEXING = frozenset({"Gather", "GatherND", "GatherElements", "ScatterND", "ScatterElements"})
-_ON_THE_WAY = frozenset({"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", *ARITHMETIC})
 
 
 @dataclass(frozen=True)
@@ -192,106 +190,9 @@ def settle_arithmetic(tracker: Deciding, site: NodeSite, inputs: PointInputs) ->
         if rewrite_range(tracker, site, site.node.input[other], own):
             tracker.decided.add(id(site.node))
             return _following(inputs, (other, own), (carrier, axis))
-        _folded_arange(tracker, site, other, own)
+        if settle_folded(tracker, site, other, own):
+            return _following(inputs, (other, own), (carrier, axis))
     return None
-
-
-def _folded_arange(tracker: Deciding, site: NodeSite, operand: int, axis: int) -> None:
-    """Record as undecided an integer tensor of one element per sample of the exported batch, in steps
-    from 0 (``[0]`` at batch 1) at every size tried, added to indices that carry the batch and read as
-    coordinates into it: ``arange(B) * T`` folded at the exported batch (a constant ``[0]``, or ``[0]``
-    times a size taken from a Shape), whose step the fold lost, so no constant can be rewritten; at
-    the new batch every sample would read the first one's rows."""
-    node, trace = site.node, tracker.trace
-    if node.op_type not in ("Add", "Sub"):
-        return
-    values = [known.value for known in tracker.evaluator.at(node.input[operand])]
-    if any(v is None or v.dtype.kind not in "iu" or v.ndim <= axis or v.shape[axis] != trace.b1 for v in values):
-        return  # not a small integer tensor known at every size tried, one element per sample
-    for value in values:
-        rows = np.moveaxis(np.asarray(value), axis, 0).reshape(trace.b1, -1).astype(np.int64)
-        step = rows[1] - rows[0] if trace.b1 > 1 else np.zeros_like(rows[0])
-        if not all(np.array_equal(row, r * step) for r, row in enumerate(rows)):
-            return
-    if not indexes_the_batch(tracker, node.output[0]):
-        return
-    trace.undecided.append(
-        Undecided(
-            f"undecided: {node.op_type} '{node.name or node.output[0]}' adds '{node.input[operand]}' "
-            f"({rows.reshape(-1).tolist()[:8]}), one element per sample of the exported batch, to indices into the "
-            "batch: an arange over the batch folded at the exported batch (arange(B) * T + i), whose step the fold "
-            "lost, so no constant can be rewritten: export the model with the batch dynamic"
-        )
-    )
-    tracker.decided.add(id(node))
-
-
-def arange_coordinates(tracker: Deciding, site: NodeSite, operand: int, batch_axis: int) -> bool:
-    """Record the rewrite of input ``operand`` of a Concat, a folded arange (``[[0]]`` at batch 1) that
-    the Concat joins as one column of GatherND coordinates into an axis that is the batch itself (one
-    row per sample): at the new batch it counts the samples, ``[[0], [1], [2], [3]]`` (torch dynamo's
-    ``h[arange(B), i]``). False where that is not so (a flat index's offset, whose step was lost)."""
-    node, trace = site.node, tracker.trace
-    value = tracker.operands.index.constant(node.input[operand], site.scopes)
-    array = None if value is None else np.asarray(value)
-    if trace.symbolic or trace.b1 != 1 or array is None or array.dtype.kind not in "iu" or array.ndim < 2:
-        return False
-    axis = next((a.i for a in node.attribute if a.name == "axis"), 0) % array.ndim
-    if axis != array.ndim - 1 or batch_axis == axis or array.shape[-1] != 1 or np.any(array != 0):
-        return False  # not one column of coordinates made of zeros
-    widths = [known.shape[-1] if known.shape else None for known in (tracker.evaluator.at(n)[0] for n in node.input)]
-    if any(width is None for width in widths[:operand]):
-        return False
-    column = sum(int(width or 0) for width in widths[:operand])
-    readers = tracker.operands.consumers.get(node.output[0], [])
-    if not readers or not all(_counts_samples(tracker, reader, node.output[0], column) for reader in readers):
-        return False
-    shape = list(array.shape)
-    shape[batch_axis] = trace.b2
-    counted = np.moveaxis(
-        np.broadcast_to(np.arange(trace.b2), shape[:batch_axis] + shape[batch_axis + 1 :] + [trace.b2]), -1, batch_axis
-    )
-    reason = (
-        f"Concat '{node.name or node.output[0]}': input '{node.input[operand]}' is the coordinate of each sample "
-        f"(an arange over the batch folded at batch 1), counted to {trace.b2}"
-    )
-    elements = tuple(enumerate(int(v) for v in counted.reshape(-1)))
-    trace.rewrites.append(Rewrite(site, operand, elements, reason, whole=True, shape=tuple(shape)))
-    return True
-
-
-def _counts_samples(tracker: Deciding, reader: onnx.NodeProto, coordinates: str, column: int) -> bool:
-    """A GatherND (batch_dims 0) that reads ``coordinates`` as its indices, whose column ``column`` is
-    an axis of the data holding one row per sample at every size tried."""
-    if reader.op_type != "GatherND" or len(reader.input) < 2 or reader.input[1] != coordinates:
-        return False
-    if any(a.name == "batch_dims" and a.i for a in reader.attribute):
-        return False
-    data = tracker.evaluator.known.get(reader.input[0])
-    if data is None:
-        return False
-    dims = [known.shape[column] if known.shape and len(known.shape) > column else None for known in data]
-    return dims == list(tracker.trace.sizes)
-
-
-def indexes_the_batch(tracker: Deciding, name: str) -> bool:
-    """Whether ``name`` is read, directly or on its way (a copy, an offset), as the indices into a
-    tensor that carries the batch (a GatherND's coordinates): ids into a table of weights are not."""
-    todo, seen = [name], set()
-    while todo:
-        current = todo.pop()
-        seen.add(current)
-        for reader in tracker.operands.consumers.get(current, []):
-            if reader.op_type in _INDEXING and len(reader.input) > 1 and reader.input[1] == current:
-                data = tracker.evaluator.known.get(reader.input[0])
-                if data is None:  # later in the graph than the question: computed, or a constant table
-                    main = (tracker.evaluator.model.graph,)
-                    return tracker.operands.index.constant_source(reader.input[0], main) is None
-                if sizes_of(data[tracker.a]) != sizes_of(data[tracker.b]):
-                    return True
-            elif reader.op_type in _ON_THE_WAY:
-                todo.extend(o for o in reader.output if o not in seen)
-    return False
 
 
 def _following(inputs: PointInputs, count: tuple[int, int], carrier: tuple[int, int]) -> PointInputs:
@@ -376,7 +277,6 @@ __all__ = [
     "ARITHMETIC",
     "Chain",
     "counting_candidates",
-    "indexes_the_batch",
     "range_behind",
     "ranges_met",
     "rewrite_range",

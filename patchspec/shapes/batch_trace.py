@@ -89,6 +89,23 @@ class Computed:
 
 
 @dataclass(frozen=True)
+class Counting:
+    """Give input ``operand`` of ``site.node`` the samples counted along ``axis``, ``arange(size) * step``
+    in a tensor of the constant's ``shape`` (its size at ``axis`` made ``size``) and ``dtype``: an arange
+    over the batch the exporter folded into a constant (``batch_counts``). ``size`` is the new batch, or
+    for a symbolic batch its expression (``dim(x, 0)``), counted at run time by a Range."""
+
+    site: NodeSite
+    operand: int
+    axis: int
+    shape: tuple[int, ...]
+    step: int
+    size: int | str
+    dtype: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class Undecided:
     """A point the evaluation could not settle: what it is, and the patch that settles it by hand."""
 
@@ -110,6 +127,8 @@ class BatchTrace:
     tilings: list[Tiling] = field(default_factory=list)
     #: shapes computed from the data at run time, for a symbolic batch no constant can say
     computed: list[Computed] = field(default_factory=list)
+    #: folded aranges over the batch counted again at the new batch (``batch_counts``)
+    countings: list[Counting] = field(default_factory=list)
     #: nodes whose result for one sample depends on the other samples (batch_coupling): told, not refused
     coupled: list[str] = field(default_factory=list)
     symbolic: bool = False  # the new batch is a name: rewrites write -1/0/1/end, never a size
@@ -307,6 +326,7 @@ __all__ = [
     "SYMBOL_SIZES",
     "BatchTrace",
     "Computed",
+    "Counting",
     "Rewrite",
     "Tiling",
     "Undecided",

@@ -143,7 +143,7 @@ def test_a_folded_arange_that_is_each_samples_coordinate_counts_the_samples() ->
     original, patched = folded([[0]], "coordinates"), folded([[0]], "coordinates")
     result = set_batch(patched, size=4)
     assert "repeated" not in result.summary, result.summary
-    assert any("is the coordinate of each sample" in line and "counted to 4" in line for line in result.details)
+    assert any("is the coordinate of each sample" in line and "counting 4" in line for line in result.details)
     x = np.random.default_rng(1).standard_normal((4, T, D)).astype(np.float32)
     ids = np.array([4, 0, 2, 1], np.int64)
     expected = np.concatenate([run(original, {"x": x[i : i + 1], "ids": ids[i : i + 1]}) for i in range(4)])
@@ -168,18 +168,34 @@ def test_a_start_token_is_repeated() -> None:
 GENERATED = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus" / "generated" / "torch"
 
 
-@pytest.mark.parametrize("stem", ["arange_pool_ts", "arange_flat_ts", "arange_flat_dynamo"])
-def test_a_folded_arange_from_a_real_exporter_is_never_written(tmp_path, run_cli, stem: str) -> None:
+def per_sample(original: Path, patched: Path, batch: int) -> tuple[np.ndarray, np.ndarray]:
+    """The patched model's output at ``batch`` and the original's, run one sample at a time."""
+    rng = np.random.default_rng(batch)
+    x = rng.standard_normal((batch, 5, 16)).astype(np.float32)
+    lengths = rng.integers(1, 6, size=(batch,)).astype(np.int64)
+    one = ort.InferenceSession(str(original), providers=["CPUExecutionProvider"])
+    many = ort.InferenceSession(str(patched), providers=["CPUExecutionProvider"])
+    expected = [one.run(None, {"x": x[i : i + 1], "lengths": lengths[i : i + 1]})[0] for i in range(batch)]
+    return many.run(None, {"x": x, "lengths": lengths})[0], np.concatenate(expected)
+
+
+@pytest.mark.parametrize("batch", [4, "N"])
+@pytest.mark.parametrize("stem", ["arange_pool_ts", "arange_flat_ts", "arange_flat_dynamo", "arange_pool_dynamo"])
+def test_a_folded_arange_from_a_real_exporter_is_counted_at_the_new_batch(
+    tmp_path, run_cli, stem: str, batch: int | str
+) -> None:
     """torch.onnx.export of ``h[arange(B), lengths - 1]`` (and its flat form) at batch 1: both exporters
-    fold arange(B) into a constant [0]. At batch 4 the model ran and every sample read the first one's
-    rows; set_batch wrote it so with --no-verify. Where the fold lost the step (a flat index), the
-    folded count is named and nothing is written."""
+    fold arange(B) into a constant [0] (TorchScript keeps ``* T`` from a Shape, a flat index folds the step
+    too). At batch 4 the model ran and every sample read the first one's rows. The step is found from
+    the rows the indices read; with --no-verify the model written is right sample by sample."""
     shutil.copy(GENERATED / f"{stem}.onnx", tmp_path / "m.onnx")
-    (tmp_path / "spec.yaml").write_text("patchspec: 1\nmodel: m.onnx\noutput: out.onnx\npatches:\n  - set_batch: 4\n")
-    result = run_cli("apply", tmp_path / "spec.yaml", "--no-verify", cwd=tmp_path)
-    assert result.exit_code == 4, result.output
-    assert "folded at the exported batch" in result.output, result.output
-    assert not (tmp_path / "out.onnx").exists()
+    spec = f"patchspec: 1\nmodel: m.onnx\noutput: out.onnx\npatches:\n  - set_batch: {batch}\n"
+    (tmp_path / "spec.yaml").write_text(spec)
+    result = run_cli("apply", tmp_path / "spec.yaml", "--no-verify", "-v", cwd=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "folded at the exported batch" in result.output or "folded at batch 1" in result.output, result.output
+    got, expected = per_sample(tmp_path / "m.onnx", tmp_path / "out.onnx", 4 if batch == 4 else 3)
+    np.testing.assert_array_equal(got, expected)
 
 
 def test_dynamos_folded_coordinate_counts_the_samples_and_verifies(tmp_path, run_cli) -> None:
@@ -193,21 +209,52 @@ def test_dynamos_folded_coordinate_counts_the_samples_and_verifies(tmp_path, run
     )
     result = run_cli("apply", tmp_path / "spec.yaml", "-v", cwd=tmp_path)
     assert result.exit_code == 0, result.output
-    assert "counted to 4" in result.output and "passed" in result.output, result.output
+    assert "counting 4" in result.output and "passed" in result.output, result.output
 
 
-def test_a_folded_offset_added_to_ids_into_the_batch_is_undecided() -> None:
-    """``flat = [0] + lengths - 1`` indexes ``x.reshape(B * T, D)``: the [0] was arange(B) * T."""
-    nodes = [
+def flat_index(merged: str, order: str = "rows first", dtype: int = TensorProto.INT64) -> onnx.ModelProto:
+    """``x.reshape(B * T, D)[[0] + lengths - 1]`` at batch 1: x's rows merged batch first (``[1, T, D]``)
+    or sequence first (``[T, 1, D]``), the merged rows computed before the indices or after them."""
+    x_dims = [1, T, D] if merged == "batch first" else [T, 1, D]
+    index = [
         helper.make_node("Add", ["offset", "lengths"], ["shifted"], name="offset"),
         helper.make_node("Sub", ["shifted", "one"], ["flat"], name="last"),
-        helper.make_node("Reshape", ["x", "rows_shape"], ["table"], name="table"),
-        helper.make_node("Gather", ["table", "flat"], ["y"], axis=0, name="pick"),
     ]
-    constants = [ints("offset", [0]), ints("one", 1), ints("rows_shape", [T, D])]
-    inputs = [tensor_info("x", [1, T, D]), tensor_info("lengths", [1], TensorProto.INT64)]
-    result = set_batch(graph_model(nodes, inputs, [tensor_info("y", [1, D])], constants), size=4)
+    rows = [helper.make_node("Reshape", ["x", "rows_shape"], ["table"], name="table")]
+    pick = [helper.make_node("Gather", ["table", "flat"], ["y"], axis=0, name="pick")]
+    nodes = (rows + index if order == "rows first" else index + rows) + pick
+    constants = [
+        numpy_helper.from_array(np.array([0], helper.tensor_dtype_to_np_dtype(dtype)), "offset"),
+        numpy_helper.from_array(np.array(1, helper.tensor_dtype_to_np_dtype(dtype)), "one"),
+        ints("rows_shape", [T, D]),
+    ]
+    inputs = [tensor_info("x", x_dims), tensor_info("lengths", [1], dtype)]
+    return graph_model(nodes, inputs, [tensor_info("y", [1, D])], constants)
+
+
+@pytest.mark.parametrize("batch", [4, "N"])
+@pytest.mark.parametrize("dtype", [TensorProto.INT64, TensorProto.INT32])
+def test_a_folded_offset_into_rows_merged_batch_first_counts_t_rows_per_sample(batch: int | str, dtype: int) -> None:
+    """The [0] was arange(B) * T: the rows hold T per sample, one sample after another."""
+    original, patched = flat_index("batch first", dtype=dtype), flat_index("batch first", dtype=dtype)
+    result = set_batch(patched, size=batch)
+    assert any("counts arange(" in line and f") * {T}" in line for line in result.details), result.details
+    x = np.random.default_rng(2).standard_normal((3, T, D)).astype(np.float32)
+    lengths = np.array([5, 1, 3], helper.tensor_dtype_to_np_dtype(dtype))
+    if batch == 4:
+        x, lengths = np.concatenate([x, x[:1]]), np.concatenate([lengths, lengths[:1]])
+    expected = np.concatenate([run(original, {"x": x[i : i + 1], "lengths": lengths[i : i + 1]}) for i in range(len(x))])
+    np.testing.assert_array_equal(run(patched, {"x": x, "lengths": lengths}), expected)
+
+
+@pytest.mark.parametrize(("merged", "order"), [("sequence first", "rows first"), ("batch first", "index first")])
+def test_a_folded_offset_whose_step_is_not_found_is_undecided(merged: str, order: str) -> None:
+    """Rows merged sequence first hold no sample's rows together (the step is not T); rows computed after
+    the indices are not known when the index is judged: both undecided, nothing guessed."""
+    axes = {"x": 0 if merged == "batch first" else 1, "lengths": 0}
+    result = set_batch(flat_index(merged, order), size=4, inputs=axes)
     assert any("Add 'offset' adds 'offset' ([0]), one element per sample" in line for line in result.details)
+    assert not any("counts arange(" in line for line in result.details), result.details
 
 
 def test_a_constant_offset_added_to_ids_into_a_table_of_weights_is_left_alone() -> None:
