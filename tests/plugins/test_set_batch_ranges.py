@@ -243,7 +243,9 @@ def test_a_folded_offset_into_rows_merged_batch_first_counts_t_rows_per_sample(b
     lengths = np.array([5, 1, 3], helper.tensor_dtype_to_np_dtype(dtype))
     if batch == 4:
         x, lengths = np.concatenate([x, x[:1]]), np.concatenate([lengths, lengths[:1]])
-    expected = np.concatenate([run(original, {"x": x[i : i + 1], "lengths": lengths[i : i + 1]}) for i in range(len(x))])
+    expected = np.concatenate(
+        [run(original, {"x": x[i : i + 1], "lengths": lengths[i : i + 1]}) for i in range(len(x))]
+    )
     np.testing.assert_array_equal(run(patched, {"x": x, "lengths": lengths}), expected)
 
 
