@@ -94,10 +94,13 @@ def _spec(model: Model, size: int | str, verify: bool, batch: int) -> dict[str, 
                 case[name] = {"shape": shape, **{k: v for k, v in described.items() if k in ("low", "high", "fill")}}
             else:
                 case[name] = shape
-        plain = all(axis in (0, None) for axis in axes.values()) and model.old_batch == 1
-        plain = plain and not any(model.output_axes.values())
-        compare: dict[str, Any] = {"against": "original", "split_batch": True} if plain else {"against": "none"}
-        compare.update({"rtol": model.rtol, "atol": model.atol} if plain else {})
+        # every row judged per sample: split_batch says where an input or output keeps the batch elsewhere
+        plain = all(axis in (0, None) for axis in axes.values()) and not any(model.output_axes.values())
+        split: bool | dict[str, Any] = True
+        if not plain:
+            split = {"inputs": {name: axis for name, axis in axes.items() if axis != 0}}
+            split.update({"outputs": dict(model.output_axes)} if model.output_axes else {})
+        compare: dict[str, Any] = {"against": "original", "split_batch": split, "rtol": model.rtol, "atol": model.atol}
         spec["verify"] = [{"check": {}}, {"run": {"cases": [{"inputs": case}], "compare": compare}}]
     return spec
 
