@@ -31,8 +31,8 @@ VERIFIED = ("set_batch_4_verify", "set_batch_N_verify", "init_apply")
 
 
 def silent(step_name: str, step: dict[str, Any] | None) -> bool:
-    """A verified step that wrote a model the judge finds wrong. The harness's set_batch spec runs the
-    output without a comparison (``compare: none``) where some batch is off axis 0: a wrong model
+    """A verified step that wrote a model the judge finds wrong. The harness's set_batch spec verifies
+    with the checker alone (``compare: none``) where ONNX Runtime cannot run the original: a wrong model
     written there is written wrong, but nothing said it was compared."""
     if step_name not in VERIFIED or not step or step.get("verdict") not in WRONG:
         return False
