@@ -95,10 +95,10 @@ def _spec(model: Model, size: int | str, verify: bool, batch: int) -> dict[str, 
             else:
                 case[name] = shape
         # every row judged per sample: split_batch says where an input or output keeps the batch elsewhere
-        plain = all(axis in (0, None) for axis in axes.values()) and not any(model.output_axes.values())
+        elsewhere = {name: axis for name, axis in axes.items() if axis != 0}  # None: given whole to every sample
         split: bool | dict[str, Any] = True
-        if not plain:
-            split = {"inputs": {name: axis for name, axis in axes.items() if axis != 0}}
+        if elsewhere or model.output_axes:
+            split = {"inputs": elsewhere} if elsewhere else {}
             split.update({"outputs": dict(model.output_axes)} if model.output_axes else {})
         compare: dict[str, Any] = {"against": "original", "split_batch": split, "rtol": model.rtol, "atol": model.atol}
         spec["verify"] = [{"check": {}}, {"run": {"cases": [{"inputs": case}], "compare": compare}}]
