@@ -152,8 +152,9 @@ def case_inputs(
                 row.values += f"; save them as {name}.npy next to the spec (numpy.save, {kind}shape {shape})"
             elif "strings" in values.item:  # repeated to fill the shape
                 item = {"value": list(values.item["strings"]), **({"shape": shape} if shape else {})}
-            elif "value" in values.item:
-                item = {"value": values.item["value"], **({"shape": shape} if shape else {})}
+            elif "value" in values.item:  # one number fills the shape; a list has its own
+                filled = shape and not isinstance(values.item["value"], list)
+                item = {"value": values.item["value"], **({"shape": shape} if filled else {})}
             else:
                 item.update(values.item)
         rows.append(row)

@@ -77,7 +77,7 @@ def input_values(model: onnx.ModelProto, name: str, elem_type: int) -> InputValu
     if elem_type in _FLOATS:
         return None
     found = uses.branch_value(name) or uses.table_rows(name) or uses.mask(name) or uses.zeroed(name)
-    found = found or uses.coordinates(name)
+    found = found or uses.coordinates(name) or uses.broadcast_shape(name)
     if found is not None:
         return found
     if elem_type == onnx.TensorProto.BOOL:
@@ -331,6 +331,23 @@ class _Uses:
             return None
         return InputValues(
             {}, f"only multiplied by 0 ({_label(uses[0][0].node)}): its value never matters, any values do"
+        )
+
+    def broadcast_shape(self, name: str) -> InputValues | None:
+        """Every use reads it as an Expand's shape or a Tile's repeats: ones of its declared length leave
+        the data as it is, so they always run (the values a real caller sends are the user's to give)."""
+        uses = self.consumers.get(name, [])
+        if not uses or any((site.node.op_type, operand) not in (("Expand", 1), ("Tile", 1)) for site, operand in uses):
+            return None
+        info = next((info for info in self.model.graph.input if info.name == name), None)
+        dims = list(info.type.tensor_type.shape.dim) if info is not None else []
+        if len(dims) != 1 or not dims[0].HasField("dim_value"):
+            return None
+        readers = ", ".join(sorted({_label(site.node) for site, _ in uses}))
+        return InputValues(
+            {"value": [1] * dims[0].dim_value},
+            f"the shape {readers} broadcasts to (repeats by): ones leave the data as it is; give the values your "
+            "callers send ('value: ...') to verify those",
         )
 
     def strings(self, name: str, unread: bool) -> InputValues:
