@@ -139,3 +139,29 @@ def torch_models(save: Callable[[str, str, object], None], seed: int) -> None:
     for dynamo in (False, True):
         made = _torch_export(Recurrent().eval(), (torch.randn(1, 5, 8),), ["x"], ["y"], dynamo=dynamo)
         save("torch", f"gru_zeros_state_{'dynamo' if dynamo else 'ts'}.onnx", made)
+
+    class OneHot(nn.Module):  # torch.zeros(B, C).scatter_(1, ...) at batch 1: a constant [1, 5] to scatter into
+        def __init__(self) -> None:
+            super().__init__()
+            self.head = nn.Linear(5, 3)
+
+        def forward(self, label: torch.Tensor) -> torch.Tensor:
+            hot = torch.zeros(label.shape[0], 5).scatter_(1, label.view(-1, 1), 1.0)
+            return self.head(hot)
+
+    class ClassToken(nn.Module):  # cls.expand(B, -1, -1): TorchScript computes the Expand's shape from constants
+        def __init__(self) -> None:
+            super().__init__()
+            self.cls = nn.Parameter(torch.randn(1, 1, 8))
+            self.lin = nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            joined = torch.cat([self.cls.expand(x.shape[0], -1, -1), self.lin(x)], dim=1)
+            return joined.softmax(-1)
+
+    for dynamo in (False, True):
+        kind = "dynamo" if dynamo else "ts"
+        made = _torch_export(OneHot().eval(), (torch.tensor([2]),), ["label"], ["y"], dynamo=dynamo)
+        save("torch", f"one_hot_scatter_{kind}.onnx", made)
+        made = _torch_export(ClassToken().eval(), (torch.randn(1, 4, 8),), ["x"], ["y"], dynamo=dynamo)
+        save("torch", f"cls_token_expand_{kind}.onnx", made)

@@ -26,9 +26,8 @@ from onnx import helper, numpy_helper
 
 from patchspec.model.graph import Namer, NodeSite, all_names, uses_of
 from patchspec.shapes.batch_computed import compiled_before
-from patchspec.shapes.batch_states import Deciding, batch_expression
+from patchspec.shapes.batch_states import Deciding, batch_expression, follow_batch_at
 from patchspec.shapes.batch_trace import Counting, Undecided, sizes_of
-from patchspec.shapes.known import Known
 
 #: ops that read coordinates into their data (input 0) from input 1; ops an index passes through on the way
 _INDEXING = frozenset({"Gather", "GatherND", "GatherElements", "ScatterND", "ScatterElements"})
@@ -57,7 +56,7 @@ def settle_folded(tracker: Deciding, site: NodeSite, operand: int, axis: int) ->
     if counting is not None:
         trace.countings.append(counting)
         if counting.site is not site:  # a Mul on the way: its product follows the batch too
-            _recount(tracker, counting.site.node.output[0], axis)
+            follow_batch_at(tracker, counting.site.node.output[0], axis)
         return True
     shown = np.asarray(values[0]).reshape(-1).tolist()[:8]
     trace.undecided.append(
@@ -100,19 +99,6 @@ def _counting(tracker: Deciding, site: NodeSite, operand: int, axis: int) -> Cou
         f"{on_its_way if holder is not site else ''}, so it counts {counted}"
     )
     return Counting(holder, slot, axis, tuple(array.shape), step, size, array.dtype.str, reason)
-
-
-def _recount(tracker: Deciding, name: str, axis: int) -> None:
-    """``name`` at each point with the batch's size along ``axis`` (values unknown): so its declaration
-    follows the batch once the count replaces the constant."""
-    known = tracker.evaluator.known.get(name)
-    if known is None:
-        return
-    for p, (size, point) in enumerate(zip(tracker.trace.sizes, known)):
-        dims = list(point.shape) if point.shape is not None else None
-        if dims is not None and 0 <= axis < len(dims):
-            dims[axis] = size
-        known[p] = Known(point.dtype, None if dims is None else tuple(dims), None)
 
 
 def _stepped(array: np.ndarray, axis: int) -> int | None:

@@ -21,7 +21,13 @@ from patchspec.model.graph import NodeSite, all_names, fresh_name
 from patchspec.shapes.batch_computed import compiled_before
 from patchspec.shapes.batch_counts import arange_coordinates, indexes_the_batch
 from patchspec.shapes.batch_ranges import rewrite_range
-from patchspec.shapes.batch_states import Deciding, batch_expression, maker_values, rewrite_maker_element
+from patchspec.shapes.batch_states import (
+    Deciding,
+    batch_expression,
+    follow_batch_at,
+    maker_values,
+    rewrite_maker_element,
+)
 from patchspec.shapes.batch_trace import PointInputs, Tiling, Undecided, sizes_of
 from patchspec.shapes.known import Known
 
@@ -54,9 +60,9 @@ def settle_join(tracker: Deciding, site: NodeSite, inputs: PointInputs) -> Point
         if dims_a[batch_axis] != dims_b[batch_axis] or dims_a[batch_axis] != (old[carrier] or ())[batch_axis]:
             continue  # follows the batch, or never fitted the carrier: not made at the exported batch
         if not (
-            _rewrite_maker(tracker, site, name, batch_axis, rank)
+            rewrite_maker(tracker, site, name, batch_axis, rank)
             or rewrite_range(tracker, site, name, batch_axis)
-            or _tile(tracker, site, i, batch_axis, rank)
+            or repeat_one_sample(tracker, site, i, batch_axis, rank)
         ):
             return None
         for p, point in enumerate(replaced):
@@ -84,16 +90,17 @@ def _batch_axis(
     return None
 
 
-def _tile(tracker: Deciding, site: NodeSite, operand: int, batch_axis: int, rank: int) -> bool:
-    """Record a Tile of input ``operand`` to the new batch, where it holds one sample's rows (the old
-    batch is 1) and the new batch is a size; False otherwise (an undecided was recorded if it applies)."""
+def repeat_one_sample(tracker: Deciding, site: NodeSite, operand: int, batch_axis: int, rank: int) -> bool:
+    """Record a Tile of input ``operand`` of ``site.node`` (a Concat, a ScatterElements, ...) to the new
+    batch, where it holds one sample's rows computed from constants alone (the old batch is 1); False
+    otherwise (an undecided was recorded if it applies)."""
     trace, node = tracker.trace, site.node
     if id(node) in tracker.decided or trace.b1 != 1:
         return False  # a maker was found and could not be rewritten: undecided already says why
     if _reads_an_input(tracker, site, node.input[operand]):
         return False  # one sample's rows computed from the inputs (sample 0's?): repeating them could be wrong
-    joined = f"Concat '{node.name or node.output[0]}'"
-    if arange_coordinates(tracker, site, operand, batch_axis):
+    joined = f"{node.op_type} '{node.name or node.output[0]}'"
+    if node.op_type == "Concat" and arange_coordinates(tracker, site, operand, batch_axis):
         return True
     if tracker.evaluator.at(node.input[operand])[0].dtype not in _FLOATS and indexes_the_batch(tracker, node.output[0]):
         trace.undecided.append(
@@ -170,8 +177,10 @@ def tile_inputs(model: onnx.ModelProto, tilings: list[Tiling], label: str) -> li
     return details
 
 
-def _rewrite_maker(tracker: Deciding, site: NodeSite, name: str, batch_axis: int, rank: int) -> bool:
-    """Record the rewrite of the batch element of what made ``name``; False where none can be made."""
+def rewrite_maker(tracker: Deciding, site: NodeSite, name: str, batch_axis: int, rank: int) -> bool:
+    """Record the rewrite of the batch element of what made ``name``; False where none can be made. A
+    maker of constants alone whose shape no constant can say (a symbolic batch, a shape computed from
+    constants) made one sample's rows: ``repeat_one_sample`` repeats them instead."""
     producer = tracker.evaluator.producer.get(name)
     if producer is None or producer.node.op_type not in _MAKERS or producer.node.domain not in ("", "ai.onnx"):
         return False
@@ -180,12 +189,19 @@ def _rewrite_maker(tracker: Deciding, site: NodeSite, name: str, batch_axis: int
         return False
     values = maker_values(tracker, producer, operand)
     element = batch_axis + len(values) - rank if producer.node.op_type == "Expand" else batch_axis
-    joined = f"Concat '{site.node.name or site.node.output[0]}'"
-    remedy = f"the size taken at run time from the tensor that carries the batch, which {joined} joins it with"
-    done = rewrite_maker_element(tracker, producer, (operand, element), f"'{name}'", f", joined by {joined}", remedy)
+    sources = tracker.operands.sources(producer, operand)
+    source = sources[element] if sources and 0 <= element < len(sources) else None
+    if (source is None or tracker.trace.symbolic) and not _reads_an_input(tracker, site, name):
+        return False  # a constant of one sample: repeated, not undecided
+    met = f"{site.node.op_type} '{site.node.name or site.node.output[0]}'"
+    verb = "joined" if site.node.op_type == "Concat" else "met"
+    remedy = f"the size taken at run time from the tensor that carries the batch, which {met} meets it with"
+    done = rewrite_maker_element(tracker, producer, (operand, element), f"'{name}'", f", {verb} by {met}", remedy)
     if done == "undecided":
         tracker.decided.add(id(site.node))
+    if done == "rewritten":
+        follow_batch_at(tracker, name, batch_axis)
     return done == "rewritten"
 
 
-__all__ = ["settle_join", "tile_inputs"]
+__all__ = ["repeat_one_sample", "rewrite_maker", "settle_join", "tile_inputs"]

@@ -23,6 +23,7 @@ from patchspec.shapes.batch_operands import Operands
 from patchspec.shapes.batch_trace import BatchTrace, PointInputs, Rewrite, Tiling, Undecided, ints_of, sizes_of
 from patchspec.shapes.compiler import MIN_OPSET
 from patchspec.shapes.evaluate import ShapeEvaluator
+from patchspec.shapes.known import Known
 
 #: recurrent ops, with the inputs that hold a starting state
 RECURRENT = {"RNN": (5,), "GRU": (5,), "LSTM": (5, 6)}
@@ -49,6 +50,20 @@ def batch_expression(tracker: Deciding) -> str | None:
         return None
     name, axis = tracker.trace.batch_axes[0]
     return f"dim({expressions.quote_tensor(name)}, {axis})"
+
+
+def follow_batch_at(tracker: Deciding, name: str, axis: int) -> None:
+    """``name`` at each point with that point's batch along ``axis`` (values unknown): what the model
+    computes once a constant made for one sample is counted or made for the batch, so that its
+    declaration follows the batch."""
+    known = tracker.evaluator.known.get(name)
+    if known is None:
+        return
+    for p, (size, point) in enumerate(zip(tracker.trace.sizes, known)):
+        dims = list(point.shape) if point.shape is not None else None
+        if dims is not None and 0 <= axis < len(dims):
+            dims[axis] = size
+        known[p] = Known(point.dtype, None if dims is None else tuple(dims), None)
 
 
 def maker_values(tracker: Deciding, maker: NodeSite, operand: int) -> list[int]:
@@ -138,4 +153,12 @@ def _repeat_constant_state(tracker: Deciding, site: NodeSite, operand: int, at: 
     tracker.decided.add(id(node))
 
 
-__all__ = ["RECURRENT", "batch_expression", "layout_axes", "maker_values", "rewrite_maker_element", "settle_states"]
+__all__ = [
+    "RECURRENT",
+    "batch_expression",
+    "follow_batch_at",
+    "layout_axes",
+    "maker_values",
+    "rewrite_maker_element",
+    "settle_states",
+]

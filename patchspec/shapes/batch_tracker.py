@@ -1,8 +1,7 @@
 """Follow the batch through a model and find the shape constants that bake in the old batch.
 
 ``trace_batch`` is the entry point (set_batch calls it through ``patchspec.api``). The model is
-evaluated at the points ``batch_trace.make_points`` gives; a hook sees every Reshape, Expand, Slice
-and Resize before it is evaluated.
+evaluated at the points ``batch_trace.make_points`` gives; each op in ``RULES`` is decided before.
 
 Decisions are made at two *witnesses*: points whose batches are both above 1 and differ (the new
 batch, or the old one when the new is 1, and a third size). At batch 1 a channel of 1 and the
@@ -13,9 +12,9 @@ product of the dims before it is the same): then every sample's elements stay to
 per-sample run of the original would give them. A node that is not consistent bakes in the old
 batch. Each element of its shape operand that comes from a constant (directly, or through
 Concat/Unsqueeze/Cast chains) is tried scaled with the batch at every point; one that makes the
-node consistent, and only one, is proved to be the batch and is rewritten. The decision is applied
-before the next node is evaluated, so one pass in graph order settles every node (no fixpoint
-loop). Everything else is reported as *undecided*, with the patch that fixes it by hand.
+node consistent, and only one, is proved to be the batch and is rewritten, before the next node is
+evaluated: one pass in graph order settles every node. Everything else is reported as *undecided*,
+with the patch that fixes it by hand.
 """
 
 from __future__ import annotations
@@ -32,6 +31,7 @@ from patchspec.shapes.batch_folds import Folds, kept_whole
 from patchspec.shapes.batch_joins import settle_join
 from patchspec.shapes.batch_operands import Operands, replace_fix, steady_except
 from patchspec.shapes.batch_ranges import ARITHMETIC, counting_candidates, settle_arithmetic
+from patchspec.shapes.batch_scatters import SCATTERS, settle_scatter
 from patchspec.shapes.batch_states import RECURRENT, settle_states
 from patchspec.shapes.batch_trace import (
     INT64_MAX,
@@ -228,8 +228,7 @@ class _Tracker:
     def _proves(
         self, values: list[int], i: int, prefix: list[int], trials: Callable[[int], tuple[Known, Known]]
     ) -> bool:
-        """Element ``i``, scaled with the batch at both witnesses (``trials(i)``), keeps every sample
-        together there."""
+        """Element ``i``, scaled with the batch at both witnesses (``trials(i)``), keeps samples together."""
         if values[i] in (0, -1) or values[i] % self.b1:
             return False
         first, second = trials(i)
@@ -442,6 +441,7 @@ RULES: dict[str, Callable[[_Tracker, NodeSite, PointInputs], PointInputs | None]
     "Slice": _Tracker._slice,
     "Resize": _Tracker._resize,
     "Concat": settle_join,
+    **dict.fromkeys(SCATTERS, settle_scatter),
     **dict.fromkeys(RECURRENT, settle_states),
     **dict.fromkeys(ARITHMETIC, settle_arithmetic),
 }

@@ -222,9 +222,10 @@ class _Uses:
         return InputValues({"low": 0, "high": rows}, why)
 
     def coordinates(self, name: str) -> InputValues | None:
-        """Indices, shifted by a constant (``lengths - 1``), into an axis of a tensor: a Gather's indices,
-        or a column of a GatherND's coordinates (``h[arange(B), lengths - 1]``). They are bounded by that
-        axis's size, as shape inference gives it at the declared input sizes."""
+        """Indices, shifted by a constant (``lengths - 1``), into an axis of a tensor: a Gather's (a
+        GatherElements', a ScatterElements') indices, or a column of a GatherND's coordinates
+        (``h[arange(B), lengths - 1]``). They are bounded by that axis's size, as shape inference gives
+        it at the declared input sizes."""
         bounds: list[tuple[int, int, str]] = []
         todo: list[_Coordinate] = [(name, 0, None)]
         seen: set[str] = set()
@@ -251,6 +252,8 @@ class _Uses:
         node = site.node
         if node.op_type in ("Cast", "Identity", "Unsqueeze", "Squeeze") and operand == 0:
             return node.output[0], offset, column
+        if node.op_type in ("Reshape", "Flatten") and operand == 0 and column is None:  # not yet coordinates
+            return node.output[0], offset, column
         if node.op_type in ("Add", "Sub") and operand < 2 and len(node.input) == 2:
             other = self.constant(site, 1 - operand)
             if (
@@ -274,12 +277,13 @@ class _Uses:
     def _coordinate_bound(
         self, site: NodeSite, operand: int, offset: int, column: int | None
     ) -> tuple[int, int, str] | None:
-        """(low, high, reader) for an index read by a Gather or a GatherND, shifted by ``offset`` on the way."""
+        """(low, high, reader) for an index read by a Gather, GatherElements, ScatterElements or GatherND, shifted
+        by ``offset`` on the way."""
         node = site.node
-        if operand != 1 or node.op_type not in ("Gather", "GatherND"):
+        if operand != 1 or node.op_type not in ("Gather", "GatherND", "GatherElements", "ScatterElements"):
             return None
         data = self._dims(node.input[0])
-        if node.op_type == "Gather":
+        if node.op_type != "GatherND":  # one index per element, along the op's axis
             axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
             at = None if column is not None or not data else axis % len(data)
         else:
@@ -334,8 +338,8 @@ class _Uses:
         )
 
     def broadcast_shape(self, name: str) -> InputValues | None:
-        """Every use reads it as an Expand's shape or a Tile's repeats: ones of its declared length leave
-        the data as it is, so they always run (the values a real caller sends are the user's to give)."""
+        """Every use reads it as an Expand's shape or a Tile's repeats: the values that give the output the
+        dims it is declared (inferred) with, ones where it says none, which leave the data as it is."""
         uses = self.consumers.get(name, [])
         if not uses or any((site.node.op_type, operand) not in (("Expand", 1), ("Tile", 1)) for site, operand in uses):
             return None
@@ -343,12 +347,29 @@ class _Uses:
         dims = list(info.type.tensor_type.shape.dim) if info is not None else []
         if len(dims) != 1 or not dims[0].HasField("dim_value"):
             return None
+        wanted = {tuple(self._broadcast_values(site, dims[0].dim_value)) for site, _ in uses}
+        if len(wanted) != 1:
+            return None  # readers that want different values: the user's to give
         readers = ", ".join(sorted({_label(site.node) for site, _ in uses}))
         return InputValues(
-            {"value": [1] * dims[0].dim_value},
-            f"the shape {readers} broadcasts to (repeats by): ones leave the data as it is; give the values your "
-            "callers send ('value: ...') to verify those",
+            {"value": list(wanted.pop())},
+            f"the shape {readers} broadcasts to (repeats by), from the output's declared dims (1 where it has "
+            "none); give the values your callers send ('value: ...') to verify those",
         )
+
+    def _broadcast_values(self, site: NodeSite, length: int) -> list[int]:
+        """For an Expand, the output's last ``length`` dims; for a Tile, output over input per axis; 1 where
+        a dim is unknown."""
+        out = self._last_dims(site.node.output[0], length)
+        if site.node.op_type == "Expand":
+            return [int(d) if d else 1 for d in out]
+        data = self._last_dims(site.node.input[0], length)
+        return [int(o) // int(d) if o and d and o % d == 0 else 1 for o, d in zip(out, data)]
+
+    def _last_dims(self, name: str, length: int) -> list[int | None]:
+        """The last ``length`` dims of ``name``, None where shape inference gives none."""
+        dims: list[int | None] = list((self._dims(name) or [])[-length:])
+        return [None] * (length - len(dims)) + dims
 
     def strings(self, name: str, unread: bool) -> InputValues:
         """A STRING input: the strings the graph names for it (a LabelEncoder's or CategoryMapper's keys,

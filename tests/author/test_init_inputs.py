@@ -287,14 +287,14 @@ def test_a_model_outside_the_project_root_gets_the_root_to_apply_with(tmp_path, 
 
 
 def test_an_unbatched_shape_input_is_given_whole_per_sample(tmp_path, run_cli):
-    """onnx's test_expand_shape_model1: Expand(X [1, 3, 1], shape int64[2]). The shape gets ones, which
-    leave X as it is, and per sample it is given whole, not cut on its axis 0."""
+    """onnx's test_expand_shape_model1: Expand(X [1, 3, 1], shape int64[2]) declared [1, 3, 1]. The shape
+    gets the output's dims, [3, 1], and per sample it is given whole, not cut on its axis 0."""
     nodes = [helper.make_node("Expand", ["X", "shape"], ["Y"])]
     inputs = [tensor_info("X", [1, 3, 1]), tensor_info("shape", [2], TensorProto.INT64)]
     spec, made = _init(run_cli, graph_model(nodes, inputs, [tensor_info("Y", [1, 3, 1])]), tmp_path, "--batch", "4")
     assert made.exit_code == 0, made.output
     run = _case(spec)
-    assert run["cases"][0]["inputs"]["shape"] == {"value": [1, 1]}
+    assert run["cases"][0]["inputs"]["shape"] == {"value": [3, 1]}
     assert run["compare"]["split_batch"] == {"inputs": {"shape": None}}
     applied = run_cli("apply", spec)
     assert applied.exit_code == 0, applied.output

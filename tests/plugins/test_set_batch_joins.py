@@ -57,14 +57,34 @@ def test_a_token_made_at_the_exported_batch_is_rewritten(maker: str, batch: int 
     np.testing.assert_array_equal(run(patched, x), per_sample)
 
 
-def test_a_symbolic_batch_there_is_undecided_and_no_verify_refuses_it(tmp_path, run_cli) -> None:
-    onnx.save(with_token("Expand"), str(tmp_path / "m.onnx"))
+@pytest.mark.parametrize("maker", ["Expand", "Tile", "ConstantOfShape"])
+def test_at_a_symbolic_batch_a_token_made_from_constants_is_repeated(tmp_path, run_cli, maker: str) -> None:
+    """No constant can say a symbolic batch; the token is made from constants alone (one sample's rows),
+    so a Tile by the batch computed at run time repeats it, and --no-verify writes a model right at 3."""
+    onnx.save(with_token(maker), str(tmp_path / "m.onnx"))
+    (tmp_path / "spec.yaml").write_text(
+        "patchspec: 1\nmodel: m.onnx\noutput: out.onnx\npatches:\n  - set_batch: {size: batch}\n"
+    )
+    result = run_cli("apply", tmp_path / "spec.yaml", "--no-verify", "-v", cwd=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "repeated dim(x, 0) times" in result.output, result.output
+    x = np.random.default_rng(3).standard_normal((3, P, D)).astype(np.float32)
+    per_sample = np.concatenate([run(with_token(maker), x[i : i + 1]) for i in range(3)])
+    np.testing.assert_array_equal(run(onnx.load(tmp_path / "out.onnx"), x), per_sample)
+
+
+def test_a_token_made_from_an_input_at_a_symbolic_batch_is_undecided(tmp_path, run_cli) -> None:
+    """An Expand whose data is computed from the input (sample 0's first row) cannot be repeated."""
+    model = with_token("Expand")
+    model.graph.node.insert(0, helper.make_node("ReduceMax", ["x"], ["peak"], keepdims=0, name="peak"))
+    model.graph.node.insert(1, helper.make_node("Mul", ["cls", "peak"], ["scaled"], name="scale"))
+    model.graph.node[2].input[0] = "scaled"
+    onnx.save(model, str(tmp_path / "m.onnx"))
     (tmp_path / "spec.yaml").write_text(
         "patchspec: 1\nmodel: m.onnx\noutput: out.onnx\npatches:\n  - set_batch: {size: batch}\n"
     )
     result = run_cli("apply", tmp_path / "spec.yaml", "--no-verify", cwd=tmp_path)
     assert result.exit_code == 4, result.output
-    assert "Expand 'expand_cls' makes 'token' at the exported batch" in result.output
     assert not (tmp_path / "out.onnx").exists()
 
 

@@ -135,26 +135,49 @@ def test_lint_is_skipped_when_onnxruntime_cannot_run_the_original_either(run_cli
     assert "lint .................... skipped   onnxruntime cannot run the original either" in result.stdout
 
 
-def test_lint_is_skipped_when_the_original_does_not_run_at_the_lint_inputs_either(run_cli, tmp_path):
-    """Polygraphy's empty_tensor_expand.onnx: an int64 input is an Expand's shape, and lint's random
-    values are no shape. The original fails the same way: that is the inputs, not the patch."""
+def shape_fed(op: str) -> onnx.ModelProto:
+    """data [N, 3] -> op(data, new_shape) -> y [N, 3]: an int64 input that is a shape."""
     from onnx import TensorProto, helper
 
     from helpers import graph_model, tensor_info
 
-    node = helper.make_node("Expand", ["data", "new_shape"], ["y"])
-    model = graph_model(
-        [node],
+    return graph_model(
+        [helper.make_node(op, ["data", "new_shape"], ["y"])],
         [tensor_info("data", ["N", 3]), tensor_info("new_shape", [2], TensorProto.INT64)],
         [tensor_info("y", ["N", 3])],
     )
+
+
+def test_lint_is_skipped_when_the_original_does_not_run_at_the_lint_inputs_either(run_cli, tmp_path):
+    """Polygraphy's empty_tensor_expand.onnx, its shape also passed on as an output: an int64 input the
+    graph says nothing definite about, and lint's random values are no shape. The original fails the
+    same way: that is the inputs, not the patch."""
+    from onnx import helper
+
+    from helpers import tensor_info
+
+    model = shape_fed("Expand")
+    model.graph.node.append(helper.make_node("Identity", ["new_shape"], ["shape_out"]))
+    model.graph.output.append(tensor_info("shape_out", [2], onnx.TensorProto.INT64))
     onnx.save(model, tmp_path / "m.onnx")
     spec = write_spec(
         tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out.onnx\npatches:\n  - set_batch: 4\nverify:\n  - lint: {}\n"
     )
     result = run_cli("apply", spec)
     assert result.exit_code == 0, result.output
-    assert "skipped   the original does not run at" in result.stdout
+    assert "skipped   the original does not run at" in result.stdout, result.stdout
+
+
+def test_lint_gives_an_expands_shape_input_the_declared_output_dims(run_cli, tmp_path):
+    """Polygraphy's empty_tensor_expand.onnx: the int64 input is an Expand's shape; the lint gives it the
+    output's declared dims ([1, 3]: N declares no size) and runs the model instead of skipping it."""
+    onnx.save(shape_fed("Expand"), tmp_path / "m.onnx")
+    spec = write_spec(
+        tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out.onnx\npatches:\n  - set_batch: 4\nverify:\n  - lint: {}\n"
+    )
+    result = run_cli("apply", spec)
+    assert result.exit_code == 0, result.output
+    assert "skipped" not in result.stdout and "passed" in result.stdout, result.stdout
 
 
 def test_the_lint_fix_it_prints_applied_makes_it_pass(run_cli, folder):
