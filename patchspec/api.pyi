@@ -96,13 +96,13 @@ from patchspec.limits import current_limits as current_limits
 # ONNX Runtime
 from patchspec.ort.case_inputs import (
     CASE_INPUT_SCHEMA as CASE_INPUT_SCHEMA,
-    DEFAULT_MAX_ELEMENTS as DEFAULT_MAX_ELEMENTS,
     DTYPES as DTYPES,
     case_input_problems as case_input_problems,
     value_shape as value_shape,
 )
 from patchspec.ort.settings import (
     DEFAULT_ATOL as DEFAULT_ATOL,
+    DEFAULT_MAX_ELEMENTS as DEFAULT_MAX_ELEMENTS,
     DEFAULT_PROVIDERS as DEFAULT_PROVIDERS,
     DEFAULT_RTOL as DEFAULT_RTOL,
     DEFAULT_TIMEOUT as DEFAULT_TIMEOUT,

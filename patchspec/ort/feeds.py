@@ -16,7 +16,6 @@ import numpy as np
 from patchspec.errors import did_you_mean
 from patchspec.ort.bfloat16 import BFLOAT16
 from patchspec.ort.case_inputs import (
-    DEFAULT_MAX_ELEMENTS,
     DTYPES,
     FLOAT_RANGE,
     INTEGER_RANGE,
@@ -25,6 +24,7 @@ from patchspec.ort.case_inputs import (
 )
 from patchspec.ort.run_failure import RunFailure
 from patchspec.ort.sessions import Feeds, TensorDecl
+from patchspec.ort.settings import DEFAULT_MAX_ELEMENTS
 
 
 def random_range_problem(dtype: str, low: float | None, high: float | None) -> str | None:

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
+from patchspec.ort.bfloat16 import BFLOAT16
 from patchspec.ort.case_inputs import DTYPES, case_input_problems, is_text, value_shape
-from patchspec.ort.feeds import BFLOAT16, HAS_BFLOAT16, generate, input_array, make_feeds, text_array
+from patchspec.ort.feeds import HAS_BFLOAT16, generate, input_array, make_feeds, text_array
 from patchspec.ort.run_failure import RunFailure
 from patchspec.ort.sessions import TensorDecl
 

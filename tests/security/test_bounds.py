@@ -13,7 +13,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from helpers import graph_model, tensor_info, write_spec
-from patchspec.ort.case_inputs import DEFAULT_MAX_ELEMENTS, case_input_problems
+from patchspec.ort.case_inputs import case_input_problems
+from patchspec.ort.settings import DEFAULT_MAX_ELEMENTS
 from patchspec.shapes import expressions
 
 #: the run_cli fixture: patchspec ARGS in-process, giving exit_code and output
