@@ -94,7 +94,7 @@ from patchspec.model.external_data import (
 from patchspec.limits import current_limits as current_limits
 
 # ONNX Runtime
-from patchspec.ort.case_inputs import (
+from patchspec.ort.run.case_inputs import (
     CASE_INPUT_SCHEMA as CASE_INPUT_SCHEMA,
     DTYPES as DTYPES,
     case_input_problems as case_input_problems,
@@ -112,15 +112,15 @@ from patchspec.ort.settings import (
 )
 from patchspec.ort.sessions import Session as Session
 from patchspec.ort.run_failure import RunFailure as RunFailure
-from patchspec.ort.case_fit import (
+from patchspec.ort.run.case_fit import (
     case_fit_problems as case_fit_problems,
     unlisted_input_problems as unlisted_input_problems,
 )
-from patchspec.ort.inspection import lint_model as lint_model
+from patchspec.ort.lint.probe import lint_model as lint_model
 from patchspec.ort.providers import (
     provider_did_you_mean as provider_did_you_mean,
     provider_option_problems as provider_option_problems,
 )
-from patchspec.ort.run_cases import run_verification as run_verification
+from patchspec.ort.run.cases import run_verification as run_verification
 
 DEPRECATED: dict[str, tuple[str, str]]

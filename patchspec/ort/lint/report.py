@@ -21,8 +21,8 @@ from patchspec.errors import ModelFileError
 from patchspec.model.external_data import expected_nbytes, external_info, is_external, validate_external_data
 from patchspec.model.graph import all_graphs, bodies
 from patchspec.model.io import load_model
-from patchspec.ort.inspection import Binding, Conflict, graph_bodies, lint_model, shapes_text
-from patchspec.ort.probe_inputs import declared_dims, model_inputs
+from patchspec.ort.lint.probe import Binding, Conflict, graph_bodies, lint_model, shapes_text
+from patchspec.ort.lint.probe_inputs import declared_dims, model_inputs
 from patchspec.printable import one_line_strings
 
 #: uses of a dim_param, names of a list, shown before "and N more" (``unfold`` shows all)

@@ -24,7 +24,7 @@ from onnx import helper
 
 from patchspec.model.external_data import is_external, iter_tensors
 from patchspec.model.graph import bodies, subgraphs
-from patchspec.ort.probe_inputs import (
+from patchspec.ort.lint.probe_inputs import (
     InputOptionError,
     declared_dims,
     feed_values,
