@@ -95,15 +95,15 @@ from patchspec.model.external_data import (
 from patchspec.limits import current_limits as current_limits
 
 # ONNX Runtime
-from patchspec.ort.case_inputs import (
+from patchspec.ort.run.case_inputs import (
     CASE_INPUT_SCHEMA as CASE_INPUT_SCHEMA,
-    DEFAULT_MAX_ELEMENTS as DEFAULT_MAX_ELEMENTS,
     DTYPES as DTYPES,
     case_input_problems as case_input_problems,
     value_shape as value_shape,
 )
 from patchspec.ort.settings import (
     DEFAULT_ATOL as DEFAULT_ATOL,
+    DEFAULT_MAX_ELEMENTS as DEFAULT_MAX_ELEMENTS,
     DEFAULT_PROVIDERS as DEFAULT_PROVIDERS,
     DEFAULT_RTOL as DEFAULT_RTOL,
     DEFAULT_TIMEOUT as DEFAULT_TIMEOUT,
@@ -113,15 +113,15 @@ from patchspec.ort.settings import (
 )
 from patchspec.ort.sessions import Session as Session
 from patchspec.ort.run_failure import RunFailure as RunFailure
-from patchspec.ort.case_fit import (
+from patchspec.ort.run.case_fit import (
     case_fit_problems as case_fit_problems,
     unlisted_input_problems as unlisted_input_problems,
 )
-from patchspec.ort.inspection import lint_model as lint_model
+from patchspec.ort.lint.probe import lint_model as lint_model
 from patchspec.ort.providers import (
     provider_did_you_mean as provider_did_you_mean,
     provider_option_problems as provider_option_problems,
 )
-from patchspec.ort.run_cases import run_verification as run_verification
+from patchspec.ort.run.cases import run_verification as run_verification
 
 DEPRECATED: dict[str, tuple[str, str]]

@@ -18,7 +18,7 @@ from patchspec.author.batch_ties import CaseLayout, Pair
 from patchspec.author.original_runs import OriginalRuns
 from patchspec.author.spec_text import DraftStep, quoted
 from patchspec.model.graph import has_body, subgraphs
-from patchspec.ort.probe_inputs import probe_shapes
+from patchspec.ort.lint.probe_inputs import probe_shapes
 from patchspec.shapes.annotations import read_dims
 from patchspec.shapes.batch_axes import fed_inputs
 from patchspec.shapes.values import InputValues, input_values

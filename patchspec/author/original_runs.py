@@ -20,7 +20,7 @@ import onnx
 from onnx import helper
 
 from patchspec.model.graph import all_graphs
-from patchspec.ort.feeds import make_feeds
+from patchspec.ort.run.feeds import make_feeds
 from patchspec.ort.run_failure import RunFailure
 from patchspec.ort.sessions import Session
 

@@ -122,7 +122,7 @@ def _say(state: State, result: Derivation, spec_path: Path) -> None:
 
 
 def _shapes(flag: str, values: tuple[str, ...]) -> dict[str, list[int]]:
-    from patchspec.ort.probe_inputs import parse_shape_options
+    from patchspec.ort.lint.probe_inputs import parse_shape_options
 
     try:
         return parse_shape_options(values)

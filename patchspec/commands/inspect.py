@@ -61,8 +61,8 @@ def inspect_command(
     lines that make them follow the inputs, e.g.:
       patchspec inspect models/det.onnx --suggest
     """
-    from patchspec.ort.probe_inputs import parse_shape_options, parse_value_options
-    from patchspec.ort.report import format_inspection, inspect_model
+    from patchspec.ort.lint.probe_inputs import parse_shape_options, parse_value_options
+    from patchspec.ort.lint.report import format_inspection, inspect_model
 
     if suggest:
         _suggest(state, model_path, parse_shape_options(shapes), as_json)

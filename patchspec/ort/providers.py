@@ -160,7 +160,7 @@ class ProviderSetup:
 
     ``exact``: the provider has an exact mode and every one of its settings is in force (a spec that
     gives ``use_tf32: 1`` keeps fast math on). Every provider but the CPU has its floor measured
-    and the tolerance widened by it (:mod:`patchspec.ort.floors`), exact or not.
+    and the tolerance widened by it (:mod:`patchspec.ort.run.floors`), exact or not.
     """
 
     provider: str

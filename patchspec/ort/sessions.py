@@ -1,7 +1,7 @@
 """ONNX Runtime sessions: the one place patchspec builds one, and runs it within a time bound.
 
 :func:`build_session` is the builder for the whole project: the ``run`` verifier's sessions by
-path (:class:`Session`) and the lint probe's session from bytes (:mod:`patchspec.ort.inspection`)
+path (:class:`Session`) and the lint probe's session from bytes (:mod:`patchspec.ort.lint.probe`)
 both go through it, so logging, optimization levels, custom-op libraries (only where native code
 is allowed, :mod:`patchspec.ort.native_code`) and the data-folder rules are set in one place.
 

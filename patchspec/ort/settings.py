@@ -8,6 +8,9 @@ DEFAULT_PROVIDERS = ("CPUExecutionProvider",)
 OPTIMIZATION_LEVELS = ("all", "extended", "basic", "disabled")
 #: seconds one run of a session may take before it is stopped (the ``run`` verifier's ``timeout``)
 DEFAULT_TIMEOUT = 600.0
+#: the most elements one case input (or the lint's probe input) may have (the ``run`` verifier's ``max_elements``): 2**27
+#: float32 values are 512 MiB, more than any test input needs and less than a CI machine holds
+DEFAULT_MAX_ELEMENTS = 2**27
 DEFAULT_RTOL = 1e-4
 DEFAULT_ATOL = 1e-5
 #: (rtol, atol) for outputs whose coarser side has this element type (a patch that casts to fp16);
@@ -23,6 +26,7 @@ PRECISION = ("bfloat16", "float16", "float32", "float64")
 
 __all__ = [
     "DEFAULT_ATOL",
+    "DEFAULT_MAX_ELEMENTS",
     "DEFAULT_PROVIDERS",
     "DEFAULT_RTOL",
     "DEFAULT_TIMEOUT",

@@ -76,9 +76,12 @@ def test_contributing_map_names_every_package():
     documented = set(re.findall(r"^### `patchspec/([a-z_]+)/`", text, flags=re.M))
     packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
     assert documented == packages, f"CONTRIBUTING.md maps {sorted(documented)}, the tree has {sorted(packages)}"
-    for path in PACKAGE.glob("*/*.py"):
+    for path in PACKAGE.glob("*/**/*.py"):
         if path.name != "__init__.py":
             assert f"`{path.stem}`" in text, f"CONTRIBUTING.md does not mention {path.relative_to(REPO)}"
+    for init in PACKAGE.glob("*/*/__init__.py"):  # a package inside one: named by its path
+        folder = init.parent.relative_to(PACKAGE).as_posix()
+        assert f"`{folder}/`" in text, f"CONTRIBUTING.md does not mention patchspec/{folder}/"
 
 
 def test_tests_mirror_the_tree_and_never_import_conftest():
@@ -132,7 +135,7 @@ def test_every_module_the_map_names_exists():
         body = body.split("\n## ")[0]
         # a module is named as the subject of a sentence: "`engine` runs", "`batch` uses"
         named = set(re.findall(r"(?:^|[.:;] |, and )`([a-z_]+)` (?:is|[a-z]+s)\b", body, flags=re.M))
-        existing = {p.stem for p in (PACKAGE / package).glob("*.py")}
+        existing = {p.stem for p in (PACKAGE / package).rglob("*.py")}
         missing += [f"patchspec/{package}/{m}.py" for m in sorted(named - existing)]
     assert not missing, f"CONTRIBUTING.md's map names modules that do not exist: {missing}"
 
@@ -166,3 +169,43 @@ def test_every_command_lives_in_commands_and_only_cli_gathers_them():
         elif name != "patchspec.cli":
             wrong += [f"{name} -> {t}" for t in sorted(targets)]
     assert not wrong, "command modules are gathered by patchspec/cli.py alone: " + ", ".join(wrong)
+
+
+def test_a_package_inside_one_imports_neither_its_siblings_nor_is_imported_by_its_parent():
+    """``ort/run/`` and ``ort/lint/`` stand on the modules ``ort/`` keeps for both: the arrows run
+    from a package inside one to its parent's own modules, never back up and never across."""
+    table = modules()
+    known = set(table)
+    inner = {module_name(p) for p in PACKAGE.glob("*/*/__init__.py")}
+
+    def inner_of(name: str) -> str | None:
+        return next((p for p in inner if name == p or name.startswith(p + ".")), None)
+
+    wrong = []
+    for name, path in sorted(table.items()):
+        here = inner_of(name)
+        for target in imports_of(path, known):
+            there = inner_of(target)
+            if there is None or there == here:
+                continue
+            parent = there.rpartition(".")[0]
+            in_parent = name == parent or name.rpartition(".")[0] == parent
+            in_sibling = here is not None and here.rpartition(".")[0] == parent
+            if in_parent or in_sibling:
+                wrong.append(f"{name} -> {target}")
+    assert not wrong, "imports up from a package's own modules, or across to a sibling package: " + ", ".join(wrong)
+
+
+def test_a_package_init_imports_nothing():
+    """A package's ``__init__.py`` is its docstring: nothing is re-exported, so every name is imported
+    from the module that defines it (the root and the opt-in test kit are the public API)."""
+    public = {PACKAGE / "__init__.py", PACKAGE / "testing" / "__init__.py"}
+    importing = [
+        str(init.relative_to(REPO))
+        for init in sorted(PACKAGE.rglob("__init__.py"))
+        if init not in public
+        and any(
+            isinstance(n, (ast.Import, ast.ImportFrom)) for n in ast.walk(ast.parse(init.read_text(encoding="utf-8")))
+        )
+    ]
+    assert not importing, f"a package's __init__.py imports nothing: {importing}"

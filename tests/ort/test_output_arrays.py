@@ -54,7 +54,7 @@ def test_string_outputs_are_compared_for_equality():
     """skl2onnx's string labels ended in exit 5: a float conversion of 'versicolor'."""
     import numpy as np
 
-    from patchspec.ort.comparison import compare_output
+    from patchspec.ort.run.comparison import compare_output
 
     same = compare_output(
         "label", np.array(["setosa", "versicolor"], dtype=object), np.array(["setosa", "versicolor"]), 1e-4, 1e-5

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from patchspec.ort import environment
-from patchspec.ort.comparison import compare_output
 from patchspec.ort.environment import device_name
 from patchspec.ort.providers import PROVIDERS, option_value, provider_option_problems, provider_setup
+from patchspec.ort.run.comparison import compare_output
 from patchspec.ort.settings import FLOOR_FACTOR
 
 REPO = Path(__file__).resolve().parents[2]

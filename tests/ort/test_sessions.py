@@ -11,8 +11,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from helpers import graph_model, tensor_info
-from patchspec.ort.comparison import compare_output, nonfinite_problems
-from patchspec.ort.feeds import feed_shape_problems, generate, make_feeds, shape_problems
+from patchspec.ort.run.comparison import compare_output, nonfinite_problems
+from patchspec.ort.run.feeds import feed_shape_problems, generate, make_feeds, shape_problems
 from patchspec.ort.run_failure import RunFailure
 from patchspec.ort.sessions import ANSI_ESCAPE, Session, TensorDecl, provider_skip_reasons
 

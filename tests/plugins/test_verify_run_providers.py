@@ -132,7 +132,7 @@ def test_the_simulated_provider_fails_plain_tolerances_so_the_floor_is_what_pass
     """Not a vacuous simulation: TF32's error is beyond rtol 1e-4 / atol 1e-5 on its own."""
     import onnxruntime
 
-    from patchspec.ort.comparison import compare_output
+    from patchspec.ort.run.comparison import compare_output
 
     onnx.save(dense_model(), tmp_path / "m.onnx")
     feeds = {"x": np.random.default_rng(1).standard_normal((BATCH, 16)).astype(np.float32)}

@@ -13,7 +13,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from helpers import graph_model, tensor_info, write_spec
-from patchspec.ort.case_inputs import DEFAULT_MAX_ELEMENTS, case_input_problems
+from patchspec.ort.run.case_inputs import case_input_problems
+from patchspec.ort.settings import DEFAULT_MAX_ELEMENTS
 from patchspec.shapes import expressions
 
 #: the run_cli fixture: patchspec ARGS in-process, giving exit_code and output
@@ -190,7 +191,7 @@ def test_a_random_range_the_type_holds_still_runs(tmp_path: Path, run_cli: RunCl
 
 def test_the_shape_lint_never_allocates_past_the_limit(tmp_path: Path) -> None:
     """inspect and lint run a probe at the model's own fixed sizes: [100000, 100000] is 40 GB."""
-    from patchspec.ort.inspection import lint_model
+    from patchspec.ort.lint.probe import lint_model
 
     result = lint_model(relu([100000, 100000]), tmp_path)
     assert result.error is not None and "10,000,000,000 elements, over the limit" in result.error

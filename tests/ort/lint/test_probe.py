@@ -17,8 +17,8 @@ import pytest
 from helpers import graph_model, tensor_info
 from patchspec.errors import UsageError
 from patchspec.ort import sessions
-from patchspec.ort.inspection import lint_model
-from patchspec.ort.probe_inputs import parse_shape_options, probe_shapes
+from patchspec.ort.lint.probe import lint_model
+from patchspec.ort.lint.probe_inputs import parse_shape_options, probe_shapes
 from scrfd_like import fpn_model, if_model
 
 #: the run_cli fixture: patchspec ARGS in-process, giving exit_code and output

@@ -2,7 +2,7 @@
 
 A reference model runs at the level the output ran at (like with like), once per (provider, level,
 case, per sample or not): :class:`References` keeps what it gave, so the diagnosis of a failure
-(:mod:`patchspec.ort.diagnosis`) reuses the runs it needs. One reference session at a time: the
+(:mod:`patchspec.ort.run.diagnosis`) reuses the runs it needs. One reference session at a time: the
 output's and a reference's weights are never in memory together.
 """
 
@@ -19,7 +19,7 @@ import numpy as np
 
 from patchspec.errors import ModelFileError
 from patchspec.limits import current as current_limits
-from patchspec.ort.feeds import feed_shape_problems, make_feeds
+from patchspec.ort.run.feeds import feed_shape_problems, make_feeds
 from patchspec.ort.run_failure import RunFailure
 from patchspec.ort.sessions import BatchSplit, Feeds, Session, TensorDecl
 

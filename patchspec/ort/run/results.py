@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from patchspec.ort.comparison import OutputComparison, Tolerances
-from patchspec.ort.diagnosis import NOT_THE_PATCH
-from patchspec.ort.floors import Floor
 from patchspec.ort.providers import ProviderSetup
+from patchspec.ort.run.comparison import OutputComparison, Tolerances
+from patchspec.ort.run.diagnosis import NOT_THE_PATCH
+from patchspec.ort.run.floors import Floor
 from patchspec.plugin.contract import VerifyResult
 
 

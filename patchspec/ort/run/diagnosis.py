@@ -14,9 +14,9 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from patchspec.ort.comparison import OutputComparison, Tolerances, compare_output
 from patchspec.ort.providers import CPU, ProviderSetup
-from patchspec.ort.references import CaseRun, References
+from patchspec.ort.run.comparison import OutputComparison, Tolerances, compare_output
+from patchspec.ort.run.references import CaseRun, References
 from patchspec.ort.run_failure import RunFailure
 from patchspec.ort.sessions import Feeds, Session
 

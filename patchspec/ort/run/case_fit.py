@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import onnx
 
-from patchspec.ort.case_inputs import Problem, size_problems, value_shape
-from patchspec.ort.feeds import format_shape, random_range_problem, shape_problems
+from patchspec.ort.run.case_inputs import Problem, size_problems, value_shape
+from patchspec.ort.run.feeds import format_shape, random_range_problem, shape_problems
 from patchspec.ort.sessions import Feeds, TensorDecl
 from patchspec.shapes.annotations import read_dims
 from patchspec.shapes.batch_axes import fed_inputs

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from patchspec.ort.case_inputs import DTYPES, case_input_problems, is_text, value_shape
-from patchspec.ort.feeds import BFLOAT16, HAS_BFLOAT16, generate, input_array, make_feeds, text_array
+from patchspec.ort.bfloat16 import BFLOAT16
+from patchspec.ort.run.case_inputs import DTYPES, case_input_problems, is_text, value_shape
+from patchspec.ort.run.feeds import HAS_BFLOAT16, generate, input_array, make_feeds, text_array
 from patchspec.ort.run_failure import RunFailure
 from patchspec.ort.sessions import TensorDecl
 
@@ -118,7 +119,7 @@ def test_onnxruntime_runs_a_string_feed():
 
 def test_bfloat16_without_ml_dtypes_is_refused_not_truncated(tmp_path, monkeypatch):
     """onnx 1.17 (the oldest supported) stores bfloat16 as uint16: 1.5 would have been fed as 1."""
-    import patchspec.ort.feeds as feeds
+    import patchspec.ort.run.feeds as feeds
 
     monkeypatch.setattr(feeds, "HAS_BFLOAT16", False)
     with pytest.raises(RunFailure, match="bfloat16 needs an onnx that uses ml_dtypes"):

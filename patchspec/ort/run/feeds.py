@@ -1,7 +1,7 @@
 """The arrays of a run case's inputs, made deterministically by :func:`make_feeds`.
 
-What a case may say is :mod:`patchspec.ort.case_inputs` (checked before any model is read, without
-numpy); against the patched model's declarations: :mod:`patchspec.ort.case_fit`.
+What a case may say is :mod:`patchspec.ort.run.case_inputs` (checked before any model is read, without
+numpy); against the patched model's declarations: :mod:`patchspec.ort.run.case_fit`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ import numpy as np
 
 from patchspec.errors import did_you_mean
 from patchspec.ort.bfloat16 import BFLOAT16
-from patchspec.ort.case_inputs import (
-    DEFAULT_MAX_ELEMENTS,
+from patchspec.ort.run.case_inputs import (
     DTYPES,
     FLOAT_RANGE,
     INTEGER_RANGE,
@@ -25,6 +24,7 @@ from patchspec.ort.case_inputs import (
 )
 from patchspec.ort.run_failure import RunFailure
 from patchspec.ort.sessions import Feeds, TensorDecl
+from patchspec.ort.settings import DEFAULT_MAX_ELEMENTS
 
 
 def random_range_problem(dtype: str, low: float | None, high: float | None) -> str | None:

@@ -21,8 +21,8 @@ from patchspec.errors import ModelFileError
 from patchspec.model.external_data import expected_nbytes, external_info, is_external, validate_external_data
 from patchspec.model.graph import all_graphs, bodies
 from patchspec.model.io import load_model
-from patchspec.ort.inspection import Binding, Conflict, _dims, _shapes_text, graph_bodies, lint_model
-from patchspec.ort.probe_inputs import model_inputs
+from patchspec.ort.lint.probe import Binding, Conflict, graph_bodies, lint_model, shapes_text
+from patchspec.ort.lint.probe_inputs import declared_dims, model_inputs
 from patchspec.printable import one_line_strings
 
 #: uses of a dim_param, names of a list, shown before "and N more" (``unfold`` shows all)
@@ -68,7 +68,7 @@ def inspect_model(path: Path, given: dict[str, list[int]] | None = None, values:
 # -- the data ----------------------------------------------------------------------------------------
 def _value_json(value: onnx.ValueInfoProto) -> Json:
     elem = value.type.tensor_type.elem_type if value.type.HasField("tensor_type") else 0
-    return {"name": value.name, "dtype": _dtype(elem) if elem else "non-tensor", "dims": _dims(value)}
+    return {"name": value.name, "dtype": _dtype(elem) if elem else "non-tensor", "dims": declared_dims(value)}
 
 
 def _dtype(elem: int) -> str:
@@ -119,7 +119,7 @@ def dim_param_uses(model: onnx.ModelProto) -> dict[str, list[Json]]:
     uses: dict[str, list[Json]] = {}
     for path, graph in [("main", model.graph), *graph_bodies(model.graph)]:
         for value in (*graph.input, *graph.value_info, *graph.output):
-            for axis, dim in enumerate(_dims(value)):
+            for axis, dim in enumerate(declared_dims(value)):
                 if isinstance(dim, str):
                     uses.setdefault(dim, []).append({"tensor": value.name, "axis": axis, "graph": path})
     return uses
@@ -267,7 +267,7 @@ def _control_flow_lines(data: Json, unfold: bool) -> list[str]:
 
 def _lint_lines(lint: Json) -> list[str]:
     origin = "given" if lint["shapes_given"] else "defaults; pass --shape NAME=D0,D1,... for real sizes"
-    lines = [f"lint at {_shapes_text(lint['input_shapes'])} ({origin}):"]
+    lines = [f"lint at {shapes_text(lint['input_shapes'])} ({origin}):"]
     for name, value in lint.get("values", {}).items():
         why = (
             "given" if value["origin"] == "given" else f"the graph needs it: {value['why']}; --value {name}=V to change"

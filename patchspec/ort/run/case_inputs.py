@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from patchspec.errors import did_you_mean
+from patchspec.ort.settings import DEFAULT_MAX_ELEMENTS
 
 FILLS = ("random", "zeros", "ones", "arange")
 DTYPES = (
@@ -37,9 +38,6 @@ DTYPES = (
 #: default [low, high) of ``fill: random``: floats in [-1, 1), integers in [0, 10)
 FLOAT_RANGE = (-1.0, 1.0)
 INTEGER_RANGE = (0, 10)
-#: the most elements one case input may have (the ``run`` verifier's ``max_elements``): 2**27
-#: float32 values are 512 MiB, more than any test input needs and less than a CI machine holds
-DEFAULT_MAX_ELEMENTS = 2**27
 
 #: a (key path, message) pair, as ``check_params`` and ``check_model`` yield them
 Problem = tuple[tuple[Any, ...], str]
@@ -183,7 +181,6 @@ def size_problems(shape: Sequence[int], key: tuple[Any, ...], max_elements: int)
 
 __all__ = [
     "CASE_INPUT_SCHEMA",
-    "DEFAULT_MAX_ELEMENTS",
     "DTYPES",
     "FILLS",
     "FLOAT_RANGE",

@@ -87,7 +87,7 @@ class Tolerances:
         self, outputs: Feeds, expected: Feeds, floors: dict[str, float] | None = None
     ) -> tuple[list[OutputComparison], list[OutputComparison]]:
         """Every output the reference has and compare.outputs does not skip: (all, the failed ones).
-        ``floors``: the provider's measured floor per output (:mod:`patchspec.ort.floors`), if any."""
+        ``floors``: the provider's measured floor per output (:mod:`patchspec.ort.run.floors`), if any."""
         compared = []
         for name in outputs:
             if name not in expected:

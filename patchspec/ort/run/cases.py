@@ -2,8 +2,8 @@
 
 :func:`run_verification` is what the built-in ``run`` verifier's ``verify`` calls. The output runs
 first (its session freed before any reference is built), then each case's reference
-(:mod:`patchspec.ort.references`), then the comparison (:mod:`patchspec.ort.comparison`) and,
-where an output differs, the diagnosis (:mod:`patchspec.ort.diagnosis`).
+(:mod:`patchspec.ort.run.references`), then the comparison (:mod:`patchspec.ort.run.comparison`) and,
+where an output differs, the diagnosis (:mod:`patchspec.ort.run.diagnosis`).
 """
 
 from __future__ import annotations
@@ -11,21 +11,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from patchspec.ort.case_fit import declared_shape_problems, value_notes
-from patchspec.ort.comparison import Tolerances, nonfinite_problems
-from patchspec.ort.diagnosis import original_fails_too, unstable_reference_notes
 from patchspec.ort.environment import device_name
-from patchspec.ort.feeds import (
+from patchspec.ort.native_code import check_native_code
+from patchspec.ort.providers import CPU, provider_setup
+from patchspec.ort.run.case_fit import declared_shape_problems, value_notes
+from patchspec.ort.run.comparison import Tolerances, nonfinite_problems
+from patchspec.ort.run.diagnosis import original_fails_too, unstable_reference_notes
+from patchspec.ort.run.feeds import (
     default_case,
     feed_shape_problems,
     make_feeds,
 )
-from patchspec.ort.floors import measure_floor
-from patchspec.ort.native_code import check_native_code
-from patchspec.ort.providers import CPU, provider_setup
-from patchspec.ort.references import CaseRun, References, ReferenceSettings
+from patchspec.ort.run.floors import measure_floor
+from patchspec.ort.run.references import CaseRun, References, ReferenceSettings
+from patchspec.ort.run.results import Row, verdict
 from patchspec.ort.run_failure import RunFailure
-from patchspec.ort.run_results import Row, verdict
 from patchspec.ort.sessions import BatchSplit, ProviderUnusable, Session, provider_skip_reasons
 from patchspec.plugin.contract import VerifyContext, VerifyResult
 from patchspec.spec.confine import Root

@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from helpers import graph_model, tensor_info
-from patchspec.ort.report import fold_names
+from patchspec.ort.lint.report import fold_names
 from real_models import CORPUS
 from scrfd_like import fpn_model
 

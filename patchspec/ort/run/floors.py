@@ -5,7 +5,7 @@ matrix math, another convolution algorithm at another batch size). The floor mea
 same inputs: the reference model (the original, unless the case names another) on the provider
 against the same model on the CPU, per output, as the largest absolute difference. The comparison
 then allows ``max(atol + rtol * |expected|, FLOOR_FACTOR * floor)``
-(:func:`patchspec.ort.comparison.compare_output`). Both runs go through :class:`References`, so a
+(:func:`patchspec.ort.run.comparison.compare_output`). Both runs go through :class:`References`, so a
 CPU row of the same case reuses the CPU run.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from patchspec.ort.providers import CPU
-from patchspec.ort.references import CaseRun, References
+from patchspec.ort.run.references import CaseRun, References
 from patchspec.ort.run_failure import RunFailure
 from patchspec.ort.settings import FLOOR_FACTOR
 

@@ -24,8 +24,7 @@ from onnx import helper
 
 from patchspec.model.external_data import is_external, iter_tensors
 from patchspec.model.graph import bodies, subgraphs
-from patchspec.ort.case_inputs import DEFAULT_MAX_ELEMENTS
-from patchspec.ort.probe_inputs import (
+from patchspec.ort.lint.probe_inputs import (
     InputOptionError,
     declared_dims,
     feed_values,
@@ -35,7 +34,7 @@ from patchspec.ort.probe_inputs import (
 )
 from patchspec.ort.run_failure import RunFailure
 from patchspec.ort.sessions import build_session, run_bounded
-from patchspec.ort.settings import DEFAULT_TIMEOUT
+from patchspec.ort.settings import DEFAULT_MAX_ELEMENTS, DEFAULT_TIMEOUT
 
 
 @dataclass
@@ -235,7 +234,7 @@ def lint_model(
             actual = run_probe(model, model_dir, shapes, chosen)
             break
         except Exception as exc:  # ORT raises its own Fail/RuntimeException types, each with a message
-            result.error = f"onnxruntime could not run the model at {_shapes_text(shapes)}: {_first_line(exc)}"
+            result.error = f"onnxruntime could not run the model at {shapes_text(shapes)}: {_first_line(exc)}"
     if result.error:
         return result
     _, annotated = probe_model(model)
@@ -296,7 +295,7 @@ def _compare(
             result.wrong_sizes.append(f"{value.name}: axis {axis} declared {dim}, ran as {size}")
 
 
-def _shapes_text(shapes: dict[str, list[int]]) -> str:
+def shapes_text(shapes: dict[str, list[int]]) -> str:
     """``x=1,3,64,96 sr=[]``: the shapes a probe ran at (a scalar as ``[]``)."""
     return " ".join(f"{name}={','.join(map(str, dims)) if dims else '[]'}" for name, dims in shapes.items())
 
@@ -311,6 +310,4 @@ def graph_bodies(graph: onnx.GraphProto, path: str = "main") -> Iterator[tuple[s
             yield from graph_bodies(sub, sub_path)
 
 
-_dims = declared_dims  # the name patchspec.ort.report imports
-
-__all__ = ["Conflict", "LintResult", "graph_bodies", "lint_model"]
+__all__ = ["Conflict", "LintResult", "graph_bodies", "lint_model", "shapes_text"]
