@@ -217,8 +217,8 @@ def _check_envelope(document: YamlDocument) -> list[SpecProblem]:
             continue  # reported above, with suggestions
         bare = _bare_step(document, error)
         problems.append(bare if bare is not None else schema_problem(document, (), "", error))
-        if error.absolute_path and error.absolute_path[0] in ("patches", "verify"):
-            structural = True  # the steps cannot be read: report what was found so far
+        if len(error.absolute_path) == 1 and error.absolute_path[0] in ("patches", "verify"):
+            structural = True  # not a list: no step can be read; report what was found so far
     if structural:
         raise SpecError(problems)
     return problems
@@ -256,6 +256,9 @@ def _steps(
     table = registry.patch_types if kind is StepKind.PATCH_TYPE else registry.verifiers
     data = document.data if isinstance(document.data, dict) else {}
     for index, item in enumerate(data.get(kind.section) or []):
+        if not (isinstance(item, dict) and len(item) == 1):  # reported with the envelope; the others go on
+            left_out.append((index, f"{kind.section}[{index}]"))
+            continue
         ((type_name, raw),) = item.items()
         if type_name not in table:
             problems.append(unknown_type(document, registry, kind, index, str(type_name), table))
