@@ -8,7 +8,7 @@ import pytest
 from helpers import PluginSite, write_spec
 from patchspec.testing import make_model, run_cli
 
-PLUGIN = '''
+PLUGIN = """
 from typing import Annotated, TypedDict
 
 from patchspec import Param, PatchResult, PatchType, hookimpl
@@ -31,7 +31,7 @@ class StampPatch(PatchType[StampParams]):
 @hookimpl
 def register_patch_types(register):
     register(StampPatch)
-'''
+"""
 
 
 @pytest.fixture
@@ -49,7 +49,9 @@ def site(tmp_path, monkeypatch):
 
 
 def spec(folder, plugins: str) -> str:
-    text = f"patchspec: 1\nplugins: {plugins}\nmodel: m.onnx\noutput: build/m.onnx\npatches:\n  - stamp.metadata: {{}}\n"
+    text = (
+        f"patchspec: 1\nplugins: {plugins}\nmodel: m.onnx\noutput: build/m.onnx\npatches:\n  - stamp.metadata: {{}}\n"
+    )
     write_spec(folder, text)
     return "spec.yaml"
 
@@ -65,7 +67,9 @@ def test_a_missing_distribution_is_named_with_its_install_command_and_the_types_
     assert code == 2
     lines = stderr.splitlines()
     assert lines[0] == "spec.yaml:2:11: plugins[0]: stamp-tools>=1.2 is not installed where patchspec runs", stderr
-    assert lines[1].startswith("  hint: install stamp-tools>=1.2 in ") and "-m pip install 'stamp-tools>=1.2'" in lines[1]
+    assert (
+        lines[1].startswith("  hint: install stamp-tools>=1.2 in ") and "-m pip install 'stamp-tools>=1.2'" in lines[1]
+    )
     assert lines[2] == (
         "spec.yaml:6:5: patches[0]: unknown patch type 'stamp.metadata': no installed plugin is named 'stamp' "
         "(this spec's plugins: lists stamp-tools>=1.2, which this environment lacks)"
