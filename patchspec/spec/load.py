@@ -239,13 +239,13 @@ def _bare_step(document: YamlDocument, error: jsonschema.ValidationError) -> Spe
     words = value.split(None, 1) if isinstance(value, str) else []
     if len(words) == 2:  # `- set_batch 8`: a type and its shorthand value, the colon left out
         message = f"{value!r} is not a step: write '- {words[0]}: {words[1]}' (a colon after the type)"
-        return document.problem(path, message, label=f"{section}[{index}]")
+        return document.problem(path, message, key=(section, index))
     example = f"{value}: {{}}" if isinstance(value, str) else "TYPE: {...}"
     message = (
         f"{value!r} is not a step: each item is a mapping with one key, the type "
         f"(write '- {example}', or '- TYPE: VALUE' for a type with a shorthand)"
     )
-    return document.problem(path, message, label=f"{section}[{index}]")
+    return document.problem(path, message, key=(section, index))
 
 
 def _steps(

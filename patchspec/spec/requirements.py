@@ -55,7 +55,7 @@ def check_requirements(document: YamlDocument) -> Requirements:
         found = _problem(item.strip())
         if found is not None:
             message, hint, met = found
-            problems.append(document.problem((KEY, index), message, hint, label=f"{KEY}[{index}]"))
+            problems.append(document.problem((KEY, index), message, hint, key=(KEY, index)))
             if not met:
                 unmet.append(item.strip())
     return Requirements(tuple(problems), tuple(unmet))

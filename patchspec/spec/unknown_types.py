@@ -25,10 +25,10 @@ def unknown_type(
 ) -> SpecProblem:
     """The problem of step ``index`` of ``kind``'s section, whose type ``type_name`` is not in ``table``;
     ``unmet``: the requirements of the spec's ``plugins:`` that this environment does not meet."""
-    doc_path, label = (kind.section, index, type_name), f"{kind.section}[{index}]"
+    doc_path = (kind.section, index, type_name)
 
     def problem(message: str, hint: str | None) -> SpecProblem:
-        return document.problem(doc_path, message, hint, label=label, of_key=True)
+        return document.problem(doc_path, message, hint, key=doc_path[:2], of_key=True)
 
     missing = registry.why_missing(type_name)  # its plugin is installed, but disabled or broken
     if missing is not None and missing.disabled:
