@@ -88,6 +88,10 @@ _DEPRECATED_IN_1_5 = {
     "BROADCASTING": ("patchspec.shapes.evaluate", "a set of the elementwise op types your plugin follows"),
 }
 DEPRECATED = {**_DEPRECATED_IN_1_2, **_DEPRECATED_IN_1_5}
+#: names that 1.0 had under another name: they still work, with a DeprecationWarning, until 2.0
+RENAMED = {"annotations": "all_annotations"}  # it shadowed `from __future__ import annotations`
+# the __future__ feature's name, which `from patchspec.api import annotations` found instead
+del annotations
 
 
 def __getattr__(name: str) -> Any:
@@ -97,6 +101,13 @@ def __getattr__(name: str) -> Any:
         value = _imported(_HOME[name], name)
         globals()[name] = value
         return value
+    if name in RENAMED:
+        warnings.warn(
+            f"patchspec.api.{name} was renamed {RENAMED[name]} (its plugin API 1.0 name goes in 2.0); use {RENAMED[name]}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return __getattr__(RENAMED[name])
     if name not in DEPRECATED:
         raise AttributeError(f"module 'patchspec.api' has no attribute {name!r}")
     module_name, instead = DEPRECATED[name]

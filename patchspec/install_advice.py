@@ -8,8 +8,11 @@ type of a plugin that is not installed gets the fix for the environment it ran i
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -36,24 +39,38 @@ def place() -> Place:
 
 
 def install_hint(plugin: str) -> str:
-    """How to install the distribution that provides plugin ``plugin`` where patchspec runs."""
+    """How to install the distribution that provides plugin ``plugin`` where patchspec runs: its name is
+    the convention's guess (a spec that names it in ``plugins:`` gets :func:`requirement_hint`)."""
     distribution = DISTRIBUTION_PATTERN.format(plugin=plugin.replace("_", "-"))
     what = f"the distribution that provides plugin '{plugin}' ({distribution} by convention)"
+    named = "; a spec names its plugins' distributions for certain in its plugins: key (docs/spec.md#plugins)"
+    return _fix(what, [distribution]) + named
+
+
+def requirement_hint(requirements: Sequence[str], *, upgrade: bool = False) -> str:
+    """How to install ``requirements`` (as a spec's ``plugins:`` writes them) where patchspec runs."""
+    return _fix(", ".join(requirements), list(requirements), upgrade=upgrade)
+
+
+def _fix(what: str, requirements: list[str], *, upgrade: bool = False) -> str:
     where, prefix = place(), Path(sys.prefix)
+    quoted = " ".join(shlex.quote(requirement) for requirement in requirements)
     if where == "pre-commit":
+        listed = ", ".join(json.dumps(requirement) for requirement in requirements)
         return (
             f"patchspec runs in pre-commit's own environment, which holds only what the hook lists: add {what} "
             "to the patchspec hook's additional_dependencies in .pre-commit-config.yaml "
-            "(docs/build-systems.md#pre-commit)"
+            f"(additional_dependencies: [{listed}]; docs/build-systems.md#pre-commit)"
         )
     if where == "pipx":
+        force = "--force " if upgrade else ""
         return (
             f"patchspec runs in the pipx environment '{prefix.name}', which holds only what pipx put there: "
-            f"inject {what}: pipx inject {prefix.name} {distribution}"
+            f"inject {what}: pipx inject {force}{prefix.name} {quoted}"
         )
     kind = "the virtual environment" if where == "venv" else "the Python"
     return (
-        f"install {what} in {kind} patchspec runs from ({prefix}): {sys.executable} -m pip install {distribution}; "
+        f"install {what} in {kind} patchspec runs from ({prefix}): {sys.executable} -m pip install {quoted}; "
         "'patchspec plugins' lists what is installed there"
     )
 

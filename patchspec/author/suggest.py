@@ -29,7 +29,7 @@ import onnx
 from patchspec.errors import UsageError, did_you_mean
 from patchspec.model.graph import ScopeIndex, walk_nodes
 from patchspec.model.io import load_model
-from patchspec.shapes.annotations import collector_paused, read_dims
+from patchspec.shapes.annotations import collector_paused, format_dims, read_dims
 from patchspec.shapes.batch_axes import BatchAxesError, batch_axes, fed_inputs
 from patchspec.shapes.expressions import quote_tensor
 
@@ -79,12 +79,11 @@ class Suggestion:
         return [self.expressions.get(i, v) for i, v in enumerate(self.values)]
 
     def spec_lines(self) -> list[str]:
-        shown = ", ".join(json.dumps(item) for item in self.items)
         return [
             "  - replace_initializer:",
             f"      select: {_flow(self.selector)}",
             f"      input: {self.operand}",
-            f"      shape: [{shown}]",
+            f"      shape: {_flow_list(self.items)}",
         ]
 
     def to_json(self) -> dict[str, Any]:
@@ -180,18 +179,23 @@ def _report(path: Path, given: dict[str, list[int]] | None) -> dict[str, Any]:
 
 def format_suggestions(data: dict[str, Any]) -> str:
     lines = [f"{data['model']}: inputs as exported:"]
-    lines += [f"  {i['name']}  {i['dims']}" for i in data["inputs"]]
+    lines += [f"  {i['name']}  {format_dims(i['dims'])}" for i in data["inputs"]]
     notes = [f"note: {n}" for n in data["notes"]]
     if not data["suggestions"]:
         lines.append("no shape constant follows the declared input sizes: nothing to suggest")
         return "\n".join(lines + notes)
     lines.append(f"{len(data['suggestions'])} constant(s) bake an export-time size:")
     for s in data["suggestions"]:
-        lines.append(f"  {s['node']} input {s['input']}: {s['values']} -> {s['shape']}")
+        lines.append(f"  {s['node']} input {s['input']}: {_flow_list(s['values'])} -> {_flow_list(s['shape'])}")
         lines += [f"    entry {k}: ambiguous, could also be {v}; check it" for k, v in s["ambiguous"].items()]
     lines.append("add to the spec's patches (after set_batch, if there is one):")
     lines += data["spec_lines"]
     return "\n".join(lines + notes)
+
+
+def _flow_list(items: list[Any]) -> str:
+    """``[1, 3, "dim(image, 2) // 2"]``: a list as a spec writes it (not Python's repr)."""
+    return "[" + ", ".join(json.dumps(item) for item in items) + "]"
 
 
 def _checked_sizes(model: onnx.ModelProto, given: dict[str, list[int]]) -> dict[str, list[int]]:

@@ -18,7 +18,7 @@ def plugins(state: State, as_json: bool) -> None:
     from patchspec.spec.catalog import DISABLE_ENV
 
     registry = state.registry()
-    broken = [info.name for info in registry.plugins if info.error]
+    broken = [info.label for info in registry.plugins if info.error]  # by distribution: two may claim one name
     if as_json:
         state.reporter.output(json.dumps([vars(p) for p in [*registry.plugins, *registry.disabled]], indent=2))
         _fail_if_broken(broken)
@@ -52,7 +52,7 @@ def _fail_if_broken(broken: list[str]) -> None:
     if broken:
         from patchspec.errors import PluginError
 
-        names = ", ".join(f"'{name}'" for name in broken)
+        names = ", ".join(sorted(broken))
         raise PluginError(
             f"{len(broken)} installed plugin{'s' * (len(broken) != 1)} failed to load: {names}",
             "see BROKEN above (-v for the traceback); reinstall or fix the plugin, or disable it with "

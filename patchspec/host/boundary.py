@@ -229,15 +229,45 @@ def schema_fault(cls: type) -> str | None:
     return problem + (f" (at {site})" if site else "")
 
 
-def schema_site(cls: type) -> str | None:
-    """``path.py:LINE in Class``: the line that sets ``params_schema`` in the class that defines it."""
-    owner = next((c for c in cls.__mro__ if "params_schema" in vars(c)), cls)
+def shorthand_fault(cls: type) -> str | None:
+    """What makes ``cls.shorthand`` one that never applies: not a param of ``params_schema``, or a param
+    whose value is always a mapping (``type.name: {...}`` is read as the params themselves)."""
+    shorthand, schema = getattr(cls, "shorthand", None), getattr(cls, "params_schema", None)
+    if shorthand is None or not isinstance(schema, dict):
+        return None
+    properties = schema.get("properties", {})
+    if not isinstance(shorthand, str) or shorthand not in properties:
+        known = ", ".join(map(repr, properties)) or "none"
+        return f"shorthand {shorthand!r} is not one of its params (they are: {known})"
+    if _only_mappings(properties[shorthand]):
+        name = getattr(cls, "name", "TYPE")
+        return (
+            f"shorthand {shorthand!r} names a param whose value is always a mapping, so it never applies: "
+            f"'{name}: {{...}}' is read as the params themselves; name a param whose value is not a mapping, "
+            "or remove the shorthand"
+        ) + (f" (at {site})" if (site := schema_site(cls, "shorthand")) else "")
+    return None
+
+
+def _only_mappings(schema: Any) -> bool:
+    """Whether every value ``schema`` admits is a mapping (a JSON object)."""
+    if not isinstance(schema, dict):
+        return False
+    branches = schema.get("anyOf") or schema.get("oneOf")
+    if isinstance(branches, list) and branches:
+        return all(_only_mappings(branch) for branch in branches)
+    return schema.get("type") == "object"
+
+
+def schema_site(cls: type, attribute: str = "params_schema") -> str | None:
+    """``path.py:LINE in Class``: the line that sets ``attribute`` in the class that defines it."""
+    owner = next((c for c in cls.__mro__ if attribute in vars(c)), cls)
     try:
         lines, start = inspect.getsourcelines(owner)
         path = inspect.getsourcefile(owner)
     except (OSError, TypeError):  # no source: a class built in memory
         return None
-    offset = next((i for i, line in enumerate(lines) if re.match(r"\s*params_schema\b", line)), 0)
+    offset = next((i for i, line in enumerate(lines) if re.match(rf"\s*{attribute}\b", line)), 0)
     return f"{path}:{start + offset} in {owner.__name__}"
 
 
@@ -282,4 +312,4 @@ def _raised(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-__all__ = ["Guard", "Origin", "dialect", "plugin_failure", "schema_fault", "schema_site"]
+__all__ = ["Guard", "Origin", "dialect", "plugin_failure", "schema_fault", "schema_site", "shorthand_fault"]

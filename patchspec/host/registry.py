@@ -26,7 +26,7 @@ import pluggy
 from patchspec import PLUGIN_API, __version__
 from patchspec.errors import PluginError
 from patchspec.host.api_range import range_problem
-from patchspec.host.boundary import Guard, Origin, plugin_failure, schema_fault
+from patchspec.host.boundary import Guard, Origin, plugin_failure, schema_fault, shorthand_fault
 from patchspec.host.installed import (
     _IN_PROCESS,
     BUILTIN_DISTRIBUTION,
@@ -283,7 +283,7 @@ class PluginRegistry:
                 raise PluginError(f"{info.label}: {kind} {name!r} has no '{attr}'")
         # the built-ins' schemas are checked by patchspec's own tests (the same check, in the test kit):
         # checking them here would cost every command ~0.1 s
-        fault = None if info.builtin else schema_fault(cls_)
+        fault = None if info.builtin else schema_fault(cls_) or shorthand_fault(cls_)
         if fault:
             raise PluginError(f"{kind} {name!r}: {fault}")
         if not info.builtin and not name.startswith(info.name + "."):

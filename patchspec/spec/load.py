@@ -21,6 +21,8 @@ from patchspec.errors import SpecError, SpecProblem, did_you_mean
 from patchspec.spec.catalog import Catalog, StepKind
 from patchspec.spec.confine import ROOT_HINT, Root, control_characters, read_problem
 from patchspec.spec.reader import YamlDocument, load_yaml
+from patchspec.spec.requirements import SCHEMA as PLUGINS_SCHEMA
+from patchspec.spec.requirements import check_requirements
 from patchspec.spec.schema_errors import param_problems, schema_problem
 from patchspec.spec.steps import Spec, Step, locate, location
 from patchspec.spec.unknown_types import unknown_type
@@ -29,12 +31,13 @@ FORMAT_VERSION = 1
 #: the combined schema's $id: stable for a spec format version (editors and caches key on it)
 SCHEMA_ID = f"https://patchspec.github.io/schema/spec-{FORMAT_VERSION}.schema.json"
 
-ENVELOPE_KEYS = ("patchspec", "model", "output", "patches", "verify")
+ENVELOPE_KEYS = ("patchspec", "plugins", "model", "output", "patches", "verify")
 
 ENVELOPE_SCHEMA = {
     "type": "object",
     "properties": {
         "patchspec": {"description": "spec format version", "const": FORMAT_VERSION},
+        "plugins": PLUGINS_SCHEMA,
         "model": {"description": "input model, relative to the spec file", "type": "string", "minLength": 1},
         "output": {"description": "output model, relative to the spec file", "type": "string", "minLength": 1},
         "patches": {
@@ -86,11 +89,13 @@ def read_spec(path: Path | str, registry: Catalog, *, text: str | None = None, r
     document = load_yaml(path, text)
     problems: list[SpecProblem] = _check_envelope(document)  # listed together with the steps' problems
     problems += _control_characters(document)
+    required = check_requirements(document)  # the plugins it names are installed here
+    problems += required.problems
     data: dict[str, Any] = document.data if isinstance(document.data, dict) else {}
     left_out: list[tuple[int, str]] = []
-    patches = tuple(_steps(document, StepKind.PATCH_TYPE, registry, problems, left_out))
+    patches = tuple(_steps(document, StepKind.PATCH_TYPE, registry, problems, left_out, required.unmet))
     invalid: list[tuple[int, str]] = []
-    verify = tuple(_steps(document, StepKind.VERIFIER, registry, problems, invalid))
+    verify = tuple(_steps(document, StepKind.VERIFIER, registry, problems, invalid, required.unmet))
     if text is None:  # a spec on disk: the files its valid steps read must be there (a draft's not yet)
         folder = Path(os.path.abspath(path)).parent
         valid = [step for step in patches + verify if (step.index, step.label) not in left_out + invalid]
@@ -217,8 +222,8 @@ def _check_envelope(document: YamlDocument) -> list[SpecProblem]:
             continue  # reported above, with suggestions
         bare = _bare_step(document, error)
         problems.append(bare if bare is not None else schema_problem(document, (), "", error))
-        if error.absolute_path and error.absolute_path[0] in ("patches", "verify"):
-            structural = True  # the steps cannot be read: report what was found so far
+        if len(error.absolute_path) == 1 and error.absolute_path[0] in ("patches", "verify"):
+            structural = True  # not a list: no step can be read; report what was found so far
     if structural:
         raise SpecError(problems)
     return problems
@@ -234,13 +239,13 @@ def _bare_step(document: YamlDocument, error: jsonschema.ValidationError) -> Spe
     words = value.split(None, 1) if isinstance(value, str) else []
     if len(words) == 2:  # `- set_batch 8`: a type and its shorthand value, the colon left out
         message = f"{value!r} is not a step: write '- {words[0]}: {words[1]}' (a colon after the type)"
-        return document.problem(path, message, label=f"{section}[{index}]")
+        return document.problem(path, message, key=(section, index))
     example = f"{value}: {{}}" if isinstance(value, str) else "TYPE: {...}"
     message = (
         f"{value!r} is not a step: each item is a mapping with one key, the type "
         f"(write '- {example}', or '- TYPE: VALUE' for a type with a shorthand)"
     )
-    return document.problem(path, message, label=f"{section}[{index}]")
+    return document.problem(path, message, key=(section, index))
 
 
 def _steps(
@@ -249,6 +254,7 @@ def _steps(
     registry: Catalog,
     problems: list[SpecProblem],
     left_out: list[tuple[int, str]],
+    unmet: tuple[str, ...] = (),
 ) -> Iterator[Step]:
     """The steps of ``kind``'s section whose params pass their schema (a plugin's own static checks may
     still fail: such a step is still checked against the model); every problem goes to ``problems``,
@@ -256,9 +262,12 @@ def _steps(
     table = registry.patch_types if kind is StepKind.PATCH_TYPE else registry.verifiers
     data = document.data if isinstance(document.data, dict) else {}
     for index, item in enumerate(data.get(kind.section) or []):
+        if not (isinstance(item, dict) and len(item) == 1):  # reported with the envelope; the others go on
+            left_out.append((index, f"{kind.section}[{index}]"))
+            continue
         ((type_name, raw),) = item.items()
         if type_name not in table:
-            problems.append(unknown_type(document, registry, kind, index, str(type_name), table))
+            problems.append(unknown_type(document, registry, kind, index, str(type_name), table, unmet))
             left_out.append((index, f"{kind.section}[{index}] ({type_name})"))
             continue
         cls_ = table[type_name]

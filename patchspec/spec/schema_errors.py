@@ -132,7 +132,8 @@ def _short_message(error: ValidationError) -> str:
         unknown = [key for key in error.instance if key not in known]
         return "; ".join(f"unknown key '{key}'" + did_you_mean(str(key), known) for key in unknown) or text
     if error.validator in ("minProperties", "maxProperties") and isinstance(error.instance, dict):
-        return f"each item has exactly one key (the type), got {len(error.instance)}: {', '.join(map(str, error.instance))}"
+        keys = f": {', '.join(map(str, error.instance))}" if error.instance else " (write '- TYPE: {}')"
+        return f"each item has exactly one key (the type), got {len(error.instance)}{keys}"
     return text
 
 

@@ -4,7 +4,7 @@ disabled or failed to load, or a third party's plugin not installed where patchs
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -15,13 +15,20 @@ from patchspec.spec.reader import YamlDocument
 
 
 def unknown_type(
-    document: YamlDocument, registry: Catalog, kind: StepKind, index: int, type_name: str, table: Mapping[str, Any]
+    document: YamlDocument,
+    registry: Catalog,
+    kind: StepKind,
+    index: int,
+    type_name: str,
+    table: Mapping[str, Any],
+    unmet: Sequence[str] = (),
 ) -> SpecProblem:
-    """The problem of step ``index`` of ``kind``'s section, whose type ``type_name`` is not in ``table``."""
-    doc_path, label = (kind.section, index, type_name), f"{kind.section}[{index}]"
+    """The problem of step ``index`` of ``kind``'s section, whose type ``type_name`` is not in ``table``;
+    ``unmet``: the requirements of the spec's ``plugins:`` that this environment does not meet."""
+    doc_path = (kind.section, index, type_name)
 
     def problem(message: str, hint: str | None) -> SpecProblem:
-        return document.problem(doc_path, message, hint, label=label, of_key=True)
+        return document.problem(doc_path, message, hint, key=doc_path[:2], of_key=True)
 
     missing = registry.why_missing(type_name)  # its plugin is installed, but disabled or broken
     if missing is not None and missing.disabled:
@@ -42,7 +49,11 @@ def unknown_type(
     plugin = type_name.split(".")[0]
     if "." in type_name and not any(name.startswith(f"{plugin}.") for name in table):
         # a third party's type whose plugin is not installed where patchspec runs
-        return problem(f"unknown {kind} '{type_name}': no installed plugin is named '{plugin}'", install_hint(plugin))
+        message = f"unknown {kind} '{type_name}': no installed plugin is named '{plugin}'"
+        if unmet:  # the spec says which distributions it needs: name them, not a guess; plugins: says how
+            listed = ", ".join(unmet)
+            return problem(f"{message} (this spec's plugins: lists {listed}, which this environment lacks)", None)
+        return problem(message, install_hint(plugin))
     suggestion = did_you_mean(type_name, table)
     known = None
     if not suggestion:

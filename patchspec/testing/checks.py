@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import onnx
 
 from patchspec.errors import PatchError, PluginError
-from patchspec.host.boundary import Guard, schema_fault
+from patchspec.host.boundary import Guard, schema_fault, shorthand_fault
 from patchspec.host.registry import origin_of
 from patchspec.plugin.contract import (
     PatchResult,
@@ -83,10 +83,8 @@ def check_declaration(cls: type[PatchType[Any]] | type[Verifier[Any]]) -> None:
     assert fault is None, f"{cls.name}: {fault}"
     problems = schema_problems(schema)
     assert not problems, f"{cls.name}: params_schema is not closed and described:\n" + "\n".join(problems)
-    shorthand = getattr(cls, "shorthand", None)
-    assert shorthand is None or shorthand in schema.get("properties", {}), (
-        f"{cls.name}: shorthand {shorthand!r} is not one of its properties"
-    )
+    shorthand = shorthand_fault(cls)  # the registry's check when a plugin loads, built-ins included here
+    assert shorthand is None, f"{cls.name}: {shorthand}"
     params_type = getattr(cls, "Params", None)
     if params_type is not None:  # the typed params say what the schema says: the same keys
         typed = {key for klass in params_type.__mro__ for key in getattr(klass, "__annotations__", {})}

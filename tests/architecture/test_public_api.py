@@ -97,6 +97,16 @@ def test_a_deprecated_name_still_imports_and_says_what_replaces_it(name):
         patchspec.api.nope  # noqa: B018
 
 
+@pytest.mark.parametrize("old", sorted(patchspec.api.RENAMED))
+def test_a_renamed_name_still_works_and_says_its_new_name(old):
+    """1.0's ``api.annotations`` found the ``__future__`` feature ('_Feature' object is not callable)."""
+    new = patchspec.api.RENAMED[old]
+    with pytest.warns(DeprecationWarning, match=rf"patchspec.api.{old} was renamed {new} .* use {new}"):
+        value = getattr(patchspec.api, old)
+    assert value is getattr(patchspec.api, new) and callable(value)
+    assert old not in patchspec.api.__all__ and old not in vars(patchspec.api)
+
+
 def _type_checking_names(module) -> dict[str, str]:
     """name -> module of each import a type checker sees: ``if TYPE_CHECKING:`` in ``module``'s source,
     or its ``.pyi`` stub beside it."""

@@ -76,6 +76,23 @@ def test_the_text_form_prints_the_spec_lines(tmp_path, run_cli):
     assert "2 constant(s) bake an export-time size" in result.stdout
     assert '      shape: [1, 3, "dim(image, 2) * dim(image, 3) // 64"]' in result.stdout
     assert "axes: {2: height, 3: width}" in result.stdout
+    # shapes as a spec writes them, never Python's reprs
+    assert "  image  [1, 3, 48, 80]" in result.stdout and "'dim(" not in result.stdout
+    assert 'input 1: [1, 3, 60] -> [1, 3, "dim(image, 2) * dim(image, 3) // 64"]' in result.stdout
+
+
+def test_unknown_input_dims_print_as_a_question_mark(tmp_path, run_cli):
+    onnx.save(
+        graph_model(
+            [helper.make_node("Relu", ["x"], ["y"])],
+            [tensor_info("x", [1, None, "?"])],
+            [tensor_info("y", [1, None, "?"])],
+        ),
+        tmp_path / "m.onnx",
+    )
+    result = run_cli("inspect", tmp_path / "m.onnx", "--suggest")
+    assert result.exit_code == 0, result.output
+    assert "  x  [1, ?, ?]" in result.stdout, result.stdout
 
 
 def test_a_coincidence_between_sizes_is_called_ambiguous(tmp_path, run_cli):

@@ -32,7 +32,7 @@ def validate(python: Path, folder: Path, **environ: str) -> str:
     """``patchspec validate spec.yaml`` as that interpreter runs it; its stderr (it must fail with 2)."""
     (folder / ".git").mkdir(parents=True)
     onnx.save(make_model({"x": (1, 3)}), folder / "m.onnx")
-    (folder / "spec.yaml").write_text(SPEC)
+    (folder / "spec.yaml").write_text(environ.pop("SPEC_TEXT", SPEC))
     env = {k: v for k, v in os.environ.items() if k not in ("PRE_COMMIT", "PIPX_HOME", "VIRTUAL_ENV")}
     done = subprocess.run(
         [str(python), "-m", "patchspec", "validate", "spec.yaml"],
@@ -43,7 +43,7 @@ def validate(python: Path, folder: Path, **environ: str) -> str:
         timeout=120,
     )
     assert done.returncode == 2, done.stdout + done.stderr
-    assert ERROR in done.stderr and "did you mean" not in done.stderr, done.stderr
+    assert ERROR.split(": ", 1)[1] in done.stderr and "did you mean" not in done.stderr, done.stderr
     return done.stderr
 
 
@@ -94,3 +94,21 @@ def test_outside_any_environment_the_hint_is_pip_install_with_that_python(tmp_pa
         f"in the Python patchspec runs from ({tmp_path / 'usr'}): {sys.executable} -m pip install patchspec-acme-tools"
         in hint
     )
+
+
+# -- a spec that names its plugins' distributions (plugins:): the hint names them, not a guess ----------
+
+NAMED = SPEC.replace("patchspec: 1\n", "patchspec: 1\nplugins: [stamp-tools>=1.2]\n")
+
+
+def test_a_spec_that_names_its_plugin_gets_that_distribution_in_each_environment(tmp_path):
+    for python, environ, fix in (
+        (interpreter(tmp_path / "pipx" / "venvs" / "patchspec"), {}, "pipx inject patchspec 'stamp-tools>=1.2'"),
+        (sys.executable, {"PRE_COMMIT": "1"}, 'additional_dependencies: ["stamp-tools>=1.2"]'),
+        (interpreter(tmp_path / "venv"), {}, "-m pip install 'stamp-tools>=1.2'"),
+    ):
+        folder = tmp_path / f"project-{len(list(tmp_path.iterdir()))}"
+        stderr = validate(python, folder, SPEC_TEXT=NAMED, **environ)
+        assert "spec.yaml:2:11: plugins[0]: stamp-tools>=1.2 is not installed where patchspec runs" in stderr, stderr
+        assert "(this spec's plugins: lists stamp-tools>=1.2, which this environment lacks)" in stderr, stderr
+        assert stderr.count(fix) == 1 and "patchspec-stamp" not in stderr, stderr

@@ -1,4 +1,4 @@
-"""The commands of README.md, docs/*.md and examples/*/README.md, run as written: find the blocks, run them, compare.
+"""The commands of README.md, docs/**/*.md and examples/*/README.md, run as written: find the blocks, run them, compare.
 
 Every fenced block that holds commands (``console``, ``sh``, ``bash``, ``shell``, or ``$ `` lines)
 carries a marker on the line above it:
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "examples").glob("*/README.md"))]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")), *sorted((REPO / "examples").glob("*/README.md"))]
 COMMAND_LANGUAGES = {"console", "sh", "bash", "shell"}
 SCRIPT_LANGUAGES = {"sh", "bash", "shell"}
 #: how the scratch folder's path reads in a transcript

@@ -321,3 +321,50 @@ def test_a_plugin_that_exits_from_check_params_does_not_stop_validate(site, fold
     assert code == 5, stderr
     assert "check_params() raised SystemExit(None): a plugin must not exit the process" in stderr
     assert "builtin_only.yaml: ok" in stdout  # the next spec is still validated
+
+
+# -- a shorthand that can never apply: the plugin is listed as broken when it loads ----------------------
+
+SHORTHAND_ON_A_MAPPING = """
+from typing import Annotated, TypedDict
+
+from patchspec import Param, PatchResult, PatchType, hookimpl
+
+
+class Where(TypedDict):
+    key: Annotated[str, Param("a metadata key")]
+
+
+class StampParams(TypedDict):
+    where: Annotated[Where, Param("where to stamp")]
+
+
+class StampPatch(PatchType[StampParams]):
+    name = "fric.stamp"
+    description = "stamp"
+    shorthand = "where"  # the shorthand
+
+    def apply(self, model, params, context):
+        return PatchResult(False, "nothing")
+
+
+@hookimpl
+def register_patch_types(register):
+    register(StampPatch)
+"""
+
+
+def test_a_shorthand_on_a_mapping_param_is_found_at_load(site, folder):
+    """`fric.stamp: {key: a}` is the params themselves: a shorthand naming a mapping never applies."""
+    plugin_file = site.install(SHORTHAND_ON_A_MAPPING)
+    code, listing, _ = run_cli(["plugins"])
+    assert code == 5
+    assert (
+        "  BROKEN: patch type 'fric.stamp': shorthand 'where' names a param whose value is always a mapping, so it "
+        "never applies: 'fric.stamp: {...}' is read as the params themselves; name a param whose value is not a "
+        f"mapping, or remove the shorthand (at {plugin_file}:{line_of(SHORTHAND_ON_A_MAPPING, '# the shorthand')} "
+        "in StampPatch)"
+    ) in listing, listing
+    (folder / "faulty.yaml").write_text(spec_using("fric.stamp"))
+    code, _, stderr = run_cli(["validate", "faulty.yaml"], cwd=folder)
+    assert code == 2 and "plugin 'fric' is installed but failed to load" in stderr, stderr

@@ -325,6 +325,8 @@ def test_two_distributions_claiming_one_plugin_name_is_an_error_naming_both(tmp_
     PluginSite(tmp_path / "two", monkeypatch, "dist-two", "2.0").install(SHARED.replace("TYPE", "b"), module="mod_two")
     listing = plugins_listing()
     assert listing.count("BROKEN: the plugin name 'fric' is claimed by dist-one 1.0 and dist-two 2.0") == 2, listing
+    _, _, stderr = run_cli(["plugins"])  # the summary tells the two apart
+    assert "2 installed plugins failed to load: plugin 'fric' (dist-one 1.0), plugin 'fric' (dist-two 2.0)" in stderr
     (tmp_path / "m.onnx").write_bytes(make_model({"x": ("N", 3)}).SerializeToString())
     (tmp_path / "s.yaml").write_text("patchspec: 1\nmodel: m.onnx\noutput: out/o.onnx\npatches:\n  - fric.a: {}\n")
     code, _, stderr = run_cli(["validate", "s.yaml"], cwd=tmp_path)

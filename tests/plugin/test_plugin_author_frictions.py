@@ -205,7 +205,7 @@ def test_import_failure_without_v_is_one_line_with_the_plugins_file_and_line(sit
     assert cause in run.stderr
     code, listing, stderr = run_cli(["plugins"])
     assert code == 5 and f"  BROKEN: {cause}" in listing  # a CI step that checks its plugins fails
-    assert "installed plugin failed to load: 'fric'" in stderr
+    assert "installed plugin failed to load: plugin 'fric' (fric-tools 1.2.3)" in stderr
 
 
 def test_import_failure_with_v_shows_the_plugins_traceback(site, tmp_path):

@@ -263,6 +263,23 @@ def test_a_step_without_its_colon_is_shown_with_it(tmp_path, run_cli):
     assert "patches[0]: 'set_batch 8' is not a step: write '- set_batch: 8'" in result.stderr
 
 
+def test_a_malformed_step_does_not_hide_the_other_steps_mistakes(tmp_path, run_cli):
+    """Every mistake in one round: an item that is not a step is reported with the others' mistakes."""
+    small_model(tmp_path, "m.onnx")
+    spec = write_spec(
+        tmp_path,
+        "patchspec: 1\nmodel: m.onnx\noutput: o.onnx\npatches:\n  - set_batch 8\n  - rename_dimz: {}\n  - {}\n"
+        "verify:\n  - run: {compare: {against: orignal}}\n",
+    )
+    result = run_cli("validate", spec)
+    assert result.exit_code == 2, result.output
+    lines = error_lines(result)
+    assert len(lines) == 4, result.stderr
+    assert "'set_batch 8' is not a step" in lines[0] and "'rename_dimz' (did you mean 'rename_dims'?)" in lines[1]
+    assert lines[2].endswith("patches[2]: each item has exactly one key (the type), got 0 (write '- TYPE: {}')")
+    assert "got 'orignal' (did you mean 'original'?)" in lines[3]
+
+
 def test_a_model_given_as_the_spec_says_to_write_a_spec_for_it(tmp_path, run_cli):
     small_model(tmp_path, "m.onnx")
     for command in ("apply", "validate"):

@@ -45,3 +45,24 @@ def test_a_step_s_kind_is_the_enum_and_names_its_section() -> None:
     step = Step(StepKind.VERIFIER, 2, "run", {})
     assert step.kind is StepKind.VERIFIER and step.section == "verify"
     assert step.label == "verify[2] (run)" and step.path == ("verify", 2, "run")
+
+
+def test_json_names_a_problem_outside_any_step_by_its_path_in_the_file(tmp_path, run_cli):
+    """docs/cli.md: for the spec's own keys ``where`` is the place and ``key`` its path in the file; for
+    a step's params, ``where`` the step and ``key`` the path inside its params."""
+    import json
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "patchspec: 1\nplugins: [no-such-dist]\nmodel: m.onnx\noutput: o.onnx\npatches:\n  - set_bach: 8\n"
+        "  - set_batch 8\n  - set_batch: {size: [1]}\nverify:\n  - chek: {}\n"
+    )
+    result = run_cli("validate", "--json", "--no-model", spec)
+    problems = [(p["where"], p["key"]) for p in json.loads(result.stdout)["specs"][0]["problems"]]
+    assert problems == [
+        ("plugins[0]", ["plugins", 0]),
+        ("patches[0]", ["patches", 0]),
+        ("patches[1]", ["patches", 1]),
+        ("patches[2] (set_batch)", ["size"]),
+        ("verify[0]", ["verify", 0]),
+    ], problems
