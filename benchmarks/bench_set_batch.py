@@ -1,7 +1,7 @@
 """Measure ``set_batch`` on large graphs: time against node count and ``infer_shapes``, and peak RSS.
 
 ``set_batch`` follows the batch by evaluating every tensor's shape at two batch sizes in one pass
-in graph order (``patchspec.shapes.evaluate`` + ``patchspec.shapes.batch_tracker``) and rewrites the shape
+in graph order (``patchspec.shapes.evaluate`` + ``patchspec.shapes.batch.tracker``) and rewrites the shape
 constants that bake the old batch. This script checks that the cost grows with the graph, not
 faster, that it stays within a few times ONNX's own C++ ``infer_shapes``, and that weights are never
 loaded or copied. Three parts:

@@ -43,7 +43,7 @@ from patchspec.shapes.annotations import (
 )
 
 # the batch's axes
-from patchspec.shapes.batch_axes import (
+from patchspec.shapes.batch.axes import (
     BatchAxes as BatchAxes,
     BatchAxesError as BatchAxesError,
     batch_axes as batch_axes,
@@ -51,17 +51,17 @@ from patchspec.shapes.batch_axes import (
 )
 
 # following the batch (set_batch's core) and applying what it finds
-from patchspec.shapes.batch_trace import BatchTrace as BatchTrace, Rewrite as Rewrite, Undecided as Undecided
-from patchspec.shapes.batch_tracker import trace_batch as trace_batch
-from patchspec.shapes.batch_as_is import not_as_exported as not_as_exported
-from patchspec.shapes.batch_rewrite import (
+from patchspec.shapes.batch.trace import BatchTrace as BatchTrace, Rewrite as Rewrite, Undecided as Undecided
+from patchspec.shapes.batch.tracker import trace_batch as trace_batch
+from patchspec.shapes.batch.as_is import not_as_exported as not_as_exported
+from patchspec.shapes.batch.rewrite import (
     rewrite_batch_constants as rewrite_batch_constants,
     explicit_squeezes as explicit_squeezes,
     declare_from_trace as declare_from_trace,
 )
-from patchspec.shapes.batch_joins import tile_inputs as tile_inputs
-from patchspec.shapes.batch_computed import compute_shapes as compute_shapes
-from patchspec.shapes.batch_counts import count_samples as count_samples
+from patchspec.shapes.batch.joins import tile_inputs as tile_inputs
+from patchspec.shapes.batch.computed import compute_shapes as compute_shapes
+from patchspec.shapes.batch.counts import count_samples as count_samples
 
 # patches to suggest, as data and as the lines to paste into a spec
 from patchspec.shapes.spec_lines import FlowValue as FlowValue, SpecFix as SpecFix, spec_lines as spec_lines

@@ -46,7 +46,7 @@ from patchspec.errors import PatchError
 from patchspec.run.engine import Engine
 from patchspec.run.report import RunReport
 from patchspec.shapes.annotations import collector_paused, read_dims
-from patchspec.shapes.batch_axes import BatchAxesError, batch_axes, fed_inputs
+from patchspec.shapes.batch.axes import BatchAxesError, batch_axes, fed_inputs
 from patchspec.spec.load import load_spec
 
 #: the batch of the run case when the spec keeps a symbolic batch

@@ -20,7 +20,7 @@ from patchspec.author.spec_text import DraftStep, quoted
 from patchspec.model.graph import has_body, subgraphs
 from patchspec.ort.lint.probe_inputs import probe_shapes
 from patchspec.shapes.annotations import read_dims
-from patchspec.shapes.batch_axes import fed_inputs
+from patchspec.shapes.batch.axes import fed_inputs
 from patchspec.shapes.values import InputValues, input_values
 
 #: the symbolic batch of the probe run: a name no export uses, so the outputs' batch axes show

@@ -9,7 +9,7 @@ import onnx
 from patchspec.author.batch_ties import Pair
 from patchspec.author.init_case import PROBE, all_nodes
 from patchspec.shapes.annotations import read_dims
-from patchspec.shapes.batch_axes import fed_inputs
+from patchspec.shapes.batch.axes import fed_inputs
 
 #: recurrent ops and the operands that hold their initial state ([directions, batch, hidden] by default)
 STATES: dict[str, tuple[int, ...]] = {"LSTM": (5, 6), "GRU": (5,), "RNN": (5,)}

@@ -30,7 +30,7 @@ from patchspec.errors import UsageError, did_you_mean
 from patchspec.model.graph import ScopeIndex, walk_nodes
 from patchspec.model.io import load_model
 from patchspec.shapes.annotations import collector_paused, format_dims, read_dims
-from patchspec.shapes.batch_axes import BatchAxesError, batch_axes, fed_inputs
+from patchspec.shapes.batch.axes import BatchAxesError, batch_axes, fed_inputs
 from patchspec.shapes.expressions import quote_tensor
 
 #: which operands of which ops are shapes (or bounds) that a tracer bakes

@@ -6,7 +6,7 @@ from __future__ import annotations
 import onnx
 
 from patchspec.shapes.annotations import format_dims, read_dims
-from patchspec.shapes.batch_axes import fed_inputs
+from patchspec.shapes.batch.axes import fed_inputs
 
 
 def io_changes(before: onnx.ModelProto, after: onnx.ModelProto) -> list[tuple[str, str, str, str]]:

@@ -17,9 +17,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import patchspec.shapes.batch_rewrite as batch_rewrite
+import patchspec.shapes.batch.rewrite as batch_rewrite
 from helpers import graph_model, tensor_info
-from patchspec.shapes.batch_tracker import trace_batch
+from patchspec.shapes.batch.tracker import trace_batch
 from patchspec.testing import patch_context
 from patchspec_plugins.set_batch import SetBatchPatch
 

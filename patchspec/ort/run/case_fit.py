@@ -14,7 +14,7 @@ from patchspec.ort.run.case_inputs import Problem, size_problems, value_shape
 from patchspec.ort.run.feeds import format_shape, random_range_problem, shape_problems
 from patchspec.ort.sessions import Feeds, TensorDecl
 from patchspec.shapes.annotations import read_dims
-from patchspec.shapes.batch_axes import fed_inputs
+from patchspec.shapes.batch.axes import fed_inputs
 from patchspec.shapes.values import input_values
 
 

@@ -9,7 +9,7 @@ run; the arithmetic runs and is wrong (every sample reads the first one's rows).
 is a count, and a count of exactly the exported batch that meets the batch axis is the batch: its
 limit is rewritten so that it counts the new batch. A symbolic batch, or a limit computed at run
 time, is undecided (apply --no-verify refuses it). Where the exporter folded the Range into an
-integer constant (``[0]``), ``batch_counts`` finds its step from the rows it indexes.
+integer constant (``[0]``), ``counts`` finds its step from the rows it indexes.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import numpy as np
 import onnx
 
 from patchspec.model.graph import NodeSite
-from patchspec.shapes.batch_counts import settle_folded
-from patchspec.shapes.batch_operands import Operands
-from patchspec.shapes.batch_states import Deciding
-from patchspec.shapes.batch_trace import BatchTrace, PointInputs, Rewrite, Undecided, ints_of, sizes_of
+from patchspec.shapes.batch.counts import settle_folded
+from patchspec.shapes.batch.operands import Operands
+from patchspec.shapes.batch.states import Deciding
+from patchspec.shapes.batch.trace import BatchTrace, PointInputs, Rewrite, Undecided, ints_of, sizes_of
 from patchspec.shapes.evaluate import ShapeEvaluator
 from patchspec.shapes.known import Known
 

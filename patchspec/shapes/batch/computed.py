@@ -22,8 +22,8 @@ from onnx import numpy_helper
 
 from patchspec.model.graph import Namer, NodeSite, all_names, default_opset
 from patchspec.shapes import expressions
-from patchspec.shapes.batch_states import Deciding
-from patchspec.shapes.batch_trace import Computed, PointInputs, int64_known, ints_of, with_element
+from patchspec.shapes.batch.states import Deciding
+from patchspec.shapes.batch.trace import Computed, PointInputs, int64_known, ints_of, with_element
 from patchspec.shapes.compiler import MIN_OPSET, ShapeCompileError, ShapeCompiler, TensorIndex
 
 

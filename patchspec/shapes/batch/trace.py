@@ -5,9 +5,9 @@ The model is evaluated (``evaluate.ShapeEvaluator``) at two points that differ o
 symbolic batch); a third point moves every other symbolic input dim, so dims that depend on them
 are told apart, and a last point at a third batch ``b3`` (above 1, apart from both) is the
 tracker's second witness. Every dim is then a number at each point, and a dim *carries the batch*
-when it differs between the two batch points as ``k * b1`` -> ``k * b2``. ``batch_tracker`` does the
+when it differs between the two batch points as ``k * b1`` -> ``k * b2``. ``tracker`` does the
 following; this module holds what it returns (``BatchTrace``) and the small helpers it shares with
-``batch_findings``.
+``findings``.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class Tiling:
 @dataclass(frozen=True)
 class Computed:
     """Give input ``operand`` of ``site.node`` the shape ``items``, computed at run time (expressions):
-    a symbolic batch no constant can say (``batch_computed``)."""
+    a symbolic batch no constant can say (``computed``)."""
 
     site: NodeSite
     operand: int
@@ -92,7 +92,7 @@ class Computed:
 class Counting:
     """Give input ``operand`` of ``site.node`` the samples counted along ``axis``, ``arange(size) * step``
     in a tensor of the constant's ``shape`` (its size at ``axis`` made ``size``) and ``dtype``: an arange
-    over the batch the exporter folded into a constant (``batch_counts``). ``size`` is the new batch, or
+    over the batch the exporter folded into a constant (``counts``). ``size`` is the new batch, or
     for a symbolic batch its expression (``dim(x, 0)``), counted at run time by a Range."""
 
     site: NodeSite
@@ -123,11 +123,11 @@ class BatchTrace:
     #: what the evaluation proves: a node that cannot run at the new batch, or drops or mixes samples
     #: there. A model with one is never written.
     refusals: list[str] = field(default_factory=list)
-    #: inputs of a Concat to repeat along the batch (``batch_joins``): no constant made them at the old batch
+    #: inputs of a Concat to repeat along the batch (``joins``): no constant made them at the old batch
     tilings: list[Tiling] = field(default_factory=list)
     #: shapes computed from the data at run time, for a symbolic batch no constant can say
     computed: list[Computed] = field(default_factory=list)
-    #: folded aranges over the batch counted again at the new batch (``batch_counts``)
+    #: folded aranges over the batch counted again at the new batch (``counts``)
     countings: list[Counting] = field(default_factory=list)
     #: nodes whose result for one sample depends on the other samples (batch_coupling): told, not refused
     coupled: list[str] = field(default_factory=list)

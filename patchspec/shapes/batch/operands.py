@@ -3,7 +3,7 @@
 A Reshape's shape is a constant, or a Concat of pieces (torch dynamo builds every one that way):
 constants, some shared by several Concats, and pieces computed from ``Shape``. ``Operands.sources``
 follows each element to the constant it copies, so the tracker rewrites that piece (a shared piece
-is copied for this use by ``batch_rewrite``). An element computed at run time has no constant to
+is copied for this use by ``rewrite``). An element computed at run time has no constant to
 rewrite; when every other element is the same at every point, the whole operand can become a new
 constant (``steady_except``). ``replace_fix`` is the hand-written fix for a constant operand only:
 ``replace_initializer`` refuses a computed one.
@@ -18,7 +18,7 @@ import onnx
 
 from patchspec.model.graph import NodeSite, ScopeIndex, use_counts
 from patchspec.shapes import expressions
-from patchspec.shapes.batch_trace import PointInputs
+from patchspec.shapes.batch.trace import PointInputs
 from patchspec.shapes.evaluate import ShapeEvaluator
 from patchspec.shapes.spec_lines import FlowValue, SpecFix
 

@@ -8,7 +8,7 @@ the export, baked. At batch 4 onnxruntime then refuses the op ("Input initial_h 
 or a shape computed at run time, is undecided (apply --no-verify refuses it). A state that is itself
 a constant of one sample (dynamo folds the zeros) is repeated to the new batch by a Tile (by the
 batch input's dim at run time for a symbolic batch); one of several samples is no shape to rewrite:
-``batch_pinned`` refuses it.
+``pinned`` refuses it.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import onnx
 
 from patchspec.model.graph import NodeSite
 from patchspec.shapes import expressions
-from patchspec.shapes.batch_operands import Operands
-from patchspec.shapes.batch_trace import BatchTrace, PointInputs, Rewrite, Tiling, Undecided, ints_of, sizes_of
+from patchspec.shapes.batch.operands import Operands
+from patchspec.shapes.batch.trace import BatchTrace, PointInputs, Rewrite, Tiling, Undecided, ints_of, sizes_of
 from patchspec.shapes.compiler import MIN_OPSET
 from patchspec.shapes.evaluate import ShapeEvaluator
 from patchspec.shapes.known import Known
@@ -140,7 +140,7 @@ def settle_states(tracker: Deciding, site: NodeSite, inputs: PointInputs) -> Poi
 def _repeat_constant_state(tracker: Deciding, site: NodeSite, operand: int, at: int) -> None:
     """A starting state that is a constant of one sample (dynamo folds ``torch.zeros(1, B, H)`` at
     batch 1 into ``[1, 1, H]``) starts every sample alike: a Tile repeats it to the new batch. A
-    constant of several samples (which may differ), or a symbolic batch, is left to batch_pinned."""
+    constant of several samples (which may differ), or a symbolic batch, is left to ``pinned``."""
     trace, node = tracker.trace, site.node
     if trace.b1 != 1 or not tracker.operands.is_constant(site, operand):
         return

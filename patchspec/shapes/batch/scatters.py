@@ -5,17 +5,17 @@
 ``[4, 1]`` and onnxruntime refuses the run ("Indices dim=4 at pos=0 is greater than input dim=1").
 Where the indices carry the batch on an axis other than the one the op scatters (gathers) along, each
 sample's row is its own, so a data or updates tensor that holds one sample is made for the new batch
-as a Concat's input is (``batch_joins``): the constant shape of the op that made it rewritten, or a
+as a Concat's input is (``joins``): the constant shape of the op that made it rewritten, or a
 Tile that repeats it. One that cannot be (computed from an input) is undecided. Along the batch
-axis itself the op addresses samples: ``batch_pinned`` judges that.
+axis itself the op addresses samples: ``pinned`` judges that.
 """
 
 from __future__ import annotations
 
 from patchspec.model.graph import NodeSite
-from patchspec.shapes.batch_joins import repeat_one_sample, rewrite_maker
-from patchspec.shapes.batch_states import Deciding
-from patchspec.shapes.batch_trace import PointInputs, Undecided, sizes_of
+from patchspec.shapes.batch.joins import repeat_one_sample, rewrite_maker
+from patchspec.shapes.batch.states import Deciding
+from patchspec.shapes.batch.trace import PointInputs, Undecided, sizes_of
 from patchspec.shapes.known import Known
 
 #: ops that scatter or gather along one axis: the inputs that must hold every sample where the indices do

@@ -18,17 +18,17 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from patchspec.model.graph import NodeSite, all_names, fresh_name
-from patchspec.shapes.batch_computed import compiled_before
-from patchspec.shapes.batch_counts import arange_coordinates, indexes_the_batch
-from patchspec.shapes.batch_ranges import rewrite_range
-from patchspec.shapes.batch_states import (
+from patchspec.shapes.batch.computed import compiled_before
+from patchspec.shapes.batch.counts import arange_coordinates, indexes_the_batch
+from patchspec.shapes.batch.ranges import rewrite_range
+from patchspec.shapes.batch.states import (
     Deciding,
     batch_expression,
     follow_batch_at,
     maker_values,
     rewrite_maker_element,
 )
-from patchspec.shapes.batch_trace import PointInputs, Tiling, Undecided, sizes_of
+from patchspec.shapes.batch.trace import PointInputs, Tiling, Undecided, sizes_of
 from patchspec.shapes.known import Known
 
 #: element types a folded token may have: an integer one read as coordinates may be a folded arange

@@ -8,7 +8,7 @@ Two families, both in real exports (a streaming speech enhancer has both):
   ``x[0]``). At any batch they still read or write only the samples the export saw.
 - a recurrent op (RNN, GRU, LSTM) that starts from a constant state (``initial_h``, ``initial_c``)
   of several exported samples, which may differ (``[2, 2, 4]`` cannot start four sequences), or of
-  one sample before opset 11 at a symbolic batch (elsewhere ``batch_states`` repeats it: every sample
+  one sample before opset 11 at a symbolic batch (elsewhere ``states`` repeats it: every sample
   starts alike);
 - a recurrent op whose *sequence* axis carries the batch (silero's sequence models take
   ``input [sequence_length, 576]``): the samples would be steps of one sequence, each starting from
@@ -28,7 +28,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from patchspec.model.graph import NodeSite, ScopeIndex
-from patchspec.shapes.batch_trace import BatchTrace
+from patchspec.shapes.batch.trace import BatchTrace
 
 #: recurrent ops, with the inputs that hold a starting state ([directions, batch, hidden] in layout 0)
 _STATES = {"RNN": (5,), "GRU": (5,), "LSTM": (5, 6)}

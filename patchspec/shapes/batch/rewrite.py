@@ -22,7 +22,7 @@ from patchspec.model.graph import (
     use_counts,
 )
 from patchspec.shapes.annotations import Dim, collector_paused, format_dims, read_dims, shape_dims, typed, write_dim
-from patchspec.shapes.batch_trace import INT64_MAX, BatchTrace, Rewrite, Undecided
+from patchspec.shapes.batch.trace import INT64_MAX, BatchTrace, Rewrite, Undecided
 
 #: the new batch: a size, or a name for a symbolic batch
 Size = int | str

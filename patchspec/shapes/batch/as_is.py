@@ -17,10 +17,10 @@ from collections.abc import Collection
 import onnx
 
 from patchspec.shapes.annotations import read_dims
-from patchspec.shapes.batch_operands import Operands
-from patchspec.shapes.batch_ranges import ranges_met
-from patchspec.shapes.batch_states import RECURRENT, layout_axes
-from patchspec.shapes.batch_trace import BatchTrace, product, sizes_of
+from patchspec.shapes.batch.operands import Operands
+from patchspec.shapes.batch.ranges import ranges_met
+from patchspec.shapes.batch.states import RECURRENT, layout_axes
+from patchspec.shapes.batch.trace import BatchTrace, product, sizes_of
 
 
 def not_as_exported(model: onnx.ModelProto, trace: BatchTrace, batch_names: Collection[str]) -> list[str]:

@@ -25,9 +25,9 @@ import onnx
 from onnx import helper, numpy_helper
 
 from patchspec.model.graph import Namer, NodeSite, all_names, uses_of
-from patchspec.shapes.batch_computed import compiled_before
-from patchspec.shapes.batch_states import Deciding, batch_expression, follow_batch_at
-from patchspec.shapes.batch_trace import Counting, Undecided, sizes_of
+from patchspec.shapes.batch.computed import compiled_before
+from patchspec.shapes.batch.states import Deciding, batch_expression, follow_batch_at
+from patchspec.shapes.batch.trace import Counting, Undecided, sizes_of
 
 #: ops that read coordinates into their data (input 0) from input 1; ops an index passes through on the way
 _INDEXING = frozenset({"Gather", "GatherND", "GatherElements", "ScatterND", "ScatterElements"})

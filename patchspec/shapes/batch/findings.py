@@ -1,6 +1,6 @@
 """What the trace proves after the walk: nodes that cannot run at the new batch, and Squeezes to fix.
 
-After ``batch_tracker`` has walked the graph, every node that runs at the old batch and not at the
+After ``tracker`` has walked the graph, every node that runs at the old batch and not at the
 new one is named with its likely reason: an If or Loop whose condition follows the batch, an op
 whose axes a batch-of-1 Squeeze shifted, inputs that no longer fit. Squeezes without axes that drop
 a batch of 1 are found here too, with the axes they remove at the new batch.
@@ -13,9 +13,9 @@ from functools import cached_property
 import onnx
 
 from patchspec.model.graph import NodeSite, ScopeIndex
-from patchspec.shapes.batch_coupling import coupling
-from patchspec.shapes.batch_pinned import pinned_batch
-from patchspec.shapes.batch_trace import AXIS_FREE, BatchTrace, Undecided, product, shape_text, sizes_of
+from patchspec.shapes.batch.coupling import coupling
+from patchspec.shapes.batch.pinned import pinned_batch
+from patchspec.shapes.batch.trace import AXIS_FREE, BatchTrace, Undecided, product, shape_text, sizes_of
 from patchspec.shapes.evaluate import BROADCASTING, ShapeEvaluator
 
 
@@ -32,7 +32,7 @@ class BatchFindings:
         self.b1, self.b2 = trace.b1, trace.b2
 
     def pinned(self) -> list[str]:
-        """Nodes whose constants pin the batch to the exported samples (``batch_pinned``)."""
+        """Nodes whose constants pin the batch to the exported samples (``pinned``)."""
         sites = [site for _, site in self.sites]
         found = []
         for site, why in pinned_batch(self.trace, sites, self.index):

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 import onnx
 
-from patchspec.shapes.batch_trace import product, sizes_of
+from patchspec.shapes.batch.trace import product, sizes_of
 from patchspec.shapes.evaluate import ShapeEvaluator
 from patchspec.shapes.known import Known
 

@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 
 from patchspec.model.graph import NodeSite, ScopeIndex
-from patchspec.shapes.batch_trace import BatchTrace
+from patchspec.shapes.batch.trace import BatchTrace
 
 _ONNX = ("", "ai.onnx")
 _REDUCTIONS = frozenset(

@@ -25,15 +25,15 @@ import onnx
 
 from patchspec.model.graph import NodeSite
 from patchspec.shapes.annotations import collector_paused
-from patchspec.shapes.batch_computed import computed_element
-from patchspec.shapes.batch_findings import BatchFindings
-from patchspec.shapes.batch_folds import Folds, kept_whole
-from patchspec.shapes.batch_joins import settle_join
-from patchspec.shapes.batch_operands import Operands, replace_fix, steady_except
-from patchspec.shapes.batch_ranges import ARITHMETIC, counting_candidates, settle_arithmetic
-from patchspec.shapes.batch_scatters import SCATTERS, settle_scatter
-from patchspec.shapes.batch_states import RECURRENT, settle_states
-from patchspec.shapes.batch_trace import (
+from patchspec.shapes.batch.computed import computed_element
+from patchspec.shapes.batch.findings import BatchFindings
+from patchspec.shapes.batch.folds import Folds, kept_whole
+from patchspec.shapes.batch.joins import settle_join
+from patchspec.shapes.batch.operands import Operands, replace_fix, steady_except
+from patchspec.shapes.batch.ranges import ARITHMETIC, counting_candidates, settle_arithmetic
+from patchspec.shapes.batch.scatters import SCATTERS, settle_scatter
+from patchspec.shapes.batch.states import RECURRENT, settle_states
+from patchspec.shapes.batch.trace import (
     INT64_MAX,
     BatchTrace,
     PointInputs,
