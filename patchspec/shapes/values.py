@@ -20,7 +20,7 @@ import onnx
 from patchspec.model.graph import NodeSite, ScopeIndex, all_graphs, walk_nodes
 
 #: ops that pass a value through unchanged, or pick some of its elements (operand 0: the last token of
-#: a prefix, Gather(prefix, -1, axis=1)), for following an input to where it is used
+#: a prefix, Gather(prefix, -1, axis=1); any operand of a Concat), for following an input to where it is used
 _PASS_THROUGH = {
     "Cast",
     "Unsqueeze",
@@ -35,6 +35,7 @@ _PASS_THROUGH = {
     "Split",
     "Transpose",
     "Tile",
+    "Concat",
 }
 #: the operands through which a negative-index wrap passes an index on (Where's branches, Mod's dividend)
 _WRAPS: dict[str, tuple[int, ...]] = {"Where": (1, 2), "Mod": (0,)}
@@ -135,7 +136,8 @@ class _Uses:
             tensor = stack.pop()
             for site, operand in self.consumers.get(tensor, []):
                 node = site.node
-                if (node.op_type in through and operand == 0) or (wraps and self._wraps(site, operand)):
+                passes = node.op_type in through and (operand == 0 or node.op_type == "Concat")
+                if passes or (wraps and self._wraps(site, operand)):
                     stack.extend(o for o in node.output if o and o not in seen)
                     seen.update(node.output)
                 else:
@@ -252,7 +254,7 @@ class _Uses:
         node = site.node
         if node.op_type in ("Cast", "Identity", "Unsqueeze", "Squeeze") and operand == 0:
             return node.output[0], offset, column
-        if node.op_type in ("Reshape", "Flatten") and operand == 0 and column is None:  # not yet coordinates
+        if node.op_type in ("Reshape", "Flatten", "Expand") and operand == 0 and column is None:  # not yet coordinates
             return node.output[0], offset, column
         if node.op_type in ("Add", "Sub") and operand < 2 and len(node.input) == 2:
             other = self.constant(site, 1 - operand)
@@ -397,19 +399,25 @@ class _Uses:
         )
 
     def mask(self, name: str) -> InputValues | None:
-        """Cast to bool, or to a float used in arithmetic (1 - mask, mask * x): a 0/1 mask."""
-        for site, _ in self.consumers.get(name, []):
+        """Cast to bool, or to a float used in arithmetic (1 - mask, mask * x, summed to count it), or
+        compared with 0 or 1 (``mask == 0`` choosing what a Where fills), reached through copies and
+        reshapes (``mask[:, None, :]``): a 0/1 mask."""
+        for site, operand in self.reached(name, _PASS_THROUGH - {"Cast", "Gather", "GatherElements", "Slice"}):
             node = site.node
             to = next((a.i for a in node.attribute if a.name == "to"), None)
-            if node.op_type != "Cast":
-                continue
-            if to == onnx.TensorProto.BOOL:
-                return InputValues(
-                    {"low": 0, "high": 2}, f"cast to bool by '{node.name or node.output[0]}': a 0/1 mask"
-                )
-            used = [s.node.op_type for s, _ in self.reached(node.output[0], _PASS_THROUGH)]
-            if to in _FLOATS and used and all(op in _ARITHMETIC for op in used):
-                return InputValues({"low": 0, "high": 2}, "cast to a float and used in arithmetic: a 0/1 mask")
+            label = f"'{node.name or node.output[0]}'"
+            if node.op_type == "Cast" and to == onnx.TensorProto.BOOL:
+                return InputValues({"low": 0, "high": 2}, f"cast to bool by {label}: a 0/1 mask")
+            if node.op_type == "Cast" and to in _FLOATS:
+                used = {s.node.op_type for s, _ in self.reached(node.output[0], _PASS_THROUGH)}
+                if used & _ARITHMETIC and used <= _ARITHMETIC | {"ReduceSum", "Clip", "Max"}:
+                    return InputValues({"low": 0, "high": 2}, "cast to a float and used in arithmetic: a 0/1 mask")
+            if node.op_type in ("Equal", "Not") and operand < 2 and not self.feeds_a_condition(node.output[0]):
+                other = self.constant(site, 1 - operand) if node.op_type == "Equal" else None
+                if other is not None and other.size == 1 and int(other.reshape(-1)[0]) in (0, 1):
+                    return InputValues(
+                        {"low": 0, "high": 2}, f"compared with {int(other.reshape(-1)[0])} by {label}: a 0/1 mask"
+                    )
         return None
 
 
