@@ -165,3 +165,35 @@ def torch_models(save: Callable[[str, str, object], None], seed: int) -> None:
         save("torch", f"one_hot_scatter_{kind}.onnx", made)
         made = _torch_export(ClassToken().eval(), (torch.randn(1, 4, 8),), ["x"], ["y"], dynamo=dynamo)
         save("torch", f"cls_token_expand_{kind}.onnx", made)
+
+    class MaskedPool(
+        nn.Module
+    ):  # integer inputs init must read: a mask compared with 0 and cast, ids after a start token
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(20, 8)
+
+        def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            start = torch.full((ids.shape[0], 1), 2, dtype=torch.long)
+            hidden = self.embed(torch.cat([start, ids], 1))[:, 1:]
+            hidden = hidden.masked_fill(mask.unsqueeze(-1) == 0, 0.0)
+            return hidden.sum(1) / mask.unsqueeze(-1).float().sum(1).clamp(min=1.0)
+
+    class GatherStep(nn.Module):  # torch.gather(h, 1, idx.view(B, 1, 1).expand(B, 1, D)): GatherElements indices
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+            hidden = self.lin(x)
+            return torch.gather(hidden, 1, idx.view(-1, 1, 1).expand(-1, 1, 8)).squeeze(1)
+
+    ids, mask = torch.tensor([[3, 5, 7, 2, 1, 1]]), torch.tensor([[1, 1, 1, 1, 0, 0]])
+    for dynamo in (False, True):
+        kind = "dynamo" if dynamo else "ts"
+        made = _torch_export(MaskedPool().eval(), (ids, mask), ["ids", "mask"], ["y"], dynamo=dynamo)
+        save("torch", f"masked_pool_{kind}.onnx", made)
+        made = _torch_export(
+            GatherStep().eval(), (torch.randn(1, 6, 8), torch.tensor([2])), ["x", "idx"], ["y"], dynamo=dynamo
+        )
+        save("torch", f"gather_step_{kind}.onnx", made)
