@@ -10,25 +10,25 @@ for the file, else ``--check`` builds again and compares the bytes.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 
 import onnx
 from test_paths import spec_with
 
-from patchspec.run.statcache import cache_path, file_sha256
+import patchspec.run.statcache as statcache
+from patchspec.run.statcache import cache_path, identity
 
 
 def forge(path, payload):
     """A cache as a pull request commits it: well formed, current format, not signed here."""
-    path.write_text(json.dumps({"format": 2, **payload}), encoding="utf-8")
+    path.write_text(json.dumps({"format": statcache.FORMAT, **payload}), encoding="utf-8")
 
 
 def test_a_forged_cache_deletes_nothing(repo, run_cli):
     (repo / "LICENSE").write_text("Apache-2.0")
     spec = spec_with(repo, "output: o.onnx\npatches:\n  - external_data: {location: '{digest}.w'}\n")
     licence = repo / "LICENSE"
-    entry = {"inode": os.lstat(licence).st_ino, "sha256": file_sha256(licence)}
+    entry = {"identity": identity(licence)}  # what a record of this machine holds for a file it wrote
     forge(cache_path(repo / "o.onnx"), {"output": {}, "files": {}, "written": {str(licence): entry}, "build": {}})
     result = run_cli("apply", spec)
     assert result.exit_code == 0, result.output
