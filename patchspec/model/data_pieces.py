@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 #: the composed text's version; another way of composing must never give the same digest
@@ -26,6 +28,8 @@ VERSION = "patchspec pieces 1"
 #: every pieces digest starts with this, so it is never taken for a plain sha256 (which has no "-")
 PREFIX = "pieces1-"
 CHUNK = 1 << 20
+#: threads that hash one file's ranges at once (at most one per core), from this many bytes on
+WORKERS, PARALLEL_FROM = 4, 64 << 20
 
 Range = tuple[int, int]  # (offset, length)
 Entry = tuple[int, int, str]  # (offset, length, sha256 of those bytes)
@@ -81,19 +85,33 @@ def file_pieces(
     path: Path, ranges: Iterable[Range], progress: Callable[[int, int], None] | None = None
 ) -> tuple[str, list[Entry]]:
     """The pieces digest of the file at ``path`` cut by ``ranges``, and each covering range's sha256
-    ("missing", [] when it is not a file); ``progress(done, total)`` as the bytes are read."""
+    ("missing", [] when it is not a file); ``progress(done, total)`` as the bytes are read. The
+    ranges are hashed on up to :data:`WORKERS` threads at once (hashlib lets go of the GIL): while
+    the build's copy waits on the disk, the other cores hash."""
     if not path.is_file():
         return "missing", []
     with open(path, "rb") as handle:
         fd = handle.fileno()
-        total, done = os.fstat(fd).st_size, [0]
+        total, done, lock = os.fstat(fd).st_size, [0], threading.Lock()
 
         def advance(nbytes: int) -> None:
-            done[0] += nbytes
-            if progress is not None:
-                progress(done[0], total)
+            with lock:
+                done[0] += nbytes
+                if progress is not None:
+                    progress(done[0], total)
 
-        entries = [(start, length, hash_range(fd, start, length, advance)) for start, length in cover(ranges, total)]
+        def one(piece: Range) -> Entry:
+            return piece[0], piece[1], hash_range(fd, piece[0], piece[1], advance)
+
+        pieces = cover(ranges, total)
+        workers = min(WORKERS, os.cpu_count() or 1, len(pieces))
+        if workers < 2 or total < PARALLEL_FROM:
+            return _composed([one(piece) for piece in pieces])
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="patchspec-pieces") as pool:
+            return _composed(list(pool.map(one, pieces)))
+
+
+def _composed(entries: list[Entry]) -> tuple[str, list[Entry]]:
     return compose(entries), entries
 
 
