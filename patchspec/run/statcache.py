@@ -7,8 +7,9 @@ have the same content and skips reading it; any change, a ``touch`` included, co
 are kept too, so an up-to-date check does not even parse the output, and so is how the build was
 asked for (``build``, see :mod:`patchspec.run.noop`), so that a no-op need not parse the model either.
 
-The output's data files are outputs: a build records each one's size and sha256 in the output's
-metadata (``patchspec.files``) and remembers its identity here. While the identities of the output
+The output's data files are outputs: a build records each one's size and pieces digest
+(``patchspec.model.data_pieces``) in the output's metadata (``patchspec.files``) and remembers its
+identity here, with what proves the build wrote it (``written``: its identity once in place). While the identities of the output
 and its data files are unchanged, an up-to-date check is a stat per file; when one changed (a touch,
 an append, a rewrite with the mtime put back: the ctime still moves), the check reads the output and
 compares each data file's size and then its hash with the build's record, so only a content change
@@ -24,8 +25,8 @@ decide nothing. Each cache is signed (HMAC-SHA256) with a key of this machine's 
 every repository (:func:`machine_key`); one whose signature does not check is ignored, with the
 reason in :attr:`StatCache.ignored`. Where no key can be kept (a read-only home) nothing is saved.
 
-A data file the build wrote is hashed while it is written, once: the cache keeps its sha256 under its
-recipe's key (``derived``; ``patchspec.model.data_recipe``: the ranges it copies, named by their
+A data file the build wrote is never read: its pieces digest is composed from the hashes the input's
+digest took of the same ranges. The cache keeps it under its recipe's key (``derived``; ``patchspec.model.data_recipe``: the ranges it copies, named by their
 source files' hashes, which this cache vouches for). A rebuild that makes the same data file from
 the same inputs (``--force``, a graph-only edit of the spec) then copies it in the kernel without
 reading it: its sha256 is that record's, as signed as the rest.
