@@ -3,8 +3,8 @@
 A data file patchspec writes is a function of its recipe: each piece is either a byte range copied
 from an input file or bytes the writer holds, at an offset, with zero padding between. Named by the
 content digest of each source file, a recipe therefore names the data file's bytes, so a data file's
-digest once computed can be known again without reading 2 GiB (the stat cache imports this module: no onnx here) (:meth:`Recipe.key`; the signed stat cache
-keeps what each key made, ``patchspec.run.statcache``).
+digest once computed can be known again without reading 2 GiB (:meth:`Recipe.key`; the signed stat
+cache keeps what each key made, ``patchspec.run.statcache``, which imports this module: no onnx here).
 """
 
 from __future__ import annotations

@@ -25,11 +25,12 @@ decide nothing. Each cache is signed (HMAC-SHA256) with a key of this machine's 
 every repository (:func:`machine_key`); one whose signature does not check is ignored, with the
 reason in :attr:`StatCache.ignored`. Where no key can be kept (a read-only home) nothing is saved.
 
-A data file the build wrote is never read: its pieces digest is composed from the hashes the input's
-digest took of the same ranges. The cache keeps it under its recipe's key (``derived``; ``patchspec.model.data_recipe``: the ranges it copies, named by their
-source files' hashes, which this cache vouches for). A rebuild that makes the same data file from
-the same inputs (``--force``, a graph-only edit of the spec) then copies it in the kernel without
-reading it: its sha256 is that record's, as signed as the rest.
+A data file the build wrote is never read: its pieces digest is composed from the hashes the
+input's digest took of the same ranges. The cache keeps it under its recipe's key (``derived``;
+``patchspec.model.data_recipe``: the ranges it copies, named by their source files' digests, which
+this cache vouches for). A rebuild that makes the same data file from the same inputs (``--force``,
+a graph-only edit of the spec) then copies it in the kernel without reading it: its digest is that
+record's, as signed as the rest.
 
 Both kinds of hash are also kept for this user across outputs (:class:`SharedDigests`, beside the
 key), so a clean build (``rm -rf build``) or a second output of the same model reads an input it
