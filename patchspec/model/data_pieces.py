@@ -104,9 +104,8 @@ def file_pieces(
             return piece[0], piece[1], hash_range(fd, piece[0], piece[1], advance)
 
         pieces = cover(ranges, total)
-        workers = (
-            min(WORKERS, os.cpu_count() or 1, len(pieces)) if hasattr(os, "pread") else 1
-        )  # Windows: one fd offset
+        # Windows has no pread: the threads would share one file offset
+        workers = min(WORKERS, os.cpu_count() or 1, len(pieces)) if hasattr(os, "pread") else 1
         if workers < 2 or total < PARALLEL_FROM:
             return _composed([one(piece) for piece in pieces])
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="patchspec-pieces") as pool:
