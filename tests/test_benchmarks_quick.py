@@ -24,6 +24,10 @@ NOT_OURS = {".ses"}  # onnxruntime writes its session id file to $TMPDIR
 
 # lines each script's --quick must print (multiline regexes on its stdout)
 FIGURES = {
+    "ab_rounds.py": [
+        rf"^  \S*patchspec: A {S}s \(cpu {S}s\) B {S}s ratio {S} load [\d.]+$",
+        rf"^\S*patchspec first build: median {S}x \({S}-{S}\); A {S}s, cpu {S}s; B {S}s; load [\d.]+-[\d.]+$",
+    ],
     "bench_apply.py": [
         rf"^\| MatMul chain, [\d.]+ GiB external weights \| patchspec apply [^|]+\| {S} \| {S} \| \d+ \|$",
         rf"^\| MatMul chain, [\d.]+ GiB external weights \| onnx.load \+ onnx.save [^|]+\| {S} \| {S} \| \d+ \|$",

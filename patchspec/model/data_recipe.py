@@ -2,9 +2,9 @@
 
 A data file patchspec writes is a function of its recipe: each piece is either a byte range copied
 from an input file or bytes the writer holds, at an offset, with zero padding between. Named by the
-sha256 of each source file, a recipe therefore names the data file's bytes, so a data file's sha256
-once computed can be known again without reading 2 GiB (the stat cache imports this module: no onnx here) (:meth:`Recipe.key`; the signed stat cache
-keeps what each key made, ``patchspec.run.statcache``).
+content digest of each source file, a recipe therefore names the data file's bytes, so a data file's
+digest once computed can be known again without reading 2 GiB (:meth:`Recipe.key`; the signed stat
+cache keeps what each key made, ``patchspec.run.statcache``, which imports this module: no onnx here).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 #: a recipe key's version: another way of writing data files must not match a key of this one
-VERSION = "patchspec data recipe 1"
+VERSION = "patchspec data recipe 2"
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,12 @@ class KnownDigests(Protocol):
     def reusable(self, recipe: Recipe, sha256: str) -> tuple[Path, tuple[int, int, int]] | None:
         """A file a build wrote that holds these bytes (the previous build's data file of this name),
         with its size, mtime and inode as vouched for, to hard-link instead of copying; or None."""
+
+    def piece_sha256(self, source: Path, offset: int, length: int) -> Callable[[], str | None] | None:
+        """What will name the bytes of ``source`` at ``offset`` without reading them again (the input's
+        digest hashes each tensor's range once, on another thread): called once they are copied, it
+        waits for that digest and gives the range's sha256, or None (hash it after all); None now:
+        nothing will know it, hash it while it is copied."""
 
 
 __all__ = ["VERSION", "KnownDigests", "Piece", "Recipe"]

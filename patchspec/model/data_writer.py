@@ -142,7 +142,7 @@ def write_model(
     ``layout.align``. Files are created new (never appended to, never through a symlink).
     ``finalize(output, digests)`` may still change the graph-only output (metadata, a digest computed
     meanwhile) after the data file is written and before the .onnx is; ``digests`` holds the data
-    file's sha256 by name, taken while it was written, or from ``known`` (a trusted record of what
+    file's pieces digest (``patchspec.model.data_pieces``) by name, taken while it was written, or from ``known`` (a trusted record of what
     the same recipe made before: then the bytes are copied in the kernel and never read here, or,
     with ``link``, the previous build's file of those bytes is hard-linked). Returns the files written.
     """
@@ -201,17 +201,15 @@ def _read_external(tensor: TensorProto, source_dir: Path) -> bytes:
 
 
 class _Sink:
-    """A data file being written: created new, positioned writes, progress over the whole copy, and
-    its sha256 taken meanwhile (:class:`_Digest`) unless it is known already (``hashing=False``)."""
+    """A data file being written: created new, positioned writes, progress over the whole copy."""
 
-    def __init__(self, path: Path, total: int, progress: Progress | None, *, hashing: bool = True) -> None:
+    def __init__(self, path: Path, total: int, progress: Progress | None) -> None:
         if path.is_symlink() or path.exists():
             path.unlink()
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
         self.fd = os.open(path, flags, 0o644)
         self.position, self.done, self.total, self.progress = 0, 0, total, progress
         self.kernel_copy = hasattr(os, "copy_file_range")
-        self.digest = _Digest() if hashing else None
 
     def pad_to(self, align: int) -> int:
         padded = -(-self.position // align) * align if align > 1 else self.position
@@ -220,8 +218,6 @@ class _Sink:
         return self.position
 
     def write(self, data: bytes, count: bool = True) -> None:
-        if self.digest is not None:
-            self.digest.add_bytes(data)
         view = memoryview(data)
         while view:
             written = os.write(self.fd, view)
@@ -236,10 +232,7 @@ class _Sink:
         while offset < end:
             step = min(KERNEL_CHUNK if digest is None and self.kernel_copy else COPY_CHUNK, end - offset)
             copied = self._kernel_copy(source_fd, offset, step) if digest is None and self.kernel_copy else 0
-            if copied:
-                if self.digest is not None:
-                    self.digest.add_range(source_fd, offset, copied)
-            else:
+            if not copied:
                 chunk = _read_at(source_fd, step, offset)
                 if not chunk:
                     raise ModelFileError(
@@ -268,13 +261,12 @@ class _Sink:
         if self.progress is not None:
             self.progress(self.done, self.total)
 
-    def close(self) -> str:
-        """Flush the file to disk and close it; returns its sha256 (taken meanwhile; "" if not hashing)."""
+    def close(self) -> None:
+        """Flush the file to disk and close it."""
         try:
             os.fsync(self.fd)
         finally:
             os.close(self.fd)
-        return self.digest.hexdigest() if self.digest is not None else ""
 
 
 def _write_data_file(
@@ -298,19 +290,27 @@ def _write_data_file(
                 _point_at(tensor, data_path.name, piece.start, piece.length, _kept(tensor, source_dir, layout))
             return sha256
     total = sum(expected_nbytes(t) or 0 for t in tensors)
-    sink = _Sink(data_path, total, progress, hashing=sha256 is None)
+    sink = _Sink(data_path, total, progress)
+    digest = _Digest() if sha256 is None else None
     sources: dict[Path, int] = {}
     try:
-        for tensor in tensors:
-            start = sink.pad_to(layout.align)
-            checksum = _place_one(tensor, sink, source_dir, layout, sources)
-            _point_at(tensor, data_path.name, start, sink.position - start, checksum)
-    finally:
         try:
-            taken = sink.close()  # waits for the digest, which still reads the sources: they close after
+            for tensor in tensors:
+                before = sink.position
+                start = sink.pad_to(layout.align)
+                if digest is not None and start > before:
+                    digest.add_zeros(before, start - before)
+                checksum = _place_one(tensor, sink, source_dir, layout, sources, (digest, known))
+                _point_at(tensor, data_path.name, start, sink.position - start, checksum)
         finally:
-            for fd in sources.values():
-                os.close(fd)
+            sink.close()
+        # the input's range hashes are waited for only now: they were taken while the kernel copied
+        taken = digest.hexdigest() if digest is not None else ""
+    finally:
+        if digest is not None:
+            digest.stop()  # the worker reads the sources: they close after
+        for fd in sources.values():
+            os.close(fd)
     if sha256 is not None:
         return sha256
     if known is not None and recipe is not None:
@@ -364,20 +364,60 @@ def _kept(tensor: TensorProto, source_dir: Path, layout: Layout) -> str | None:
 
 
 def _place_one(
-    tensor: TensorProto, sink: _Sink, source_dir: Path, layout: Layout, sources: dict[Path, int]
+    tensor: TensorProto,
+    sink: _Sink,
+    source_dir: Path,
+    layout: Layout,
+    sources: dict[Path, int],
+    hashing: tuple[_Digest | None, KnownDigests | None],
 ) -> str | None:
-    """Write one tensor's bytes at the sink's position; returns the checksum to record, if any."""
-    digest = hashlib.sha1(usedforsecurity=False) if layout.checksum else None
+    """Write one tensor's bytes at the sink's position, given to the data file's digest (``hashing``:
+    it, and what names a source range without reading it); returns the checksum to record, if any."""
+    digest, known = hashing
+    checksum = hashlib.sha1(usedforsecurity=False) if layout.checksum else None
+    start = sink.position
     if is_external(tensor):
         ref = check_tensor(tensor, source_dir, str(source_dir), False, {})
         if ref.path not in sources:
             sources[ref.path] = os.open(ref.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-        sink.copy_from(sources[ref.path], ref.offset, ref.length, digest)
+        piece = _piece_hash(digest, known, sink, ref, start, sources[ref.path], checksum is not None)
+        feed = _Tee(checksum, piece) if checksum is not None or piece is not None else None
+        sink.copy_from(sources[ref.path], ref.offset, ref.length, feed)
+        if digest is not None and piece is not None:
+            digest.add_hashed(start, ref.length, piece.hexdigest())
         kept = ref.checksum if layout.keep_external else None
-        return digest.hexdigest() if digest is not None else kept
+        return checksum.hexdigest() if checksum is not None else kept
     raw = _raw_bytes(tensor)
     sink.write(raw)
-    return hashlib.sha1(raw, usedforsecurity=False).hexdigest() if digest is not None else None
+    if digest is not None:
+        digest.add_bytes(start, raw)
+    return hashlib.sha1(raw, usedforsecurity=False).hexdigest() if checksum is not None else None
+
+
+def _piece_hash(
+    digest: _Digest | None, known: KnownDigests | None, sink: _Sink, ref: Any, start: int, fd: int, reads: bool
+) -> Any:
+    """How the data file's digest learns a copied range: named later by the input's own hash of it
+    (``known``), else hashed by the digest's worker while the kernel copies, else (the bytes pass
+    through here anyway: ``reads``, or no kernel copy) a sha256 the copy feeds, returned."""
+    if digest is None:
+        return None
+    resolve = known.piece_sha256(Path(os.path.abspath(ref.path)), ref.offset, ref.length) if known else None
+    if resolve is None and (reads or not sink.kernel_copy):
+        return hashlib.sha256()
+    digest.add_range(start, fd, ref.offset, ref.length, resolve)
+    return None
+
+
+class _Tee:
+    """Hashes fed the same chunks (a checksum and a piece's sha256)."""
+
+    def __init__(self, *hashes: Any) -> None:
+        self.hashes = [h for h in hashes if h is not None]
+
+    def update(self, data: bytes) -> None:
+        for h in self.hashes:
+            h.update(data)
 
 
 def _point_at(tensor: TensorProto, location: str, offset: int, length: int, checksum: str | None) -> None:

@@ -34,6 +34,8 @@ class Build:
     depfile: Depfile | None
     existing: Existing = field(default_factory=lambda: Existing(None, None, read=False))
     hashing: Future[dict[str, str]] | None = None  # the digest parts, on the worker thread
+    #: each data file it wrote, by name: its tensors' ranges (how its pieces digest cuts it)
+    cuts: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
 
     @property
     def output(self) -> Path:

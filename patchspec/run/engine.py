@@ -49,7 +49,7 @@ from patchspec.run.ownership import protected_files, refuse_data_file, refuse_fo
 from patchspec.run.report import RunReport, StepOutcome, verification_failed, verifier_outcome
 from patchspec.run.reporter import Reporter
 from patchspec.run.request import BuildRequest
-from patchspec.run.stamp import data_record, digest_of, stamp_model
+from patchspec.run.stamp import data_ranges, data_record, digest_of, stamp_model
 from patchspec.run.statcache import StatCache, file_sha256
 from patchspec.spec.catalog import StepKind
 from patchspec.spec.confine import Root, check_model_path, check_output_path, within
@@ -118,10 +118,13 @@ class Engine:
             proto = load_model(model_path)
             refs = validate_external_data(proto, model_path, strict_paths=self.strict_paths, roots=roots)
         paths = data_files(refs)
+        ranges: dict[Path, list[tuple[int, int]]] = {}
+        for ref in refs:
+            ranges.setdefault(ref.path, []).append((ref.offset, ref.length))
         protected = protected_files(spec.path, model_path, paths, self.step_dependencies(spec))
         check_output_path(spec, output_path, None if output is not None else root, protected)
         stamps = [FileStamp.of(p) for p in [model_path, *paths]]
-        return LoadedInput(spec, model_path, output_path, proto, paths, stamps)
+        return LoadedInput(spec, model_path, output_path, proto, paths, stamps, ranges)
 
     def patch(
         self, loaded: LoadedInput, report: RunReport, *, check_verifiers: bool = True, refuse_undecided: bool = False
@@ -269,6 +272,7 @@ class Engine:
         build.hashing.add_done_callback(
             lambda done: setattr(build.report, "digest", digest_of(done.result())) if not done.exception() else None
         )
+        build.cache.waiter = build.parts  # the writer names a copied range by the input's hash of it
         build.existing = existing_digest(build.output, build.cache, request.force)
 
     def _output_layout(self, build: Build, patched: onnx.ModelProto, layout: Layout | None) -> Layout:
@@ -294,7 +298,7 @@ class Engine:
         return layout
 
     def _commit(self, build: Build, staging: Staging, files: list[Path], written: dict[str, dict[str, Any]]) -> None:
-        digests = {name: entry["sha256"] for name, entry in written.items()}
+        digests = {name: entry["pieces"] for name, entry in written.items()}
         changed = staging.commit(files, digests, build.cache.known_sha256)
         build.report.files = [str(build.output.parent / f.name) for f in files]
         build.report.status = "written" if changed else "unchanged"
@@ -324,11 +328,12 @@ class Engine:
         remove_superseded(output, cache, report.files)
         cache.keep_learned()  # the data files' sha256 by recipe: a rebuild of the same bytes reads none
         cache.record_output([Path(name) for name in report.files], build.digest())
-        hashes = {output.parent / name: entry["sha256"] for name, entry in written.items()}
-        hashes[output] = file_sha256(output)  # hashed at build time: the next check need not read them
-        for path, sha256 in hashes.items():
-            cache.remember(path, sha256)
-            cache.record_written(path, sha256)
+        for name, entry in written.items():  # known at build time: the next check need not read them
+            cache.remember(output.parent / name, entry["pieces"], entry["ranges"])
+            cache.record_written(output.parent / name, entry["pieces"], build.cuts.get(name, []))
+        sha256 = file_sha256(output)
+        cache.remember(output, sha256)
+        cache.record_written(output, sha256)  # identity in place, and digest: the proof it is ours
         cache.save()
         if build.depfile is not None:
             build.depfile.write(written)
@@ -344,12 +349,16 @@ class Engine:
     ) -> tuple[list[Path], dict[str, dict[str, Any]]]:
         """Write the output at ``staged_model`` (in a staging folder) and verify it there unless
         ``build`` is None (``--check``'s rebuild) or asks ``--no-verify``; returns the staged files
-        and its data files' record (name -> size, sha256)."""
+        and its data files' record (name -> size, pieces digest, cut)."""
         written: dict[str, dict[str, Any]] = {}
 
         def finalize(out: onnx.ModelProto, digests: dict[str, str]) -> None:  # the data file is written
-            hashing = self._hashing(file_sha256)  # only for a file the writer did not digest as it wrote
-            written.update(data_record(out, staged_model.parent, lambda path: digests.get(path.name) or hashing(path)))
+            def pieces(path: Path, cut: list[tuple[int, int]]) -> str:  # read only where the writer did not digest
+                return digests.get(path.name) or self.freshness.pieces(None, cut)(path)
+
+            written.update(data_record(out, staged_model.parent, pieces))
+            if build is not None:
+                build.cuts = data_ranges(out)
             stamp_model(out, parts(), written)
 
         known = build.cache if build is not None else None

@@ -20,11 +20,12 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from patchspec import __version__
+from patchspec.model.data_pieces import Range, file_pieces
 from patchspec.run.statcache import StatCache, file_sha256, identity
 from patchspec.spec.catalog import StepKind
 
@@ -48,6 +49,9 @@ class LoadedInput:
     model: onnx.ModelProto
     data_paths: list[Path]
     stamps: list[FileStamp]
+    #: each data file's tensor ranges (offset, length), as the model gives them: how it is cut to be
+    #: hashed range by range (``patchspec.model.data_pieces``)
+    ranges: dict[Path, list[Range]] = field(default_factory=dict)
 
     def unchanged(self) -> bool:
         return all(stamp.unchanged() for stamp in self.stamps)
@@ -94,15 +98,15 @@ def existing_digest(output: Path, cache: StatCache, force: bool) -> Existing:
     if cached is not None:
         return Existing(cached, None, read=False)
     stamp = trusted_stamp(output, OutputStamp.read(output), cache)
-    if stamp is None or stamp.data_changes(cache.sha256):
+    if stamp is None or stamp.data_changes(cache.pieces):
         return Existing(None, stamp, read=True)
     return Existing(stamp.digest, stamp, read=True)
 
 
 def trusted_stamp(output: Path, stamp: OutputStamp | None, cache: StatCache) -> OutputStamp | None:
-    """``stamp`` when this machine's stat cache proves patchspec wrote ``output`` as it is now (inode
-    and sha256); None otherwise: a committed or copied output decides nothing by its stamp alone."""
-    return stamp if stamp is not None and cache.wrote(output, reread=False) else None
+    """``stamp`` when this machine's stat cache proves patchspec wrote ``output`` as it is now (its
+    identity as recorded); None otherwise: a committed or copied output decides nothing by its stamp alone."""
+    return stamp if stamp is not None and cache.wrote(output) else None
 
 
 class Freshness:
@@ -138,7 +142,7 @@ class Freshness:
             f"model {loaded.model_path.name}": sha256(loaded.model_path),
         }
         for path in loaded.data_paths:
-            parts[f"data {path.name}"] = sha256(path)
+            parts[f"data {path.name}"] = self.pieces(cache, loaded.ranges.get(path, []))(path)
         for written, path in self.dependencies(loaded.spec):
             parts[f"file {written}"] = sha256(path)
         for step in (*loaded.spec.patches, *loaded.spec.verify):
@@ -146,6 +150,14 @@ class Freshness:
             owner = self.registry.owner(kind, step.type_name)
             parts[f"plugin {step.type_name}"] = f"{owner.distribution} {owner.version}" if owner else "?"
         return parts
+
+    def pieces(self, cache: StatCache | None, ranges: list[Range]) -> Callable[[Path], str]:
+        """How a data file is hashed: range by range, cut by its model's ``ranges``, with progress."""
+
+        def pieces(path: Path, progress: Callable[[int, int], None] | None = None) -> str:
+            return cache.pieces(path, ranges, progress) if cache is not None else file_pieces(path, ranges, progress)[0]
+
+        return self.hashing(pieces)
 
     def verdict(
         self,
@@ -168,7 +180,7 @@ class Freshness:
             return "stale", ["the output is incomplete (a data file missing or short) or not written by patchspec"]
         parts = self.parts(loaded, no_verify, cache, allow_undecided)
         changed = self.changes(loaded, stamped.parts, parts) if stamped.digest != digest_of(parts) else []
-        changed += stamped.data_changes(cache.sha256)
+        changed += stamped.data_changes(cache.pieces)
         if changed:
             return "stale", changed
         if trusted_stamp(loaded.output_path, stamped, cache) or rebuilds_same(parts):
@@ -199,7 +211,8 @@ def settle(outputs: list[Path], inputs: list[Path], cache: StatCache, digest: st
         return False
     if oldest >= newest:
         return False
-    hashes = {path: cache.sha256(path) for path in outputs}  # known by identity: read nothing
+    hashes = {path: cache.known_sha256(path) for path in outputs}  # known by identity: read nothing
+    ours = [path for path in outputs if cache.wrote(path)]
     now = max(time.time_ns(), newest)  # an input dated ahead of the clock is matched, not undercut
     for path in outputs:
         try:
@@ -207,7 +220,13 @@ def settle(outputs: list[Path], inputs: list[Path], cache: StatCache, digest: st
         except OSError:
             return False  # read-only: the tool will run patchspec again, which says up to date again
     for path, sha256 in hashes.items():
-        cache.remember(path, sha256)
+        entry = cache.files.get(str(path.absolute()), {})
+        if sha256 is not None:
+            cache.remember(path, sha256, entry.get("ranges"))
+    for path in ours:  # touched by this build, not by another writer: still ours
+        kept = cache.written[str(path.absolute())]
+        cut = kept.get("ranges")
+        cache.record_written(path, kept["digest"], None if cut is None else [(o, n) for o, n in cut])
     cache.record_output(outputs, digest)
     return True
 

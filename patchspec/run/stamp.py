@@ -2,7 +2,9 @@
 
 An output's metadata records patchspec's version, the digest of everything it was built from, those
 parts one by one (so a stale output names the input that changed) and its own data files by size
-and sha256 (so a changed data file is found with a stat, or a read where its identity changed).
+and pieces digest (``patchspec.model.data_pieces``: so a changed data file is found with a stat, or
+a read where its identity changed). A record of another form (``{size, sha256}``, as patchspec wrote it
+before) proves nothing: such an output is rebuilt.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from typing import Any
 import onnx
 
 from patchspec import __version__
+from patchspec.model.data_pieces import PREFIX as PIECES
+from patchspec.model.data_pieces import Range, fingerprint
 from patchspec.model.external_data import data_files, external_info, is_external, iter_tensors, validate_external_data
 from patchspec.printable import shown_path
 
@@ -25,7 +29,8 @@ VERSION_KEY = "patchspec.version"
 DIGEST_KEY = "patchspec.digest"
 #: what the digest was made of, part by part (JSON), so a stale output can name the input that changed
 INPUTS_KEY = "patchspec.inputs"
-#: the output's own data files as the build wrote them (JSON: name -> size, sha256), checked like inputs
+#: the output's own data files as the build wrote them (JSON: name -> size, pieces digest and the
+#: fingerprint of the ranges it is cut by), checked like inputs
 FILES_KEY = "patchspec.files"
 
 
@@ -49,10 +54,28 @@ def stamp_model(model: onnx.ModelProto, parts: dict[str, str], files: dict[str, 
         entry.key, entry.value = key, value
 
 
-def data_record(model: onnx.ModelProto, folder: Path, sha256: Callable[[Path], str]) -> dict[str, dict[str, Any]]:
-    """Size and sha256 of each data file ``model`` (written in ``folder``) points at, by location."""
-    locations = dict.fromkeys(external_info(t)["location"] for t in iter_tensors(model.graph) if is_external(t))
-    return {name: {"size": (folder / name).stat().st_size, "sha256": sha256(folder / name)} for name in locations}
+def data_ranges(model: onnx.ModelProto) -> dict[str, list[Range]]:
+    """Each data file ``model`` points at, by location: its tensors' ranges (offset, length)."""
+    ranges: dict[str, list[Range]] = {}
+    for tensor in iter_tensors(model.graph):
+        if is_external(tensor):
+            info = external_info(tensor)
+            try:
+                piece = (int(info.get("offset", "0")), int(info["length"]))
+            except (KeyError, ValueError):
+                piece = (0, 0)  # no length: the record's cut (the writer's) is not this model's
+            ranges.setdefault(info.get("location", ""), []).append(piece)
+    return ranges
+
+
+def data_record(
+    model: onnx.ModelProto, folder: Path, pieces: Callable[[Path, list[Range]], str]
+) -> dict[str, dict[str, Any]]:
+    """Size, pieces digest and cut of each data file ``model`` (written in ``folder``) points at."""
+    return {
+        name: {"size": (folder / name).stat().st_size, "pieces": pieces(folder / name, cut), "ranges": fingerprint(cut)}
+        for name, cut in data_ranges(model).items()
+    }
 
 
 @dataclass(frozen=True)
@@ -62,10 +85,11 @@ class OutputStamp:
     digest: str
     parts: dict[str, Any] | None  # what the digest was made of (None: written before patchspec recorded it)
     data_files: list[Path]
-    #: the data files as the build wrote them, name -> {size, sha256} (None: not recorded)
+    #: the data files as the build wrote them, name -> {size, pieces, ranges} (None: not recorded)
     recorded: dict[str, dict[str, Any]] | None = None
     complete: bool = True  # the data files hold every tensor the model points at (sizes suffice)
     folder: Path = Path()  # the output's folder, where the recorded names are
+    ranges: dict[str, list[Range]] | None = None  # each data file's tensor ranges, by the model
 
     @classmethod
     def read(cls, output: Path) -> OutputStamp | None:
@@ -89,12 +113,12 @@ class OutputStamp:
             files, complete = [output.parent / name for name in recorded], False
         if recorded is not None:
             files = [output.parent / name for name in recorded]
-        return cls(props[DIGEST_KEY], parts, files, recorded, complete, output.parent)
+        return cls(props[DIGEST_KEY], parts, files, recorded, complete, output.parent, data_ranges(model))
 
-    def data_changes(self, sha256: Callable[[Path], str]) -> list[str]:
+    def data_changes(self, pieces: Callable[[Path, list[Range]], str]) -> list[str]:
         """How the output's data files differ from what the build recorded, each named by its path;
-        [] when they are as built. A size is a stat; ``sha256`` (the stat cache's) reads a file only
-        when its identity changed since it was last hashed."""
+        [] when they are as built. A size is a stat; ``pieces`` (the stat cache's pieces digest, cut
+        by the model's ranges) reads a file only when its identity changed since it was last hashed."""
         if self.recorded is None:
             return (
                 ["the output's data files were not recorded by the patchspec that built it"] if self.data_files else []
@@ -109,7 +133,7 @@ class OutputStamp:
                 continue
             if size != built["size"]:
                 changes.append(f"{shown_path(path)} changed (size {built['size']} -> {size})")
-            elif sha256(path) != built["sha256"]:
+            elif pieces(path, (self.ranges or {}).get(name, [])) != built["pieces"]:
                 changes.append(f"{shown_path(path)} changed (same size, different content)")
         if not changes and not self.complete:
             changes.append("the output is incomplete (its model points past its data files)")
@@ -125,13 +149,17 @@ def _json_dict(text: str | None) -> dict[str, Any] | None:
 
 
 def _recorded_files(text: str | None) -> dict[str, dict[str, Any]] | None:
-    """The ``patchspec.files`` record, if well formed (else None: the data files cannot be checked)."""
+    """The ``patchspec.files`` record, if well formed and of this form (else None: the data files
+    cannot be checked, and the output is rebuilt)."""
     record = _json_dict(text)
     if record is None:
         return None
     for name, entry in record.items():
         if not (
-            isinstance(entry, dict) and isinstance(entry.get("size"), int) and isinstance(entry.get("sha256"), str)
+            isinstance(entry, dict)
+            and isinstance(entry.get("size"), int)
+            and isinstance(entry.get("pieces"), str)
+            and entry["pieces"].startswith(PIECES)
         ):
             return None
         if Path(name).is_absolute() or ".." in Path(name).parts:

@@ -7,8 +7,9 @@ have the same content and skips reading it; any change, a ``touch`` included, co
 are kept too, so an up-to-date check does not even parse the output, and so is how the build was
 asked for (``build``, see :mod:`patchspec.run.noop`), so that a no-op need not parse the model either.
 
-The output's data files are outputs: a build records each one's size and sha256 in the output's
-metadata (``patchspec.files``) and remembers its identity here. While the identities of the output
+The output's data files are outputs: a build records each one's size and pieces digest
+(``patchspec.model.data_pieces``) in the output's metadata (``patchspec.files``) and remembers its
+identity here, with what proves the build wrote it (``written``: its identity once in place). While the identities of the output
 and its data files are unchanged, an up-to-date check is a stat per file; when one changed (a touch,
 an append, a rewrite with the mtime put back: the ctime still moves), the check reads the output and
 compares each data file's size and then its hash with the build's record, so only a content change
@@ -24,11 +25,12 @@ decide nothing. Each cache is signed (HMAC-SHA256) with a key of this machine's 
 every repository (:func:`machine_key`); one whose signature does not check is ignored, with the
 reason in :attr:`StatCache.ignored`. Where no key can be kept (a read-only home) nothing is saved.
 
-A data file the build wrote is hashed while it is written, once: the cache keeps its sha256 under its
-recipe's key (``derived``; ``patchspec.model.data_recipe``: the ranges it copies, named by their
-source files' hashes, which this cache vouches for). A rebuild that makes the same data file from
-the same inputs (``--force``, a graph-only edit of the spec) then copies it in the kernel without
-reading it: its sha256 is that record's, as signed as the rest.
+A data file the build wrote is never read: its pieces digest is composed from the hashes the
+input's digest took of the same ranges. The cache keeps it under its recipe's key (``derived``;
+``patchspec.model.data_recipe``: the ranges it copies, named by their source files' digests, which
+this cache vouches for). A rebuild that makes the same data file from the same inputs (``--force``,
+a graph-only edit of the spec) then copies it in the kernel without reading it: its digest is that
+record's, as signed as the rest.
 
 Both kinds of hash are also kept for this user across outputs (:class:`SharedDigests`, beside the
 key), so a clean build (``rm -rf build``) or a second output of the same model reads an input it
@@ -47,11 +49,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from patchspec.model.data_pieces import Range, file_pieces, fingerprint
 from patchspec.model.data_recipe import Recipe
 from patchspec.run.atomic import write_text_atomically
 
-#: the cache file's format; another version is ignored (and rewritten)
-FORMAT = 2
+#: the cache file's format; another version is ignored (and rewritten). 3: data files by their pieces
+#: digest, what a build wrote by identity
+FORMAT = 3
 #: where the signing key lives: $PATCHSPEC_CACHE_KEY, else $XDG_CACHE_HOME/patchspec/cache.key, else
 #: ~/.cache/patchspec/cache.key
 KEY_ENV = "PATCHSPEC_CACHE_KEY"
@@ -115,6 +119,15 @@ def identity(path: Path) -> list[int] | None:
     return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]
 
 
+def _own_identity(path: Path) -> list[int] | None:
+    """A regular file's identity, not following a link; None for anything else."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns] if stat.S_ISREG(st.st_mode) else None
+
+
 def file_sha256(path: Path, progress: Callable[[int, int], None] | None = None) -> str:
     """The file's SHA-256 ("missing" when it is not a file); ``progress(done, total)`` after each MiB."""
     if not path.is_file():
@@ -137,7 +150,8 @@ class StatCache:
         self.output = output
         self.files: dict[str, dict[str, Any]] = dict((data or {}).get("files", {}))
         self.built: dict[str, Any] = dict((data or {}).get("output", {}))
-        #: files a build wrote, by absolute path: inode and sha256, re-checked before one is deleted
+        #: files a build wrote, by absolute path: their identity once committed, re-checked before one
+        #: is replaced or deleted
         self.written: dict[str, dict[str, Any]] = dict((data or {}).get("written", {}))
         #: how the last build was asked for and from which files (``run/noop``): what lets an
         #: up-to-date ``apply`` or ``--check`` answer without parsing the spec's steps or the model
@@ -149,6 +163,11 @@ class StatCache:
         self._sent: set[str] = set()  # hashes given to the shared store already
         self._shared: SharedDigests | None = None  # read on the first miss (a no-op never reads it)
         self.hashed: list[str] = []  # files this run had to read (for messages and tests)
+        #: the sha256 of each range of the data files this run hashed, by path: what names the same
+        #: bytes in the data file the build writes (``piece_sha256``)
+        self.tables: dict[str, dict[Range, str]] = {}
+        #: waits until the inputs are hashed (the engine's digest thread); set by the engine
+        self.waiter: Callable[[], object] | None = None
         #: why the cache file beside the output was not used (not signed here), or None
         self.ignored: str | None = None
         self._lock = threading.Lock()  # the inputs are hashed on a worker thread, the output's data here
@@ -178,9 +197,9 @@ class StatCache:
         ``progress`` as :func:`file_sha256` takes it, while it is read."""
         key, now = str(path.absolute()), identity(path)
         entry = self.files.get(key)
-        if now is not None and entry is not None and entry.get("identity") == now:
+        if now is not None and entry is not None and entry.get("identity") == now and "ranges" not in entry:
             return str(entry["sha256"])
-        shared = self.shared().sha256(key, now)
+        shared = self.shared().sha256(key, now, "")
         if shared is not None and now is not None:  # hashed for another output of this user
             with self._lock:
                 self.files[key] = {"identity": now, "sha256": shared}
@@ -192,12 +211,49 @@ class StatCache:
                 self.files[key] = {"identity": now, "sha256": digest}
         return digest
 
+    def pieces(self, path: Path, ranges: list[Range], progress: Callable[[int, int], None] | None = None) -> str:
+        """A data file's pieces digest, cut by a model's ``ranges`` (``patchspec.model.data_pieces``):
+        remembered when its identity and cut are unchanged, else read range by range, each range's
+        sha256 kept for this run (:attr:`tables`) and the digest remembered."""
+        key, now, cut = str(path.absolute()), identity(path), fingerprint(ranges)
+        entry = self.files.get(key)
+        if now is not None and entry is not None and entry.get("identity") == now and entry.get("ranges") == cut:
+            return str(entry["sha256"])
+        shared = self.shared().sha256(key, now, cut)
+        if shared is not None and now is not None:
+            with self._lock:
+                self.files[key] = {"identity": now, "sha256": shared, "ranges": cut}
+            return shared
+        digest, entries = file_pieces(path, ranges) if progress is None else file_pieces(path, ranges, progress)
+        with self._lock:
+            self.tables[key] = {(offset, length): sha256 for offset, length, sha256 in entries}
+            self.hashed.append(key)
+            if now is not None:
+                self.files[key] = {"identity": now, "sha256": digest, "ranges": cut}
+        return digest
+
     def known_sha256(self, path: Path) -> str | None:
-        """The file's hash when this cache holds it for the file's identity now; None, reading nothing."""
+        """The file's hash (a plain sha256 or a pieces digest) when this cache holds it for the file's
+        identity now; None, reading nothing."""
         entry, now = self.files.get(str(path.absolute())), identity(path)
         if now is not None and entry is not None and entry.get("identity") == now:
             return str(entry["sha256"])
         return self.shared().sha256(str(path.absolute()), now)
+
+    def piece_sha256(self, source: Path, offset: int, length: int) -> Callable[[], str | None] | None:
+        """The writer's question (``KnownDigests``): a range of an input this run hashes range by range
+        is named by that hash, once the input's digest is done; one known already by identity (no
+        table this run) is hashed by the writer."""
+        key = str(source.absolute())
+        if key not in self.tables and self.known_sha256(source) is not None:
+            return None
+
+        def resolve() -> str | None:
+            if self.waiter is not None:
+                self.waiter()
+            return self.tables.get(key, {}).get((offset, length))
+
+        return resolve
 
     def data_sha256(self, recipe: Recipe) -> str | None:
         """The sha256 of the data file ``recipe`` makes, when a build of this machine wrote and hashed
@@ -213,7 +269,7 @@ class StatCache:
         bytes (its sha256 by identity) and that a build wrote it (inode): with its size, mtime, inode."""
         path = self.output.parent / recipe.name
         now = identity(path)
-        if now is None or self.known_sha256(path) != sha256 or not self.wrote(path, reread=False):
+        if now is None or self.known_sha256(path) != sha256 or not self.wrote(path):
             return None
         return path, (now[0], now[1], now[2])
 
@@ -240,12 +296,16 @@ class StatCache:
                 self._shared = SharedDigests.read()
             return self._shared
 
-    def remember(self, path: Path, sha256: str) -> None:
-        """A hash known without reading ``path`` (a data file the build just wrote and hashed)."""
+    def remember(self, path: Path, sha256: str, ranges: str | None = None) -> None:
+        """A hash known without reading ``path`` (a data file the build just wrote: its pieces digest,
+        with the fingerprint of its cut, ``ranges``)."""
         now = identity(path)
         if now is not None:
+            entry: dict[str, Any] = {"identity": now, "sha256": sha256}
+            if ranges is not None:
+                entry["ranges"] = ranges
             with self._lock:
-                self.files[str(path.absolute())] = {"identity": now, "sha256": sha256}
+                self.files[str(path.absolute())] = entry
 
     def output_digest(self) -> str | None:
         """The digest the output was built with, if the output and its files are as that build left them."""
@@ -261,27 +321,36 @@ class StatCache:
         """After a build (or a check that found it up to date): the output's files and digest."""
         self.built = {"digest": digest, "files": {str(p.absolute()): identity(p) for p in files}}
 
-    def record_written(self, path: Path, sha256: str) -> None:
-        """A file this build wrote (or found byte-identical and kept): the proof :meth:`wrote` checks."""
-        try:
-            inode = os.lstat(path).st_ino
-        except OSError:
-            return
-        self.written[str(path.absolute())] = {"inode": inode, "sha256": sha256}
+    def record_written(self, path: Path, digest: str, cut: list[Range] | None = None) -> None:
+        """A file this build wrote (or found byte-identical and kept), as it is now that it is in
+        place, with its digest (a data file's pieces digest and the ``cut`` it was taken by): the
+        proof :meth:`wrote` checks."""
+        now = _own_identity(path)
+        if now is not None:
+            entry: dict[str, Any] = {"identity": now, "digest": digest}
+            if cut is not None:
+                entry["ranges"] = [list(piece) for piece in cut]
+            self.written[str(path.absolute())] = entry
 
-    def wrote(self, path: Path, *, reread: bool = True) -> bool:
-        """Whether ``path`` is still, provably, a file a build wrote: a regular file (not a link) with
-        the recorded inode and sha256. Nothing read from a model decides what patchspec deletes.
-        ``reread=False``: the hash may come from this (signed) cache while the file's identity is the
-        one it remembers (a freshness question, not a deletion)."""
+    def wrote(self, path: Path) -> bool:
+        """Whether ``path`` is still, provably, a file a build wrote: a regular file (not a link) whose
+        size, mtime_ns, inode and ctime_ns are those recorded once it was in place (any write since
+        moves the ctime, which no one can set back), or, where only its times moved (a touch), with
+        the recorded inode and digest, read again. The record counts only where this machine signed
+        it; nothing read from a model decides what patchspec replaces or deletes."""
         entry = self.written.get(str(path.absolute()))
-        try:
-            st = os.lstat(path)
-        except OSError:
+        now = _own_identity(path)
+        if entry is None or now is None:
             return False
-        if entry is None or not stat.S_ISREG(st.st_mode) or st.st_ino != entry.get("inode"):
-            return False
-        return (file_sha256(path) if reread else self.sha256(path)) == entry.get("sha256")
+        if now == entry.get("identity"):
+            return True
+        kept = entry.get("identity")
+        if not isinstance(kept, list) or len(kept) != 4 or now[2] != kept[2] or now[0] != kept[0]:
+            return False  # another file, or another size: not what the build wrote
+        cut = entry.get("ranges")  # read once and remembered by identity (signed, as this record)
+        if cut is None:
+            return self.sha256(path) == entry.get("digest")
+        return self.pieces(path, [(int(o), int(n)) for o, n in cut]) == entry.get("digest")
 
     def save(self) -> None:
         """Write the cache beside the output; a failure only costs hashing next time."""
@@ -335,9 +404,15 @@ class SharedDigests:
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return cls()
 
-    def sha256(self, path: str, now: list[int] | None) -> str | None:
+    def sha256(self, path: str, now: list[int] | None, ranges: str | None = None) -> str | None:
+        """The hash kept for ``path`` at identity ``now`` (``ranges``: a pieces digest of that cut, ""
+        a plain sha256; None: either kind, where the caller only compares)."""
         entry = self.files.get(path)
-        return str(entry["sha256"]) if now is not None and entry is not None and entry.get("identity") == now else None
+        if now is None or entry is None or entry.get("identity") != now:
+            return None
+        if ranges is not None and entry.get("ranges", "") != ranges:
+            return None
+        return str(entry["sha256"])
 
     @classmethod
     def add(cls, files: dict[str, dict[str, Any]], derived: dict[str, str]) -> None:

@@ -274,17 +274,17 @@ def test_apply_hashes_and_copies_through_the_reporter(tmp_path, run_cli, termina
     model = add_model()
     onnx.save(model, tmp_path / "m.onnx", save_as_external_data=True, location="m.onnx.data", size_threshold=0)
     spec = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out/m2.onnx\npatches: []\n")
-    real = statcache.file_sha256
+    real = statcache.file_pieces  # a data file is hashed range by range
 
-    def slow_sha256(path, progress=None):
+    def slow_pieces(path, cut, progress=None):
         def slowly(done, total):
             progress(done // 2, total)
             time.sleep(0.2)
             progress(done, total)
 
-        return real(path, None if progress is None else slowly)
+        return real(path, cut, None if progress is None else slowly)
 
-    monkeypatch.setattr(statcache, "file_sha256", slow_sha256)
+    monkeypatch.setattr(statcache, "file_pieces", slow_pieces)
     result = run_cli("apply", spec)
     assert result.exit_code == 0, result.output
     assert re.search(r"\rhashing m\.onnx\.data \[#+-+\]  50%  8 B/16 B  .*/s  ETA ", result.stderr), result.stderr

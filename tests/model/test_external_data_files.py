@@ -306,16 +306,24 @@ def test_benchmark_smoke(tmp_path, run_cli):
 @pytest.mark.parametrize(
     "layout", [Layout("w.bin", align=1), Layout("w.bin", align=4096), Layout("w.bin", checksum=True)]
 )
-def test_the_data_files_digest_taken_while_writing_is_its_sha256(tmp_path, layout, monkeypatch):
-    """The stamp's record of a data file is hashed as it is written (kernel copy or not), never read back."""
+def test_the_data_files_digest_taken_while_writing_is_its_pieces_digest(tmp_path, layout, monkeypatch):
+    """The stamp's record of a data file is hashed as it is written (kernel copy or not), never read
+    back, and is what reading the file, cut by the written model's tensor ranges, gives."""
+    from patchspec.model.data_pieces import file_pieces
+    from patchspec.run.stamp import data_ranges
+
+    def read_back(out: Path) -> str:
+        return file_pieces(out.parent / "w.bin", data_ranges(graph_only(out))["w.bin"])[0]
+
     source = saved_external(tmp_path / "in")
     out = tmp_path / "out" / "o.onnx"
     out.parent.mkdir()
     seen: dict[str, str] = {}
     write_model(graph_only(source), out, source.parent, layout, finalize=lambda model, digests: seen.update(digests))
-    assert seen == {"w.bin": hashlib.sha256((out.parent / "w.bin").read_bytes()).hexdigest()}
+    assert seen == {"w.bin": read_back(out)}
+    assert hashlib.sha256((out.parent / "w.bin").read_bytes()).hexdigest() not in seen.values()  # never confused
     monkeypatch.delattr(os, "copy_file_range", raising=False)  # the user-space copy gives the same digest
     again = tmp_path / "again" / "o.onnx"
     again.parent.mkdir()
     write_model(graph_only(source), again, source.parent, layout, finalize=lambda model, digests: seen.update(digests))
-    assert seen["w.bin"] == hashlib.sha256((again.parent / "w.bin").read_bytes()).hexdigest()
+    assert seen["w.bin"] == read_back(again) == read_back(out)

@@ -26,8 +26,9 @@ def make_project(tmp_path):
 
 def count_reads(monkeypatch):
     reads = []
-    real = statcache.file_sha256
+    real, real_pieces = statcache.file_sha256, statcache.file_pieces
     monkeypatch.setattr(statcache, "file_sha256", lambda path: reads.append(path.name) or real(path))
+    monkeypatch.setattr(statcache, "file_pieces", lambda path, cut: reads.append(path.name) or real_pieces(path, cut))
     return reads
 
 

@@ -16,19 +16,20 @@ import shutil
 import onnx
 from test_paths import spec_with
 
-from patchspec.run.statcache import cache_path, file_sha256
+import patchspec.run.statcache as statcache
+from patchspec.run.statcache import cache_path, identity
 
 
 def forge(path, payload):
     """A cache as a pull request commits it: well formed, current format, not signed here."""
-    path.write_text(json.dumps({"format": 2, **payload}), encoding="utf-8")
+    path.write_text(json.dumps({"format": statcache.FORMAT, **payload}), encoding="utf-8")
 
 
 def test_a_forged_cache_deletes_nothing(repo, run_cli):
     (repo / "LICENSE").write_text("Apache-2.0")
     spec = spec_with(repo, "output: o.onnx\npatches:\n  - external_data: {location: '{digest}.w'}\n")
     licence = repo / "LICENSE"
-    entry = {"inode": os.lstat(licence).st_ino, "sha256": file_sha256(licence)}
+    entry = {"identity": identity(licence)}  # what a record of this machine holds for a file it wrote
     forge(cache_path(repo / "o.onnx"), {"output": {}, "files": {}, "written": {str(licence): entry}, "build": {}})
     result = run_cli("apply", spec)
     assert result.exit_code == 0, result.output
@@ -85,3 +86,38 @@ def test_a_full_or_missing_temporary_folder_is_exit_3_not_a_bug(repo, run_cli, t
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-folder"))
     result = run_cli("apply", "--check", spec)
     assert result.exit_code == 3 and "temporary folder" in result.stderr, result.output
+
+
+def test_a_signed_cache_of_the_old_format_proves_nothing(repo, run_cli):
+    """A cache of the format before (its "written" record by inode and plain sha256), even signed
+    here, is not read: what it names is never taken for a file patchspec wrote."""
+    import hashlib
+
+    (repo / "LICENSE").write_text("Apache-2.0")
+    spec = spec_with(repo, "output: o.onnx\npatches:\n  - external_data: {location: '{digest}.w'}\n")
+    licence = repo / "LICENSE"
+    entry = {"inode": os.lstat(licence).st_ino, "sha256": hashlib.sha256(licence.read_bytes()).hexdigest()}
+    payload = {"format": 2, "output": {}, "files": {}, "written": {str(licence): entry}, "build": {}, "derived": []}
+    key = statcache.machine_key()
+    assert key is not None
+    payload["signature"] = statcache.signature(payload, key)
+    cache_path(repo / "o.onnx").write_text(json.dumps(payload), encoding="utf-8")
+    assert run_cli("apply", spec).exit_code == 0
+    assert licence.read_text() == "Apache-2.0"
+
+
+def test_a_same_size_edit_with_its_mtime_put_back_is_not_what_patchspec_wrote(repo, run_cli):
+    """Ownership is the identity recorded once the file was in place: an edit moves the ctime, which
+    no one can set back, and the content, read again, is not the build's: the file is kept."""
+    spec = spec_with(repo, "output: o.onnx\npatches:\n  - external_data: {location: '{digest}.w'}\n")
+    assert run_cli("apply", spec, "--no-verify").exit_code == 0
+    (first,) = repo.glob("*.w")
+    before = os.stat(first)
+    edited = bytearray(first.read_bytes())
+    edited[0] ^= 0xFF
+    with open(first, "r+b") as handle:  # the same inode, the same size
+        handle.write(bytes(edited))
+    os.utime(first, ns=(before.st_atime_ns, before.st_mtime_ns))
+    spec.write_text(spec.read_text() + "# a new digest\n")
+    assert run_cli("apply", spec, "--no-verify").exit_code == 0
+    assert first.exists() and len(list(repo.glob("*.w"))) == 2
