@@ -8,7 +8,7 @@ import sys
 import traceback
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
@@ -116,6 +116,19 @@ def main(argv: list[str] | None = None) -> int:
             return _run(argv, state)
         except Interrupted as exc:  # arrived while the outcome was being reported: the run still stops
             return exc.exit_code
+
+
+def script() -> NoReturn:
+    """The ``patchspec`` command (the console script, ``python -m patchspec``): :func:`main`, then exit
+    with its code. A run a signal stopped (130, 143) has cleaned up and chosen its code; it leaves at
+    once, without the interpreter's teardown, where an onnxruntime session destroyed with its threads
+    could still abort the process ("terminate called without an active exception", exit -6)."""
+    code = main()
+    if received() is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 def _run(argv: list[str] | None, state: State) -> int:

@@ -167,7 +167,7 @@ def test_wheel_ships_the_plugins_under_their_own_name_with_the_entry_points(whee
     shipped = sorted(Path(n).stem for n in names if n.startswith(f"{PLUGIN_PACKAGE}/") and n.endswith(".py"))
     assert shipped == sorted(["__init__", *(p.stem for p in (REPO / "plugins").glob("*.py") if p.stem != "__init__")])
     assert dict(parser["patchspec"]) == declared_entry_points()
-    assert parser["console_scripts"]["patchspec"] == "patchspec.cli:main"
+    assert parser["console_scripts"]["patchspec"] == "patchspec.cli:script"
     data = {"patchspec/py.typed", "patchspec/cmake/Patchspec.cmake"}
     assert data <= set(names), f"the wheel lacks {sorted(data - set(names))}"
     sources = {
