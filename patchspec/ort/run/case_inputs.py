@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from patchspec import limits
 from patchspec.errors import did_you_mean
 from patchspec.ort.settings import DEFAULT_MAX_ELEMENTS
 
@@ -172,10 +173,14 @@ def size_problems(shape: Sequence[int], key: tuple[Any, ...], max_elements: int)
     """One problem when ``shape`` holds more than ``max_elements`` elements (counted exactly)."""
     count = math.prod(int(d) for d in shape)
     if count > max_elements:
+        allowed = limits.current()
+        raise_it = f"raise the run verifier's 'max_elements' to {count:,}"
+        if count > allowed.max_elements:  # over what the caller allows too: both, in one round
+            raise_it += f" and pass --limit max-elements={count} (the caller allows {allowed.max_elements:,})"
         yield (
             key,
             f"{list(shape)} is {count:,} elements, over the limit of {max_elements:,} per input: give "
-            "smaller sizes, or raise the run verifier's 'max_elements' if the machine holds it",
+            f"smaller sizes, or {raise_it} if the machine holds it",
         )
 
 

@@ -126,3 +126,15 @@ def test_bfloat16_without_ml_dtypes_is_refused_not_truncated(tmp_path, monkeypat
         input_array(TensorDecl("x", "bfloat16", (2,)), {"value": 1.5, "shape": [2]}, 0, tmp_path.joinpath)
     with pytest.raises(RunFailure, match="bfloat16 needs an onnx"):
         generate((2,), "bfloat16", "random", 0)
+
+
+def test_an_input_over_the_callers_limit_too_names_both_fixes_in_one_round() -> None:
+    """Over 'max_elements' and over what --limit allows: the message names both, so raising the spec's
+    limit does not fail a second time asking for --limit."""
+    from patchspec.ort.run.case_inputs import size_problems
+
+    (problem,) = size_problems([2**20, 2**8], ("x",), 2**27)
+    assert "'max_elements' to 268,435,456" in problem[1]
+    assert "--limit max-elements=268435456" in problem[1], problem
+    (within,) = size_problems([2**20, 2**6], ("x",), 2**25)  # over the spec's limit only
+    assert "'max_elements' to 67,108,864" in within[1] and "--limit" not in within[1], within
