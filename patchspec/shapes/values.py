@@ -258,6 +258,7 @@ class _Uses:
             return node.output[0], offset, column
         if node.op_type in ("Add", "Sub") and operand < 2 and len(node.input) == 2:
             other = self.constant(site, 1 - operand)
+            other = self._folded_zero(node.input[1 - operand]) if other is None else other
             if (
                 other is None
                 or other.size != 1
@@ -274,6 +275,18 @@ class _Uses:
             if own is None or axis % len(own) != len(own) - 1 or any(w is None or w[-1] is None for w in widths):
                 return None
             return node.output[0], offset, sum(int(w[-1] or 0) for w in widths if w)
+        return None
+
+    def _folded_zero(self, name: str) -> np.ndarray[Any, Any] | None:
+        """``[0]`` where ``name`` is a Mul of a constant of zeros by anything (TorchScript's ``arange(B) * T``
+        folded at batch 1: ``[0] * T``): no shift at the declared sizes."""
+        producer = self.producers.get(name)
+        if producer is None or producer.op_type != "Mul":
+            return None
+        for tensor in producer.input:
+            value = self.index.constant(tensor, (self.model.graph,))
+            if value is not None and np.asarray(value).dtype.kind in "iu" and np.size(value) and not np.any(value):
+                return np.zeros(1, np.asarray(value).dtype)
         return None
 
     def _coordinate_bound(

@@ -55,3 +55,15 @@ def test_a_value_subtracted_from_a_constant_is_not_bounded_so() -> None:
     """``1 - lengths`` runs the other way: no bound is read from it, the input stays flagged."""
     found = input_values(last_step(first="one"), "lengths", TensorProto.INT64)
     assert found is not None and found.flag, found
+
+
+def test_lengths_beside_torchscripts_folded_arange_are_bounded() -> None:
+    """TorchScript's ``h[arange(B), lengths - 1]`` at batch 1 indexes ``Flatten(h)`` with
+    ``lengths - 1 + [0] * T``: the folded ``[0] * T`` shifts nothing at the declared sizes."""
+    from pathlib import Path
+
+    import onnx
+
+    generated = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus" / "generated" / "torch"
+    found = input_values(onnx.load(generated / "arange_pool_ts.onnx"), "lengths", TensorProto.INT64)
+    assert found is not None and found.item == {"low": 1, "high": 6}, found
