@@ -3,10 +3,15 @@ block's commands print is what the page shows (tests/docs/doc_blocks.py says how
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 from doc_blocks import PAGES, REPO, blocks, matches, normal, problems, rewrite, run_page, scratch_project
 
 RUN = [page for page in PAGES if any(block.runs for block in blocks(page))]
+#: pages whose transcript runs a test that needs a tool of the lint extra (make test has it, the oldest
+#: versions' environment has not): there the page is skipped, saying so
+NEEDS = {"examples/plugin-acme/README.md": "mypy"}
 
 
 def test_every_command_block_is_run_or_says_why_not():
@@ -19,6 +24,9 @@ def test_every_command_block_is_run_or_says_why_not():
 
 @pytest.mark.parametrize("page", RUN, ids=[page.relative_to(REPO).as_posix() for page in RUN])
 def test_the_page_runs_as_written(page, tmp_path):
+    needed = NEEDS.get(page.relative_to(REPO).as_posix())
+    if needed and importlib.util.find_spec(needed) is None:
+        pytest.skip(f"its transcript runs a test that needs {needed} (the lint extra), not installed here")
     outcomes = run_page(page, scratch_project(tmp_path / "project"))
     found = problems(outcomes)
     assert not found, "\n\n".join(found) + "\n\nafter a deliberate change: python tests/docs/doc_blocks.py --write PAGE"

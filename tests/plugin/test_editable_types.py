@@ -55,6 +55,7 @@ def mypy(python: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.skipif(sys.platform == "win32", reason="the venv's layout is POSIX's here")
 def test_mypy_reads_an_editable_patchspec_installed_as_the_docs_say(tmp_path):
+    pytest.importorskip("mypy", reason="mypy is not installed (the lint extra)")
     python = venv_with_editable_patchspec(tmp_path, "--config-settings", "editable_mode=strict")
     done = mypy(python, tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
