@@ -23,7 +23,7 @@ import onnx
 from patchspec.model.graph import NodeSite
 from patchspec.shapes.batch.counts import settle_folded
 from patchspec.shapes.batch.operands import Operands
-from patchspec.shapes.batch.states import Deciding
+from patchspec.shapes.batch.states import Deciding, follow_batch_at
 from patchspec.shapes.batch.trace import BatchTrace, PointInputs, Rewrite, Undecided, ints_of, sizes_of
 from patchspec.shapes.evaluate import ShapeEvaluator
 from patchspec.shapes.known import Known
@@ -154,18 +154,8 @@ def rewrite_range(tracker: Deciding, site: NodeSite, name: str, axis: int) -> bo
 def _recount(tracker: Deciding, chain: Chain) -> None:
     """Each tensor of the chain, at each point, with the count along its axis at that point's batch
     (values unknown): what the model computes once the limit counts the batch."""
-    known = tracker.evaluator.known
     for name, axis in chain.tensors:
-        row = known.get(name)
-        if row is None:
-            continue
-        recounted = []
-        for size, point in zip(tracker.trace.sizes, row):
-            dims = list(point.shape) if point.shape is not None else None
-            if dims is not None and 0 <= axis < len(dims):
-                dims[axis] = size
-            recounted.append(Known(point.dtype, None if dims is None else tuple(dims), None))
-        known[name] = recounted
+        follow_batch_at(tracker, name, axis)
 
 
 def settle_arithmetic(tracker: Deciding, site: NodeSite, inputs: PointInputs) -> PointInputs | None:

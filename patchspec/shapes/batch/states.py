@@ -56,14 +56,16 @@ def follow_batch_at(tracker: Deciding, name: str, axis: int) -> None:
     """``name`` at each point with that point's batch along ``axis`` (values unknown): what the model
     computes once a constant made for one sample is counted or made for the batch, so that its
     declaration follows the batch."""
-    known = tracker.evaluator.known.get(name)
-    if known is None:
+    row = tracker.evaluator.known.get(name)
+    if row is None:
         return
-    for p, (size, point) in enumerate(zip(tracker.trace.sizes, known)):
+    followed = []
+    for size, point in zip(tracker.trace.sizes, row):
         dims = list(point.shape) if point.shape is not None else None
         if dims is not None and 0 <= axis < len(dims):
             dims[axis] = size
-        known[p] = Known(point.dtype, None if dims is None else tuple(dims), None)
+        followed.append(Known(point.dtype, None if dims is None else tuple(dims), None))
+    tracker.evaluator.known[name] = followed
 
 
 def maker_values(tracker: Deciding, maker: NodeSite, operand: int) -> list[int]:
