@@ -20,10 +20,10 @@ from onnx import TensorProto
 
 from patchspec.errors import ModelFileError, UsageError
 from patchspec.model.data_digest import Digest as _Digest
-from patchspec.model.data_digest import read_at as _read_at
 from patchspec.model.data_recipe import KnownDigests, Piece, Recipe
+from patchspec.model.data_sink import Progress
+from patchspec.model.data_sink import Sink as _Sink
 from patchspec.model.external_data import (
-    COPY_CHUNK,
     check_tensor,
     expected_nbytes,
     is_external,
@@ -33,10 +33,7 @@ from patchspec.model.external_data import (
 from patchspec.plugin.contract import StateKey
 from patchspec.spec.confine import control_character, reserved_name, write_problem
 
-KERNEL_CHUNK = 64 * 1024 * 1024
 PROTOBUF_LIMIT = 2**31 - 1
-#: ``write_model``'s progress callback: (bytes done, bytes in all); the CLI's reporter draws it
-Progress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)
@@ -198,75 +195,6 @@ def _read_external(tensor: TensorProto, source_dir: Path) -> bytes:
     with open(ref.path, "rb") as handle:
         handle.seek(ref.offset)
         return handle.read(ref.length)
-
-
-class _Sink:
-    """A data file being written: created new, positioned writes, progress over the whole copy."""
-
-    def __init__(self, path: Path, total: int, progress: Progress | None) -> None:
-        if path.is_symlink() or path.exists():
-            path.unlink()
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
-        self.fd = os.open(path, flags, 0o644)
-        self.position, self.done, self.total, self.progress = 0, 0, total, progress
-        self.kernel_copy = hasattr(os, "copy_file_range")
-
-    def pad_to(self, align: int) -> int:
-        padded = -(-self.position // align) * align if align > 1 else self.position
-        if padded > self.position:
-            self.write(b"\0" * (padded - self.position), count=False)
-        return self.position
-
-    def write(self, data: bytes, count: bool = True) -> None:
-        view = memoryview(data)
-        while view:
-            written = os.write(self.fd, view)
-            view = view[written:]
-            self.position += written
-        if count:
-            self._advance(len(data))
-
-    def copy_from(self, source_fd: int, offset: int, length: int, digest: Any) -> None:
-        """Copy a byte range; in the kernel when no checksum is wanted and the platform allows."""
-        end = offset + length
-        while offset < end:
-            step = min(KERNEL_CHUNK if digest is None and self.kernel_copy else COPY_CHUNK, end - offset)
-            copied = self._kernel_copy(source_fd, offset, step) if digest is None and self.kernel_copy else 0
-            if not copied:
-                chunk = _read_at(source_fd, step, offset)
-                if not chunk:
-                    raise ModelFileError(
-                        f"data file ended {end - offset} bytes early while copying (changed during the run?)"
-                    )
-                if digest is not None:
-                    digest.update(chunk)
-                self.write(chunk, count=False)
-                copied = len(chunk)
-                del chunk  # one chunk in memory at a time
-            offset += copied
-            self._advance(copied)
-
-    def _kernel_copy(self, source_fd: int, offset: int, step: int) -> int:
-        try:
-            copied = os.copy_file_range(source_fd, self.fd, step, offset, self.position)
-        except OSError:
-            self.kernel_copy = False  # cross-device, unsupported filesystem: plain reads from now on
-            return 0
-        self.position += copied
-        os.lseek(self.fd, self.position, os.SEEK_SET)
-        return copied
-
-    def _advance(self, nbytes: int) -> None:
-        self.done += nbytes
-        if self.progress is not None:
-            self.progress(self.done, self.total)
-
-    def close(self) -> None:
-        """Flush the file to disk and close it."""
-        try:
-            os.fsync(self.fd)
-        finally:
-            os.close(self.fd)
 
 
 def _write_data_file(
