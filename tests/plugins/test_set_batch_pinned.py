@@ -36,20 +36,27 @@ def cache_update_model(batch=1):
     )
 
 
-def gru_model(batch=1, hidden=4):
-    """x [batch, 5, 3] -> time-major -> a bidirectional GRU from the constant state h0 [2, 1, hidden]."""
+def gru_model(batch=1, hidden=4, expanded=False):
+    """x [batch, 5, 3] -> time-major -> a bidirectional GRU from the constant state h0 [2, 1, hidden];
+    ``expanded``: TorchScript's ``h0.expand(-1, x.size(0), -1)`` of a parameter, traced at batch 1 (an
+    Expand of constants)."""
     rng = np.random.default_rng(0)
     constants = [
         numpy_helper.from_array(rng.standard_normal((2, 3 * hidden, 3)).astype(np.float32), "W"),
         numpy_helper.from_array(rng.standard_normal((2, 3 * hidden, hidden)).astype(np.float32), "R"),
         numpy_helper.from_array(np.zeros((2, 1, hidden), np.float32) + 0.5, "h0"),
     ]
-    nodes = [
-        helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]),
+    state = "h0"
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2])]
+    if expanded:
+        constants.append(numpy_helper.from_array(np.array([1, 1, 1], np.int64), "ones"))
+        nodes.append(helper.make_node("Expand", ["h0", "ones"], ["h0_expanded"], name="expand_h0"))
+        state = "h0_expanded"
+    nodes.append(
         helper.make_node(
-            "GRU", ["xt", "W", "R", "", "", "h0"], ["", "h"], name="gru", hidden_size=hidden, direction="bidirectional"
-        ),
-    ]
+            "GRU", ["xt", "W", "R", "", "", state], ["", "h"], name="gru", hidden_size=hidden, direction="bidirectional"
+        )
+    )
     return graph_model(nodes, [tensor_info("x", [batch, 5, 3])], [tensor_info("h", [2, batch, hidden])], constants)
 
 
@@ -62,11 +69,13 @@ def test_a_cache_written_through_constant_coordinates_of_sample_zero_is_refused(
     assert "not batchable" in text and "nothing is written" in text
 
 
+@pytest.mark.parametrize("expanded", [False, True], ids=["constant", "expand_of_constants"])
 @pytest.mark.parametrize("batch", [1, "N"])
-def test_a_constant_state_of_one_sample_is_repeated_to_the_batch(batch):
-    """Every sample starts from the same constant h0 (dynamo folds torch.zeros(2, B, H) at batch 1 so):
-    repeated by a Tile, each sample runs as it did alone."""
-    original, patched = gru_model(batch), gru_model(batch)
+def test_a_constant_state_of_one_sample_is_repeated_to_the_batch(batch, expanded):
+    """Every sample starts from the same constant h0 (dynamo folds torch.zeros(2, B, H) at batch 1 so,
+    TorchScript keeps a parameter's expand as an Expand of constants): repeated by a Tile, each sample
+    runs as it did alone. Before, the Expand's state was written as it was and onnxruntime refused it."""
+    original, patched = gru_model(batch, expanded=expanded), gru_model(batch, expanded=expanded)
     result = set_batch(patched, size=4)
     assert "1 input repeated to the batch" in result.summary, result.summary
     x = np.random.default_rng(2).standard_normal((4, 5, 3)).astype(np.float32)
@@ -116,6 +125,19 @@ def test_a_state_fed_as_an_input_still_batches():
     model.graph.input.append(helper.make_tensor_value_info("h0", state.data_type, [2, 1, 4]))
     result = set_batch(model, size=4, inputs={"x": 0, "h0": 1})
     assert result.modified and "batch 4 on x[0], h0[1]" in result.summary
+
+
+def test_a_state_input_left_at_one_sample_is_undecided_not_written():
+    """A state fed as an input the batch is not asked for stays one sample at every batch: onnxruntime
+    would refuse the GRU at batch 4, so the point is undecided (apply --no-verify writes nothing)."""
+    model = gru_model(1)
+    state = model.graph.initializer.pop()
+    model.graph.input.append(helper.make_tensor_value_info("h0", state.data_type, [2, 1, 4]))
+    result = set_batch(model, size=4, inputs={"x": 0})
+    assert any("starting state initial_h of GRU 'gru' holds 1 sample(s) at every batch" in u for u in result.details), (
+        result.details
+    )
+    assert "undecided" in result.summary, result.summary
 
 
 def test_the_refusal_stops_apply_with_exit_4_and_writes_nothing(tmp_path, run_cli):

@@ -43,6 +43,26 @@ class Operands:
     def is_constant(self, site: NodeSite, operand: int) -> bool:
         return self.index.constant_source(site.node.input[operand], site.scopes) is not None
 
+    def made_from_constants(self, site: NodeSite, operand: int, limit: int = 64) -> bool:
+        """Whether ``site.node``'s input is computed from constants alone (no graph input, no
+        subgraph upstream, within ``limit`` tensors): the same value at any batch and for any input."""
+        seen: set[str] = set()
+        todo = [site.node.input[operand]]
+        while todo:
+            name = todo.pop()
+            if not name or name in seen or self.index.constant_source(name, site.scopes) is not None:
+                continue
+            seen.add(name)
+            producer = self.evaluator.producer.get(name)
+            if (
+                producer is None
+                or len(seen) > limit
+                or any(a.type == onnx.AttributeProto.GRAPH for a in producer.node.attribute)
+            ):
+                return False
+            todo.extend(producer.node.input)
+        return True
+
     def sources(self, site: NodeSite, operand: int) -> list[Source | None] | None:
         """Per element of ``site.node``'s input: (reader site, operand, element) of the constant it copies."""
         name = site.node.input[operand]

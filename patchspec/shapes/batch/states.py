@@ -126,12 +126,14 @@ def settle_states(tracker: Deciding, site: NodeSite, inputs: PointInputs) -> Poi
         producer = tracker.evaluator.producer.get(node.input[operand])
         if first is None or second is None or len(first) != 3 or first[at] != second[at]:
             continue  # the state follows the batch
-        if producer is None:
-            _repeat_constant_state(tracker, site, operand, at)
-            continue
-        if producer.node.op_type != "ConstantOfShape" or producer.node.domain not in ("", "ai.onnx"):
-            continue
         state = f"the starting state {_STATE_NAMES[operand]} of {node.op_type} '{node.name or node.output[0]}'"
+        if (
+            producer is None
+            or producer.node.op_type != "ConstantOfShape"
+            or producer.node.domain not in ("", "ai.onnx")
+        ):
+            _repeat_constant_state(tracker, site, operand, (at, first[at]), state)
+            continue
         values = maker_values(tracker, producer, 0)
         remedy = "the state sized from the input at run time: export the model with the state as an input"
         if len(values) == 3 and rewrite_maker_element(tracker, producer, (0, at), state, f", making {state}", remedy):
@@ -139,20 +141,30 @@ def settle_states(tracker: Deciding, site: NodeSite, inputs: PointInputs) -> Poi
     return None
 
 
-def _repeat_constant_state(tracker: Deciding, site: NodeSite, operand: int, at: int) -> None:
-    """A starting state that is a constant of one sample (dynamo folds ``torch.zeros(1, B, H)`` at
-    batch 1 into ``[1, 1, H]``) starts every sample alike: a Tile repeats it to the new batch. A
-    constant of several samples (which may differ), or a symbolic batch, is left to ``pinned``."""
+def _repeat_constant_state(tracker: Deciding, site: NodeSite, operand: int, at: tuple[int, int], state: str) -> None:
+    """A starting state made from constants alone is one sample's state, repeated to the new batch by a
+    Tile: dynamo folds ``torch.zeros(1, B, H)`` at batch 1 into a constant ``[1, 1, H]``, TorchScript
+    keeps ``h0.expand(-1, B, -1)`` of a parameter as an Expand of constants. A state of several
+    samples at every batch, or one computed from an input, is undecided: onnxruntime refuses a state
+    whose batch is not the input's (at a symbolic batch before opset 11 ``pinned`` refuses it)."""
     trace, node = tracker.trace, site.node
-    if trace.b1 != 1 or not tracker.operands.is_constant(site, operand):
+    axis, samples = at
+    if samples == 1 and trace.b1 == 1 and tracker.operands.made_from_constants(site, operand):
+        repeats = batch_expression(tracker) if trace.symbolic else trace.b2
+        if repeats is None:
+            return  # before opset 11 nothing computes the batch: batch_pinned refuses it
+        source = "constant" if tracker.operands.is_constant(site, operand) else "tensor made from constants"
+        reason = f"{state}: the {source} '{node.input[operand]}' holds one sample's state; repeated {repeats} times"
+        trace.tilings.append(Tiling(site, operand, axis, 3, repeats, reason))
+        tracker.decided.add(id(node))
         return
-    repeats = batch_expression(tracker) if trace.symbolic else trace.b2
-    if repeats is None:
-        return  # before opset 11 nothing computes the batch: batch_pinned refuses it
-    state = f"the starting state {_STATE_NAMES[operand]} of {node.op_type} '{node.name or node.output[0]}'"
-    reason = f"{state}: the constant '{node.input[operand]}' holds one sample's state; repeated {repeats} times"
-    trace.tilings.append(Tiling(site, operand, at, 3, repeats, reason))
-    tracker.decided.add(id(node))
+    trace.undecided.append(
+        Undecided(
+            f"undecided: {state} holds {samples} sample(s) at every batch (axis {axis} of "
+            f"'{node.input[operand]}'), but the op needs the input's batch there; "
+            "export the model with the state as an input, or sized from the input (torch.zeros(1, x.size(0), H))"
+        )
+    )
 
 
 __all__ = [
