@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 
 from patchspec.model.graph import NodeSite, ScopeIndex, all_graphs, walk_nodes
+from patchspec.shapes.coordinates import Bounds, coordinates
 
 #: ops that pass a value through unchanged, or pick some of its elements (operand 0: the last token of
 #: a prefix, Gather(prefix, -1, axis=1); any operand of a Concat), for following an input to where it is used
@@ -78,7 +79,7 @@ def input_values(model: onnx.ModelProto, name: str, elem_type: int) -> InputValu
     if elem_type in _FLOATS:
         return None
     found = uses.branch_value(name) or uses.table_rows(name) or uses.mask(name) or uses.zeroed(name)
-    found = found or uses.coordinates(name) or uses.broadcast_shape(name)
+    found = found or _bounded(coordinates(uses, name)) or uses.classes(name) or uses.broadcast_shape(name)
     if found is not None:
         return found
     if elem_type == onnx.TensorProto.BOOL:
@@ -96,12 +97,12 @@ def input_values(model: onnx.ModelProto, name: str, elem_type: int) -> InputValu
     )
 
 
+def _bounded(bounds: Bounds | None) -> InputValues | None:
+    return None if bounds is None else InputValues({"low": bounds[0], "high": bounds[1]}, bounds[2])
+
+
 def _label(node: onnx.NodeProto) -> str:
     return f"{node.op_type} '{node.name or node.output[0]}'"
-
-
-#: an index on its way to where it is read: (tensor, constant added so far, its column of coordinates)
-_Coordinate = tuple[str, int, int | None]
 
 
 class _Uses:
@@ -223,93 +224,24 @@ class _Uses:
             why += f"; it also indexes tables of {', '.join(map(str, others))} rows: the smallest bounds them all"
         return InputValues({"low": 0, "high": rows}, why)
 
-    def coordinates(self, name: str) -> InputValues | None:
-        """Indices, shifted by a constant (``lengths - 1``), into an axis of a tensor: a Gather's (a
-        GatherElements', a ScatterElements') indices, or a column of a GatherND's coordinates
-        (``h[arange(B), lengths - 1]``). They are bounded by that axis's size, as shape inference gives
-        it at the declared input sizes."""
-        bounds: list[tuple[int, int, str]] = []
-        todo: list[_Coordinate] = [(name, 0, None)]
-        seen: set[str] = set()
-        while todo:
-            tensor, offset, column = todo.pop()
-            if tensor in seen:
+    def classes(self, name: str) -> InputValues | None:
+        """Class ids: a OneHot's indices (0 <= id < depth), or ids compared with every class at once, a
+        constant range (dynamo's ``one_hot``: ``Equal(ids[..., None], arange(C))``)."""
+        for site, operand in self.reached(name, _PASS_THROUGH):
+            node, other = site.node, self.constant(site, 1 if site.node.op_type == "OneHot" else 1 - operand)
+            if other is None or other.dtype.kind not in "iu" or operand > 1:
                 continue
-            seen.add(tensor)
-            for site, operand in self.consumers.get(tensor, []):
-                bound = self._coordinate_bound(site, operand, offset, column)
-                onward = None if bound else self._coordinate_onward(site, operand, offset, column)
-                bounds.extend([bound] if bound else [])
-                todo.extend([onward] if onward else [])
-        if not bounds:
-            return None
-        low, high = max(b[0] for b in bounds), min(b[1] for b in bounds)
-        if low >= high:
-            return None
-        readers = ", ".join(sorted({b[2] for b in bounds}))
-        return InputValues({"low": low, "high": high}, f"indices into {readers}: {low} <= value < {high}")
-
-    def _coordinate_onward(self, site: NodeSite, operand: int, offset: int, column: int | None) -> _Coordinate | None:
-        """Where an index goes on: through a copy, a shift by a constant, or a Concat into coordinates."""
-        node = site.node
-        if node.op_type in ("Cast", "Identity", "Unsqueeze", "Squeeze") and operand == 0:
-            return node.output[0], offset, column
-        if node.op_type in ("Reshape", "Flatten", "Expand") and operand == 0 and column is None:  # not yet coordinates
-            return node.output[0], offset, column
-        if node.op_type in ("Add", "Sub") and operand < 2 and len(node.input) == 2:
-            other = self.constant(site, 1 - operand)
-            other = self._folded_zero(node.input[1 - operand]) if other is None else other
-            if (
-                other is None
-                or other.size != 1
-                or other.dtype.kind not in "iu"
-                or (node.op_type, operand) == ("Sub", 1)
-            ):
-                return None
-            shift = int(other.reshape(-1)[0])
-            return node.output[0], offset + (shift if node.op_type == "Add" else -shift), column
-        if node.op_type == "Concat" and column is None:
-            widths = [self._dims(part) for part in node.input[:operand]]
-            own = self._dims(node.input[operand])
-            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-            if own is None or axis % len(own) != len(own) - 1 or any(w is None or w[-1] is None for w in widths):
-                return None
-            return node.output[0], offset, sum(int(w[-1] or 0) for w in widths if w)
+            if node.op_type == "OneHot" and operand == 0 and other.size == 1 and int(other.reshape(-1)[0]) > 0:
+                depth = int(other.reshape(-1)[0])
+                return InputValues({"low": 0, "high": depth}, f"class ids of {_label(node)}: 0 <= value < {depth}")
+            classes = np.unique(other)
+            if node.op_type == "Equal" and classes.size > 1 and int(classes[-1] - classes[0]) + 1 == classes.size:
+                low, high = int(classes[0]), int(classes[-1]) + 1
+                why = f"compared with each class id {low}..{high - 1} by {_label(node)}"
+                return InputValues({"low": low, "high": high}, why)
         return None
 
-    def _folded_zero(self, name: str) -> np.ndarray[Any, Any] | None:
-        """``[0]`` where ``name`` is a Mul of a constant of zeros by anything (TorchScript's ``arange(B) * T``
-        folded at batch 1: ``[0] * T``): no shift at the declared sizes."""
-        producer = self.producers.get(name)
-        if producer is None or producer.op_type != "Mul":
-            return None
-        for tensor in producer.input:
-            value = self.index.constant(tensor, (self.model.graph,))
-            if value is not None and np.asarray(value).dtype.kind in "iu" and np.size(value) and not np.any(value):
-                return np.zeros(1, np.asarray(value).dtype)
-        return None
-
-    def _coordinate_bound(
-        self, site: NodeSite, operand: int, offset: int, column: int | None
-    ) -> tuple[int, int, str] | None:
-        """(low, high, reader) for an index read by a Gather, GatherElements, ScatterElements or GatherND, shifted
-        by ``offset`` on the way."""
-        node = site.node
-        if operand != 1 or node.op_type not in ("Gather", "GatherND", "GatherElements", "ScatterElements"):
-            return None
-        data = self._dims(node.input[0])
-        if node.op_type != "GatherND":  # one index per element, along the op's axis
-            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-            at = None if column is not None or not data else axis % len(data)
-        else:
-            batch_dims = next((a.i for a in node.attribute if a.name == "batch_dims"), 0)
-            at = batch_dims + (column or 0)
-        size = data[at] if data is not None and at is not None and at < len(data) else None
-        if not size:
-            return None
-        return max(0, -offset), size - offset, f"axis {at} (size {size}) of the data {_label(node)} reads"
-
-    def _dims(self, name: str) -> list[int | None] | None:
+    def dims(self, name: str) -> list[int | None] | None:
         """A tensor's dims as onnx's shape inference gives them (run once, at the first question)."""
         if self._inferred is None:
             try:
@@ -383,7 +315,7 @@ class _Uses:
 
     def _last_dims(self, name: str, length: int) -> list[int | None]:
         """The last ``length`` dims of ``name``, None where shape inference gives none."""
-        dims: list[int | None] = list((self._dims(name) or [])[-length:])
+        dims: list[int | None] = list((self.dims(name) or [])[-length:])
         return [None] * (length - len(dims)) + dims
 
     def strings(self, name: str, unread: bool) -> InputValues:
