@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, TypedDict
 
 from patchspec import COUPLED, UNDECIDED, Param, ParamProblem, PatchContext, PatchResult, PatchType, api, hookimpl
@@ -111,8 +112,12 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         b2 = batch.old_size + 6 if isinstance(size, str) or same else size
         trace = follow_batch(model, batch, inputs, b2, symbolic)
         others = None if "inputs" in params else other_batch_names(model, batch, inputs, size, b2, trace)
+        if others is not None and others.proved:  # the batch under other names too: set on them all
+            batch = api.BatchAxes(others.axes, batch.old_size, batch.notes + (others.hint,), batch.unread)
+            where = ", ".join(f"{name}[{axis}]" for name, axis in batch.axes)
+            trace, others = follow_batch(model, batch, inputs, b2, symbolic), None
         if trace.refusals and not same:
-            refuse(trace, size, where, context, others[1] if others else None)
+            refuse(trace, size, where, context, others.hint if others else None)
         rewrites: list[api.Rewrite] = [] if same else trace.rewrites
         undecided: list[api.Undecided] = [] if same else trace.undecided
         changed = api.rewrite_batch_constants(model, rewrites, f"batch_{size}")
@@ -129,7 +134,7 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         api.rederive_shapes(model, context.state)  # pins is the state's own dict: the batch axes popped above
         corrected = api.declare_from_trace(model, trace, size, declared, names)
         api.apply_pins(model.graph, pins)
-        counts = summary_counts(changed, squeezes, undecided, len(others[0]) if others else 0, corrected, tiled)
+        counts = summary_counts(changed, squeezes, undecided, len(others.found) if others else 0, corrected, tiled)
         notes = tuple(undecided_text(point) for point in undecided)
         coupled = tuple(f"couples samples: {line}" for line in trace.coupled)
         context.state.get(UNDECIDED).extend(point.message for point in undecided)  # apply --no-verify refuses them
@@ -137,7 +142,7 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         context.state.get(COUPLED).extend(trace.coupled)
         details = (
             batch.notes
-            + (others[1:] if others else ())
+            + ((others.hint,) if others else ())
             + tuple(changed)
             + tuple(squeezes)
             + tuple(tiled)
@@ -217,6 +222,17 @@ def follow_batch(
     return api.trace_batch(model, batch.axes, batch.old_size, b2, symbolic=symbolic)
 
 
+@dataclass(frozen=True)
+class OtherNames:
+    """Inputs whose axis 0 has a batch name of its own: ``found`` (``mask[0] ('unk__6135')``), the axes
+    with them all (``axes``), whether the evaluation proves them the batch, and what the details say."""
+
+    found: list[str]
+    axes: tuple[tuple[str, int], ...]
+    proved: bool
+    hint: str
+
+
 def other_batch_names(
     model: onnx.ModelProto,
     batch: api.BatchAxes,
@@ -224,14 +240,14 @@ def other_batch_names(
     size: int | str,
     b2: int,
     trace: api.BatchTrace,
-) -> tuple[list[str], str] | None:
-    """Inputs whose axis 0 has a name of its own (tf2onnx's ``unk__6135`` beside ``unk__6134``) that the
-    model runs with as the batch: their axes (``mask[0] ('unk__6135')``) and the hint that sets them all.
+) -> OtherNames | None:
+    """Inputs whose axis 0 has a name of its own (tf2onnx's ``unk__6135`` beside ``unk__6134``).
 
     Each exporter may name the batch once per input. The detected batch is the first input's name
     only. The others are proved to be the batch too when the model, evaluated with them moving with
-    the batch, runs at the new batch where with sizes of their own (``trace``) it did not; else the
-    hint only says that they keep a name of their own. The entry it prints runs in both cases."""
+    the batch, runs at the new batch where with sizes of their own (``trace``) it did not (two images
+    of a Siamese model subtracted from each other): set_batch then sets them all, and says so. Else
+    the details only say that they keep a name of their own, with the entry that would set them."""
     names = {(api.read_dims(inputs[name]) or [None])[axis] for name, axis in batch.axes}
     chosen = {name for name, _ in batch.axes}
     left = [
@@ -241,8 +257,8 @@ def other_batch_names(
     ]
     if not left:
         return None
-    every = [*batch.axes, *left]
-    together = api.trace_batch(model, every, batch.old_size, b2, symbolic=isinstance(size, str))
+    every = (*batch.axes, *left)
+    together = api.trace_batch(model, list(every), batch.old_size, b2, symbolic=isinstance(size, str))
     if together.refusals:
         return None
     proved = bool(trace.refusals) or len(together.undecided) < len(trace.undecided)
@@ -252,14 +268,18 @@ def other_batch_names(
     fix = api.SpecFix("set_batch", (("size", size), ("inputs", listed)))
     found = [f"{name}[0] ('{(api.read_dims(inputs[name]) or [''])[0]}')" for name, _ in left]
     one = len(found) == 1
-    why = (
-        f"name{'s' * one} the batch under another name: the model runs at the new batch with "
-        f"{'it' if one else 'them'} at the batch's size, not with {'its' if one else 'their'} own; to set them all"
-        if proved
-        else f"keep{'s' * one} a batch name of {'its' if one else 'their'} own; if {'it carries' if one else 'they carry'} "
-        "the batch too"
-    )
-    return found, f"{', '.join(found)} {why}, use instead:\n{api.spec_lines(fix)}"
+    if proved:
+        hint = (
+            f"{', '.join(found)} name{'s' * one} the batch under another name: the model runs at the new batch "
+            f"with {'it' if one else 'them'} at the batch's size, not with {'its' if one else 'their'} own, so "
+            f"set_batch sets {'it' if one else 'them'} too; to say so in the spec (or list other inputs):\n"
+        )
+    else:
+        hint = (
+            f"{', '.join(found)} keep{'s' * one} a batch name of {'its' if one else 'their'} own; if "
+            f"{'it carries' if one else 'they carry'} the batch too, use instead:\n"
+        )
+    return OtherNames(found, every, proved, hint + api.spec_lines(fix))
 
 
 def undecided_text(point: api.Undecided) -> str:

@@ -59,10 +59,10 @@ def two_names_model():
     return graph_model(nodes, [tensor_info("a", ["B1", 4]), tensor_info("b", ["B2", 4])], [tensor_info("y", ["B1", 4])])
 
 
-def test_one_batch_under_several_names_needs_an_inputs_list():
+def test_one_batch_under_several_names_is_set_where_the_graph_proves_it_or_listed():
     detected = two_names_model()
-    assert "a[0]" in set_batch(detected, size=2).summary
-    assert read_dims(detected.graph.input[1]) == ["B2", 4]  # another name: not the batch by default
+    assert "a[0], b[0]" in set_batch(detected, size=2).summary  # a + b runs only with B2 the batch
+    assert read_dims(detected.graph.input[1]) == [2, 4]
     listed = two_names_model()
     result = set_batch(listed, size=2, inputs=["a", "b"])
     assert "a[0], b[0]" in result.summary

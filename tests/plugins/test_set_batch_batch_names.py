@@ -1,6 +1,6 @@
-"""A plain ``set_batch: 4`` names the inputs that carry the batch under a name of their own (issue 24,
-item 3): tf2onnx gives each input its own (``unk__6134``, ``unk__6135``), and the hint it prints,
-pasted into a spec, sets them all and passes."""
+"""Inputs that carry the batch under a name of their own (issue 24, item 3; issue 34): tf2onnx gives
+each input its own (``unk__6134``, ``unk__6135``). A plain ``set_batch: 4`` sets those the evaluation
+proves to be the batch, and names the others with the entry that would set them."""
 
 from __future__ import annotations
 
@@ -29,12 +29,19 @@ VERIFY = (
 )
 
 
-def test_the_hint_for_inputs_left_with_their_own_batch_name_works_as_printed(tmp_path, run_cli):
+def test_an_input_proved_to_carry_the_batch_under_another_name_is_set_too(tmp_path, run_cli):
+    """mask is added to image: at batch 4 with a size of its own the Add cannot run, with the batch's it
+    does. A plain set_batch sets both (before: 1 undecided, and --no-verify wrote nothing), and the
+    entry -v prints, pasted into a spec, writes the same model."""
     onnx.save(two_names_model(), tmp_path / "m.onnx")
     plain = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out/m.onnx\npatches:\n  - set_batch: 4\n")
-    first = run_cli("apply", plain, "--no-verify", "--allow-undecided", "-v")
-    assert "mask[0] ('unk__6135')" in first.output, first.output
-    hint = first.output[first.output.index("use instead:\n") :].splitlines()[1:4]  # the entry printed
+    first = run_cli("apply", plain, "--no-verify", "-v")
+    assert first.exit_code == 0, first.output
+    assert "batch 4 on image[0], mask[0]" in first.output and "undecided" not in first.output, first.output
+    assert "mask[0] ('unk__6135') names the batch under another name" in first.output, first.output
+    written = onnx.load(tmp_path / "out" / "m.onnx")
+    assert [d.dim_value for i in written.graph.input for d in i.type.tensor_type.shape.dim] == [4, 4, 4, 4]
+    hint = first.output[first.output.index("(or list other inputs):\n") :].splitlines()[1:4]  # the entry printed
     assert hint[0] == "  - set_batch:", first.output
     fixed = write_spec(
         tmp_path,
@@ -43,8 +50,7 @@ def test_the_hint_for_inputs_left_with_their_own_batch_name_works_as_printed(tmp
     )
     result = run_cli("apply", fixed)
     assert result.exit_code == 0, fixed.read_text() + result.output
-    written = onnx.load(tmp_path / "out" / "fixed.onnx")
-    assert [d.dim_value for i in written.graph.input for d in i.type.tensor_type.shape.dim] == [4, 4, 4, 4]
+    assert onnx.load(tmp_path / "out" / "fixed.onnx").graph == written.graph  # the metadata names each spec
 
 
 def test_inputs_given_by_the_user_get_no_hint(tmp_path, run_cli):
