@@ -102,11 +102,10 @@ class SetBatchPatch(PatchType[SetBatchParams]):
     def apply(self, model: onnx.ModelProto, params: SetBatchParams, context: PatchContext) -> PatchResult:
         size = params["size"]
         batch = choose_batch_axes(model, params, context)
-        where = ", ".join(f"{name}[{axis}]" for name, axis in batch.axes)
         inputs = api.fed_inputs(model.graph)
         _refuse_name_in_use(size, inputs, batch, context)
         if all((api.read_dims(inputs[name]) or [])[axis:][:1] == [size] for name, axis in batch.axes):
-            return already_at(model, batch, size, where, context)
+            return already_at(model, batch, size, _where(batch), context)
         symbolic = isinstance(size, str)
         same = not symbolic and size == batch.old_size  # constants are baked for this size already
         b2 = batch.old_size + 6 if isinstance(size, str) or same else size
@@ -114,10 +113,9 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         others = None if "inputs" in params else other_batch_names(model, batch, inputs, size, b2, trace)
         if others is not None and others.proved:  # the batch under other names too: set on them all
             batch = api.BatchAxes(others.axes, batch.old_size, batch.notes + (others.hint,), batch.unread)
-            where = ", ".join(f"{name}[{axis}]" for name, axis in batch.axes)
             trace, others = follow_batch(model, batch, inputs, b2, symbolic), None
         if trace.refusals and not same:
-            refuse(trace, size, where, context, others.hint if others else None)
+            refuse(trace, size, _where(batch), context, others.hint if others else None)
         rewrites: list[api.Rewrite] = [] if same else trace.rewrites
         undecided: list[api.Undecided] = [] if same else trace.undecided
         changed = api.rewrite_batch_constants(model, rewrites, f"batch_{size}")
@@ -150,7 +148,12 @@ class SetBatchPatch(PatchType[SetBatchParams]):
             + coupled
             + notes
         )
-        return PatchResult(True, f"batch {size} on {where}; {counts}{coupling_summary(trace.coupled)}", details)
+        return PatchResult(True, f"batch {size} on {_where(batch)}; {counts}{coupling_summary(trace.coupled)}", details)
+
+
+def _where(batch: api.BatchAxes) -> str:
+    """``x[0], h[1]``: the batch axes as the summary names them."""
+    return ", ".join(f"{name}[{axis}]" for name, axis in batch.axes)
 
 
 def already_at(
