@@ -27,7 +27,8 @@ from onnx import helper, numpy_helper
 from patchspec.model.graph import Namer, NodeSite, all_names, uses_of
 from patchspec.shapes.batch.computed import compiled_before
 from patchspec.shapes.batch.states import Deciding, batch_expression, follow_batch_at
-from patchspec.shapes.batch.trace import Counting, Undecided, sizes_of
+from patchspec.shapes.batch.trace import Counting, PointInputs, Undecided, sizes_of
+from patchspec.shapes.known import Known
 
 #: ops that read coordinates into their data (input 0) from input 1; ops an index passes through on the way
 _INDEXING = frozenset({"Gather", "GatherND", "GatherElements", "ScatterND", "ScatterElements"})
@@ -177,6 +178,41 @@ def _rows_read(tracker: Deciding, reader: onnx.NodeProto, made: onnx.NodeProto |
     return per_sample.pop() if len(per_sample) == 1 and len(set(tracker.trace.sizes)) > 1 else None
 
 
+def count_rows(tracker: Deciding, site: NodeSite, inputs: PointInputs) -> PointInputs | None:
+    """A Gather (axis 0) or GatherND (one coordinate column) of constant indices, one per sample of the
+    exported batch in steps of the rows each sample holds (``[0]`` at batch 1), into rows merged batch
+    first: ``x.flatten(0, 1)[torch.arange(B) * T]``, each sample's first row, folded at the exported
+    batch (TorchScript: ``Gather(Flatten(x), [0])``; dynamo: ``GatherND(Reshape(x), [[0]])``). At batch 4
+    the model ran and gave sample 0's row alone. Counted again, ``arange(B) * T``; returns the inputs with
+    the count at every point, so that the evaluation goes on. One row per sample is the batch axis
+    itself: ``pinned`` judges constant indices there."""
+    node, trace = site.node, tracker.trace
+    if id(node) in tracker.decided or len(node.input) < 2:
+        return None
+    constant = tracker.operands.index.constant(node.input[1], site.scopes)
+    array = None if constant is None else np.asarray(constant)
+    if array is None or array.dtype.kind not in "iu" or array.ndim < 1 or array.shape[0] != trace.b1:
+        return None
+    if node.op_type == "GatherND" and array.shape[1:] != (1,):
+        return None
+    rows = _rows_read(tracker, node, None)
+    size = batch_expression(tracker) if trace.symbolic else trace.b2
+    if rows is None or rows < 2 or size is None or _stepped(array, 0) != (-1 if trace.b1 == 1 else rows):
+        return None
+    reason = (
+        f"{node.op_type} '{node.name or node.output[0]}': its indices '{node.input[1]}' "
+        f"({array.reshape(-1).tolist()[:8]}) pick each sample's first row of the {rows} rows per sample it "
+        f"reads (an arange over the batch folded at the exported batch), so they count arange({size}) * {rows}"
+    )
+    trace.countings.append(Counting(site, 1, 0, tuple(array.shape), rows, size, array.dtype.str, reason))
+    tracker.decided.add(id(node))
+    replaced = [list(point) for point in inputs]
+    for point, samples in zip(replaced, trace.sizes):
+        counted = (np.arange(samples) * rows).reshape((samples,) + (1,) * (array.ndim - 1)).astype(array.dtype)
+        point[1] = Known(point[1].dtype, tuple(counted.shape), counted)
+    return replaced
+
+
 def arange_coordinates(tracker: Deciding, site: NodeSite, operand: int, batch_axis: int) -> bool:
     """Record the count of input ``operand`` of a Concat, a folded arange (``[[0]]`` at batch 1) that the
     Concat joins as one column of GatherND coordinates into an axis that is the batch itself (one row per
@@ -320,4 +356,4 @@ def _counted(model: onnx.ModelProto, counting: Counting, prefix: str) -> str:
     return out
 
 
-__all__ = ["arange_coordinates", "count_samples", "indexes_the_batch", "settle_folded"]
+__all__ = ["arange_coordinates", "count_rows", "count_samples", "indexes_the_batch", "settle_folded"]

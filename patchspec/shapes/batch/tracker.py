@@ -1,20 +1,18 @@
 """Follow the batch through a model and find the shape constants that bake in the old batch.
 
-``trace_batch`` is the entry point (set_batch calls it through ``patchspec.api``). The model is
-evaluated at the points ``batch_trace.make_points`` gives; each op in ``RULES`` is decided before.
+``trace_batch`` (set_batch calls it through ``patchspec.api``) evaluates the model at the points
+``make_points`` gives; each op in ``RULES`` is decided before it is evaluated.
 
-Decisions are made at two *witnesses*: points whose batches are both above 1 and differ (the new
-batch, or the old one when the new is 1, and a third size). At batch 1 a channel of 1 and the
-batch look alike, so batch 1 never proves anything. A shape-carrying node whose data carries the
-batch is *consistent* when its output at the second witness is its output at the first with
-exactly one axis scaled by the batches' ratio, at the same memory position as in the data (the
-product of the dims before it is the same): then every sample's elements stay together, as a
-per-sample run of the original would give them. A node that is not consistent bakes in the old
-batch. Each element of its shape operand that comes from a constant (directly, or through
-Concat/Unsqueeze/Cast chains) is tried scaled with the batch at every point; one that makes the
-node consistent, and only one, is proved to be the batch and is rewritten, before the next node is
-evaluated: one pass in graph order settles every node. Everything else is reported as *undecided*,
-with the patch that fixes it by hand.
+Decisions are made at two *witnesses*: points whose batches are both above 1 and differ (the new batch,
+or the old one when the new is 1, and a third size). At batch 1 a channel of 1 and the batch look alike,
+so batch 1 never proves anything. A shape-carrying node whose data carries the batch is *consistent*
+when its output at the second witness is its output at the first with exactly one axis scaled by the
+batches' ratio, at the same memory position as in the data (the product of the dims before it is the
+same): then every sample's elements stay together, as a per-sample run of the original would give them.
+A node that is not consistent bakes in the old batch. Each element of its shape operand that comes from
+a constant (directly, or through Concat/Unsqueeze/Cast chains) is tried scaled with the batch at every
+point; one that makes the node consistent, and only one, is proved to be the batch and is rewritten
+before the next node is evaluated: one pass in graph order settles every node; the rest is undecided.
 """
 
 from __future__ import annotations
@@ -26,6 +24,7 @@ import onnx
 from patchspec.model.graph import NodeSite
 from patchspec.shapes.annotations import collector_paused
 from patchspec.shapes.batch.computed import computed_element
+from patchspec.shapes.batch.counts import count_rows
 from patchspec.shapes.batch.findings import BatchFindings
 from patchspec.shapes.batch.folds import Folds, kept_whole
 from patchspec.shapes.batch.joins import settle_join
@@ -441,6 +440,7 @@ RULES: dict[str, Callable[[_Tracker, NodeSite, PointInputs], PointInputs | None]
     "Slice": _Tracker._slice,
     "Resize": _Tracker._resize,
     "Concat": settle_join,
+    **dict.fromkeys(("Gather", "GatherND"), count_rows),
     **dict.fromkeys(SCATTERS, settle_scatter),
     **dict.fromkeys(RECURRENT, settle_states),
     **dict.fromkeys(ARITHMETIC, settle_arithmetic),
