@@ -44,6 +44,8 @@ _WRAPS: dict[str, tuple[int, ...]] = {"Where": (1, 2), "Mod": (0,)}
 _LOGIC = {"Not", "And", "Or", "Xor", "Cast", "Squeeze", "Unsqueeze", "Reshape", "Identity"}
 _COMPARISONS = {"Equal": 0, "Greater": 1, "GreaterOrEqual": 0, "Less": -1, "LessOrEqual": 0}
 _ARITHMETIC = {"Sub", "Mul", "Add", "Div", "Where"}
+#: the value ranges of the byte-sized integer types, whose inputs are pixels or quantized values
+_BYTES: dict[int, tuple[int, int]] = {onnx.TensorProto.UINT8: (0, 256), onnx.TensorProto.INT8: (-128, 128)}
 _FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
 
 
@@ -78,7 +80,8 @@ def input_values(model: onnx.ModelProto, name: str, elem_type: int) -> InputValu
         return InputValues({}, "unread: no node reads it, so any values do")
     if elem_type in _FLOATS:
         return None
-    found = uses.branch_value(name) or uses.table_rows(name) or uses.mask(name) or uses.zeroed(name)
+    pixels = uses.cast_to_float(name, elem_type) if elem_type in _BYTES else None  # an image, not a mask
+    found = pixels or uses.branch_value(name) or uses.table_rows(name) or uses.mask(name) or uses.zeroed(name)
     found = found or _bounded(coordinates(uses, name)) or uses.classes(name) or uses.broadcast_shape(name)
     if found is not None:
         return found
@@ -270,6 +273,20 @@ class _Uses:
                 return None
             table = producer.input[0]
         return None
+
+    def cast_to_float(self, name: str, elem_type: int) -> InputValues | None:
+        """Every use casts it to a float (a uint8 image, int8 quantized values): nothing reads it as an
+        index, a count or a condition, so any values of its type run; random ones over its range. Asked of
+        the byte types only: a wider integer cast to a float (a sample rate, a count) is still flagged."""
+        uses = list(self.reached(name, _PASS_THROUGH - {"Cast"}))
+        to = {next((a.i for a in site.node.attribute if a.name == "to"), None) for site, _ in uses}
+        if not uses or any(site.node.op_type != "Cast" for site, _ in uses) or not to <= _FLOATS:
+            return None
+        low, high = _BYTES[elem_type]
+        readers = ", ".join(sorted({_label(site.node) for site, _ in uses}))
+        return InputValues(
+            {"low": low, "high": high}, f"only cast to a float ({readers}): any values run; {low}..{high - 1}"
+        )
 
     def zeroed(self, name: str) -> InputValues | None:
         """Every use multiplies it by a constant 0 (an export's way of keeping an input it ignores)."""
