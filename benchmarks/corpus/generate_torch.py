@@ -197,3 +197,37 @@ def torch_models(save: Callable[[str, str, object], None], seed: int) -> None:
             GatherStep().eval(), (torch.randn(1, 6, 8), torch.tensor([2])), ["x", "idx"], ["y"], dynamo=dynamo
         )
         save("torch", f"gather_step_{kind}.onnx", made)
+
+    class Uint8Image(nn.Module):  # a uint8 image cast and scaled: init must not ask for a .npy, nor call it a mask
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3, stride=2)
+            self.head = nn.Linear(4 * 3 * 3, 5)
+
+        def forward(self, image: torch.Tensor) -> torch.Tensor:
+            features = self.conv(image.float() / 255.0)
+            return self.head(features.flatten(1))
+
+    class FirstRows(nn.Module):  # x.flatten(0, 1)[arange(B) * T]: the arange folds into the constant [0]
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            rows = torch.arange(x.shape[0]) * x.shape[1]
+            return x.flatten(0, 1)[rows].relu()
+
+    class ExpandedState(nn.Module):  # h0.expand(-1, B, -1) of a parameter: TorchScript keeps an Expand of constants
+        def __init__(self) -> None:
+            super().__init__()
+            self.gru = nn.GRU(8, 8, batch_first=True)
+            self.h0 = nn.Parameter(torch.randn(1, 1, 8))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.gru(x, self.h0.expand(-1, x.shape[0], -1).contiguous())[0]
+
+    image = torch.randint(0, 256, (1, 3, 8, 8), dtype=torch.uint8)
+    for dynamo in (False, True):
+        kind = "dynamo" if dynamo else "ts"
+        made = _torch_export(Uint8Image().eval(), (image,), ["image"], ["y"], dynamo=dynamo)
+        save("torch", f"uint8_image_{kind}.onnx", made)
+        made = _torch_export(FirstRows().eval(), (torch.randn(1, 6, 8),), ["x"], ["y"], dynamo=dynamo)
+        save("torch", f"first_rows_{kind}.onnx", made)
+        made = _torch_export(ExpandedState().eval(), (torch.randn(1, 5, 8),), ["x"], ["y"], dynamo=dynamo)
+        save("torch", f"expanded_state_{kind}.onnx", made)
