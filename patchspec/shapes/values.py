@@ -44,6 +44,8 @@ _WRAPS: dict[str, tuple[int, ...]] = {"Where": (1, 2), "Mod": (0,)}
 _LOGIC = {"Not", "And", "Or", "Xor", "Cast", "Squeeze", "Unsqueeze", "Reshape", "Identity"}
 _COMPARISONS = {"Equal": 0, "Greater": 1, "GreaterOrEqual": 0, "Less": -1, "LessOrEqual": 0}
 _ARITHMETIC = {"Sub", "Mul", "Add", "Div", "Where"}
+#: ops that read sequence lengths: (the input they read them as, ...); the steps are the data's time axis
+_LENGTHS = {"RNN": (4,), "GRU": (4,), "LSTM": (4,), "ReverseSequence": (1,)}
 #: the value ranges of the byte-sized integer types, whose inputs are pixels or quantized values
 _BYTES: dict[int, tuple[int, int]] = {onnx.TensorProto.UINT8: (0, 256), onnx.TensorProto.INT8: (-128, 128)}
 _FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
@@ -83,6 +85,7 @@ def input_values(model: onnx.ModelProto, name: str, elem_type: int) -> InputValu
     pixels = uses.cast_to_float(name, elem_type) if elem_type in _BYTES else None  # an image, not a mask
     found = pixels or uses.branch_value(name) or uses.table_rows(name) or uses.mask(name) or uses.zeroed(name)
     found = found or _bounded(coordinates(uses, name)) or uses.classes(name) or uses.broadcast_shape(name)
+    found = found or uses.sequence_lengths(name)
     if found is not None:
         return found
     if elem_type == onnx.TensorProto.BOOL:
@@ -226,6 +229,23 @@ class _Uses:
         if others:
             why += f"; it also indexes tables of {', '.join(map(str, others))} rows: the smallest bounds them all"
         return InputValues({"low": 0, "high": rows}, why)
+
+    def sequence_lengths(self, name: str) -> InputValues | None:
+        """A recurrent op's ``sequence_lens`` or a ReverseSequence's: 1 <= length <= the steps its input holds
+        (onnxruntime refuses a longer one), as shape inference gives them at the declared sizes."""
+        for site, operand in self.reached(name, _PASS_THROUGH):
+            node = site.node
+            at = _LENGTHS.get(node.op_type)
+            if at is None or operand != at[0]:
+                continue
+            attributes = {a.name: a.i for a in node.attribute}
+            axis = attributes.get("time_axis", 0) if node.op_type == "ReverseSequence" else attributes.get("layout", 0)
+            steps = (self.dims(node.input[0]) or [])[axis : axis + 1]
+            if steps and steps[0]:
+                return InputValues(
+                    {"low": 1, "high": steps[0] + 1}, f"the sequence lengths of {_label(node)}: 1..{steps[0]}"
+                )
+        return None
 
     def classes(self, name: str) -> InputValues | None:
         """Class ids: a OneHot's indices (0 <= id < depth), or ids compared with every class at once, a
