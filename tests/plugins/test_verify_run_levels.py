@@ -204,7 +204,8 @@ def test_a_wrong_patch_is_not_excused_when_the_reference_is_stable(tmp_path: Pat
 
 def test_an_original_that_mixes_samples_is_named_by_its_batched_run(tmp_path: Path, run_cli: RunCli) -> None:
     """y = x - mean over the batch: per-sample runs of the original cannot be the reference, and the
-    failure says so (the original batched differs from the original per sample), not "the patch"."""
+    failure says so (the original batched differs from the original per sample), not "the patch", and
+    offers the coupled compare before any tolerance."""
     axes = numpy_helper.from_array(np.array([0], np.int64), "axes")
     model = graph_model(
         [
@@ -219,8 +220,9 @@ def test_an_original_that_mixes_samples_is_named_by_its_batched_run(tmp_path: Pa
     path = spec(tmp_path, model=model, run="      compare: {against: original, split_batch: true}\n")
     result = run_cli("apply", path)
     assert result.exit_code == 1, result.output
-    assert "the reference is unstable on 'y'" in result.output
-    assert "run batched and per sample" in result.output
+    assert "the original itself is not per sample on 'y': run batched it differs by" in result.output
+    advice = result.output[result.output.index("the original itself is not per sample") :]
+    assert advice.index("compare: {coupled: REASON}") < advice.index("atol"), advice  # never a looser check first
 
 
 def test_a_model_onnxruntime_cannot_run_at_all_is_not_blamed_on_the_patch(tmp_path: Path, run_cli: RunCli) -> None:

@@ -21,7 +21,13 @@ from patchspec.ort.run_failure import RunFailure
 from patchspec.ort.sessions import Feeds, Session
 
 #: how the messages begin that say a failure is not the patch's doing: the summary leads with them
-NOT_THE_PATCH = ("the reference is unstable", "the original fails the same way")
+NOT_THE_PATCH = (
+    "the reference is unstable",
+    "the original itself is not per sample",
+    "the original fails the same way",
+)
+#: the rerun that runs the original batched against its samples one at a time
+BATCHED = "run batched and per sample"
 
 #: (how it was run, optimization level, per sample?): one way of running the reference again
 Rerun = tuple[str, str, bool]
@@ -48,7 +54,7 @@ def unstable_reference_notes(
         (f"at optimizations {level} and {other}", other, split_batch) for other in _other_levels(level, optimizations)
     ]
     if split_batch:
-        reruns.append(("run batched and per sample", level, False))
+        reruns.append((BATCHED, level, False))
     notes = []
     for comparison in failed:
         noise = _noise(references, tolerances, (path, provider), run, comparison, expected, reruns)
@@ -124,6 +130,16 @@ def _noise_message(comparison: OutputComparison, noise: tuple[str, float]) -> st
             f"if a sample's output depends on the others, the model couples samples: compare: {{coupled: REASON}}"
         )
     suggested = float(f"{max(figure, comparison.max_abs) * 2:.1g}")
+    if how == BATCHED:  # the reference itself is not N independent samples: coupling first, never atol first
+        return (
+            f"the original itself is not per sample on '{comparison.name}': run batched it differs by {figure:.3g} "
+            f"(max abs) from its samples run one at a time, so a difference of {comparison.max_abs:.3g} is not "
+            "evidence against the patch: a batch of this model is not N independent samples (an op couples "
+            "them, or its batched arithmetic differs). If a sample's output depends on the others by design, "
+            "accept it: compare: {coupled: REASON} (batch against batch); if it is arithmetic, give real inputs "
+            f"(file: x.npy) or the tolerance the original itself needs: compare: {{outputs: "
+            f"{{{comparison.name}: {{atol: {suggested:g}}}}}}}"
+        )
     return (
         f"the reference is unstable on '{comparison.name}': the original itself differs by {figure:.3g} "
         f"(max abs) {how}, so a difference of {comparison.max_abs:.3g} is not evidence against the patch. "
