@@ -8,7 +8,8 @@ scratch folder of its own, always at the same path so that specs and stamps are 
 - ``patchspec init MODEL --batch 4 --output spec.yaml``.
 
 and records each run's exit code, the first line of its stderr, its stdout, and the sha256 of every
-file it wrote (the output model, its data files, the spec init wrote). ``record`` writes that as
+file it wrote (the output model, its data files, the spec init wrote; patchspec's hidden bookkeeping
+files are recorded but not compared). ``record`` writes that as
 JSON; ``compare`` says which runs differ between two records.
 
 The version run is the one ``python`` imports: ``--pythonpath`` puts another checkout first (a folder
@@ -18,6 +19,7 @@ holding ``patchspec`` and ``patchspec_plugins``, e.g. links to a worktree's ``pa
     python benchmarks/same_outputs.py record base.json --models /work/corpus-models --pythonpath /tmp/base
     python benchmarks/same_outputs.py record mine.json --models /work/corpus-models
     python benchmarks/same_outputs.py compare base.json mine.json
+    python benchmarks/same_outputs.py --quick      # seconds: a toy model, this version against itself
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 CLI = "from patchspec.cli import script; script()"
@@ -110,13 +113,21 @@ def record(args: argparse.Namespace) -> int:
     return 0
 
 
+def _shown(run: dict, field: str) -> object:
+    """A run's field as compared: patchspec's own bookkeeping files (``.out.onnx.patchspec-cache.json``,
+    the lock: identities and times, never output bytes) are left out."""
+    if field != "files":
+        return run[field]
+    return {name: digest for name, digest in run["files"].items() if not Path(name).name.startswith(".")}
+
+
 def compare(args: argparse.Namespace) -> int:
     one, two = (json.loads(Path(p).read_text())["runs"] for p in (args.first, args.second))
     differing = 0
     for key in sorted(set(one) | set(two)):
         a, b = one.get(key), two.get(key)
         fields = ("code", "stderr", "stdout", "files")
-        changed = [f for f in fields if a is None or b is None or a[f] != b[f]]
+        changed = [f for f in fields if a is None or b is None or _shown(a, f) != _shown(b, f)]
         if changed:
             differing += 1
             print(f"DIFFERS {key}: {', '.join(changed)}")
@@ -129,9 +140,34 @@ def compare(args: argparse.Namespace) -> int:
     return 1 if differing else 0
 
 
-def main() -> int:
+def quick() -> int:
+    """A check that this script runs, in seconds: a toy model (one baked Reshape), recorded twice with
+    this interpreter's patchspec in a temporary folder it removes, and the two records compared."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    folder = Path(tempfile.mkdtemp(prefix="patchspec-same-outputs-"))
+    try:
+        shape = numpy_helper.from_array(np.array([1, 12], dtype=np.int64), "shape")
+        node = helper.make_node("Reshape", ["x", "shape"], ["y"])
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4])
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 12])
+        graph = helper.make_graph([node], "toy", [x], [y], [shape])
+        (folder / "models").mkdir()
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), folder / "models/toy.onnx")
+        for name in ("one.json", "two.json"):
+            argv = ["record", str(folder / name), "--models", str(folder / "models"), "--work", str(folder / "work")]
+            main(argv)
+        return main(["compare", str(folder / "one.json"), str(folder / "two.json")])
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--quick", action="store_true", help="a check that this script runs, on a toy model")
+    sub = parser.add_subparsers(dest="command")
     rec = sub.add_parser("record", help="run every model with one version and write the results as JSON")
     rec.add_argument("output", type=Path)
     rec.add_argument("--models", type=Path, nargs="+", required=True, help="folders searched for .onnx files")
@@ -143,7 +179,11 @@ def main() -> int:
     cmp = sub.add_parser("compare", help="the runs that differ between two records")
     cmp.add_argument("first")
     cmp.add_argument("second")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.quick:
+        return quick()
+    if args.command is None:
+        parser.error("give a command: record or compare")
     return record(args) if args.command == "record" else compare(args)
 
 
