@@ -314,9 +314,10 @@ def _reconcile(info: onnx.ValueInfoProto, trace: BatchTrace, size: Size) -> bool
     rank = ranks[1 if isinstance(size, str) or size != trace.b1 else 0]
     if rank is None:
         return False
-    if ranks[0] == ranks[1] and tensor_type.HasField("shape"):  # most annotations say what was found already
-        found = [_at_size(dim, size) for dim in trace.batch_dims(info.name, rank)]
-        if None not in found and tensor_type.shape.SerializeToString() == _shape_bytes(tuple(found)):
+    found = [_at_size(dim, size) for dim in trace.batch_dims(info.name, rank)]  # dims has this rank below
+    squeezed = ranks[0] != ranks[1]  # a Squeeze drops the batch at batch 1 only: declare the shape at the new batch
+    if not squeezed and tensor_type.HasField("shape") and None not in found:  # most say what was found already
+        if tensor_type.shape.SerializeToString() == _shape_bytes(tuple(found)):
             return False  # its dims are the ones found, each a size or a name: nothing to change
     dims: Dims | None = read_dims(info)
     contradicted = dims is not None and len(dims) != rank
@@ -325,8 +326,6 @@ def _reconcile(info: onnx.ValueInfoProto, trace: BatchTrace, size: Size) -> bool
         for _ in range(rank):
             tensor_type.shape.dim.add()
         dims = [None] * rank
-    squeezed = ranks[0] != ranks[1]  # a Squeeze drops the batch at batch 1 only: declare the shape at the new batch
-    found = [_at_size(dim, size) for dim in trace.batch_dims(info.name, len(dims))]
     if squeezed:  # every dim from the new batch's shape; unknown ones cleared
         for dim, value in zip(shape_dims(info), found):
             write_dim(dim, value)
