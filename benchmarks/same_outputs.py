@@ -54,10 +54,10 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def models(roots: list[Path], max_mb: float) -> list[Path]:
-    """Every ``.onnx`` under ``roots`` up to ``max_mb``, one per distinct content, sorted by path."""
+def models(roots: list[Path], max_mb: float, name: str = "*.onnx") -> list[Path]:
+    """Every file named ``name`` under ``roots`` up to ``max_mb``, one per distinct content, sorted by path."""
     seen: dict[str, Path] = {}
-    for path in sorted(p for root in roots for p in root.rglob("*.onnx") if p.is_file()):
+    for path in sorted(p for root in roots for p in root.rglob(name) if p.is_file()):
         if path.stat().st_size <= max_mb * 1e6:
             seen.setdefault(sha256(path), path)
     return sorted(seen.values())
@@ -102,7 +102,7 @@ def record(args: argparse.Namespace) -> int:
         env["PYTHONPATH"] = args.pythonpath
     where = subprocess.run([args.python, "-c", WHERE], env=env, cwd="/", capture_output=True, text=True, check=True)
     print(f"imports: {where.stdout.strip()}", file=sys.stderr)
-    found = models(args.models, args.max_mb)
+    found = models(args.models, args.max_mb, args.name)
     results: dict[str, dict] = {"imports": where.stdout.strip(), "runs": {}}
     for number, model in enumerate(found, 1):
         for run in RUNS:
@@ -175,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     rec.add_argument("--pythonpath", help="PYTHONPATH for the runs: another checkout's packages first")
     rec.add_argument("--work", type=Path, default=Path("/tmp/patchspec-same-outputs"), help="the scratch folder")
     rec.add_argument("--max-mb", type=float, default=300, help="skip models larger than this")
+    rec.add_argument("--name", default="*.onnx", help="the file names searched for (a glob)")
     rec.add_argument("--timeout", type=float, default=600, help="seconds before a run is stopped")
     cmp = sub.add_parser("compare", help="the runs that differ between two records")
     cmp.add_argument("first")
