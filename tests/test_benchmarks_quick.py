@@ -63,6 +63,7 @@ FIGURES = {
         r"^- 400 / 200 nodes \(x2\): `patchspec apply` x[\d.]+ wall",
         rf"^\| [\d.]+ GiB \| {S} \| {S} \| \d+ \| \d+ \| (yes|\*\*no\*\*) \| 1 \| [\d.]+ \| 1 \|$",
     ],
+    "same_outputs.py": [r"^3 runs compared \(3 wrote files\), 0 differ$"],
     "compare_peers.py": [
         r"^\| model \| patchspec \| polygraphy sanitize \|",
         r"^\| generated_reshape \| ok \| [^|]+ \| [^|]+ \| [^|]+ \| [^|]+ \|$",

@@ -6,8 +6,10 @@ shape modules import these rather than walking graphs their own way.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, TypeVar
 
 import numpy as np
@@ -78,7 +80,7 @@ def walk_nodes(graph: onnx.GraphProto) -> Iterator[NodeSite]:
     def walk(scopes: tuple[onnx.GraphProto, ...]) -> Iterator[NodeSite]:
         for node in scopes[-1].node:
             yield NodeSite(next(counter), node, scopes)
-            for sub in subgraphs(node):
+            for sub in subgraphs(node) if node.attribute else ():  # most nodes: no attribute to look at
                 yield from walk(scopes + (sub,))
 
     yield from walk((graph,))
@@ -176,14 +178,11 @@ def all_names(model: onnx.ModelProto) -> set[str]:
 
 def use_counts(model: onnx.ModelProto) -> dict[str, int]:
     """How many node inputs and graph outputs, in any graph, read each tensor: the one use count."""
-    counts: dict[str, int] = {}
-    for graph in all_graphs(model.graph):
-        for node in graph.node:
-            for name in node.input:
-                counts[name] = counts.get(name, 0) + 1
-        for info in graph.output:
-            counts[info.name] = counts.get(info.name, 0) + 1
-    return counts
+    counts: Counter[str] = Counter()
+    for graph in all_graphs(model.graph):  # counted in C: a 200,000-node graph has a million inputs
+        counts.update(chain.from_iterable([node.input for node in graph.node]))
+        counts.update([info.name for info in graph.output])
+    return dict(counts)
 
 
 def uses_of(model: onnx.ModelProto, name: str) -> int:

@@ -71,6 +71,7 @@ class ShapeEvaluator:
         self._opsets.setdefault("", self._opsets.get("ai.onnx", 1))
         self._schemas: dict[tuple[str, str], onnx.defs.OpSchema | None] = {}
         self._inferred: dict[Hashable, Outputs] = {}  # see evaluate
+        self._rows: dict[Hashable, list[list[Known]]] = {}  # per node key and input rows: its output rows
         self._counter = 0
         self._hooked: tuple[onnx.NodeProto | None, Hashable | None] = (None, None)  # the node the hook sees
         #: per body graph (by id): whether it runs at each point; a branch an If does not take is dead
@@ -123,38 +124,56 @@ class ShapeEvaluator:
             self._walk(graph, scopes)
 
     def _walk(self, graph: onnx.GraphProto, scopes: tuple[onnx.GraphProto, ...]) -> None:
-        count, known, producer, hook, hook_ops = self.count, self.known, self.producer, self.hook, self.hook_ops
-        inferred, evaluate_once = self._inferred, self._evaluate_once
+        count, known, producer = self.count, self.known, self.producer
         unknown_row = [UNKNOWN] * count
-        points = range(count)
         for tensor in graph.initializer if len(scopes) > 1 else ():
             known[tensor.name] = [known_of_tensor(tensor)] * count
         for node in graph.node:
             site = NodeSite(self._counter, node, scopes)
             self._counter += 1
             rows = [known.get(name, unknown_row) if name else unknown_row for name in node.input]
-            inputs = [list(column) for column in zip(*rows)] if rows else [[] for _ in points]
             if has_body(node):
-                outputs = self._control_flow(site, inputs)
+                outputs = _by_output(node, self._control_flow(site, _per_point(rows, count)))
             else:
-                static = _node_key(node)
-                if hook is not None and (hook_ops is None or node.op_type in hook_ops):
-                    self._hooked = (node, static)  # the hook's evaluations of this node reuse its key
-                    inputs = hook(site, inputs) or inputs
-                if static is None:
-                    outputs = [evaluate_once(node, at_point) for at_point in inputs]
-                else:
-                    outputs = []
-                    for at_point in inputs:
-                        key = (static, tuple([k.signature for k in at_point]))
-                        found = inferred.get(key)
-                        if found is None:
-                            found = inferred[key] = evaluate_once(node, at_point)
-                        outputs.append(found)
-            for index, name in enumerate(node.output):
+                outputs = self._node_outputs(site, rows)
+            for name, row in zip(node.output, outputs):
                 if name:
-                    known[name] = [at_point[index] for at_point in outputs]
+                    known[name] = row
                     producer[name] = site
+
+    def _node_outputs(self, site: NodeSite, rows: list[list[Known]]) -> list[list[Known]]:
+        """Per output, one Known per point, of a node without a body, given per input one Known per point.
+
+        A node the hook is not called for is looked up by its inputs at every point at once: the layers
+        of a deep network repeat those exactly, and then the node costs one lookup."""
+        node, hook = site.node, self.hook
+        static = _node_key(node)
+        if hook is None or (self.hook_ops is not None and node.op_type not in self.hook_ops):
+            if static is None:
+                return _by_output(node, self._point_outputs(node, static, _per_point(rows, self.count)))
+            key = (static, tuple([tuple([k.signature for k in row]) for row in rows]))
+            found = self._rows.get(key)
+            if found is None:  # the same objects as a lookup point by point gives (see _point_outputs)
+                outputs = self._point_outputs(node, static, _per_point(rows, self.count))
+                found = self._rows[key] = _by_output(node, outputs)
+            return [list(row) for row in found]
+        self._hooked = (node, static)  # the hook's evaluations of this node reuse its key
+        inputs = _per_point(rows, self.count)
+        inputs = hook(site, inputs) or inputs
+        return _by_output(node, self._point_outputs(node, static, inputs))
+
+    def _point_outputs(self, node: onnx.NodeProto, static: Hashable | None, inputs: list[list[Known]]) -> list[Outputs]:
+        """The node's outputs at each point, each remembered by (``static``, its inputs' signatures)."""
+        if static is None:
+            return [self._evaluate_once(node, at_point) for at_point in inputs]
+        inferred, outputs = self._inferred, []
+        for at_point in inputs:
+            key = _point_key(node, static, at_point)
+            found = inferred.get(key)
+            if found is None:
+                found = inferred[key] = self._evaluate_once(node, at_point)
+            outputs.append(found)
+        return outputs
 
     def _input(self, name: str, point: int) -> Known:
         if not name:
@@ -175,7 +194,7 @@ class ShapeEvaluator:
     def _evaluate_keyed(self, node: onnx.NodeProto, static: Hashable | None, inputs: list[Known]) -> Outputs:
         if static is None:  # a node with a body, or a Constant: evaluated as it is
             return self._evaluate_once(node, inputs)
-        key = (static, tuple([known.signature for known in inputs]))
+        key = _point_key(node, static, inputs)
         found = self._inferred.get(key)
         if found is None:
             found = self._inferred[key] = self._evaluate_once(node, inputs)
@@ -345,6 +364,30 @@ def _node_key(node: onnx.NodeProto) -> Hashable | None:
     return node.op_type, node.domain, len(node.output), present, attributes
 
 
+def _per_point(rows: list[list[Known]], count: int) -> list[list[Known]]:
+    """Per input one Known per point -> per point one Known per input."""
+    return [list(column) for column in zip(*rows)] if rows else [[] for _ in range(count)]
+
+
+def _by_output(node: onnx.NodeProto, outputs: list[Outputs]) -> list[list[Known]]:
+    """Per point the node's outputs -> per (named) output one Known per point."""
+    return [[at_point[index] for at_point in outputs] if name else [] for index, name in enumerate(node.output)]
+
+
+def _point_key(node: onnx.NodeProto, static: Hashable, inputs: list[Known]) -> Hashable:
+    """What the outputs of a node with key ``static`` depend on at one point: its inputs' signatures.
+
+    For an op of ``SHAPE_ONLY`` one of whose inputs has no value, the others' values do not count:
+    no kernel computes the output then, and ONNX's inference of it reads types and shapes only (the
+    norm scale or bias of each layer, a small constant of its own, would otherwise make each layer's
+    node a new inference)."""
+    op, domain = static[0], static[1]  # type: ignore[index]
+    if op in SHAPE_ONLY and domain in ("", "ai.onnx"):
+        if any(known.value is None for name, known in zip(node.input, inputs) if name):
+            return static, tuple([(known.dtype, known.shape) for known in inputs])
+    return static, tuple([known.signature for known in inputs])
+
+
 def _condition(inputs: list[Known]) -> bool | None:
     """An If's condition at one point, when it is known and one element."""
     cond = inputs[0].value if inputs else None
@@ -356,6 +399,8 @@ def _condition(inputs: list[Known]) -> bool | None:
 #: elementwise ops whose output shape is the broadcast of their inputs (bool for comparisons)
 COMPARISONS = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not"}
 BROADCASTING = COMPARISONS | {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "Where", "PRelu"}
+#: ops whose ONNX inference reads its inputs' types and shapes, never their values (``_point_key``)
+SHAPE_ONLY = BROADCASTING | {"MatMul", "Gemm", "Conv", "LayerNormalization"}
 
 
 def _broadcast(op: str, inputs: list[Known]) -> Known | None:

@@ -63,14 +63,17 @@ def _with_unread(found: BatchAxes, inputs: dict[str, onnx.ValueInfoProto], graph
     """Add axis 0 of every input no node reads whose axis 0 is not a fixed size (a paddle2onnx
     ``length [DynamicDimension.2]``): nothing proves it is the batch, nothing can contradict it, and
     a model set to a static batch is then static on every input."""
-    read = {name for site in walk_nodes(graph) for name in site.node.input}
-    read |= {info.name for info in graph.output}
     chosen = {name for name, _ in found.axes}
-    unread = [
+    free = [
         name
         for name, info in inputs.items()
-        if name not in chosen and name not in read and (dims := read_dims(info)) and not isinstance(dims[0], int)
+        if name not in chosen and (dims := read_dims(info)) and not isinstance(dims[0], int)
     ]
+    if not free:  # the walk over every node below is for these only (most models have none)
+        return found
+    read = {name for site in walk_nodes(graph) for name in site.node.input}
+    read |= {info.name for info in graph.output}
+    unread = [name for name in free if name not in read]
     if not unread:
         return found
     notes = tuple(

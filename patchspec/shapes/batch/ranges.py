@@ -56,14 +56,20 @@ def counting_candidates(model: onnx.ModelProto) -> bool:
     """Whether the main graph has a Range of constants, or a small integer constant that an Add, Sub or
     Mul reads (an arange the exporter folded): then the tracker looks at arithmetic too. Elsewhere it has
     no reason to, and a large graph's every Add is spared a call."""
-    constants = {t.name: t for t in model.graph.initializer}
-    for node in model.graph.node:
-        if node.op_type == "Constant" and node.output:
-            constants[node.output[0]] = next((a.t for a in node.attribute if a.name == "value"), onnx.TensorProto())
-    for node in model.graph.node:
-        if node.op_type == "Range" and all(i in constants for i in node.input):
+    graph = model.graph
+    constants = {t.name for t in graph.initializer}
+    small = {t.name for t in graph.initializer if _small_ints(t)}  # names, so that a node costs a set test
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output:  # a later Constant of the same name wins
+            name = node.output[0]
+            constants.add(name)
+            tensor = next((a.t for a in node.attribute if a.name == "value"), onnx.TensorProto())
+            (small.add if _small_ints(tensor) else small.discard)(name)
+    for node in graph.node:
+        op = node.op_type
+        if op == "Range" and all(i in constants for i in node.input):
             return True
-        if node.op_type in ARITHMETIC and any(_small_ints(constants.get(i)) for i in node.input):
+        if op in ARITHMETIC and small and not small.isdisjoint(node.input):
             return True
     return False
 

@@ -6,6 +6,7 @@ Each function changes the model in place and returns one line per change, for th
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from functools import lru_cache
 
 import numpy as np
 import onnx
@@ -22,7 +23,7 @@ from patchspec.model.graph import (
     use_counts,
 )
 from patchspec.shapes.annotations import Dim, collector_paused, format_dims, read_dims, shape_dims, typed, write_dim
-from patchspec.shapes.batch.trace import INT64_MAX, BatchTrace, Rewrite, Undecided
+from patchspec.shapes.batch.trace import INT64_MAX, BatchDim, BatchTrace, Rewrite, Undecided
 
 #: the new batch: a size, or a name for a symbolic batch
 Size = int | str
@@ -307,33 +308,52 @@ def _reconcile(info: onnx.ValueInfoProto, trace: BatchTrace, size: Size) -> bool
     if not typed(info):
         return False  # an annotation without an element type gets no shape (onnxruntime refuses it)
     tensor_type = info.type.tensor_type
-    dims: Dims | None = read_dims(info)
     ranks = trace.ranks(info.name)
     if isinstance(size, str) and None in ranks[:2]:
         return False
     rank = ranks[1 if isinstance(size, str) or size != trace.b1 else 0]
     if rank is None:
         return False
+    found = [_at_size(dim, size) for dim in trace.batch_dims(info.name, rank)]  # dims has this rank below
+    squeezed = ranks[0] != ranks[1]  # a Squeeze drops the batch at batch 1 only: declare the shape at the new batch
+    if not squeezed and tensor_type.HasField("shape") and None not in found:  # most say what was found already
+        if tensor_type.shape.SerializeToString() == _shape_bytes(tuple(found)):
+            return False  # its dims are the ones found, each a size or a name: nothing to change
+    dims: Dims | None = read_dims(info)
     contradicted = dims is not None and len(dims) != rank
     if dims is None or contradicted:
         tensor_type.shape.Clear()
         for _ in range(rank):
             tensor_type.shape.dim.add()
         dims = [None] * rank
-    squeezed = ranks[0] != ranks[1]  # a Squeeze drops the batch at batch 1 only: declare the shape at the new batch
-    written = shape_dims(info)
-    for axis, (dim, found) in enumerate(zip(written, trace.batch_dims(info.name, len(written)))):
-        if isinstance(found, tuple):
-            factor = found[1]
-            found = size * factor if isinstance(size, int) else (size if factor == 1 else None)
-        if squeezed:
-            write_dim(dim, found)  # every dim from the new batch's shape; unknown ones cleared
-            continue
-        if found is None or found == dims[axis]:
-            continue
-        contradicted = contradicted or isinstance(dims[axis], int)
-        write_dim(dim, found)
-    return contradicted or squeezed
+    if squeezed:  # every dim from the new batch's shape; unknown ones cleared
+        for dim, value in zip(shape_dims(info), found):
+            write_dim(dim, value)
+        return True
+    changed = [axis for axis, value in enumerate(found) if value is not None and value != dims[axis]]
+    if changed:  # most annotations already say what the evaluation found: left untouched
+        written = shape_dims(info)
+        for axis in changed:
+            contradicted = contradicted or isinstance(dims[axis], int)
+            write_dim(written[axis], found[axis])
+    return contradicted
+
+
+@lru_cache(maxsize=4096)
+def _shape_bytes(dims: tuple[int | str, ...]) -> bytes:
+    """The serialized TensorShapeProto of ``dims`` (a size or a name each), as write_dim writes them."""
+    shape = onnx.TensorShapeProto()
+    for value in dims:
+        write_dim(shape.dim.add(), value)
+    return bytes(shape.SerializeToString())
+
+
+def _at_size(found: BatchDim, size: Size) -> Dim:
+    """A dim the trace found, at the new batch: ("batch", k) is k times the new size."""
+    if not isinstance(found, tuple):
+        return found
+    factor = found[1]
+    return size * factor if isinstance(size, int) else (size if factor == 1 else None)
 
 
 __all__ = ["declare_from_trace", "explicit_squeezes", "rewrite_batch_constants"]

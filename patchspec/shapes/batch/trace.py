@@ -143,6 +143,8 @@ class BatchTrace:
     batch_axes: tuple[tuple[str, int], ...] = ()
     #: squeezed_axis of every tensor that has one, found at its first call
     _squeezed: dict[str, int] | None = field(default=None, repr=False)
+    #: batch_dims of tensors no Squeeze shifted, by their Knowns at the points compared and the rank
+    _dims_of: dict[tuple[Known | int, ...], list[BatchDim]] = field(default_factory=dict, repr=False)
 
     def at(self, name: str) -> list[Known]:
         assert self.evaluator is not None, "trace_batch sets the evaluator"
@@ -155,7 +157,53 @@ class BatchTrace:
     def batch_dims(self, name: str, rank: int) -> list[BatchDim]:
         """:meth:`batch_dim` of every axis of one tensor, its points and squeeze looked up once."""
         knowns, squeezed = self.at(name)[: 3 if self.moves_symbols else 2], self.squeezed_axis(name)
-        return [self._dim_at(knowns, squeezed, axis) for axis in range(rank)]
+        if squeezed is not None:
+            return [self._dim_at(knowns, squeezed, axis) for axis in range(rank)]
+        # by the Knowns themselves (compared by identity, never changed, kept alive by the key): the
+        # tensors of a deep network's layers share them, as the evaluation remembers its results
+        key: tuple[Known | int, ...] = (*knowns, rank)
+        found = self._dims_of.get(key)
+        if found is None:
+            found = self._dims_of[key] = self._unsqueezed_dims([known.shape for known in knowns], rank)
+        return list(found)
+
+    def _unsqueezed_dims(self, shapes: list[Shape | None], rank: int) -> list[BatchDim]:
+        """:meth:`_dim_at` of axes ``0 .. rank-1`` of a tensor no Squeeze shifted, from its shapes at the
+        points compared: the same answers, without a call per axis (declarations ask of every tensor)."""
+        known = [shape for shape in shapes if shape is not None]
+        if len(known) < len(shapes):
+            return [None] * rank
+        first = known[0]
+        if all(shape == first for shape in known):  # the same at every point: each dim is its size
+            return [first[axis] if axis < len(first) else None for axis in range(rank)]
+        if len(known) == 2 and len(first) == len(known[1]) >= rank:  # the usual case: two points, one rank
+            return [self._two_sizes(one, two) for one, two in zip(first, known[1])][:rank]
+        found: list[BatchDim] = []
+        for axis in range(rank):
+            values = [shape[axis] if axis < len(shape) else None for shape in known]
+            found.append(None if None in values else self._dim_of(cast(list[int], values)))
+        return found
+
+    def _two_sizes(self, one: int | None, two: int | None) -> BatchDim:
+        """:meth:`_dim_of` of a dim at the two batch points (no other symbolic dim moves)."""
+        if one is None or two is None:
+            return None
+        if one == two:
+            return one
+        factor, rest = divmod(one, self.b1)
+        return ("batch", factor) if rest == 0 and factor * self.b2 == two else None
+
+    def _dim_of(self, values: list[int]) -> BatchDim:
+        """What one dim is, from its sizes at the points compared (all known)."""
+        if self.moves_symbols and values[2] != values[0]:
+            same = [key for key, sizes in self.symbols.items() if sizes == (values[0], values[2])]
+            return same[0] if len(same) == 1 and values[1] == values[0] else None
+        if values[0] == values[1]:
+            return values[0]
+        factor, rest = divmod(values[0], self.b1)
+        if rest == 0 and factor * self.b2 == values[1]:
+            return ("batch", factor)
+        return None
 
     def _dim_at(self, knowns: list[Known], squeezed: int | None, axis: int) -> BatchDim:
         if squeezed is not None:  # the per-sample axes of the other points sit one to the left after it
@@ -170,15 +218,7 @@ class BatchTrace:
             if size is None:
                 return None
             values.append(size)
-        if self.moves_symbols and values[2] != values[0]:
-            same = [key for key, sizes in self.symbols.items() if sizes == (values[0], values[2])]
-            return same[0] if len(same) == 1 and values[1] == values[0] else None
-        if values[0] == values[1]:
-            return values[0]
-        factor, rest = divmod(values[0], self.b1)
-        if rest == 0 and factor * self.b2 == values[1]:
-            return ("batch", factor)
-        return None
+        return self._dim_of(values)
 
     def squeezed_axis(self, name: str) -> int | None:
         """The batch axis of a tensor that has it at the new batch only (a Squeeze without axes drops a
@@ -214,7 +254,7 @@ class BatchTrace:
 
     def ranks(self, name: str) -> tuple[int | None, ...]:
         """The rank at each point (None where unknown); they differ where a Squeeze drops a batch of 1."""
-        return tuple(None if k.shape is None else len(k.shape) for k in self.at(name))
+        return tuple([None if k.shape is None else len(k.shape) for k in self.at(name)])
 
 
 #: an input dim as the points see it: ("batch",), ("symbol", i) or a fixed size
