@@ -113,7 +113,7 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         others = None if "inputs" in params else other_batch_names(model, batch, inputs, size, b2, trace)
         if others is not None and others.proved:  # the batch under other names too: set on them all
             batch = api.BatchAxes(others.axes, batch.old_size, batch.notes + (others.hint,), batch.unread)
-            trace, others = follow_batch(model, batch, inputs, b2, symbolic), None
+            trace, others = follow_batch(model, batch, inputs, b2, symbolic, others.trace), None
         if trace.refusals and not same:
             refuse(trace, size, _where(batch), context, others.hint if others else None)
         rewrites: list[api.Rewrite] = [] if same else trace.rewrites
@@ -211,7 +211,12 @@ def coupling_summary(coupled: list[str]) -> str:
 
 
 def follow_batch(
-    model: onnx.ModelProto, batch: api.BatchAxes, inputs: dict[str, onnx.ValueInfoProto], b2: int, symbolic: bool
+    model: onnx.ModelProto,
+    batch: api.BatchAxes,
+    inputs: dict[str, onnx.ValueInfoProto],
+    b2: int,
+    symbolic: bool,
+    decided: api.BatchTrace | None = None,
 ) -> api.BatchTrace:
     """The trace set_batch acts on. A batch that is already dynamic was exported to run at any
     batch: when the model runs at the new one as it is, no constant is touched (at batch 1 a
@@ -222,6 +227,8 @@ def follow_batch(
         as_is = api.trace_batch(model, batch.axes, batch.old_size, b2, symbolic=symbolic, decide=False)
         if not as_is.refusals and not api.not_as_exported(model, as_is, {d for d in dims if isinstance(d, str)}):
             return as_is
+    if decided is not None:  # traced with these axes already (other_batch_names)
+        return decided
     return api.trace_batch(model, batch.axes, batch.old_size, b2, symbolic=symbolic)
 
 
@@ -234,6 +241,7 @@ class OtherNames:
     axes: tuple[tuple[str, int], ...]
     proved: bool
     hint: str
+    trace: api.BatchTrace  # the model traced with them all (follow_batch takes it rather than trace again)
 
 
 def other_batch_names(
@@ -282,7 +290,7 @@ def other_batch_names(
             f"{', '.join(found)} keep{'s' * one} a batch name of {'its' if one else 'their'} own; if "
             f"{'it carries' if one else 'they carry'} the batch too, use instead:\n"
         )
-    return OtherNames(found, every, proved, hint + api.spec_lines(fix))
+    return OtherNames(found, every, proved, hint + api.spec_lines(fix), together)
 
 
 def undecided_text(point: api.Undecided) -> str:

@@ -162,6 +162,11 @@ CONSTANT_ATTRIBUTES: dict[str, tuple[type[np.generic], Callable[[onnx.AttributeP
 }
 
 
+def node_label(node: onnx.NodeProto) -> str:
+    """``Gather 'pick'``: a node as messages name it (its first output where it has no name)."""
+    return f"{node.op_type} '{node.name or node.output[0]}'"
+
+
 def all_names(model: onnx.ModelProto) -> set[str]:
     """Every node and tensor name in the model, bodies included (to pick names that collide with none)."""
     names: set[str] = set()
@@ -254,6 +259,7 @@ __all__ = [
     "constant_value",
     "default_opset",
     "fresh_name",
+    "node_label",
     "subgraphs",
     "sync_initializer_inputs",
     "use_counts",

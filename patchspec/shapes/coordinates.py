@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import numpy as np
 import onnx
 
-from patchspec.model.graph import NodeSite, ScopeIndex
+from patchspec.model.graph import NodeSite, ScopeIndex, node_label
 
 #: an index on its way to where it is read: (tensor, constant added so far, its column of coordinates)
 Coordinate = tuple[str, int, int | None]
@@ -32,10 +32,6 @@ class Uses(Protocol):
     def constant(self, site: NodeSite, operand: int) -> np.ndarray[Any, Any] | None: ...
 
     def dims(self, name: str) -> list[int | None] | None: ...
-
-
-def _label(node: onnx.NodeProto) -> str:
-    return f"{node.op_type} '{node.name or node.output[0]}'"
 
 
 def coordinates(uses: Uses, name: str) -> Bounds | None:
@@ -120,7 +116,7 @@ def _coordinate_bound(
     size = data[at] if data is not None and at is not None and at < len(data) else None
     if not size:
         return None
-    return max(0, -offset), size - offset, f"axis {at} (size {size}) of the data {_label(node)} reads"
+    return max(0, -offset), size - offset, f"axis {at} (size {size}) of the data {node_label(node)} reads"
 
 
 __all__ = ["Bounds", "Coordinate", "Uses", "coordinates"]

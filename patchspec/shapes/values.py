@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from patchspec.model.graph import NodeSite, ScopeIndex, all_graphs, walk_nodes
+from patchspec.model.graph import NodeSite, ScopeIndex, all_graphs, node_label, walk_nodes
 from patchspec.shapes.coordinates import Bounds, coordinates
 
 #: ops that pass a value through unchanged, or pick some of its elements (operand 0: the last token of
@@ -89,7 +89,7 @@ def input_values(model: onnx.ModelProto, name: str, elem_type: int) -> InputValu
     if found is not None:
         return found
     if elem_type == onnx.TensorProto.BOOL:
-        readers = ", ".join(sorted({_label(site.node) for site, _ in uses.reached(name, _PASS_THROUGH)}))
+        readers = ", ".join(sorted({node_label(site.node) for site, _ in uses.reached(name, _PASS_THROUGH)}))
         return InputValues(
             {"low": 0, "high": 2},
             f"a boolean input (a mask), read by {readers}: random True/False; give real masks "
@@ -105,10 +105,6 @@ def input_values(model: onnx.ModelProto, name: str, elem_type: int) -> InputValu
 
 def _bounded(bounds: Bounds | None) -> InputValues | None:
     return None if bounds is None else InputValues({"low": bounds[0], "high": bounds[1]}, bounds[2])
-
-
-def _label(node: onnx.NodeProto) -> str:
-    return f"{node.op_type} '{node.name or node.output[0]}'"
 
 
 class _Uses:
@@ -224,7 +220,7 @@ class _Uses:
         if not tables:
             return None
         rows, node = min(tables, key=lambda table: table[0])
-        why = f"indexes the {rows} rows of {_label(node)}'s table"
+        why = f"indexes the {rows} rows of {node_label(node)}'s table"
         others = sorted({r for r, n in tables if n is not node})
         if others:
             why += f"; it also indexes tables of {', '.join(map(str, others))} rows: the smallest bounds them all"
@@ -243,7 +239,7 @@ class _Uses:
             steps = (self.dims(node.input[0]) or [])[axis : axis + 1]
             if steps and steps[0]:
                 return InputValues(
-                    {"low": 1, "high": steps[0] + 1}, f"the sequence lengths of {_label(node)}: 1..{steps[0]}"
+                    {"low": 1, "high": steps[0] + 1}, f"the sequence lengths of {node_label(node)}: 1..{steps[0]}"
                 )
         return None
 
@@ -256,11 +252,11 @@ class _Uses:
                 continue
             if node.op_type == "OneHot" and operand == 0 and other.size == 1 and int(other.reshape(-1)[0]) > 0:
                 depth = int(other.reshape(-1)[0])
-                return InputValues({"low": 0, "high": depth}, f"class ids of {_label(node)}: 0 <= value < {depth}")
+                return InputValues({"low": 0, "high": depth}, f"class ids of {node_label(node)}: 0 <= value < {depth}")
             classes = np.unique(other)
             if node.op_type == "Equal" and classes.size > 1 and int(classes[-1] - classes[0]) + 1 == classes.size:
                 low, high = int(classes[0]), int(classes[-1]) + 1
-                why = f"compared with each class id {low}..{high - 1} by {_label(node)}"
+                why = f"compared with each class id {low}..{high - 1} by {node_label(node)}"
                 return InputValues({"low": low, "high": high}, why)
         return None
 
@@ -303,7 +299,7 @@ class _Uses:
         if not uses or any(site.node.op_type != "Cast" for site, _ in uses) or not to <= _FLOATS:
             return None
         low, high = _BYTES[elem_type]
-        readers = ", ".join(sorted({_label(site.node) for site, _ in uses}))
+        readers = ", ".join(sorted({node_label(site.node) for site, _ in uses}))
         return InputValues(
             {"low": low, "high": high}, f"only cast to a float ({readers}): any values run; {low}..{high - 1}"
         )
@@ -318,7 +314,7 @@ class _Uses:
         if not uses:
             return None
         return InputValues(
-            {}, f"only multiplied by 0 ({_label(uses[0][0].node)}): its value never matters, any values do"
+            {}, f"only multiplied by 0 ({node_label(uses[0][0].node)}): its value never matters, any values do"
         )
 
     def broadcast_shape(self, name: str) -> InputValues | None:
@@ -334,7 +330,7 @@ class _Uses:
         wanted = {tuple(self._broadcast_values(site, dims[0].dim_value)) for site, _ in uses}
         if len(wanted) != 1:
             return None  # readers that want different values: the user's to give
-        readers = ", ".join(sorted({_label(site.node) for site, _ in uses}))
+        readers = ", ".join(sorted({node_label(site.node) for site, _ in uses}))
         return InputValues(
             {"value": list(wanted.pop())},
             f"the shape {readers} broadcasts to (repeats by), from the output's declared dims (1 where it has "
@@ -372,7 +368,7 @@ class _Uses:
             if named:
                 texts = [t.decode() if isinstance(t, bytes) else str(t) for t in named][:MAX_STRINGS]
                 shown = ", ".join(texts[:8]) + (", ..." if len(texts) > 8 else "")
-                return InputValues({"strings": texts}, f"strings {_label(node)} names ({shown}), in turn")
+                return InputValues({"strings": texts}, f"strings {node_label(node)} names ({shown}), in turn")
         return InputValues(
             {"strings": ["a"]},
             "a string input the graph names no values for: give real ones ('value: [...]' of strings, "

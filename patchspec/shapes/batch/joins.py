@@ -97,7 +97,7 @@ def repeat_one_sample(tracker: Deciding, site: NodeSite, operand: int, batch_axi
     trace, node = tracker.trace, site.node
     if id(node) in tracker.decided or trace.b1 != 1:
         return False  # a maker was found and could not be rewritten: undecided already says why
-    if _reads_an_input(tracker, site, node.input[operand]):
+    if tracker.operands.reads_an_input(site, node.input[operand]):
         return False  # one sample's rows computed from the inputs (sample 0's?): repeating them could be wrong
     joined = f"{node.op_type} '{node.name or node.output[0]}'"
     if node.op_type == "Concat" and arange_coordinates(tracker, site, operand, batch_axis):
@@ -127,26 +127,6 @@ def repeat_one_sample(tracker: Deciding, site: NodeSite, operand: int, batch_axi
     reason = f"{joined}: input '{node.input[operand]}' holds one sample's rows; repeated {repeats} times on axis {batch_axis}"
     trace.tilings.append(Tiling(site, operand, batch_axis, rank, repeats, reason))
     return True
-
-
-def _reads_an_input(tracker: Deciding, site: NodeSite, name: str, limit: int = 10_000) -> bool:
-    """Whether ``name`` is computed from a graph input (not from constants alone); True when unsure."""
-    seen: set[str] = set()
-    todo = [name]
-    while todo:
-        current = todo.pop()
-        if not current or current in seen:
-            continue
-        seen.add(current)
-        if len(seen) > limit:
-            return True
-        producer = tracker.evaluator.producer.get(current)
-        if producer is None:
-            if tracker.operands.index.constant_source(current, site.scopes) is None:
-                return True  # neither made by a node nor a constant: a graph input
-            continue
-        todo.extend(producer.node.input)
-    return False
 
 
 def tile_inputs(model: onnx.ModelProto, tilings: list[Tiling], label: str) -> list[str]:
@@ -191,7 +171,7 @@ def rewrite_maker(tracker: Deciding, site: NodeSite, name: str, batch_axis: int,
     element = batch_axis + len(values) - rank if producer.node.op_type == "Expand" else batch_axis
     sources = tracker.operands.sources(producer, operand)
     source = sources[element] if sources and 0 <= element < len(sources) else None
-    if (source is None or tracker.trace.symbolic) and not _reads_an_input(tracker, site, name):
+    if (source is None or tracker.trace.symbolic) and not tracker.operands.reads_an_input(site, name):
         return False  # a constant of one sample: repeated, not undecided
     met = f"{site.node.op_type} '{site.node.name or site.node.output[0]}'"
     verb = "joined" if site.node.op_type == "Concat" else "met"

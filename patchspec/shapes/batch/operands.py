@@ -43,25 +43,25 @@ class Operands:
     def is_constant(self, site: NodeSite, operand: int) -> bool:
         return self.index.constant_source(site.node.input[operand], site.scopes) is not None
 
-    def made_from_constants(self, site: NodeSite, operand: int, limit: int = 64) -> bool:
-        """Whether ``site.node``'s input is computed from constants alone (no graph input, no
-        subgraph upstream, within ``limit`` tensors): the same value at any batch and for any input."""
+    def reads_an_input(self, site: NodeSite, name: str, limit: int = 10_000) -> bool:
+        """Whether ``name`` (read in ``site``'s scopes) is computed from a graph input, not from constants
+        alone; True when unsure (more than ``limit`` tensors upstream)."""
         seen: set[str] = set()
-        todo = [site.node.input[operand]]
+        todo = [name]
         while todo:
-            name = todo.pop()
-            if not name or name in seen or self.index.constant_source(name, site.scopes) is not None:
+            current = todo.pop()
+            if not current or current in seen:
                 continue
-            seen.add(name)
-            producer = self.evaluator.producer.get(name)
-            if (
-                producer is None
-                or len(seen) > limit
-                or any(a.type == onnx.AttributeProto.GRAPH for a in producer.node.attribute)
-            ):
-                return False
+            seen.add(current)
+            if len(seen) > limit:
+                return True
+            producer = self.evaluator.producer.get(current)
+            if producer is None:
+                if self.index.constant_source(current, site.scopes) is None:
+                    return True  # neither made by a node nor a constant: a graph input
+                continue
             todo.extend(producer.node.input)
-        return True
+        return False
 
     def sources(self, site: NodeSite, operand: int) -> list[Source | None] | None:
         """Per element of ``site.node``'s input: (reader site, operand, element) of the constant it copies."""

@@ -149,7 +149,7 @@ def _repeat_constant_state(tracker: Deciding, site: NodeSite, operand: int, at: 
     whose batch is not the input's (at a symbolic batch before opset 11 ``pinned`` refuses it)."""
     trace, node = tracker.trace, site.node
     axis, samples = at
-    if samples == 1 and trace.b1 == 1 and tracker.operands.made_from_constants(site, operand):
+    if samples == 1 and trace.b1 == 1 and not tracker.operands.reads_an_input(site, node.input[operand]):
         repeats = batch_expression(tracker) if trace.symbolic else trace.b2
         if repeats is None:
             return  # before opset 11 nothing computes the batch: batch_pinned refuses it
