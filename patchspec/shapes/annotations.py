@@ -215,7 +215,29 @@ def _light_graph(graph: onnx.GraphProto) -> onnx.GraphProto:
             light.node.append(_light_node(node))
             plain = index + 1
     light.node.extend(nodes[plain:])
+    for node in light.node:
+        if node.op_type in MISREAD_OPS:  # a few audio ops: spelled out so that onnx infers them right
+            node.CopyFrom(as_specified(node))
     return light
+
+
+#: attribute defaults that onnx's shape inference reads otherwise than the operator's specification
+#: (onnx 1.23: an STFT without ``onesided`` is inferred two-sided, ``[.., 512, 2]`` for a window of 512,
+#: where the specification and onnxruntime say one-sided, ``[.., 257, 2]``)
+MISREAD_DEFAULTS: dict[str, dict[str, int]] = {"STFT": {"onesided": 1}}
+MISREAD_OPS = frozenset(MISREAD_DEFAULTS)
+
+
+def as_specified(node: onnx.NodeProto) -> onnx.NodeProto:
+    """``node``, or a copy with the defaults of :data:`MISREAD_DEFAULTS` written out where it omits them."""
+    defaults = MISREAD_DEFAULTS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+    missing = {name: value for name, value in (defaults or {}).items() if name not in {a.name for a in node.attribute}}
+    if not missing:
+        return node
+    spelled = onnx.NodeProto()
+    spelled.CopyFrom(node)
+    spelled.attribute.extend(onnx.helper.make_attribute(name, value) for name, value in missing.items())
+    return spelled
 
 
 def _holds_data(node: onnx.NodeProto) -> bool:
@@ -309,11 +331,13 @@ def apply_pins(graph: onnx.GraphProto, pinned_dims: Pins) -> int:
 
 
 __all__ = [
+    "MISREAD_DEFAULTS",
     "PINNED_DIMS",
     "Dim",
     "Pins",
     "all_annotations",
     "apply_pins",
+    "as_specified",
     "copy_derived_shapes",
     "dim_params",
     "drop_derived_shapes",

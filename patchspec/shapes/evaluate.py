@@ -25,7 +25,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from patchspec.model.graph import NodeSite, has_body, subgraphs
-from patchspec.shapes.annotations import collector_paused
+from patchspec.shapes.annotations import as_specified, collector_paused
 from patchspec.shapes.kernels import values_of
 from patchspec.shapes.known import (
     UNKNOWN,
@@ -233,7 +233,7 @@ class ShapeEvaluator:
             if known.value is not None:
                 data[name] = numpy_helper.from_array(np.asarray(known.value), name)
         try:
-            inferred = onnx.shape_inference.infer_node_outputs(schema, node, types, data)
+            inferred = onnx.shape_inference.infer_node_outputs(schema, as_specified(node), types, data)
         except Exception:  # a mismatch at this point (a batch that does not fit): nothing known
             return unknown
         outputs = [known_of_type(inferred[name]) if name in inferred else UNKNOWN for name in node.output]

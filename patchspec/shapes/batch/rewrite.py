@@ -244,6 +244,7 @@ class _Agreement:
         self.known = trace.evaluator.known
         self.point = 0 if size == trace.b1 else 1
         self.moves_symbols = trace.moves_symbols
+        self.far = trace.far
         self.encoded: dict[tuple[int | None, ...], bytes] = {}  # a shape -> its TensorShapeProto's bytes
 
     def __call__(self, info: onnx.ValueInfoProto) -> bool:
@@ -256,6 +257,9 @@ class _Agreement:
             return False
         if self.moves_symbols and knowns[2].shape != first:
             return False
+        far = self.far.get(info.name)
+        if far is not None and far[0].shape is not None and far[0].shape != first:
+            return False  # a dim the points agree on moves at the far point: reconciled without it
         expected = second if self.point else first
         if None in expected:  # a dim the evaluation cannot tell: an unknown one in the annotation agrees
             return tuple(read_dims(info) or ()) == expected

@@ -32,6 +32,9 @@ from patchspec.shapes.spec_lines import SpecFix
 SYMBOL_SIZES = tuple(128 * n for n in range(1, 9))
 #: how far the third point moves each of them
 SYMBOL_SHIFT = 64
+#: how many times larger the far point makes each of them: at the small sizes a 400-sample window or a
+#: reflection pad turns every length into the same one frame, which looked like a fixed size
+FAR_FACTOR = 16
 INT64_MAX = int(np.iinfo(np.int64).max)
 #: ops that treat every element alike (broadcasting from the right): a tensor whose batch a Squeeze
 #: dropped at the old batch only still means the same to them; any other op counts axes from the front
@@ -135,6 +138,9 @@ class BatchTrace:
     evaluator: ShapeEvaluator | None = None
     moves_symbols: bool = False  # a third point moved the other symbolic dims
     symbols: dict[str, tuple[int, int]] = field(default_factory=dict)  # dim_param -> its size at points 1 and 3
+    #: the old batch with every other symbolic dim far larger (``far_point``), evaluated once: a size the
+    #: points agree on and this contradicts depends on those dims after all, and is never declared
+    far: dict[str, list[Known]] = field(default_factory=dict)
     #: Squeezes without axes that drop a batch of 1, with the axes they remove at the new batch
     squeezes: list[tuple[NodeSite, list[int]]] = field(default_factory=list)
     #: the batch at each point: b1, b2, (b1 again where other dims move), then the second witness
@@ -152,7 +158,9 @@ class BatchTrace:
 
     def batch_dim(self, name: str, axis: int) -> BatchDim:
         """What the evaluation says of one dim: a size, ("batch", k), an input's dim_param, or None."""
-        return self._dim_at(self.at(name)[: 3 if self.moves_symbols else 2], self.squeezed_axis(name), axis)
+        squeezed = self.squeezed_axis(name)
+        found = self._dim_at(self.at(name)[: 3 if self.moves_symbols else 2], squeezed, axis)
+        return None if squeezed is None and self._far_differs(name, axis, found) else found
 
     def batch_dims(self, name: str, rank: int) -> list[BatchDim]:
         """:meth:`batch_dim` of every axis of one tensor, its points and squeeze looked up once."""
@@ -165,7 +173,22 @@ class BatchTrace:
         found = self._dims_of.get(key)
         if found is None:
             found = self._dims_of[key] = self._unsqueezed_dims([known.shape for known in knowns], rank)
-        return list(found)
+        if not self.far:
+            return list(found)
+        return [None if self._far_differs(name, axis, dim) else dim for axis, dim in enumerate(found)]
+
+    def evaluate_far(self, model: onnx.ModelProto, points: Sequence[dict[str, Known]]) -> None:
+        """Evaluate ``model`` at :func:`far_point` (where the third point moves other symbolic dims)."""
+        if self.moves_symbols:
+            self.far = ShapeEvaluator(model, [far_point(points)]).run().known
+
+    def _far_differs(self, name: str, axis: int, found: BatchDim) -> bool:
+        """Whether a size the points found is another size at the far point (unknown there: no evidence)."""
+        if not isinstance(found, int) or not self.far:
+            return False
+        far = self.far.get(name)
+        shape = far[0].shape if far else None
+        return shape is not None and axis < len(shape) and shape[axis] is not None and shape[axis] != found
 
     def _unsqueezed_dims(self, shapes: list[Shape | None], rank: int) -> list[BatchDim]:
         """:meth:`_dim_at` of axes ``0 .. rank-1`` of a tensor no Squeeze shifted, from its shapes at the
@@ -313,6 +336,29 @@ def make_points(
     return points, named
 
 
+def new_trace(
+    model: onnx.ModelProto, axes: tuple[tuple[str, int], ...], b1: int, b2: int, symbolic: bool
+) -> tuple[BatchTrace, list[dict[str, Known]]]:
+    """An empty trace for the batch on ``axes`` going from ``b1`` to ``b2``, and the points to evaluate."""
+    witness = max(b1, b2) + 3  # above 1 and apart from both: a size-1 channel never looks like the batch
+    points, symbols = make_points(model, axes, (b1, b2, witness))
+    sizes = (b1, b2) + ((b1,) if len(points) > 3 else ()) + (witness,)
+    trace = BatchTrace(b1, b2, symbolic=symbolic, moves_symbols=len(points) > 3, symbols=symbols, sizes=sizes)
+    trace.batch_axes = axes
+    return trace, points
+
+
+def far_point(points: Sequence[dict[str, Known]]) -> dict[str, Known]:
+    """The first point with every dim the third point moves (the other symbolic dims) FAR_FACTOR times larger."""
+    first, moved = points[0], points[2]
+    far = {}
+    for name, known in first.items():
+        shape, other = known.shape or (), moved[name].shape or ()
+        dims = tuple(d * FAR_FACTOR if d is not None and d != o else d for d, o in zip(shape, other))
+        far[name] = Known(known.dtype, dims)
+    return far
+
+
 def batch_position(data_prefix: Sequence[int], out_shape: Sequence[int]) -> int | None:
     """The output axis that holds the batch, given the data dims before the batch axis."""
     prefix = list(data_prefix)
@@ -371,6 +417,8 @@ __all__ = [
     "Tiling",
     "Undecided",
     "batch_position",
+    "far_point",
     "ints_of",
     "make_points",
+    "new_trace",
 ]

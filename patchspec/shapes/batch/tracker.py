@@ -1,7 +1,7 @@
 """Follow the batch through a model and find the shape constants that bake in the old batch.
 
 ``trace_batch`` (set_batch calls it through ``patchspec.api``) evaluates the model at the points
-``make_points`` gives; each op in ``RULES`` is decided before it is evaluated.
+``new_trace`` gives; each op in ``RULES`` is decided before it is evaluated.
 
 Decisions are made at two *witnesses*: points whose batches are both above 1 and differ (the new batch,
 or the old one when the new is 1, and a third size). At batch 1 a channel of 1 and the batch look alike,
@@ -41,7 +41,7 @@ from patchspec.shapes.batch.trace import (
     batch_position,
     int64_known,
     ints_of,
-    make_points,
+    new_trace,
     product,
     sizes_of,
     with_element,
@@ -64,16 +64,12 @@ def trace_batch(
 
     ``decide=False`` evaluates the model as it is: no constant is decided, and ``refusals`` says
     whether it runs at ``b2`` unchanged (set_batch asks first when the batch is already dynamic)."""
-    witness = max(b1, b2) + 3  # above 1 and apart from both: a size-1 channel never looks like the batch
-    axes = tuple(batch_axes)
-    points, symbols = make_points(model, axes, (b1, b2, witness))
-    sizes = (b1, b2) + ((b1,) if len(points) > 3 else ()) + (witness,)
-    trace = BatchTrace(b1, b2, symbolic=symbolic, moves_symbols=len(points) > 3, symbols=symbols, sizes=sizes)
-    trace.batch_axes = axes
+    trace, points = new_trace(model, tuple(batch_axes), b1, b2, symbolic)
     tracker = _Tracker(model, trace, points)
     tracker.deciding = decide
     with collector_paused():  # the evaluation's Knowns hold no cycles: each collection would walk them all
         tracker.evaluator.run()
+        trace.evaluate_far(model, points)
         tracker.evaluator.hook = None  # the bound method held the tracker: a cycle only the collector frees
         findings = BatchFindings(trace, tracker.evaluator, tracker.decided, tracker.operands.index)
         trace.refusals.extend(findings.pinned())
