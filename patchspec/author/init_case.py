@@ -77,7 +77,7 @@ def probe_values(rules: dict[str, InputValues | None]) -> dict[str, dict[str, An
         if rule is not None and "strings" in rule.item:  # a STRING input: its strings, cycled over the shape
             values[name] = {"value": list(rule.item["strings"])}
         elif rule is not None:
-            values[name] = {"fill": "ones"} if rule.flag else dict(rule.item)
+            values[name] = {"fill": "ones"} if rule.flag or rule.upto else dict(rule.item)  # ones: valid lengths
     return values
 
 
@@ -157,6 +157,8 @@ def case_inputs(
                 item = {"value": values.item["value"], **({"shape": shape} if filled else {})}
             else:
                 item.update(values.item)
+                if values.upto is not None and values.upto[0] in shapes:  # lengths: at most that axis's size
+                    item["high"] = shapes[values.upto[0]][values.upto[1]] + 1
         rows.append(row)
         case[name] = item if set(item) != {"shape"} else shape
     return rows, case

@@ -19,6 +19,7 @@ import onnx
 
 from patchspec.model.graph import NodeSite, ScopeIndex, all_graphs, node_label, walk_nodes
 from patchspec.shapes.coordinates import Bounds, coordinates
+from patchspec.shapes.lengths import lengths_along
 
 #: ops that pass a value through unchanged, or pick some of its elements (operand 0: the last token of
 #: a prefix, Gather(prefix, -1, axis=1); any operand of a Concat), for following an input to where it is used
@@ -70,6 +71,8 @@ class InputValues:
     item: dict[str, Any]
     why: str
     flag: bool = False
+    #: lengths along this (input, axis): the case bounds them by that axis's size (``high`` is added there)
+    upto: tuple[str, int] | None = None
 
 
 def input_values(model: onnx.ModelProto, name: str, elem_type: int) -> InputValues | None:
@@ -85,7 +88,7 @@ def input_values(model: onnx.ModelProto, name: str, elem_type: int) -> InputValu
     pixels = uses.cast_to_float(name, elem_type) if elem_type in _BYTES else None  # an image, not a mask
     found = pixels or uses.branch_value(name) or uses.table_rows(name) or uses.mask(name) or uses.zeroed(name)
     found = found or _bounded(coordinates(uses, name)) or uses.classes(name) or uses.broadcast_shape(name)
-    found = found or uses.sequence_lengths(name)
+    found = found or uses.sequence_lengths(name) or _lengths(uses, name)
     if found is not None:
         return found
     if elem_type == onnx.TensorProto.BOOL:
@@ -101,6 +104,11 @@ def input_values(model: onnx.ModelProto, name: str, elem_type: int) -> InputValu
         "(a .npy file, 'file: ...') or state them ('value: ...')",
         flag=True,
     )
+
+
+def _lengths(uses: _Uses, name: str) -> InputValues | None:
+    found = lengths_along(uses, name)
+    return None if found is None else InputValues({"low": 1}, found[0], upto=found[1])
 
 
 def _bounded(bounds: Bounds | None) -> InputValues | None:

@@ -44,3 +44,61 @@ def test_a_reverse_sequences_lengths_are_bounded_by_its_time_axis() -> None:
     inputs = [tensor_info("x", [2, T, 3]), tensor_info("lengths", [2], TensorProto.INT64)]
     found = input_values(graph_model([node], inputs, [tensor_info("y", [2, T, 3])]), "lengths", TensorProto.INT64)
     assert found is not None and found.item == {"low": 1, "high": T + 1}, found
+
+
+def waveform_lengths(use: str) -> object:
+    """A waveform [batch, N] and its lengths [batch]: a padding mask ``arange(N) < lens``, frames
+    counted from them into an output, or a Range sized by them (not a length of N)."""
+    nodes = [
+        helper.make_node("Shape", ["waveforms"], ["n_1d"], start=1, end=2),
+        helper.make_node("Squeeze", ["n_1d"], ["n"]),
+        helper.make_node("Range", ["zero", "n", "one"], ["positions"]),
+        helper.make_node("Unsqueeze", ["lens", "axis1"], ["lens_2d"]),
+        helper.make_node("Less", ["positions", "lens_2d"], ["mask"]),
+        helper.make_node("Where", ["mask", "waveforms", "fill"], ["features"]),
+        helper.make_node("Sub", ["lens", "window"], ["past"]),
+        helper.make_node("Div", ["past", "hop"], ["hops"]),
+        helper.make_node("Add", ["one", "hops"], ["features_lens"]),
+    ]
+    if use == "output only":
+        nodes = nodes[6:] + [helper.make_node("Relu", ["waveforms"], ["features"])]
+    if use == "a size":
+        nodes = [helper.make_node("Range", ["zero", "lens_0", "one"], ["count"])] + nodes[6:]
+        nodes += [
+            helper.make_node("Squeeze", ["lens"], ["lens_0"]),
+            helper.make_node("Relu", ["waveforms"], ["features"]),
+        ]
+    weights = [
+        numpy_helper.from_array(np.array(value, dtype=np.int64), name)
+        for name, value in (("zero", 0), ("one", 1), ("window", 400), ("hop", 160), ("axis1", [1]))
+    ] + [numpy_helper.from_array(np.array(0, dtype=np.float32), "fill")]
+    inputs = [tensor_info("waveforms", ["batch", "N"]), tensor_info("lens", ["batch"], TensorProto.INT64)]
+    outputs = [tensor_info("features", ["batch", "N"]), tensor_info("features_lens", ["batch"], TensorProto.INT64)]
+    return graph_model(nodes, inputs, outputs, weights)
+
+
+@pytest.mark.parametrize("use", ["a padding mask", "output only"])
+def test_lengths_of_a_waveform_are_bounded_by_its_samples(use: str) -> None:
+    found = input_values(waveform_lengths(use), "lens", TensorProto.INT64)
+    assert found is not None and not found.flag, found
+    assert found.item == {"low": 1} and found.upto == ("waveforms", 1)
+    assert ("padding mask" in found.why) == (use == "a padding mask"), found.why
+
+
+def test_an_integer_that_sizes_a_range_is_not_called_a_length() -> None:
+    found = input_values(waveform_lengths("a size"), "lens", TensorProto.INT64)
+    assert found is not None and found.flag and found.upto is None, found
+
+
+def test_init_bounds_lengths_by_the_case_samples_and_the_spec_passes(tmp_path, run_cli) -> None:
+    import onnx
+    import yaml
+
+    onnx.save(waveform_lengths("a padding mask"), str(tmp_path / "model.onnx"))
+    done = run_cli("init", "model.onnx", "--batch", "4", "--output", "spec.yaml", cwd=tmp_path)
+    assert done.exit_code == 0, done.output
+    case = yaml.safe_load((tmp_path / "spec.yaml").read_text())["verify"][1]["run"]["cases"][0]["inputs"]
+    samples = case["waveforms"][1]
+    assert case["lens"] == {"shape": [4], "low": 1, "high": samples + 1}, case
+    applied = run_cli("apply", "spec.yaml", cwd=tmp_path)
+    assert applied.exit_code == 0, applied.output
