@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 from feeds import batch_axes, shapes_at
 from manifest import REPO, Model
 
@@ -141,11 +142,27 @@ def _remove_output(output: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def _free_name(model: Model, path: Path, size: int | str) -> int | str:
+    """``size``, or ``batch_<size>`` where the model already names a dim other than the batch so (a
+    waveform's N samples): set_batch rightly refuses a name that would join the two."""
+    if isinstance(size, int):
+        return size
+    axes = batch_axes(model.inputs)
+    graph = onnx.load(str(path), load_external_data=False).graph
+    used = {
+        dim.dim_param
+        for info in graph.input
+        for axis, dim in enumerate(info.type.tensor_type.shape.dim)
+        if axes.get(info.name) != axis
+    }
+    return f"batch_{size}" if size in used else size
+
+
 def set_batch(model: Model, work: Path, size: int | str, verify: bool) -> dict[str, Any]:
     batch = size if isinstance(size, int) else 3
     name = f"set_batch_{size}_{'verify' if verify else 'noverify'}"
     spec = work / f"{name}.yaml"
-    written = _spec(model, size, verify, batch)
+    written = _spec(model, _free_name(model, work / "model.onnx", size), verify, batch)
     spec.write_text(json.dumps(written, indent=2) + "\n")
     output = work / f"{name}.onnx"
     _remove_output(output)
