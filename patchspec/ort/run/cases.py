@@ -24,7 +24,7 @@ from patchspec.ort.run.feeds import (
 )
 from patchspec.ort.run.floors import measure_floor
 from patchspec.ort.run.references import CaseRun, References, ReferenceSettings
-from patchspec.ort.run.results import Row, verdict
+from patchspec.ort.run.results import Row, excuse_level_noise, verdict
 from patchspec.ort.run_failure import RunFailure
 from patchspec.ort.sessions import BatchSplit, ProviderUnusable, Session, provider_skip_reasons
 from patchspec.plugin.contract import VerifyContext, VerifyResult
@@ -110,6 +110,7 @@ class _Run:
                 self.references.run_all(provider, level, runs, floor=True)
                 self.references.run_all(CPU, level, runs, floor=True)
             rows += [self._case_row(provider, level, label, run) for run in runs]
+        excuse_level_noise(rows)
         for row in rows:
             row.setup, row.device = setup, device
         return rows
@@ -152,10 +153,11 @@ class _Run:
                     if self.setups[provider].measures_floor:
                         row.floor = measure_floor(self.references, provider, level, run)
                     floors = row.floor.outputs if row.floor else None
+                    clean = not row.messages  # no other problem: a level that passes may excuse this one
                     row.outputs, failed = self.tolerances.compare(run.outputs, expected, floors)
                     row.messages += [o.message for o in failed]
                     if failed:
-                        row.messages += unstable_reference_notes(
+                        noises = unstable_reference_notes(
                             self.references,
                             self.tolerances,
                             self.optimizations,
@@ -164,6 +166,8 @@ class _Run:
                             expected,
                             failed,
                         )
+                        row.messages += [noise.message for noise in noises]
+                        row.level_noise = {n.output: n.figure for n in noises if n.between_levels and clean}
             except RunFailure as exc:
                 row.messages.append(exc.text())
         if row.messages:  # every message is a reason to fail: a lie, a NaN, a difference, an error

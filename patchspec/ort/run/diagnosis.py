@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from patchspec.ort.providers import CPU, ProviderSetup
@@ -33,6 +34,18 @@ BATCHED = "run batched and per sample"
 Rerun = tuple[str, str, bool]
 
 
+@dataclass(frozen=True)
+class Noise:
+    """The original differing from itself on one compared output, and the message that says so."""
+
+    output: str
+    figure: float  # the original's own max abs difference
+    message: str
+    #: rerun at another optimization level on a provider where that is the original's own noise (not its
+    #: batched run, not an accelerator's arithmetic): a level that passes may excuse this one
+    between_levels: bool
+
+
 def unstable_reference_notes(
     references: References,
     tolerances: Tolerances,
@@ -41,7 +54,7 @@ def unstable_reference_notes(
     run: CaseRun,
     expected: Feeds,
     failed: list[OutputComparison],
-) -> list[str]:
+) -> list[Noise]:
     """One note per failed output on which the reference disagrees with itself; ``where`` is
     (the provider's setup, optimization level) of the failed run."""
     setup, level = where
@@ -62,9 +75,10 @@ def unstable_reference_notes(
             continue
         where_rerun = [rerun for rerun in reruns if rerun[0] == noise[0]]
         if provider != CPU and _stable_on_cpu(references, tolerances, (path, level), run, comparison, where_rerun):
-            notes.append(_arithmetic_message(comparison, noise, setup))
+            notes.append(Noise(comparison.name, noise[1], _arithmetic_message(comparison, noise, setup), False))
         else:
-            notes.append(_noise_message(comparison, noise))
+            levels = noise[0] != BATCHED and math.isfinite(noise[1])
+            notes.append(Noise(comparison.name, noise[1], _noise_message(comparison, noise), levels))
     return notes
 
 
@@ -182,4 +196,4 @@ def original_fails_too(
     return []
 
 
-__all__ = ["NOT_THE_PATCH", "original_fails_too", "unstable_reference_notes"]
+__all__ = ["NOT_THE_PATCH", "Noise", "original_fails_too", "unstable_reference_notes"]
