@@ -1,10 +1,11 @@
 """Where an integer input is a length along another input's axis: a waveform's valid samples.
 
 One value per sample, compared with the positions of that axis (``arange(N) < lens``: a padding mask),
-maybe as frames first (``(lens - 400) // 160 + 1``, arithmetic with constants), or only computed on into
-an output (the features' lengths). Such lengths run 1..the axis's size; the axis is the one symbolic
-axis the other inputs have besides the batch. An input that sizes a tensor or picks a branch is no
-length of that axis and is left to the other rules. ``values`` asks it, among its other rules.
+maybe as frames first (``(lens - 400) // 160 + 1``: whatever is computed from it and constants alone),
+or only computed on into an output (the features' lengths). Such lengths run 1..the axis's size; the
+axis is the one symbolic axis the other inputs have besides the batch, or, in a static export, the
+count of the constant positions. An input that sizes a tensor or picks a branch is no length of that
+axis and is left to the other rules. ``values`` asks it, among its other rules.
 """
 
 from __future__ import annotations
@@ -18,24 +19,25 @@ from patchspec.shapes.coordinates import Uses
 SIZE_USES = frozenset(
     {"Range", "Reshape", "Slice", "Expand", "Tile", "ConstantOfShape", "If", "Loop", "Resize", "Pad", "TopK"}
 )
-#: ops through which a length stays a length: copies, reshapes, and arithmetic with constants
-LENGTH_STEPS = frozenset(
-    {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Identity", "Add", "Sub", "Mul", "Div", "Floor", "Ceil"}
-)
 #: comparisons with positions that make a padding mask
 ORDERINGS = frozenset({"Less", "LessOrEqual", "Greater", "GreaterOrEqual"})
 #: ops a count of positions passes through on its way to the comparison
 _POSITION_STEPS = frozenset({"Unsqueeze", "Reshape", "Cast", "Expand", "Identity"})
 
 
-def lengths_along(uses: Uses, name: str) -> tuple[str, tuple[str, int]] | None:
-    """(why, (input, axis)) where ``name`` holds lengths along that input's axis; None otherwise."""
-    axes = _length_axes(uses, name)
-    use = _length_use(uses, name) if len(axes) == 1 else None
+def lengths_along(uses: Uses, name: str) -> tuple[str, tuple[str, int] | int] | None:
+    """(why, (input, axis)) where ``name`` holds lengths along that input's axis, or (why, count) where
+    the positions are a constant ``0..count-1`` (a static export); None otherwise."""
+    use, count = _length_use(uses, name)
     if use is None:
         return None
-    tensor, axis = axes[0]
-    return f"lengths along '{tensor}' axis {axis} ({use}): 1..its size", (tensor, axis)
+    axes = _length_axes(uses, name)
+    if len(axes) == 1:
+        tensor, axis = axes[0]
+        return f"lengths along '{tensor}' axis {axis} ({use}): 1..its size", (tensor, axis)
+    if count is not None:
+        return f"lengths ({use}, positions 0..{count - 1}): 1..{count}", count
+    return None
 
 
 def _length_axes(uses: Uses, name: str) -> list[tuple[str, int]]:
@@ -54,44 +56,56 @@ def _length_axes(uses: Uses, name: str) -> list[tuple[str, int]]:
     ]
 
 
-def _length_use(uses: Uses, name: str) -> str | None:
-    """How a length is used: compared with positions, or only computed on into outputs; None otherwise."""
-    outputs = {info.name for info in uses.model.graph.output}
-    seen, stack, ends = {name}, [name], set()
-    while stack:
-        tensor = stack.pop()
-        if tensor in outputs:
-            ends.add("output")
-        for site, operand in uses.consumers.get(tensor, []):
-            node = site.node
-            others = [i for i in range(len(node.input)) if i != operand and node.input[i]]
-            if node.op_type in SIZE_USES:
-                return None  # it sizes a tensor or picks a branch: not a length of the given axis
-            if node.op_type in ORDERINGS and len(others) == 1 and _counts_from_zero(uses, node.input[others[0]]):
+def _length_use(uses: Uses, name: str) -> tuple[str | None, int | None]:
+    """How a length is used, and how many positions a constant count of them holds (else None): compared
+    with positions, or only computed on into outputs. Every value computed from it and constants alone
+    (a floor division spelled out in Mod, Less and Where) is followed in graph order."""
+    graph = uses.model.graph
+    derived, ends, count = {name}, set(), None
+    for node in graph.node:
+        reads = [i for i, tensor in enumerate(node.input) if tensor in derived]
+        if not reads:
+            continue
+        if node.op_type in SIZE_USES:
+            return None, None  # it sizes a tensor or picks a branch: not a length of the given axis
+        others = [tensor for i, tensor in enumerate(node.input) if tensor and i not in reads]
+        if node.op_type in ORDERINGS and len(others) == 1:
+            positions = _positions(uses, others[0])
+            if positions is not None:
                 ends.add("mask")
-            elif node.op_type in LENGTH_STEPS and all(uses.constant(site, i) is not None for i in others):
-                stack.extend(o for o in node.output if o and o not in seen)
-                seen.update(node.output)
-            else:  # a divisor of a mean over the valid frames, an index near the end: still lengths
-                ends.add("other")
+                count = positions if positions > 0 else count
+                continue
+        if all(uses.index.constant(tensor, (graph,)) is not None for tensor in others):
+            derived.update(o for o in node.output if o)
+        else:  # a divisor of a mean over the valid frames, an index near the end: still lengths
+            ends.add("other")
+    if derived & {info.name for info in graph.output}:
+        ends.add("output")
     if "mask" in ends:
-        return "compared with positions 0, 1, ...: a padding mask"
-    return "only computed on into an output" if ends == {"output"} else None
+        return "compared with positions 0, 1, ...: a padding mask", count
+    return ("only computed on into an output" if ends == {"output"} else None), None
 
 
-def _counts_from_zero(uses: Uses, tensor: str) -> bool:
-    """``tensor`` is a Range from 0 by 1 (reshaped or cast on the way)."""
+def _positions(uses: Uses, tensor: str) -> int | None:
+    """``tensor`` counts positions from 0 by 1 (reshaped or cast on the way): how many where a constant
+    holds them (a static export folded the arange), 0 for a Range; None if it does not count."""
+    graph = uses.model.graph
     for _ in range(4):
+        value = uses.index.constant(tensor, (graph,))
+        if value is not None:
+            flat = np.asarray(value).reshape(-1)
+            counts = flat.size > 1 and flat.dtype.kind in "iu" and bool((flat == np.arange(flat.size)).all())
+            return int(flat.size) if counts else None
         producer = uses.producers.get(tensor)
         if producer is None:
-            return False
+            return None
         if producer.op_type == "Range" and len(producer.input) == 3:
-            start, delta = (uses.index.constant(producer.input[i], (uses.model.graph,)) for i in (0, 2))
-            return _scalar(start) == 0 and _scalar(delta) == 1
+            start, delta = (uses.index.constant(producer.input[i], (graph,)) for i in (0, 2))
+            return 0 if _scalar(start) == 0 and _scalar(delta) == 1 else None
         if producer.op_type not in _POSITION_STEPS:
-            return False
+            return None
         tensor = producer.input[0]
-    return False
+    return None
 
 
 def _scalar(value: object) -> int | None:
@@ -99,4 +113,4 @@ def _scalar(value: object) -> int | None:
     return int(array[0]) if array is not None and array.size == 1 else None
 
 
-__all__ = ["LENGTH_STEPS", "ORDERINGS", "SIZE_USES", "lengths_along"]
+__all__ = ["ORDERINGS", "SIZE_USES", "lengths_along"]

@@ -108,7 +108,14 @@ def input_values(model: onnx.ModelProto, name: str, elem_type: int) -> InputValu
 
 def _lengths(uses: _Uses, name: str) -> InputValues | None:
     found = lengths_along(uses, name)
-    return None if found is None else InputValues({"low": 1}, found[0], upto=found[1])
+    if found is None:
+        return None
+    why, bound = found
+    return (
+        InputValues({"low": 1, "high": bound + 1}, why)
+        if isinstance(bound, int)
+        else InputValues({"low": 1}, why, upto=bound)
+    )
 
 
 def _bounded(bounds: Bounds | None) -> InputValues | None:

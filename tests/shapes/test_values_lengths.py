@@ -63,9 +63,10 @@ def waveform_lengths(use: str) -> object:
     if use == "output only":
         nodes = nodes[6:] + [helper.make_node("Relu", ["waveforms"], ["features"])]
     if use == "a size":
-        nodes = [helper.make_node("Range", ["zero", "lens_0", "one"], ["count"])] + nodes[6:]
-        nodes += [
+        nodes = [
             helper.make_node("Squeeze", ["lens"], ["lens_0"]),
+            helper.make_node("Range", ["zero", "lens_0", "one"], ["count"]),
+            *nodes[6:],
             helper.make_node("Relu", ["waveforms"], ["features"]),
         ]
     weights = [
@@ -102,3 +103,42 @@ def test_init_bounds_lengths_by_the_case_samples_and_the_spec_passes(tmp_path, r
     assert case["lens"] == {"shape": [4], "low": 1, "high": samples + 1}, case
     applied = run_cli("apply", "spec.yaml", cwd=tmp_path)
     assert applied.exit_code == 0, applied.output
+
+
+def frames_model(static: bool) -> object:
+    """Frames counted from lengths by a floor division spelled out as dynamo does (``(lens - 3) // 2``:
+    Div, then minus one where the remainder is negative), then masked against positions: a Range over a
+    symbolic time axis, or the constant ``0..8`` a static export folds it into."""
+    nodes = [
+        helper.make_node("Sub", ["lens", "three"], ["past"]),
+        helper.make_node("Div", ["past", "two"], ["quotient"]),
+        helper.make_node("Less", ["past", "zero"], ["negative"]),
+        helper.make_node("Cast", ["negative"], ["borrow"], to=TensorProto.INT64),
+        helper.make_node("Sub", ["quotient", "borrow"], ["frames"]),
+        helper.make_node("Unsqueeze", ["frames", "axis1"], ["frames_2d"]),
+        helper.make_node("Less", ["positions", "frames_2d"], ["mask"]),
+        helper.make_node("Cast", ["mask"], ["features"], to=TensorProto.FLOAT),
+    ]
+    if not static:
+        nodes[:0] = [
+            helper.make_node("Shape", ["x"], ["t_1d"], start=1, end=2),
+            helper.make_node("Squeeze", ["t_1d"], ["t"]),
+            helper.make_node("Range", ["zero", "t", "one"], ["positions"]),
+        ]
+    constants = [("zero", 0), ("one", 1), ("two", 2), ("three", 3), ("axis1", [1])]
+    constants += [("positions", [list(range(9))])] if static else []
+    weights = [numpy_helper.from_array(np.array(value, dtype=np.int64), name) for name, value in constants]
+    x = [1, 20, 8] if static else ["batch", "T", 8]
+    inputs = [tensor_info("x", x), tensor_info("lens", [x[0]], TensorProto.INT64)]
+    return graph_model(nodes, inputs, [tensor_info("features", [x[0], 9 if static else None])], weights)
+
+
+def test_lengths_through_a_spelled_out_floor_division_follow_the_symbolic_axis() -> None:
+    found = input_values(frames_model(static=False), "lens", TensorProto.INT64)
+    assert found is not None and found.upto == ("x", 1) and "padding mask" in found.why, found
+
+
+def test_a_static_exports_lengths_are_bounded_by_its_constant_positions() -> None:
+    found = input_values(frames_model(static=True), "lens", TensorProto.INT64)
+    assert found is not None and not found.flag, found
+    assert found.item == {"low": 1, "high": 10} and found.upto is None, found
