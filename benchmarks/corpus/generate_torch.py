@@ -231,3 +231,47 @@ def torch_models(save: Callable[[str, str, object], None], seed: int) -> None:
         save("torch", f"first_rows_{kind}.onnx", made)
         made = _torch_export(ExpandedState().eval(), (torch.randn(1, 5, 8),), ["x"], ["y"], dynamo=dynamo)
         save("torch", f"expanded_state_{kind}.onnx", made)
+    audio_models(save, seed)
+
+
+def audio_models(save: Callable[[str, str, object], None], seed: int) -> None:
+    """Audio front ends and lengths: a log-mel STFT with batch and samples dynamic (dynamo), and conv
+    subsampling whose frame lengths come from the input lengths by a floor division, then mask the frames
+    (TorchScript folds the positions into a constant at batch 1; dynamo spells the division out)."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(seed)
+
+    class LogMel(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("window", torch.hann_window(256))
+            self.mel = nn.Linear(129, 16)
+
+        def forward(self, waveform: torch.Tensor) -> torch.Tensor:
+            spec = torch.stft(waveform, 256, hop_length=64, window=self.window, return_complex=True)
+            return self.mel(spec.abs().pow(2).transpose(1, 2)).clamp(min=1e-6).log()
+
+    class SubsampledLengths(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv1d(8, 8, 3, stride=2)
+
+        def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            y = self.conv(x.transpose(1, 2)).transpose(1, 2)
+            frames = (lengths - 3) // 2 + 1
+            mask = torch.arange(y.shape[1])[None, :] < frames[:, None]
+            return y.masked_fill(~mask[..., None], 0.0), frames
+
+    batch, samples = torch.export.Dim("batch", min=2), torch.export.Dim("samples", min=512, max=100000)
+    made = _torch_export(
+        LogMel().eval(), (torch.randn(2, 1600),), ["waveform"], ["features"], dynamo=True,
+        dynamic_shapes={"waveform": {0: batch, 1: samples}},
+    )  # fmt: skip
+    save("torch", "logmel_stft_dynamo_dyn.onnx", made)
+    inputs = (torch.randn(1, 20, 8), torch.tensor([15]))
+    for dynamo in (False, True):
+        kind = "dynamo" if dynamo else "ts"
+        made = _torch_export(SubsampledLengths().eval(), inputs, ["x", "lengths"], ["y", "frames"], dynamo=dynamo)
+        save("torch", f"subsampled_lengths_{kind}.onnx", made)
