@@ -36,7 +36,7 @@ def lengths_along(uses: Uses, name: str) -> tuple[str, tuple[str, int] | int] | 
         tensor, axis = axes[0]
         return f"lengths along '{tensor}' axis {axis} ({use}): 1..its size", (tensor, axis)
     if count is not None:
-        return f"lengths ({use}, positions 0..{count - 1}): 1..{count}", count
+        return f"lengths (compared with positions 0..{count - 1}: a padding mask): 1..{count}", count
     return None
 
 

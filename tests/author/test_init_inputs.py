@@ -60,8 +60,9 @@ def test_every_input_that_names_the_batch_apart_is_tied_by_running_the_original(
     assert "fails with it at 2 while the batch (feats[0]) is 3" in text  # the evidence: the mismatched run
     inputs = _case(spec)["cases"][0]["inputs"]
     assert inputs["feats"] == [4, 8] and inputs["ids"]["shape"] == [4, 8] and inputs["ids"]["high"] == ROWS
-    assert inputs["length"] == {"file": "length.npy"}  # a length: the graph does not say its values
-    np.save(tmp_path / "length.npy", np.array([8, 3, 0, 5], np.int64))
+    # a length: compared with the positions 0..7 (a constant arange: the padding mask), so 1..8
+    assert inputs["length"] == {"shape": [4], "low": 1, "high": 9}
+    assert "lengths (compared with positions 0..7: a padding mask): 1..8" in text
     applied = run_cli("apply", spec)
     assert applied.exit_code == 0, text + applied.output
 
