@@ -230,8 +230,9 @@ MISREAD_OPS = frozenset(MISREAD_DEFAULTS)
 
 def as_specified(node: onnx.NodeProto) -> onnx.NodeProto:
     """``node``, or a copy with the defaults of :data:`MISREAD_DEFAULTS` written out where it omits them."""
-    defaults = MISREAD_DEFAULTS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
-    missing = {name: value for name, value in (defaults or {}).items() if name not in {a.name for a in node.attribute}}
+    defaults = MISREAD_DEFAULTS.get(node.op_type, {}) if node.domain in ("", "ai.onnx") else {}
+    given = {attribute.name for attribute in node.attribute}
+    missing = {name: value for name, value in defaults.items() if name not in given}
     if not missing:
         return node
     spelled = onnx.NodeProto()

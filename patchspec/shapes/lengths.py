@@ -16,11 +16,11 @@ from patchspec.shapes.annotations import read_dims
 from patchspec.shapes.coordinates import Uses
 
 #: ops whose operand sizes a tensor, a loop or picks a branch: an input used so is no length of an axis
-SIZE_USES = frozenset(
+_SIZE_USES = frozenset(
     {"Range", "Reshape", "Slice", "Expand", "Tile", "ConstantOfShape", "If", "Loop", "Resize", "Pad", "TopK"}
 )
 #: comparisons with positions that make a padding mask
-ORDERINGS = frozenset({"Less", "LessOrEqual", "Greater", "GreaterOrEqual"})
+_ORDERINGS = frozenset({"Less", "LessOrEqual", "Greater", "GreaterOrEqual"})
 #: ops a count of positions passes through on its way to the comparison
 _POSITION_STEPS = frozenset({"Unsqueeze", "Reshape", "Cast", "Expand", "Identity"})
 
@@ -66,10 +66,10 @@ def _length_use(uses: Uses, name: str) -> tuple[str | None, int | None]:
         reads = [i for i, tensor in enumerate(node.input) if tensor in derived]
         if not reads:
             continue
-        if node.op_type in SIZE_USES:
+        if node.op_type in _SIZE_USES:
             return None, None  # it sizes a tensor or picks a branch: not a length of the given axis
         others = [tensor for i, tensor in enumerate(node.input) if tensor and i not in reads]
-        if node.op_type in ORDERINGS and len(others) == 1:
+        if node.op_type in _ORDERINGS and len(others) == 1:
             positions = _positions(uses, others[0])
             if positions is not None:
                 ends.add("mask")
@@ -113,4 +113,4 @@ def _scalar(value: object) -> int | None:
     return int(array[0]) if array is not None and array.size == 1 else None
 
 
-__all__ = ["ORDERINGS", "SIZE_USES", "lengths_along"]
+__all__ = ["lengths_along"]
