@@ -257,7 +257,9 @@ def other_batch_names(
     Each exporter may name the batch once per input. The detected batch is the first input's name
     only. The others are proved to be the batch too when the model, evaluated with them moving with
     the batch, runs at the new batch where with sizes of their own (``trace``) it did not (two images
-    of a Siamese model subtracted from each other): set_batch then sets them all, and says so. Else
+    of a Siamese model subtracted from each other), or where with sizes of their own the evaluation
+    stopped before any output (features concatenated beside the batch's): set_batch then sets them all,
+    says so, and refuses what the model does with them all as it would for one input. Else
     the details only say that they keep a name of their own, with the entry that would set them."""
     names = {(api.read_dims(inputs[name]) or [None])[axis] for name, axis in batch.axes}
     chosen = {name for name, _ in batch.axes}
@@ -270,9 +272,10 @@ def other_batch_names(
         return None
     every = (*batch.axes, *left)
     together = api.trace_batch(model, list(every), batch.old_size, b2, symbolic=isinstance(size, str))
-    if together.refusals:
+    stops_alone = _stops_alone(model, trace, together)
+    if together.refusals and not stops_alone:
         return None
-    proved = bool(trace.refusals) or len(together.undecided) < len(trace.undecided)
+    proved = bool(trace.refusals) or len(together.undecided) < len(trace.undecided) or stops_alone
     listed: api.FlowValue = (
         [name for name, _ in every] if all(axis == 0 for _, axis in every) else {name: axis for name, axis in every}
     )
@@ -291,6 +294,16 @@ def other_batch_names(
             f"{'it carries' if one else 'they carry'} the batch too, use instead:\n"
         )
     return OtherNames(found, every, proved, hint + api.spec_lines(fix), together)
+
+
+def _stops_alone(model: onnx.ModelProto, alone: api.BatchTrace, together: api.BatchTrace) -> bool:
+    """Whether the evaluation with the other names at sizes of their own reaches no graph output and
+    reaches fewer tensors than with them moving with the batch (ICLabel concatenates three inputs'
+    features): they meet the batch, so what the evaluation with them all refuses stands."""
+    if any(alone.reached(info.name) for info in model.graph.output):
+        return False
+    names = [name for node in model.graph.node for name in node.output if name]
+    return sum(map(together.reached, names)) > sum(map(alone.reached, names))
 
 
 def undecided_text(point: api.Undecided) -> str:

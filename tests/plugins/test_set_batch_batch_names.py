@@ -84,3 +84,58 @@ def test_an_input_that_never_meets_the_batch_is_named_without_a_claim(tmp_path, 
         "fixed.yaml",
     )
     assert run_cli("apply", fixed).exit_code == 0
+
+
+def grouped_mean_model():
+    """ICLabel's head: image [unk_a, 1, 3] and spectrum [unk_b, 1, 2] concatenated on axis 2, squeezed,
+    then ``Reshape [4, -1]`` and a mean over the 4: each output row averages 4 rows of the batch (4
+    augmented copies of one component), so the model runs at multiples of 4 only and mixes samples."""
+    nodes = [
+        helper.make_node("Concat", ["image", "spectrum"], ["joined"], axis=2),
+        helper.make_node("Squeeze", ["joined"], ["rows"], name="squeeze"),
+        helper.make_node("Reshape", ["rows", "groups"], ["grouped"], name="group"),
+        helper.make_node("Transpose", ["grouped"], ["columns"], perm=[1, 0]),
+        helper.make_node("ReduceMean", ["columns"], ["mean"], axes=[1], keepdims=0),
+        helper.make_node("Reshape", ["mean", "rows_of_5"], ["y"]),
+    ]
+    constants = [
+        numpy_helper.from_array(np.array([4, -1], np.int64), "groups"),
+        numpy_helper.from_array(np.array([-1, 5], np.int64), "rows_of_5"),
+    ]
+    inputs = [tensor_info("image", ["unk_a", 1, 3]), tensor_info("spectrum", ["unk_b", 1, 2])]
+    return graph_model(nodes, inputs, [tensor_info("y", ["unk_y", 5])], constants, opset=12)
+
+
+def test_inputs_that_meet_the_batch_are_judged_with_it_and_a_coupled_model_is_refused(tmp_path, run_cli):
+    """With spectrum at a size of its own the Concat fails and nothing past it can be judged; with it
+    moving with the batch the evaluation reaches the Reshape that groups rows of 4. Before, set_batch
+    judged the first (nothing known, nothing refused) and wrote the model at batch 4 and at N."""
+    onnx.save(grouped_mean_model(), tmp_path / "m.onnx")
+    for size in ("4", "N"):
+        spec = write_spec(
+            tmp_path, f"patchspec: 1\nmodel: m.onnx\noutput: out/m.onnx\npatches:\n  - set_batch: {size}\n"
+        )
+        result = run_cli("apply", spec, "--no-verify")
+        assert result.exit_code == 4, result.output
+        assert "Reshape 'group'" in result.output and "mixes samples" in result.output, result.output
+        assert "on image[0], spectrum[0]" in result.output, result.output
+        assert not (tmp_path / "out").exists()
+
+
+def test_inputs_concatenated_beside_the_batch_are_set_with_it(tmp_path, run_cli):
+    """The same two inputs concatenated into one row per sample: with a size of its own, spectrum stops
+    the evaluation at the Concat; with the batch's it runs. Both are set (before: spectrum kept
+    'unk_b' in a model asked to be batch 4), and the written model runs per sample."""
+    nodes = [
+        helper.make_node("Concat", ["image", "spectrum"], ["joined"], axis=2),
+        helper.make_node("Relu", ["joined"], ["y"]),
+    ]
+    inputs = [tensor_info("image", ["unk_a", 1, 3]), tensor_info("spectrum", ["unk_b", 1, 2])]
+    onnx.save(graph_model(nodes, inputs, [tensor_info("y", ["unk_a", 1, 5])]), tmp_path / "m.onnx")
+    spec = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out/m.onnx\npatches:\n  - set_batch: 4\n")
+    result = run_cli("apply", spec, "--no-verify", "-v")
+    assert result.exit_code == 0, result.output
+    assert "batch 4 on image[0], spectrum[0]" in result.output, result.output
+    written = onnx.load(tmp_path / "out" / "m.onnx")
+    assert [i.type.tensor_type.shape.dim[0].dim_value for i in written.graph.input] == [4, 4]
+    assert written.graph.output[0].type.tensor_type.shape.dim[0].dim_value == 4
