@@ -26,6 +26,8 @@ CORPUS_MODELS ?= .corpus-models
 CORPUS_GEN_VENV := .venv-corpus-gen
 CORPUS_GEN_PINS := scikit-learn==1.9.1 skl2onnx==1.20.0 onnxmltools==1.16.0 lightgbm==4.7.0 xgboost-cpu==3.2.0 \
                    catboost==1.2.10 torch==2.13.0 onnxscript==0.7.2 onnx==1.23.2 onnxruntime==1.32.0 numpy==2.4.6
+# hummingbird asks for onnx<=1.16.1 yet runs on the pins above: installed after them, without its own pins
+CORPUS_HB_PINS  := hummingbird-ml==0.4.12 dill==0.4.1 psutil==7.2.2
 CORPUS_TF_VENV  := .venv-corpus-tf
 CORPUS_TF_PINS  := tensorflow-cpu==2.21.0 keras==3.15.1 tf2onnx==1.17.0 onnx==1.23.2 numpy==2.4.6
 # Polygraphy, run side by side by `make corpus-run`, in a venv of its own (not a project dependency)
@@ -146,7 +148,8 @@ corpus: $(PRODUCT)
 corpus-generate:
 	test -x $(CORPUS_GEN_VENV)/bin/python || $(PYTHON) -m venv $(CORPUS_GEN_VENV)
 	$(CORPUS_GEN_VENV)/bin/python -m pip install -q $(CORPUS_GEN_PINS)
-	$(CORPUS_GEN_VENV)/bin/python benchmarks/corpus/generate.py sklearn onnxmltools catboost torch quant
+	$(CORPUS_GEN_VENV)/bin/python -m pip install -q --no-deps $(CORPUS_HB_PINS)
+	$(CORPUS_GEN_VENV)/bin/python benchmarks/corpus/generate.py sklearn onnxmltools catboost torch quant hummingbird
 	test -x $(CORPUS_TF_VENV)/bin/python || $(PYTHON) -m venv $(CORPUS_TF_VENV)
 	$(CORPUS_TF_VENV)/bin/python -m pip install -q $(CORPUS_TF_PINS)
 	$(CORPUS_TF_VENV)/bin/python benchmarks/corpus/generate.py keras

@@ -109,11 +109,11 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         symbolic = isinstance(size, str)
         same = not symbolic and size == batch.old_size  # constants are baked for this size already
         b2 = batch.old_size + 6 if isinstance(size, str) or same else size
-        trace = follow_batch(model, batch, inputs, b2, symbolic)
+        trace, not_at_one = follow_batch(model, batch, inputs, b2, symbolic)
         others = None if "inputs" in params else other_batch_names(model, batch, inputs, size, b2, trace)
         if others is not None and others.proved:  # the batch under other names too: set on them all
             batch = api.BatchAxes(others.axes, batch.old_size, batch.notes + (others.hint,), batch.unread)
-            trace, others = follow_batch(model, batch, inputs, b2, symbolic, others.trace), None
+            (trace, not_at_one), others = follow_batch(model, batch, inputs, b2, symbolic, others.trace), None
         if trace.refusals and not same:
             refuse(trace, size, _where(batch), context, others.hint if others else None)
         rewrites: list[api.Rewrite] = [] if same else trace.rewrites
@@ -140,6 +140,7 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         context.state.get(COUPLED).extend(trace.coupled)
         details = (
             batch.notes
+            + ((not_at_one,) if not_at_one else ())
             + ((others.hint,) if others else ())
             + tuple(changed)
             + tuple(squeezes)
@@ -148,6 +149,8 @@ class SetBatchPatch(PatchType[SetBatchParams]):
             + coupled
             + notes
         )
+        if not_at_one and symbolic:  # the written model, like the original, fails at batch 1
+            counts += "; like the original, it does not run at batch 1 (-v says where)"
         return PatchResult(True, f"batch {size} on {_where(batch)}; {counts}{coupling_summary(trace.coupled)}", details)
 
 
@@ -217,19 +220,28 @@ def follow_batch(
     b2: int,
     symbolic: bool,
     decided: api.BatchTrace | None = None,
-) -> api.BatchTrace:
-    """The trace set_batch acts on. A batch that is already dynamic was exported to run at any
-    batch: when the model runs at the new one as it is, no constant is touched (at batch 1 a
-    channel of 1 looks like the batch; only a model that fails, or runs without carrying the batch
-    through (``api.not_as_exported``), is decided constant by constant)."""
+) -> tuple[api.BatchTrace, str | None]:
+    """The trace set_batch acts on, and a note when the model as exported does not run at batch 1.
+
+    A batch that is already dynamic was exported to run at any batch: when the model runs at the new
+    one as it is, no constant is touched (at batch 1 a channel of 1 looks like the batch; only a model
+    that fails, or runs without carrying the batch through (``api.not_as_exported``), is decided
+    constant by constant). An export traced at a batch above 1 may not run at 1 (hummingbird's
+    ``Squeeze`` without axes drops the batch there): when it runs from batch 2 to the new one as it
+    is, that is the model the user has, and the note says where batch 1 fails."""
     dims = [(api.read_dims(inputs[name]) or [0])[axis] for name, axis in batch.axes]
     if all(not isinstance(dim, int) for dim in dims):
+        names = {d for d in dims if isinstance(d, str)}
         as_is = api.trace_batch(model, batch.axes, batch.old_size, b2, symbolic=symbolic, decide=False)
-        if not as_is.refusals and not api.not_as_exported(model, as_is, {d for d in dims if isinstance(d, str)}):
-            return as_is
+        if not as_is.refusals and not api.not_as_exported(model, as_is, names):
+            return as_is, None
+        if batch.old_size == 1 and b2 > 2 and as_is.refusals:
+            from_two = api.trace_batch(model, batch.axes, 2, b2, symbolic=symbolic, decide=False)
+            if not from_two.refusals and not api.not_as_exported(model, from_two, names):
+                return from_two, f"as exported, the model does not run at batch 1: {as_is.refusals[0]}"
     if decided is not None:  # traced with these axes already (other_batch_names)
-        return decided
-    return api.trace_batch(model, batch.axes, batch.old_size, b2, symbolic=symbolic)
+        return decided, None
+    return api.trace_batch(model, batch.axes, batch.old_size, b2, symbolic=symbolic), None
 
 
 @dataclass(frozen=True)

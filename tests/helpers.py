@@ -68,3 +68,21 @@ class PluginSite:
         path = self.root / f"{module}.py"
         path.write_text(source)
         return path
+
+
+def traced_above_one_model() -> onnx.ModelProto:
+    """hummingbird's gradient boosting head, exported at batch 2 with a dynamic batch: x [sym, 5] is
+    turned to [5, sym, 1], squeezed without axes and turned back. At batch 1 the Squeeze drops the
+    batch too and the Transpose fails; from batch 2 up it runs, one output row per sample."""
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0]),
+        helper.make_node("Unsqueeze", ["t", "last"], ["u"]),
+        helper.make_node("Squeeze", ["u"], ["s"], name="squeeze"),
+        helper.make_node("Transpose", ["s"], ["back"], perm=[1, 0], name="back"),
+        helper.make_node("ReduceSum", ["back", "last_but_one"], ["y"], keepdims=0),
+    ]
+    constants = [
+        helper.make_tensor("last", TensorProto.INT64, [1], [2]),
+        helper.make_tensor("last_but_one", TensorProto.INT64, [1], [1]),
+    ]
+    return graph_model(nodes, [tensor_info("x", ["sym", 5])], [tensor_info("y", ["sym"])], constants, opset=13)

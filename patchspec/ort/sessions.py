@@ -308,11 +308,36 @@ class Session:
         (size,) = sizes if len(sizes) == 1 else (None,)
         return size if isinstance(size, int) and size > 1 else 1
 
+    def _dynamic_batch(self, axes: dict[str, int | None]) -> bool:
+        """Whether every split input declares its batch axis without a fixed size."""
+        declared = {d.name: d.shape for d in self.inputs}
+        return all(
+            not isinstance(declared[name][axis], int)
+            for name, axis in axes.items()
+            if axis is not None and name in declared and -len(declared[name]) <= axis < len(declared[name])
+        )
+
+    def _run_sample(
+        self, feeds: Feeds, axes: dict[str, int | None], split: BatchSplit, index: int, copies: int
+    ) -> tuple[Feeds, float]:
+        """One sample of the batch axes, repeated ``copies`` times; the first copy of each output."""
+        sample = {
+            name: array if axes[name] is None else np.take(array, [index], axis=axes[name]).repeat(copies, axes[name])
+            for name, array in feeds.items()
+        }
+        outputs, took = self.run(sample)
+        if copies > 1:  # every copy gives the sample's output: keep the first
+            outputs = {
+                name: first_copy(name, value, split.outputs.get(name, 0), copies) for name, value in outputs.items()
+            }
+        return outputs, took
+
     def run_split(
         self, feeds: Feeds, split: BatchSplit | None = None, batched_shapes: dict[str, tuple[int, ...]] | None = None
     ) -> tuple[Feeds, float]:
         """Run once per sample of the batch axes; join each output along its batch axis. A model with a
-        fixed batch above 1 (N) gets each sample repeated N times, and the first copy of each output.
+        fixed batch above 1 (N) gets each sample repeated N times, and the first copy of each output; a
+        dynamic batch that fails at one sample is given each sample twice, if that runs.
 
         ``batched_shapes``: the shape of each output of the batched model, to tell a per-sample output
         that keeps the batch axis (concatenated) from one that lost it (stacked), and to find the axis
@@ -332,19 +357,17 @@ class Session:
             msg = f"split_batch needs one batch size across the split inputs; found {found}"
             raise RunFailure(msg, split_hint(feeds, sizes, bad_axes))
         parts, seconds = [], 0.0
-        fixed = self._fixed_batch(axes)
+        copies = self._fixed_batch(axes)
         for index in range(next(iter(sizes.values()))):
-            sample = {
-                name: (
-                    array if axes[name] is None else np.take(array, [index], axis=axes[name]).repeat(fixed, axes[name])
-                )
-                for name, array in feeds.items()
-            }
-            outputs, took = self.run(sample)
-            if fixed > 1:  # every copy gives the sample's output: keep the first
-                outputs = {
-                    name: first_copy(name, value, split.outputs.get(name, 0), fixed) for name, value in outputs.items()
-                }
+            try:
+                outputs, took = self._run_sample(feeds, axes, split, index, copies)
+            except RunFailure:
+                if index or copies != 1 or not self._dynamic_batch(axes):
+                    raise
+                # traced at a batch above 1, it may not run at 1 (a Squeeze without axes drops the
+                # batch there): each sample twice then, if that runs
+                copies = 2
+                outputs, took = self._run_sample(feeds, axes, split, index, copies)
             parts.append(outputs)
             seconds += took
         shapes = batched_shapes or {}

@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from helpers import graph_model, tensor_info
+from helpers import graph_model, tensor_info, traced_above_one_model
 from patchspec.ort.run.comparison import compare_output, nonfinite_problems
 from patchspec.ort.run.feeds import feed_shape_problems, generate, make_feeds, shape_problems
 from patchspec.ort.run_failure import RunFailure
@@ -152,6 +152,41 @@ def test_split_batch_runs_a_reference_of_fixed_batch_3_with_each_sample_repeated
     x = generate((4, 4), "float32", "random")
     joined, _ = session.run_split({"x": x})
     assert joined["y"].shape == (4, 4) and np.array_equal(joined["y"], np.maximum(x, 0))
+
+
+def test_split_batch_gives_each_sample_twice_to_a_dynamic_batch_that_fails_at_one(tmp_path: Path) -> None:
+    """Traced at batch 2, the model fails on one sample (a Squeeze drops the batch): the first sample
+    is retried twice over, and every sample then runs so, the first copy kept."""
+    onnx.save(traced_above_one_model(), tmp_path / "m.onnx")
+    session = Session(tmp_path / "m.onnx", "CPUExecutionProvider", "disabled")  # "all" fuses the two Transposes
+    x = generate((3, 5), "float32", "random")
+    with pytest.raises(RunFailure):
+        session.run({"x": x[:1]})
+    joined, _ = session.run_split({"x": x})
+    np.testing.assert_allclose(joined["y"], x.sum(axis=1), rtol=1e-6)
+
+
+def test_split_batch_does_not_retry_a_failure_at_a_fixed_batch_of_one(tmp_path: Path) -> None:
+    """A model declared at batch 1 cannot take two copies: its failure (a Reshape to [3 * batch, -1],
+    computed at run time) is the one reported."""
+    model = graph_model(
+        [
+            helper.make_node("Shape", ["x"], ["shape"], end=1),
+            helper.make_node("Mul", ["shape", "three"], ["rows"]),
+            helper.make_node("Concat", ["rows", "rest"], ["target"], axis=0),
+            helper.make_node("Reshape", ["x", "target"], ["y"], name="bad_reshape"),
+        ],
+        [tensor_info("x", [1, 4])],
+        [tensor_info("y", None)],
+        [
+            numpy_helper.from_array(np.array([3], np.int64), "three"),
+            numpy_helper.from_array(np.array([-1], np.int64), "rest"),
+        ],
+    )
+    onnx.save(model, tmp_path / "m.onnx")
+    session = Session(tmp_path / "m.onnx", "CPUExecutionProvider", "disabled")
+    with pytest.raises(RunFailure, match="bad_reshape"):
+        session.run_split({"x": generate((2, 4), "float32", "random")})
 
 
 def test_split_batch_at_a_fixed_batch_finds_a_model_that_mixes_samples(tmp_path: Path) -> None:
