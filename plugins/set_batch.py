@@ -228,7 +228,8 @@ def follow_batch(
     that fails, or runs without carrying the batch through (``api.not_as_exported``), is decided
     constant by constant). An export traced at a batch above 1 may not run at 1 (hummingbird's
     ``Squeeze`` without axes drops the batch there): when it runs from batch 2 to the new one as it
-    is, that is the model the user has, and the note says where batch 1 fails."""
+    is (every output evaluated at every point, nothing refused), that is the model the user has, and
+    the note says where batch 1 fails."""
     dims = [(api.read_dims(inputs[name]) or [0])[axis] for name, axis in batch.axes]
     if all(not isinstance(dim, int) for dim in dims):
         names = {d for d in dims if isinstance(d, str)}
@@ -237,7 +238,8 @@ def follow_batch(
             return as_is, None
         if batch.old_size == 1 and b2 > 2 and as_is.refusals:
             from_two = api.trace_batch(model, batch.axes, 2, b2, symbolic=symbolic, decide=False)
-            if not from_two.refusals and not api.not_as_exported(model, from_two, names):
+            runs = all(from_two.reached(info.name, everywhere=True) for info in model.graph.output)
+            if runs and not from_two.refusals and not api.not_as_exported(model, from_two, names):
                 return from_two, f"as exported, the model does not run at batch 1: {as_is.refusals[0]}"
     if decided is not None:  # traced with these axes already (other_batch_names)
         return decided, None

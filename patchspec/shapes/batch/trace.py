@@ -156,9 +156,11 @@ class BatchTrace:
         assert self.evaluator is not None, "trace_batch sets the evaluator"
         return self.evaluator.at(name)
 
-    def reached(self, name: str) -> bool:
-        """Whether the evaluation found the tensor's shape at any point (it stops where a node fails)."""
-        return any(sizes_of(known) is not None for known in self.at(name))
+    def reached(self, name: str, everywhere: bool = False) -> bool:
+        """Whether the evaluation found the tensor's shape at any point, or with ``everywhere`` at every
+        point (it stops where a node fails)."""
+        found = [sizes_of(known) is not None for known in self.at(name)]
+        return all(found) if everywhere else any(found)
 
     def batch_dim(self, name: str, axis: int) -> BatchDim:
         """What the evaluation says of one dim: a size, ("batch", k), an input's dim_param, or None."""
