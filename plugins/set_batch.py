@@ -123,15 +123,7 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         tiled = [] if same else api.tile_inputs(model, trace.tilings, f"batch_{size}")
         changed += [] if same else api.compute_shapes(model, trace.computed, f"batch_{size}")
         changed += [] if same else api.count_samples(model, trace.countings, f"batch_{size}")
-        declared = {info.name: api.read_dims(info) for info in model.graph.output}
-        names = {dim for name, axis in batch.axes if isinstance(dim := (api.read_dims(inputs[name]) or [])[axis], str)}
-        pins = context.state.get(api.PINNED_DIMS)
-        for name, axis in batch.axes:
-            api.write_dim(api.shape_dims(inputs[name])[axis], size)
-            pins.get(name, {}).pop(axis, None)
-        api.rederive_shapes(model, context.state)  # pins is the state's own dict: the batch axes popped above
-        corrected = api.declare_from_trace(model, trace, size, declared, names)
-        api.apply_pins(model.graph, pins)
+        corrected = set_and_declare(model, batch, trace, size, context)
         counts = summary_counts(changed, squeezes, undecided, len(others.found) if others else 0, corrected, tiled)
         notes = tuple(undecided_text(point) for point in undecided)
         coupled = tuple(f"couples samples: {line}" for line in trace.coupled)
@@ -152,6 +144,24 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         if not_at_one and symbolic:  # the written model, like the original, fails at batch 1
             counts += "; like the original, it does not run at batch 1 (-v says where)"
         return PatchResult(True, f"batch {size} on {_where(batch)}; {counts}{coupling_summary(trace.coupled)}", details)
+
+
+def set_and_declare(
+    model: onnx.ModelProto, batch: api.BatchAxes, trace: api.BatchTrace, size: int | str, context: PatchContext
+) -> list[str]:
+    """Write the size on the batch axes, re-derive every shape, and declare what the trace found on the
+    outputs; returns the declarations corrected."""
+    inputs = api.fed_inputs(model.graph)
+    declared = {info.name: api.read_dims(info) for info in model.graph.output}
+    names = {dim for name, axis in batch.axes if isinstance(dim := (api.read_dims(inputs[name]) or [])[axis], str)}
+    pins = context.state.get(api.PINNED_DIMS)
+    for name, axis in batch.axes:
+        api.write_dim(api.shape_dims(inputs[name])[axis], size)
+        pins.get(name, {}).pop(axis, None)
+    api.rederive_shapes(model, context.state)  # pins is the state's own dict: the batch axes popped above
+    corrected = api.declare_from_trace(model, trace, size, declared, names)
+    api.apply_pins(model.graph, pins)
+    return corrected
 
 
 def _where(batch: api.BatchAxes) -> str:

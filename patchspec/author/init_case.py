@@ -15,6 +15,7 @@ from typing import Any
 import onnx
 
 from patchspec.author.batch_ties import CaseLayout, Pair
+from patchspec.author.fitting_sizes import fitting_shapes
 from patchspec.author.original_runs import OriginalRuns
 from patchspec.author.spec_text import DraftStep, quoted
 from patchspec.model.graph import has_body, subgraphs
@@ -83,13 +84,14 @@ def probe_values(rules: dict[str, InputValues | None]) -> dict[str, dict[str, An
 
 def case_shapes(model: onnx.ModelProto) -> dict[str, list[int]]:
     """The lint's default sizes (one per dim name), except the last axis of a [batch, length] input
-    (audio samples, token positions): 512, which short-window kernels (a reflect Pad, an STFT) accept."""
+    (audio samples, token positions): 512, which short-window kernels (a reflect Pad, an STFT) accept.
+    Where the model does not evaluate at those, sizes that fit it (:mod:`.fitting_sizes`)."""
     shapes = probe_shapes(model, None, split=False)  # one size per dim name: the original must run too
     for name, info in fed_inputs(model.graph).items():
         dims = read_dims(info) or []
         if len(dims) == 2 and not isinstance(dims[1], int):
             shapes[name][1] = 512
-    return shapes
+    return fitting_shapes(model, shapes) or shapes
 
 
 def unified_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]], batch: list[Pair]) -> dict[str, list[int]]:
