@@ -152,7 +152,7 @@ corpus-generate:
 	$(CORPUS_GEN_VENV)/bin/python benchmarks/corpus/generate.py sklearn onnxmltools catboost torch quant hummingbird
 	test -x $(CORPUS_TF_VENV)/bin/python || $(PYTHON) -m venv $(CORPUS_TF_VENV)
 	$(CORPUS_TF_VENV)/bin/python -m pip install -q $(CORPUS_TF_PINS)
-	$(CORPUS_TF_VENV)/bin/python benchmarks/corpus/generate.py keras
+	$(CORPUS_TF_VENV)/bin/python benchmarks/corpus/generate.py keras tflite
 
 $(POLYGRAPHY_VENV)/bin/polygraphy:
 	test -x $(POLYGRAPHY_VENV)/bin/python || $(PYTHON) -m venv $(POLYGRAPHY_VENV)

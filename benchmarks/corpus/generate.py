@@ -2,7 +2,7 @@
 
     make corpus-generate                                    # both venvs, every family
     .venv-corpus-gen/bin/python benchmarks/corpus/generate.py sklearn onnxmltools catboost torch quant
-    .venv-corpus-tf/bin/python benchmarks/corpus/generate.py keras
+    .venv-corpus-tf/bin/python benchmarks/corpus/generate.py keras tflite
 
 Each family is written by the converter a user would call, at pinned versions (CORPUS_GEN_PINS and
 CORPUS_TF_PINS in the Makefile), into benchmarks/corpus/generated/<package>/ where <package> is the
@@ -10,7 +10,8 @@ CORPUS_TF_PINS in the Makefile), into benchmarks/corpus/generated/<package>/ whe
 The .onnx files are committed (each under 200 KB), so `make corpus` needs none of these converters;
 models.toml pins each file's sha256, and a regenerated file that differs must be pinned again. What would
 change from run to run is left out: dynamo's per-node stack traces, CatBoost's training time and model guid,
-onnxmltools' random graph name (each model is named after its file), and the order of opset_import
+onnxmltools' random graph name (each model is named after its file), tf2onnx's from_tflite numbering of the
+constants it folds (numbered again in the order they are read), and the order of opset_import
 (sorted by domain here; some converters list it in a set's order). Every file comes out byte for byte the same
 again, except keras_lstm_op13.onnx: tf2onnx keeps one of the LSTM's two identical zero-state subgraphs,
 not always the same one, so its node names may differ (the graph computes the same).
@@ -23,6 +24,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -344,6 +346,71 @@ def keras() -> None:
         _save("tf2onnx", name, converted)
 
 
+# -- tf2onnx from TFLite: static batch 1, NHWC, as on-device models ship ------------------------------------------
+def tflite() -> None:
+    """Keras/TF functions converted to TFLite (static shapes), then by tf2onnx's ``from_tflite``: a CNN at
+    batch 1, and a log-mel that folds its waveform into rows and frames them through a constant table of
+    row indices (EfficientWord-Net's ``logmelcalc.tflite`` does this; not batchable: the table reads the
+    exported sample's rows only)."""
+    import tensorflow as tf
+    import tf2onnx
+
+    tf.keras.utils.set_random_seed(SEED)
+    frames = np.array([[i + k for k in range(5)] for i in range(0, 16, 2)], dtype=np.int32)  # 8 frames, 5 rows
+    window = np.hanning(400).astype(np.float32)[None, :]
+    mel = np.random.default_rng(SEED).random((400, 16)).astype(np.float32)
+
+    @tf.function(input_signature=[tf.TensorSpec((1, 1600), tf.float32, name="waveform")])
+    def logmel(x: object) -> object:
+        rows = tf.reshape(x, [20, 80])
+        framed = tf.reshape(tf.gather(rows, frames), [8, 400]) * window
+        return tf.math.log(tf.matmul(framed * framed, mel) + 1e-6)
+
+    keras_ = tf.keras
+    cnn = keras_.Sequential(
+        [
+            keras_.Input((16, 16, 3), batch_size=1, name="image"),
+            keras_.layers.Conv2D(4, 3, padding="same", activation="relu"),
+            keras_.layers.MaxPooling2D(),
+            keras_.layers.Flatten(),
+            keras_.layers.Dense(5, activation="softmax"),
+        ]
+    )
+    converters = {
+        "tflite_logmel_frames.onnx": tf.lite.TFLiteConverter.from_concrete_functions(
+            [logmel.get_concrete_function()], logmel
+        ),
+        "tflite_cnn_b1.onnx": tf.lite.TFLiteConverter.from_keras_model(cnn),
+    }
+    with tempfile.TemporaryDirectory() as folder:
+        for name, converter in converters.items():
+            flat = Path(folder) / name.replace(".onnx", ".tflite")
+            flat.write_bytes(converter.convert())
+            converted, _ = tf2onnx.convert.from_tflite(str(flat), opset=13)
+            _save("tf2onnx-tflite", name, _folded_names_in_order(converted))
+
+
+def _folded_names_in_order(model: Any) -> Any:
+    """tf2onnx's from_tflite numbers the constants it folds in an order that changes from run to run (the
+    values and the graph do not): they are numbered again in the order the nodes first read them."""
+    folded = [i.name for i in model.graph.initializer if i.name.startswith("const_fold_opt__")]
+    order = [name for node in model.graph.node for name in node.input if name in folded]
+    names = {old: f"const_fold_opt__{n}" for n, old in enumerate(dict.fromkeys(order))}
+    for tensor in model.graph.initializer:
+        tensor.name = names.get(tensor.name, tensor.name)
+    places = [n for n, tensor in enumerate(model.graph.initializer) if tensor.name in names.values()]
+    copies = []
+    for place in places:
+        copy = type(model.graph.initializer[place])()
+        copy.CopyFrom(model.graph.initializer[place])
+        copies.append(copy)
+    for place, tensor in zip(places, sorted(copies, key=lambda t: int(t.name.rsplit("_", 1)[1]))):
+        model.graph.initializer[place].CopyFrom(tensor)
+    for node in model.graph.node:
+        node.input[:] = [names.get(name, name) for name in node.input]
+    return model
+
+
 FAMILIES: dict[str, Callable[[], None]] = {
     "sklearn": sklearn,
     "onnxmltools": onnxmltools,
@@ -352,6 +419,7 @@ FAMILIES: dict[str, Callable[[], None]] = {
     "quant": quant,
     "keras": keras,
     "hummingbird": hummingbird,
+    "tflite": tflite,
 }
 
 

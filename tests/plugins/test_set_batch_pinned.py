@@ -227,3 +227,27 @@ def test_init_at_a_static_batch_takes_a_constant_state_of_one_sample(tmp_path, r
     assert made.exit_code == 0, made.output
     applied = run_cli("apply", tmp_path / "spec.yaml", cwd=tmp_path)
     assert applied.exit_code == 0 and "passed" in applied.output, applied.output
+
+
+def framed_waveform_model():
+    """tf2onnx's TFLite log-mel: a waveform x [1, 12] reshaped to 4 rows of 3 (the batch folded into
+    the rows) and framed by a constant table of row indices (3 frames of 2 rows), summed per frame."""
+    nodes = [
+        helper.make_node("Reshape", ["x", "rows"], ["folded"], name="fold"),
+        helper.make_node("Gather", ["folded", "frames"], ["framed"], name="frame", axis=0),
+        helper.make_node("ReduceSum", ["framed", "last"], ["y"], keepdims=0),
+    ]
+    constants = [
+        numpy_helper.from_array(np.array([4, 3], dtype=np.int64), "rows"),
+        numpy_helper.from_array(np.array([[0, 1], [1, 2], [2, 3]], dtype=np.int64), "frames"),
+        numpy_helper.from_array(np.array([2], dtype=np.int64), "last"),
+    ]
+    return graph_model(nodes, [tensor_info("x", [1, 12])], [tensor_info("y", [3, 2])], constants, opset=13)
+
+
+def test_constant_rows_read_from_a_folded_batch_are_refused():
+    """Before, set_batch rewrote the Reshape to [16, 3] and wrote a model that frames sample 0 alone."""
+    with pytest.raises(PatchError) as caught:
+        set_batch(framed_waveform_model(), size=4)
+    message = str(caught.value)
+    assert "Gather 'frame' picks rows [0, 1, 2, 3] of axis 0, which holds the batch with 4 rows per sample" in message

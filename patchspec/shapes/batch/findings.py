@@ -35,7 +35,7 @@ class BatchFindings:
         """Nodes whose constants pin the batch to the exported samples (``pinned``)."""
         sites = [site for _, site in self.sites]
         found = []
-        for site, why in pinned_batch(self.trace, sites, self.index):
+        for site, why in pinned_batch(self.trace, sites, self.index, self.decided):
             found.append(f"{self.label(site)} {why}")
             self.decided.add(id(site.node))
         for site, why in coupling(self.trace, sites, self.index, self.evaluator.opset()):

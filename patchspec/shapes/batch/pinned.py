@@ -23,7 +23,7 @@ input, the cache indexed by sample). set_batch refuses them, naming the node.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 import numpy as np
 
@@ -38,10 +38,11 @@ _PINNING = frozenset({"ScatterND", "GatherND", "Gather", "Slice", *_STATES})
 
 
 def pinned_batch(
-    trace: BatchTrace, sites: list[NodeSite], index: ScopeIndex | None = None
+    trace: BatchTrace, sites: list[NodeSite], index: ScopeIndex | None = None, decided: Collection[int] = ()
 ) -> Iterator[tuple[NodeSite, str]]:
     """Each node that pins the batch to the exported samples, with why (for a refusal). ``index``: the
-    tracker's table of constants, when it has one (the model is unchanged since)."""
+    tracker's table of constants, when it has one (the model is unchanged since); ``decided``: the ids
+    of nodes the tracker decided (a Gather whose indices it counts again is not judged here)."""
     index = index or ScopeIndex()
     for site in sites:
         node = site.node
@@ -49,6 +50,8 @@ def pinned_batch(
             continue
         if node.op_type in ("ScatterND", "GatherND", "Gather"):
             why = _constant_coordinates(trace, index, site) or _fixed_coordinates(trace, site)
+            if why is None and node.op_type == "Gather" and id(node) not in decided:
+                why = _constant_rows(trace, index, site)
         elif node.op_type in _STATES:
             why = _along_the_sequence(trace, site) or _constant_state(trace, index, site)
         elif node.op_type == "Slice":
@@ -100,6 +103,31 @@ def _constant_coordinates(trace: BatchTrace, index: ScopeIndex, site: NodeSite) 
     return (
         f"{what}, which carries the batch: at any batch it still addresses only the samples the export "
         "saw, so the model is not batchable as exported (export it with indices computed per sample)"
+    )
+
+
+def _constant_rows(trace: BatchTrace, index: ScopeIndex, site: NodeSite) -> str | None:
+    """A Gather of constant indices along an axis that holds the batch folded with other rows (a
+    waveform reshaped to ``[200 * batch, 80]`` and framed by a table of row indices, as tf2onnx writes
+    a TFLite log-mel): at any batch it reads only the rows the export saw, and its output keeps one
+    size. Indices one per exported sample in steps of the rows are counted again by the tracker."""
+    node = site.node
+    if len(node.input) < 2 or index.constant_source(node.input[1], site.scopes) is None:
+        return None
+    rank = trace.ranks(node.input[0])[1] or 1
+    axis = next((a.i for a in node.attribute if a.name == "axis"), 0) % rank
+    old, new = (known.shape for known in trace.at(node.input[0])[:2])
+    if old is None or new is None or old == new or len(new) <= axis:
+        return None
+    found = trace.batch_dims(node.input[0], len(new))[axis]
+    if not (isinstance(found, tuple) and found[0] == "batch" and isinstance(found[1], int) and found[1] > 1):
+        return None
+    rows = sorted({int(v) for v in np.asarray(index.constant(node.input[1], site.scopes)).reshape(-1)})
+    shown = f"{rows[:6]}"[:-1] + (", ...]" if len(rows) > 6 else "]")
+    return (
+        f"picks rows {shown} of axis {axis}, which holds the batch with {found[1]} rows per sample, through "
+        f"constant indices '{node.input[1]}': at any batch it reads only the rows the export saw, so the model "
+        "is not batchable as exported (export it with the batch kept apart, or the indices computed per sample)"
     )
 
 
