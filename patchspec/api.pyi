@@ -11,6 +11,7 @@ from patchspec.errors import UsageError as UsageError, close_matches as close_ma
 
 # graphs
 from patchspec.model.element_types import ELEMENT_TYPES as ELEMENT_TYPES
+from patchspec.model.functions import inline_local_functions as inline_local_functions
 from patchspec.model.graph import (
     Namer as Namer,
     all_graphs as all_graphs,

@@ -101,7 +101,10 @@ class SetBatchPatch(PatchType[SetBatchParams]):
 
     def apply(self, model: onnx.ModelProto, params: SetBatchParams, context: PatchContext) -> PatchResult:
         size = params["size"]
+        inlined = api.inline_local_functions(model)  # the evaluation follows the batch through their bodies
         batch = choose_batch_axes(model, params, context)
+        if inlined:
+            batch = api.BatchAxes(batch.axes, batch.old_size, (_inlined_note(inlined), *batch.notes), batch.unread)
         inputs = api.fed_inputs(model.graph)
         _refuse_name_in_use(size, inputs, batch, context)
         if all((api.read_dims(inputs[name]) or [])[axis:][:1] == [size] for name, axis in batch.axes):
@@ -141,9 +144,8 @@ class SetBatchPatch(PatchType[SetBatchParams]):
             + coupled
             + notes
         )
-        if not_at_one and symbolic:  # the written model, like the original, fails at batch 1
-            counts += "; like the original, it does not run at batch 1 (-v says where)"
-        return PatchResult(True, f"batch {size} on {_where(batch)}; {counts}{coupling_summary(trace.coupled)}", details)
+        summary = _summary_line(size, batch, counts, inlined, bool(not_at_one and symbolic), trace.coupled)
+        return PatchResult(True, summary, details)
 
 
 def set_and_declare(
@@ -162,6 +164,24 @@ def set_and_declare(
     corrected = api.declare_from_trace(model, trace, size, declared, names)
     api.apply_pins(model.graph, pins)
     return corrected
+
+
+def _summary_line(
+    size: int | str, batch: api.BatchAxes, counts: str, inlined: dict[str, int], not_at_one: bool, coupled: list[str]
+) -> str:
+    """``batch 4 on x[0]; 3 shape constants rewritten, ...``: what set_batch did, at any verbosity."""
+    if inlined:
+        calls = sum(inlined.values())
+        counts += f", {calls} call{'s' * (calls != 1)} of model-local functions inlined"
+    if not_at_one:  # the written model, like the original, fails at batch 1
+        counts += "; like the original, it does not run at batch 1 (-v says where)"
+    return f"batch {size} on {_where(batch)}; {counts}{coupling_summary(coupled)}"
+
+
+def _inlined_note(calls: dict[str, int]) -> str:
+    """What the details say of the model-local functions expanded before the batch was followed."""
+    named = ", ".join(f"{name} ({count})" for name, count in calls.items())
+    return f"model-local functions inlined (onnx's inliner), so that the batch is followed through them: {named}"
 
 
 def _where(batch: api.BatchAxes) -> str:

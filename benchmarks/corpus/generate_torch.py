@@ -1,9 +1,9 @@
 """The torch exports of the corpus (``generate.py torch``): what TorchScript and dynamo write.
 
 Sequence-first attention (the batch on axis 1), models that couple samples, float16 and double I/O,
-arange(B) in advanced indexing (folded into a constant by both exporters), and a GRU started from
-``torch.zeros(1, B, H)`` (dynamo folds it into a constant state). Each at the batch a user exports
-with; ``generate.py`` writes them (``save``) with the corpus's seed.
+arange(B) in advanced indexing (folded into a constant by both exporters), a GRU started from
+``torch.zeros(1, B, H)`` (dynamo folds it into a constant state), and layers as model-local functions.
+Each at the batch a user exports with; ``generate.py`` writes them (``save``) with the corpus's seed.
 """
 
 from __future__ import annotations
@@ -232,6 +232,7 @@ def torch_models(save: Callable[[str, str, object], None], seed: int) -> None:
         made = _torch_export(ExpandedState().eval(), (torch.randn(1, 5, 8),), ["x"], ["y"], dynamo=dynamo)
         save("torch", f"expanded_state_{kind}.onnx", made)
     audio_models(save, seed)
+    function_models(save, seed)
 
 
 def audio_models(save: Callable[[str, str, object], None], seed: int) -> None:
@@ -275,3 +276,34 @@ def audio_models(save: Callable[[str, str, object], None], seed: int) -> None:
         kind = "dynamo" if dynamo else "ts"
         made = _torch_export(SubsampledLengths().eval(), inputs, ["x", "lengths"], ["y", "frames"], dynamo=dynamo)
         save("torch", f"subsampled_lengths_{kind}.onnx", made)
+
+
+def function_models(save: Callable[[str, str, object], None], seed: int) -> None:
+    """Layers as model-local functions (TorchScript's ``export_modules_as_functions``): two calls of a
+    ``Block`` function, then a head that flattens with ``reshape(1, -1, 8)`` traced at batch 1."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(seed)
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear, self.norm = nn.Linear(8, 8), nn.LayerNorm(8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.norm(torch.relu(self.linear(x))) + x
+
+    class Stack(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.first, self.second, self.head = Block(), Block(), nn.Linear(8, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(self.second(self.first(x)).reshape(1, -1, 8).mean(1))
+
+    made = _torch_export(
+        Stack().eval(), (torch.randn(1, 5, 8),), ["x"], ["y"], dynamo=False, opset_version=17,
+        export_modules_as_functions={Block},
+    )  # fmt: skip
+    save("torch", "local_functions_ts.onnx", made)
