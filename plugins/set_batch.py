@@ -257,16 +257,18 @@ def follow_batch(
     one as it is, no constant is touched (at batch 1 a channel of 1 looks like the batch; only a model
     that fails, or runs without carrying the batch through (``api.not_as_exported``), is decided
     constant by constant). An export traced at a batch above 1 may not run at 1 (hummingbird's
-    ``Squeeze`` without axes drops the batch there): when it runs from batch 2 to the new one as it
-    is (every output evaluated at every point, nothing refused), that is the model the user has, and
-    the note says where batch 1 fails."""
+    ``Squeeze`` without axes drops the batch there, and a ``Transpose`` after it fails): when it
+    cannot run at batch 1 and runs from batch 2 to the new one as it is (every output evaluated at
+    every point, nothing refused), that is the model the user has, and the note says where batch 1
+    fails. One that runs at batch 1 and mixes samples above it (traced at 1) is refused as before."""
     dims = [(api.read_dims(inputs[name]) or [0])[axis] for name, axis in batch.axes]
     if all(not isinstance(dim, int) for dim in dims):
         names = {d for d in dims if isinstance(d, str)}
         as_is = api.trace_batch(model, batch.axes, batch.old_size, b2, symbolic=symbolic, decide=False)
         if not as_is.refusals and not api.not_as_exported(model, as_is, names):
             return as_is, None
-        if batch.old_size == 1 and b2 > 2 and as_is.refusals:
+        fails_at_one = any(as_is.at(info.name)[0].shape is None for info in model.graph.output)
+        if batch.old_size == 1 and b2 > 2 and as_is.refusals and fails_at_one:
             from_two = api.trace_batch(model, batch.axes, 2, b2, symbolic=symbolic, decide=False)
             runs = all(from_two.reached(info.name, everywhere=True) for info in model.graph.output)
             if runs and not from_two.refusals and not api.not_as_exported(model, from_two, names):

@@ -189,7 +189,8 @@ def torch_models() -> None:
 # -- hummingbird: scikit-learn models as tensor programs, through torch.onnx (TorchScript) ----------------------
 def hummingbird() -> None:
     """hummingbird 0.4.12 asks torch.onnx.export for TorchScript's exporter without saying so (torch 2.13
-    defaults to dynamo, which cannot trace it): it gets ``dynamo=False``. Traced at 2 rows, batch dynamic."""
+    defaults to dynamo, which cannot trace it): it gets ``dynamo=False``. Traced at 2 rows, batch dynamic;
+    one at 1 row, which mixes samples above batch 1 (a control)."""
     import functools
 
     import torch
@@ -197,7 +198,12 @@ def hummingbird() -> None:
     torch.onnx.export = functools.partial(torch.onnx.export, dynamo=False)
     from hummingbird.ml import convert
     from sklearn.decomposition import PCA
-    from sklearn.ensemble import GradientBoostingRegressor, IsolationForest, RandomForestClassifier
+    from sklearn.ensemble import (
+        GradientBoostingRegressor,
+        HistGradientBoostingClassifier,
+        IsolationForest,
+        RandomForestClassifier,
+    )
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
@@ -215,6 +221,9 @@ def hummingbird() -> None:
     for name, (estimator, extra) in estimators.items():
         estimator.fit(x, y)
         _save("hummingbird-ml", name, convert(estimator, "onnx", x[:2], extra_config=extra).model)
+    # traced at one row: the Transpose after a Squeeze without axes is elided, so above batch 1 the rows mix
+    boosted = HistGradientBoostingClassifier(max_iter=5, random_state=SEED).fit(x, y)
+    _save("hummingbird-ml", "hgb_one_row.onnx", convert(boosted, "onnx", x[:1]).model)
 
 
 # -- onnxruntime.quantization: dynamic (DynamicQuantizeLinear) and static (QDQ, QOperator) --------------------

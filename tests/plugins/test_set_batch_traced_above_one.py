@@ -9,7 +9,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from helpers import traced_above_one_model, write_spec
+from helpers import graph_model, traced_above_one_model, write_spec
 
 
 def _run(path, x: np.ndarray) -> np.ndarray:
@@ -39,3 +39,57 @@ def test_a_per_sample_compare_runs_each_sample_twice_where_one_fails(tmp_path, r
     applied = run_cli("apply", str(tmp_path / "spec.yaml"))
     assert applied.exit_code == 0, applied.output
     assert "run ..................... passed" in applied.output, applied.output
+
+
+def traced_at_one_model() -> onnx.ModelProto:
+    """The same head traced at batch 1 (hummingbird's HistGradientBoosting from one row): the Transpose
+    after the Squeeze became an Identity, so at batch 1 it runs and above 1 the Reshape reads the rows
+    in the wrong order (samples mixed) with a dynamic batch declared all the same."""
+    model = traced_above_one_model()
+    back = next(node for node in model.graph.node if node.name == "back")
+    back.op_type, back.name = "Identity", "kept"
+    del back.attribute[:]
+    shape = onnx.helper.make_tensor("rows_of_5", onnx.TensorProto.INT64, [2], [-1, 5])
+    model.graph.initializer.append(shape)
+    model.graph.node.insert(4, onnx.helper.make_node("Reshape", ["back", "rows_of_5"], ["rows"], name="rows"))
+    model.graph.node[5].input[0] = "rows"
+    return model
+
+
+@pytest.mark.parametrize("size", ["4", "N"])
+def test_a_model_that_runs_at_batch_1_and_mixes_samples_above_it_is_refused(tmp_path, run_cli, size: str) -> None:
+    """Batch 2 is not taken as the reference when the model runs at batch 1: there the Squeeze shows
+    that the Reshape reads other rows above it (before the reference was limited to models that fail
+    at 1, it wrote this one)."""
+    model = traced_at_one_model()
+    onnx.checker.check_model(model)
+    onnx.save(model, tmp_path / "m.onnx")
+    spec = write_spec(tmp_path, f"patchspec: 1\nmodel: m.onnx\noutput: out/m.onnx\npatches:\n  - set_batch: {size}\n")
+    result = run_cli("apply", spec, "--no-verify")
+    assert result.exit_code == 4, result.output
+    assert "Reshape 'rows' runs, but mixes samples" in result.output, result.output
+
+
+def test_indices_squeezed_at_batch_1_keep_their_samples_in_a_gather(tmp_path, run_cli) -> None:
+    """classes[argmax(x)]: the indices lose the batch at batch 1 (a Squeeze without axes) but a Gather
+    puts them in order, one per sample. Before, set_batch refused it as mixing samples."""
+    nodes = [
+        onnx.helper.make_node("ArgMax", ["x"], ["best"], axis=1, keepdims=1),
+        onnx.helper.make_node("Squeeze", ["best"], ["index"]),
+        onnx.helper.make_node("Gather", ["classes", "index"], ["y"], name="label", axis=0),
+    ]
+    classes = onnx.numpy_helper.from_array(np.array([10, 20, 30], np.int64), "classes")
+    inputs = [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["sym", 3])]
+    outputs = [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.INT64, ["sym"])]
+    onnx.save(graph_model(nodes, inputs, outputs, [classes], opset=13), tmp_path / "m.onnx")
+    for size, batch in (("4", 4), ("N", 3)):
+        spec = write_spec(
+            tmp_path, f"patchspec: 1\nmodel: m.onnx\noutput: out/m{size}.onnx\npatches:\n  - set_batch: {size}\n"
+        )
+        result = run_cli("apply", spec, "--no-verify")
+        assert result.exit_code == 0, result.output
+        x = np.random.default_rng(0).normal(size=(batch, 3)).astype(np.float32)
+        got = ort.InferenceSession(str(tmp_path / "out" / f"m{size}.onnx"), providers=["CPUExecutionProvider"]).run(
+            None, {"x": x}
+        )[0]
+        np.testing.assert_array_equal(got, np.array([10, 20, 30])[x.argmax(axis=1)])

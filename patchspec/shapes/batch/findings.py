@@ -61,7 +61,8 @@ class BatchFindings:
             if condition:
                 found.append(condition)
                 continue
-            shifted = next((n for n in node.input if n and self.trace.squeezed_axis(n) is not None), None)
+            positional = node.input[:1] if node.op_type == "Gather" else node.input  # indices keep their order
+            shifted = next((n for n in positional if n and self.trace.squeezed_axis(n) is not None), None)
             if shifted is not None and node.op_type not in AXIS_FREE:
                 found.append(self.conflict(site, self._shifted_axes(shifted), "runs, but mixes samples,"))
                 continue
