@@ -101,14 +101,15 @@ class SetBatchPatch(PatchType[SetBatchParams]):
 
     def apply(self, model: onnx.ModelProto, params: SetBatchParams, context: PatchContext) -> PatchResult:
         size = params["size"]
-        inlined = api.inline_local_functions(model)  # the evaluation follows the batch through their bodies
         batch = choose_batch_axes(model, params, context)
-        if inlined:
-            batch = api.BatchAxes(batch.axes, batch.old_size, (_inlined_note(inlined), *batch.notes), batch.unread)
         inputs = api.fed_inputs(model.graph)
         _refuse_name_in_use(size, inputs, batch, context)
         if all((api.read_dims(inputs[name]) or [])[axis:][:1] == [size] for name, axis in batch.axes):
             return already_at(model, batch, size, _where(batch), context)
+        inlined = api.inline_local_functions(model)  # the evaluation follows the batch through their bodies
+        if inlined:
+            batch = api.BatchAxes(batch.axes, batch.old_size, (_inlined_note(inlined), *batch.notes), batch.unread)
+            inputs = api.fed_inputs(model.graph)  # the inliner made a new graph: its inputs are new objects
         symbolic = isinstance(size, str)
         same = not symbolic and size == batch.old_size  # constants are baked for this size already
         b2 = batch.old_size + 6 if isinstance(size, str) or same else size
