@@ -273,22 +273,20 @@ def follow_batch(
             from_two = api.trace_batch(model, batch.axes, 2, b2, symbolic=symbolic, decide=False)
             runs = all(from_two.reached(info.name, everywhere=True) for info in model.graph.output)
             if runs and not from_two.refusals and not api.not_as_exported(model, from_two, names):
-                return from_two, _not_at_one(model, as_is)
+                return from_two, _not_at_one(as_is)
     if decided is not None:  # traced with these axes already (other_batch_names)
         return decided, None
     return api.trace_batch(model, batch.axes, batch.old_size, b2, symbolic=symbolic), None
 
 
-def _not_at_one(model: onnx.ModelProto, as_is: api.BatchTrace) -> str:
-    """Where the model as exported stops at batch 1: the first node whose inputs are known there and
-    whose output is not."""
-    for node in model.graph.node:
-        given = [as_is.at(name)[0].shape for name in node.input if name]
-        if node.output and None not in given and as_is.at(node.output[0])[0].shape is None:
-            shapes = ", ".join(str(list(shape or ())) for shape in given)
-            where = f"{node.op_type} '{node.name or node.output[0]}' cannot take its inputs there ({shapes})"
-            return f"as exported, the model does not run at batch 1: {where}; it was judged from batch 2"
-    return f"as exported, the model does not run at batch 1: {as_is.refusals[0]}"
+def _not_at_one(as_is: api.BatchTrace) -> str:
+    """Where the model as exported stops at batch 1 (the evaluation's first point)."""
+    node = as_is.evaluator.stopped_at(0) if as_is.evaluator is not None else None
+    if node is None:
+        return f"as exported, the model does not run at batch 1: {as_is.refusals[0]}"
+    shapes = ", ".join(str(list(as_is.at(name)[0].shape or ())) for name in node.input if name)
+    where = f"{node.op_type} '{node.name or node.output[0]}' cannot take its inputs there ({shapes})"
+    return f"as exported, the model does not run at batch 1: {where}; it was judged from batch 2"
 
 
 @dataclass(frozen=True)

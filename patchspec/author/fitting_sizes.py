@@ -77,14 +77,10 @@ def _stops_at(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> set[int] 
     evaluator = _evaluator(model, shapes)
     if all(evaluator.at(info.name)[0].shape is not None for info in model.graph.output):
         return None
-    for node in model.graph.node:
-        known = [evaluator.at(name)[0].shape for name in node.input if name]
-        if not node.output or evaluator.at(node.output[0])[0].shape is not None:
-            continue
-        if any(shape is None for shape in known):
-            continue
-        return set(_disagreeing(node, [tuple(shape or ()) for shape in known]))
-    return set()
+    node = evaluator.stopped_at(0)
+    if node is None:
+        return set()
+    return set(_disagreeing(node, [tuple(evaluator.at(name)[0].shape or ()) for name in node.input if name]))
 
 
 def _disagreeing(node: onnx.NodeProto, shapes: list[tuple[int | None, ...]]) -> Iterator[int]:

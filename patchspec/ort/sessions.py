@@ -296,26 +296,21 @@ class Session:
         arrays = {name: as_array(name, value) for name, value in zip(self.output_names, values)}
         return arrays, time.perf_counter() - started
 
-    def _fixed_batch(self, axes: dict[str, int | None]) -> int:
-        """The fixed batch above 1 that this model declares on every split input's axis (an export
-        traced at batch 3 runs only at 3), else 1."""
+    def _declared_batch(self, axes: dict[str, int | None]) -> list[int | str | None]:
+        """What this model declares on each split input's batch axis."""
         declared = {d.name: d.shape for d in self.inputs}
-        sizes = {
+        return [
             declared[name][axis]
             for name, axis in axes.items()
             if axis is not None and name in declared and -len(declared[name]) <= axis < len(declared[name])
-        }
+        ]
+
+    def _fixed_batch(self, axes: dict[str, int | None]) -> int:
+        """The fixed batch above 1 that this model declares on every split input's axis (an export
+        traced at batch 3 runs only at 3), else 1."""
+        sizes = set(self._declared_batch(axes))
         (size,) = sizes if len(sizes) == 1 else (None,)
         return size if isinstance(size, int) and size > 1 else 1
-
-    def _dynamic_batch(self, axes: dict[str, int | None]) -> bool:
-        """Whether every split input declares its batch axis without a fixed size."""
-        declared = {d.name: d.shape for d in self.inputs}
-        return all(
-            not isinstance(declared[name][axis], int)
-            for name, axis in axes.items()
-            if axis is not None and name in declared and -len(declared[name]) <= axis < len(declared[name])
-        )
 
     def _run_sample(
         self, feeds: Feeds, axes: dict[str, int | None], split: BatchSplit, index: int, copies: int
@@ -362,7 +357,7 @@ class Session:
             try:
                 outputs, took = self._run_sample(feeds, axes, split, index, copies)
             except RunFailure:
-                if index or copies != 1 or not self._dynamic_batch(axes):
+                if index or copies != 1 or any(isinstance(dim, int) for dim in self._declared_batch(axes)):
                     raise
                 # traced at a batch above 1, it may not run at 1 (a Squeeze without axes drops the
                 # batch there): each sample twice then, if that runs

@@ -97,6 +97,17 @@ class ShapeEvaluator:
     def at(self, name: str) -> list[Known]:
         return self.known.get(name) or [UNKNOWN] * self.count
 
+    def stopped_at(self, point: int = 0) -> onnx.NodeProto | None:
+        """The first node of the main graph whose inputs are known at ``point`` and whose first output
+        is not: where the evaluation stops there (None: it stops nowhere)."""
+        node: onnx.NodeProto
+        for node in self.model.graph.node:
+            if not node.output or self.at(node.output[0])[point].shape is not None:
+                continue
+            if all(self.at(name)[point].shape is not None for name in node.input if name):
+                return node
+        return None
+
     def opset(self, domain: str = "") -> int:
         """The model's opset version for ``domain`` (1 where it imports none)."""
         return int(self._opsets.get(domain, 1))
