@@ -137,6 +137,7 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         details = (
             batch.notes
             + ((not_at_one,) if not_at_one else ())
+            + ((trace.fitted.note(),) if trace.fitted else ())
             + ((others.hint,) if others else ())
             + tuple(changed)
             + tuple(squeezes)

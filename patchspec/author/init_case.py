@@ -15,13 +15,13 @@ from typing import Any
 import onnx
 
 from patchspec.author.batch_ties import CaseLayout, Pair
-from patchspec.author.fitting_sizes import fitting_shapes
 from patchspec.author.original_runs import OriginalRuns
 from patchspec.author.spec_text import DraftStep, quoted
 from patchspec.model.graph import has_body, subgraphs
 from patchspec.ort.lint.probe_inputs import probe_shapes
 from patchspec.shapes.annotations import read_dims
 from patchspec.shapes.batch.axes import fed_inputs
+from patchspec.shapes.batch.fitting import fitting_shapes
 from patchspec.shapes.values import InputValues, input_values
 
 #: the symbolic batch of the probe run: a name no export uses, so the outputs' batch axes show
@@ -85,7 +85,7 @@ def probe_values(rules: dict[str, InputValues | None]) -> dict[str, dict[str, An
 def case_shapes(model: onnx.ModelProto) -> dict[str, list[int]]:
     """The lint's default sizes (one per dim name), except the last axis of a [batch, length] input
     (audio samples, token positions): 512, which short-window kernels (a reflect Pad, an STFT) accept.
-    Where the model does not evaluate at those, sizes that fit it (:mod:`.fitting_sizes`)."""
+    Where the model does not evaluate at those, sizes that fit it (:mod:`patchspec.shapes.batch.fitting`)."""
     shapes = probe_shapes(model, None, split=False)  # one size per dim name: the original must run too
     for name, info in fed_inputs(model.graph).items():
         dims = read_dims(info) or []

@@ -9,7 +9,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from helpers import graph_model, tensor_info
-from patchspec.author.fitting_sizes import fitting_shapes
+from patchspec.shapes.batch.fitting import fitting_shapes
 
 
 def watermark_model() -> onnx.ModelProto:

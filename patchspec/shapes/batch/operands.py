@@ -124,6 +124,16 @@ class Operands:
             return f"'{site.node.input[operand]}'"
         return f"{producer.node.op_type} '{producer.node.name or producer.node.output[0]}'"
 
+    def shape_words(self, site: NodeSite, operand: int, values: list[int]) -> str:
+        """``constant shape [1, 64]``, or for a computed one what computes it (its values are the sizes tried)."""
+        if self.is_constant(site, operand):
+            return f"constant shape {values}"
+        return f"shape {values} (computed by {self.producer_label(site, operand)}, at the sizes tried)"
+
+    def constant_fix(self, site: NodeSite, values: list[int], axis: int, at: int, operand: int = 1) -> SpecFix | None:
+        """:func:`replace_fix` for a constant operand (a computed one has none: it is refused)."""
+        return replace_fix(site, values, axis, at, operand) if self.is_constant(site, operand) else None
+
 
 def steady_except(inputs: PointInputs, operand: int, i: int) -> list[int] | None:
     """The operand's values when every element but ``i`` is the same at every point (then a constant

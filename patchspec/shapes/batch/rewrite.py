@@ -334,7 +334,9 @@ def _reconcile(info: onnx.ValueInfoProto, trace: BatchTrace, size: Size) -> bool
         for dim, value in zip(shape_dims(info), found):
             write_dim(dim, value)
         return True
-    changed = [axis for axis, value in enumerate(found) if value is not None and value != dims[axis]]
+    # a dim named as one that ran at one size only keeps its name: the evaluation never saw it move
+    kept = trace.fitted.key if trace.fitted is not None and trace.fitted.fixed else ()
+    changed = [axis for axis, value in enumerate(found) if value not in (None, dims[axis]) and dims[axis] != kept]
     if changed:  # most annotations already say what the evaluation found: left untouched
         written = shape_dims(info)
         for axis in changed:

@@ -23,15 +23,11 @@ from onnx import TensorProto
 
 from patchspec.model.graph import NodeSite
 from patchspec.shapes.annotations import read_dims
+from patchspec.shapes.batch.fitting import FittedDim, symbol_sizes
 from patchspec.shapes.evaluate import BROADCASTING, ShapeEvaluator
 from patchspec.shapes.known import Known, Shape
 from patchspec.shapes.spec_lines import SpecFix
 
-#: sizes given to symbolic input dims that are not the batch: distinct, divisible by the usual
-#: strides (up to 64), and small enough for position tables (transformers often stop at 512)
-SYMBOL_SIZES = tuple(128 * n for n in range(1, 9))
-#: how far the third point moves each of them
-SYMBOL_SHIFT = 64
 #: how many times larger the far point makes each of them: at the small sizes a 400-sample window or a
 #: reflection pad turns every length into the same one frame, which looked like a fixed size
 FAR_FACTOR = 16
@@ -147,6 +143,8 @@ class BatchTrace:
     sizes: tuple[int, ...] = ()
     #: (input, axis) of each input axis that carries the batch
     batch_axes: tuple[tuple[str, int], ...] = ()
+    #: another symbolic input dim evaluated at sizes the export runs at, not the usual ones (``fitting``)
+    fitted: FittedDim | None = None
     #: squeezed_axis of every tensor that has one, found at its first call
     _squeezed: dict[str, int] | None = field(default=None, repr=False)
     #: batch_dims of tensors no Squeeze shifted, by their Knowns at the points compared and the rank
@@ -290,15 +288,11 @@ class BatchTrace:
 _Slot = tuple[str] | tuple[str, int] | int
 
 
-def make_points(
-    model: onnx.ModelProto, batch_axes: Iterable[tuple[str, int]], batches: tuple[int, int, int]
-) -> tuple[list[dict[str, Known]], dict[str, tuple[int, int]]]:
-    """Input sizes at (b1), (b2), when other dims are symbolic (b1 with those dims moved), and (b3),
-    for ``batches`` (b1, b2, b3).
-
-    Also returns each named symbolic dim with its size at the first and third points.
-    """
-    chosen = set(batch_axes)
+def _input_slots(
+    model: onnx.ModelProto, chosen: set[tuple[str, int]]
+) -> tuple[dict[str, list[_Slot]], dict[str | tuple[str, int], int]]:
+    """Per fed input, what each axis holds: ("batch",), a size, or ("symbol", i); and each other symbolic
+    dim (its name, or (input, axis) when unnamed) with its index i."""
     constants = {t.name for t in model.graph.initializer}
     symbols: dict[str | tuple[str, int], int] = {}
     base: dict[str, list[_Slot]] = {}
@@ -317,40 +311,60 @@ def make_points(
                 symbols.setdefault(key, len(symbols))
                 row.append(("symbol", symbols[key]))
         base[info.name] = row
+    return base, symbols
 
-    def size(slot: _Slot, batch: int, shift: int) -> int:
+
+def make_points(
+    model: onnx.ModelProto,
+    batch_axes: Iterable[tuple[str, int]],
+    batches: tuple[int, int, int],
+    fitted: FittedDim | None = None,
+) -> tuple[list[dict[str, Known]], dict[str, tuple[int, int]]]:
+    """Input sizes at (b1), (b2), when other dims are symbolic (b1 with those dims moved), and (b3),
+    for ``batches`` (b1, b2, b3); a ``fitted`` dim at the sizes it evaluates at.
+
+    Also returns each named symbolic dim with its size at the first and third points.
+    """
+    base, symbols = _input_slots(model, set(batch_axes))
+    pairs = [symbol_sizes(i) for i in range(len(symbols))]  # (size, moved) per symbol
+    if fitted is not None and fitted.key in symbols:
+        pairs[symbols[fitted.key]] = (fitted.size, fitted.moved)
+
+    def size(slot: _Slot, batch: int, moved: bool) -> int:
         if isinstance(slot, int):
             return slot
         if len(slot) == 1:
             return batch
-        return SYMBOL_SIZES[int(slot[1]) % len(SYMBOL_SIZES)] + shift
+        return pairs[int(slot[1])][moved]
 
-    def point(batch: int, shift: int) -> dict[str, Known]:
+    def point(batch: int, moved: bool) -> dict[str, Known]:
         return {
-            info.name: Known(info.type.tensor_type.elem_type, tuple(size(s, batch, shift) for s in base[info.name]))
+            info.name: Known(info.type.tensor_type.elem_type, tuple(size(s, batch, moved) for s in base[info.name]))
             for info in model.graph.input
             if info.name in base
         }
 
     b1, b2, b3 = batches
-    points = [point(b1, 0), point(b2, 0)] + ([point(b1, SYMBOL_SHIFT)] if symbols else []) + [point(b3, 0)]
-    named = {
-        key: (SYMBOL_SIZES[i % len(SYMBOL_SIZES)], SYMBOL_SIZES[i % len(SYMBOL_SIZES)] + SYMBOL_SHIFT)
-        for key, i in symbols.items()
-        if isinstance(key, str)
-    }
+    points = [point(b1, False), point(b2, False)] + ([point(b1, True)] if symbols else []) + [point(b3, False)]
+    named = {key: pairs[i] for key, i in symbols.items() if isinstance(key, str) and pairs[i][0] != pairs[i][1]}
     return points, named
 
 
 def new_trace(
-    model: onnx.ModelProto, axes: tuple[tuple[str, int], ...], b1: int, b2: int, symbolic: bool
+    model: onnx.ModelProto,
+    axes: tuple[tuple[str, int], ...],
+    b1: int,
+    b2: int,
+    symbolic: bool,
+    fitted: FittedDim | None = None,
 ) -> tuple[BatchTrace, list[dict[str, Known]]]:
     """An empty trace for the batch on ``axes`` going from ``b1`` to ``b2``, and the points to evaluate."""
     witness = max(b1, b2) + 3  # above 1 and apart from both: a size-1 channel never looks like the batch
-    points, symbols = make_points(model, axes, (b1, b2, witness))
+    points, symbols = make_points(model, axes, (b1, b2, witness), fitted)
     sizes = (b1, b2) + ((b1,) if len(points) > 3 else ()) + (witness,)
     trace = BatchTrace(b1, b2, symbolic=symbolic, moves_symbols=len(points) > 3, symbols=symbols, sizes=sizes)
     trace.batch_axes = axes
+    trace.fitted = fitted
     return trace, points
 
 
@@ -414,8 +428,6 @@ def shape_text(known: Known) -> str:
 __all__ = [
     "AXIS_FREE",
     "INT64_MAX",
-    "SYMBOL_SHIFT",
-    "SYMBOL_SIZES",
     "BatchTrace",
     "Computed",
     "Counting",

@@ -26,9 +26,10 @@ from patchspec.shapes.annotations import collector_paused
 from patchspec.shapes.batch.computed import computed_element
 from patchspec.shapes.batch.counts import count_rows
 from patchspec.shapes.batch.findings import BatchFindings
+from patchspec.shapes.batch.fitting import fit_other_dims
 from patchspec.shapes.batch.folds import Folds, kept_whole
 from patchspec.shapes.batch.joins import settle_join
-from patchspec.shapes.batch.operands import Operands, replace_fix, steady_except
+from patchspec.shapes.batch.operands import Operands, steady_except
 from patchspec.shapes.batch.ranges import ARITHMETIC, counting_candidates, settle_arithmetic
 from patchspec.shapes.batch.scatters import SCATTERS, settle_scatter
 from patchspec.shapes.batch.states import RECURRENT, settle_states
@@ -64,7 +65,19 @@ def trace_batch(
 
     ``decide=False`` evaluates the model as it is: no constant is decided, and ``refusals`` says
     whether it runs at ``b2`` unchanged (set_batch asks first when the batch is already dynamic)."""
-    trace, points = new_trace(model, tuple(batch_axes), b1, b2, symbolic)
+    axes = tuple(batch_axes)
+    trace, points = new_trace(model, axes, b1, b2, symbolic)
+    _follow(model, trace, points, decide)
+    if trace.moves_symbols and not all(trace.at(info.name)[0].shape is not None for info in model.graph.output):
+        fitted = fit_other_dims(model, points[0], axes)  # the export stops at another dim's usual sizes
+        if fitted is not None:
+            trace, points = new_trace(model, axes, b1, b2, symbolic, fitted)
+            _follow(model, trace, points, decide)
+    return trace
+
+
+def _follow(model: onnx.ModelProto, trace: BatchTrace, points: list[dict[str, Known]], decide: bool) -> None:
+    """Evaluate ``model`` at ``points``, deciding each shape constant on the way (with ``decide``)."""
     tracker = _Tracker(model, trace, points)
     tracker.deciding = decide
     with collector_paused():  # the evaluation's Knowns hold no cycles: each collection would walk them all
@@ -75,7 +88,6 @@ def trace_batch(
         trace.refusals.extend(findings.pinned())
         trace.refusals.extend(findings.conflicts())
         trace.squeezes.extend(findings.batch_squeezes())
-    return trace
 
 
 #: an element's value at one point, from the point's index and the element's value there
@@ -375,7 +387,7 @@ class _Tracker:
         """Undecided, or refused when the node as exported cannot run at the new batch at all."""
         if self._eval(site, inputs[1]).shape is None:
             how = f"; to fix it, add before set_batch:\n{spec_lines(fix)}" if fix else ""
-            shape = self._shape_words(site, 1, values)
+            shape = self.operands.shape_words(site, 1, values)
             return self._refuse(site, f"cannot run at batch {self.b2} with its {shape}: {why}{how}")
         return self._undecided(site, values, why, fix)
 
@@ -388,17 +400,11 @@ class _Tracker:
         self.decided.add(id(site.node))
         return None
 
-    def _shape_words(self, site: NodeSite, operand: int, values: list[int]) -> str:
-        """``constant shape [1, 64]``, or for a computed one what computes it (its values are the sizes tried)."""
-        if self.operands.is_constant(site, operand):
-            return f"constant shape {values}"
-        return f"shape {values} (computed by {self.operands.producer_label(site, operand)}, at the sizes tried)"
-
     def _undecided(
         self, site: NodeSite, values: list[int], why: str, fix: SpecFix | None = None, operand: int = 1
     ) -> PointInputs | None:
         """Record an undecided point; returns no replacement inputs, as the hook's handlers do."""
-        text = f"undecided: {self._label(site)} has {self._shape_words(site, operand, values)}; {why}"
+        text = f"undecided: {self._label(site)} has {self.operands.shape_words(site, operand, values)}; {why}"
         self.trace.undecided.append(Undecided(text, fix))
         self.decided.add(id(site.node))
         return None
@@ -422,11 +428,9 @@ class _Tracker:
     def _suggest(
         self, site: NodeSite, values: list[int], axis: int, i: int | None = None, operand: int = 1
     ) -> SpecFix | None:
-        """The replace_initializer fix for a constant operand (a computed one has none: it is refused)."""
-        if not self.operands.is_constant(site, operand):
-            return None
+        """The replace_initializer fix for a constant operand, at element ``i`` (by default where the old batch is)."""
         at = next((j for j, v in enumerate(values) if v == self.b1), axis) if i is None else i
-        return replace_fix(site, values, axis, at, operand)
+        return self.operands.constant_fix(site, values, axis, at, operand)
 
 
 #: per op the tracker decides (the hook is called for these only): (tracker, node, inputs) -> inputs or None
