@@ -34,6 +34,8 @@ SYMBOL_SHIFT = 64
 MAX_TRIES = 12
 #: below the sizes asked, these fractions of them are tried (a height pooled to a few rows)
 SMALLER = (2, 4, 8)
+#: disagreeing sizes below this are tried last
+TINY = 16
 
 #: (input name, axis)
 Place = tuple[str, int]
@@ -98,7 +100,8 @@ def free_dims(model: onnx.ModelProto, kept: Collection[Place]) -> dict[SymbolKey
 def stops_at(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> set[int] | None:
     """None where every graph output evaluates at ``shapes``; else the sizes two inputs of the first
     node the evaluation stops at disagree on (aligned from the last axis, as broadcasting and MatMul's
-    batch dims are; a MatMul's contracted pair too), empty where they agree."""
+    batch dims are; a MatMul's contracted pair too; a Concat's axes but the joined one), empty where
+    they agree."""
     found = _stop(model, shapes)
     return None if found is None else found[0]
 
@@ -110,13 +113,15 @@ def fit_dim(
     it stops; None where it evaluates there already, or no dim tried fits (within ``MAX_TRIES``).
 
     Dims whose size is one the stopping node's inputs disagree on are tried first. Each is tried at the
-    disagreeing sizes, then at halves, quarters and eighths of its size. With ``shift``, a fitting size
+    disagreeing sizes, then at halves, quarters and eighths of its size (see :func:`_candidates`). With ``shift``, a fitting size
     is then tried ``shift`` larger, half and a quarter of itself larger, and a quarter smaller, for the
     point where dims move (without, ``moved`` is ``size``)."""
     found = _stop(model, shapes)
     if found is None or not free:
         return None
     sizes, stopped = found
+    if not sizes:
+        return None  # no two inputs disagree (a custom op, a shape from data): no size would help
     tries = 0
     for key in sorted(free, key=lambda k: _size_at(shapes, free[k]) not in sizes):
         asked = _size_at(shapes, free[key])
@@ -139,8 +144,12 @@ def fit_dim(
 
 
 def _candidates(disagreeing: set[int], asked: int) -> Iterator[int]:
+    """The disagreeing sizes from the largest, then the smaller ones, with those below ``TINY`` last (a
+    height of 2 runs a recognizer, but a typical size decides its constants more like its users')."""
+    usual = sorted((size for size in disagreeing if size >= TINY), reverse=True)
+    tiny = sorted((size for size in disagreeing if size < TINY), reverse=True)
     seen = {asked}
-    for size in [*sorted(disagreeing), *(asked // part for part in SMALLER)]:
+    for size in [*usual, *(asked // part for part in SMALLER), *tiny]:
         if size > 1 and size not in seen:
             seen.add(size)
             yield size
@@ -186,6 +195,13 @@ def _stop(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> tuple[
 
 
 def _disagreeing(node: onnx.NodeProto, shapes: list[tuple[int | None, ...]]) -> Iterator[int]:
+    if node.op_type == "Concat" and shapes and all(len(shape) == len(shapes[0]) for shape in shapes):
+        joined = next((a.i for a in node.attribute if a.name == "axis"), 0) % max(len(shapes[0]), 1)
+        for axis in range(len(shapes[0])):  # every axis but the joined one must agree, 1 included
+            at = {shape[axis] for shape in shapes}
+            if axis != joined and len(at) > 1:
+                yield from (size for size in at if isinstance(size, int))
+        return
     if node.op_type == "MatMul" and len(shapes) == 2 and len(shapes[0]) >= 1 and len(shapes[1]) >= 2:
         pair = {shapes[0][-1], shapes[1][-2]}
         if len(pair) == 2:
