@@ -91,3 +91,21 @@ def test_without_verification_the_model_is_written(tmp_path, run_cli, size: str)
     batch = 4 if size == "4" else 3
     feeds = {"image": rand(batch, 8), "bits": rand(batch, 8, seed=1)}
     np.testing.assert_allclose(run(written, feeds)[0], per_sample(marker(), feeds, feeds)[0], rtol=1e-6)
+
+
+def test_a_stop_where_no_inputs_disagree_tries_no_other_size(monkeypatch) -> None:
+    """A custom op (no schema, so no shape) stops the evaluation too; no size of another dim would help,
+    so no further evaluation of the model is spent (each walks the whole graph)."""
+    from patchspec.shapes.batch import fitting
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Calibrate", ["r"], ["y"], domain="acme")]
+    model = graph_model(nodes, [tensor_info("x", ["batch", "length"])], [tensor_info("y", None)])
+    model.opset_import.append(helper.make_opsetid("acme", 1))
+    evaluated = []
+    stop = fitting._stop
+    monkeypatch.setattr(fitting, "_stop", lambda m, shapes: evaluated.append(shapes) or stop(m, shapes))
+    assert fitting.fit_dim(model, {"x": [1, 128]}, {"length": [("x", 1)]}, shift=64) is None
+    assert len(evaluated) == 1
+    assert fitting.fit_dim(marker(), {"image": [1, 8], "bits": [1, 384]}, {"nbits": [("bits", 1)]}, shift=64) == (
+        fitting.FittedDim("nbits", (("bits", 1),), 384, 8, 8, "Mul 'embed' ([1, 8], [1, 384])")
+    )
