@@ -106,6 +106,30 @@ def test_a_matmul_that_sums_over_the_samples_couples_them():
     assert "not independent" not in set_batch(gram(False), size=4).summary
 
 
+def pairs(op):
+    """x [N, 4] met with itself across the samples: x x^T ([N, N]), or x[:, None] - x[None, :] ([N, N, 4])."""
+    if op == "MatMul":
+        nodes = [
+            helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0]),
+            helper.make_node("MatMul", ["x", "xt"], ["y"], name="pairs"),
+        ]
+        return graph_model(nodes, [tensor_info("x", [1, 4])], [tensor_info("y", None)])
+    nodes = [
+        helper.make_node("Unsqueeze", ["x", "one"], ["rows"]),
+        helper.make_node("Unsqueeze", ["x", "zero"], ["cols"]),
+        helper.make_node(op, ["rows", "cols"], ["y"], name="pairs"),
+    ]
+    constants = [axes([1], "one"), axes([0], "zero")]
+    return graph_model(nodes, [tensor_info("x", [1, 4])], [tensor_info("y", None)], constants)
+
+
+@pytest.mark.parametrize("op", ["MatMul", "Sub", "Mul"])
+def test_an_op_that_meets_every_sample_with_every_other_couples_them(op):
+    """Before, x x^T was written at batch 4 without a word: a [4, 4] output where each sample gives [1, 1]."""
+    summary = set_batch(pairs(op), size=4).summary
+    assert "'pairs' gives 'y' the batch on axes 0 and 1: each sample's result is made with every other" in summary
+
+
 def test_several_coupling_ops_are_one_summary_clause_with_the_first_named():
     nodes = [
         helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"], name="q1"),

@@ -8,7 +8,9 @@ of each tensor carry the batch; an op couples the samples when it reads across s
 - a reduction (ReduceMean, ArgMax, ...), a Softmax, a CumSum, a TopK, a LayerNormalization or
   MeanVarianceNormalization whose axes include the batch axis;
 - a BatchNormalization in training mode (statistics over the batch);
-- a MatMul or Gemm that contracts the batch axis (``x^T x`` over the samples).
+- a MatMul or Gemm that contracts the batch axis (``x^T x`` over the samples);
+- a MatMul, Gemm or broadcasting op whose output carries the batch on two axes where no input does
+  (``x x^T``, ``x[:, None] - x[None, :]``): every sample is met with every other.
 
 None of this is a proof that the model is wrong: it is what a per-sample comparison then measures,
 and what set_batch tells the user at the default verbosity.
@@ -24,6 +26,7 @@ import onnx
 
 from patchspec.model.graph import NodeSite, ScopeIndex
 from patchspec.shapes.batch.trace import BatchTrace
+from patchspec.shapes.evaluate import BROADCASTING
 
 _ONNX = ("", "ai.onnx")
 _REDUCTIONS = frozenset(
@@ -45,9 +48,11 @@ _ONE_AXIS = {"ArgMax": 0, "ArgMin": 0, "TopK": -1, "LpNormalization": -1, "Softm
 _FLATTENING = frozenset({"Softmax", "LogSoftmax", "Hardmax"})  # before opset 13: [:axis] x [axis:] rows
 #: onnxruntime's contrib ops that quantize their input dynamically, per tensor
 _DYNAMIC_CONTRIB = frozenset({"DynamicQuantizeMatMul", "DynamicQuantizeLSTM", "QAttention"})
+#: ops that can meet each sample with every other (their output then carries the batch on two axes)
+_PAIRING = BROADCASTING | {"MatMul", "Gemm"}
 COUPLING_OPS = frozenset(
     {*_REDUCTIONS, *_ONE_AXIS, *_FLATTENING, "DynamicQuantizeLinear", "CumSum", "LayerNormalization"}
-    | {"MeanVarianceNormalization", "BatchNormalization", "MatMul", "Gemm", *_DYNAMIC_CONTRIB}
+    | {"MeanVarianceNormalization", "BatchNormalization", *_PAIRING, *_DYNAMIC_CONTRIB}
 )
 
 
@@ -59,8 +64,10 @@ def coupling(
         node = site.node
         if node.op_type not in COUPLING_OPS or not node.input or not node.input[0]:
             continue
+        if node.op_type in BROADCASTING and not _moves_twice(trace, node.output[0]):
+            continue  # most of a graph: only an output whose two axes follow the batch can pair samples
         batch = batch_axes(trace, node.input[0])
-        if not batch and node.op_type not in ("MatMul", "Gemm"):
+        if not batch and node.op_type not in _PAIRING:
             continue
         why = _why(trace, site, batch, index, opset)
         if why:
@@ -89,14 +96,14 @@ def _why(trace: BatchTrace, site: NodeSite, batch: set[int], index: ScopeIndex |
         )
     if node.domain not in _ONNX:
         return None
+    if op in _PAIRING:
+        return (_contracts(trace, node) if op in ("MatMul", "Gemm") else None) or _pairs(trace, node)
     rank = trace.ranks(data)[1] or 0
     if op == "BatchNormalization":
         training = _attribute(node, "training_mode", 0)
         return (
             f"runs in training mode: its mean and variance are taken over the batch of '{data}'" if training else None
         )
-    if op in ("MatMul", "Gemm"):
-        return _contracts(trace, node)
     axes = _axes(node, rank, index, site, opset)
     if axes is None or not axes & batch:
         return None
@@ -146,6 +153,29 @@ def _contracts(trace: BatchTrace, node: onnx.NodeProto) -> str | None:
         if axis in batch_axes(trace, name):
             return f"sums over axis {axis} of '{name}', which carries the batch: each sample's result depends on the others"
     return None
+
+
+def _moves_twice(trace: BatchTrace, name: str) -> bool:
+    """Whether ``name`` differs on two axes or more between the last two points (two batches, every
+    other dim alike): a cheap look before ``batch_axes`` says which axes follow the batch."""
+    knowns = trace.at(name) if name else []
+    if len(knowns) < 2 or knowns[1].shape is None or knowns[-1].shape is None:
+        return False
+    return sum(one != two for one, two in zip(knowns[1].shape, knowns[-1].shape)) >= 2
+
+
+def _pairs(trace: BatchTrace, node: onnx.NodeProto) -> str | None:
+    """An output that carries the batch on two axes, from inputs that carry it on one at most."""
+    if not node.output or not _moves_twice(trace, node.output[0]):
+        return None
+    out = batch_axes(trace, node.output[0])
+    if len(out) < 2 or any(len(batch_axes(trace, name)) > 1 for name in node.input if name):
+        return None
+    first, second = sorted(out)[:2]
+    return (
+        f"gives '{node.output[0]}' the batch on axes {first} and {second}: each sample's result is made with every "
+        "other sample"
+    )
 
 
 def _attribute(node: onnx.NodeProto, name: str, default: Any) -> Any:
