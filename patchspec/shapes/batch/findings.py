@@ -91,7 +91,53 @@ class BatchFindings:
                 f"{self.b1}"
             )
             found.append(self.conflict(site, why))
+        return found + self.uneven_outputs()
+
+    def uneven_outputs(self) -> list[str]:
+        """Graph outputs with an axis that changes with the batch but not in step with it (5 rows at batch
+        4, 8 at batch 7: a row joined to the batch axis, the batch padded). The samples' outputs side by
+        side have a whole number of rows per sample, so such a model is not batchable; the node named is
+        the first upstream whose own output is uneven while its inputs are not."""
+        found = []
+        for info in self.evaluator.model.graph.output:
+            if self._uneven_axis(info.name) is None:
+                continue
+            site = self.evaluator.producer.get(info.name)
+            while site is not None:
+                upstream = next((n for n in site.node.input if n and self._uneven_axis(n) is not None), None)
+                if upstream is None:
+                    break
+                site = self.evaluator.producer.get(upstream)
+            if site is None or id(site.node) in self.decided:
+                continue
+            self.decided.add(id(site.node))
+            name = next(o for o in site.node.output if o)
+            axis, (first, second) = self._uneven_axis(name) or (0, (0, 0))
+            witnesses = self.trace.sizes[1 if self.b2 > 1 else 0], self.trace.sizes[-1]
+            found.append(
+                self.conflict(
+                    site,
+                    f"'{name}' has {first} on axis {axis} at batch {witnesses[0]} and {second} at batch {witnesses[1]}, "
+                    "not a whole number per sample (rows joined to the batch axis, or the batch padded), so the "
+                    "batched output cannot be the samples' outputs side by side",
+                    "runs, but mixes samples,",
+                )
+            )
         return found
+
+    def _uneven_axis(self, name: str) -> tuple[int, tuple[int, int]] | None:
+        """The first axis of ``name`` whose size differs between the two witnesses (batches above 1) and
+        is not the same multiple of each, with those sizes; None where there is none."""
+        knowns = self.evaluator.at(name)
+        a, b = (1 if self.b2 > 1 else 0), len(knowns) - 1
+        first, second = sizes_of(knowns[a]), sizes_of(knowns[b])
+        if first is None or second is None or len(first) != len(second) or first == second:
+            return None
+        wa, wb = self.trace.sizes[a], self.trace.sizes[b]
+        for axis, (x, y) in enumerate(zip(first, second)):
+            if x != y and x * wb != y * wa:
+                return axis, (x, y)
+        return None
 
     @cached_property
     def sites(self) -> list[tuple[str, NodeSite]]:

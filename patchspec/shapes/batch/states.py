@@ -28,6 +28,8 @@ from patchspec.shapes.known import Known
 #: recurrent ops, with the inputs that hold a starting state
 RECURRENT = {"RNN": (5,), "GRU": (5,), "LSTM": (5, 6)}
 _STATE_NAMES = {5: "initial_h", 6: "initial_c"}
+#: the input of RNN, GRU and LSTM that holds each sample's sequence length ([batch])
+LENGTHS = 4
 
 
 class Deciding(Protocol):
@@ -138,10 +140,28 @@ def settle_states(tracker: Deciding, site: NodeSite, inputs: PointInputs) -> Poi
         remedy = "the state sized from the input at run time: export the model with the state as an input"
         if len(values) == 3 and rewrite_maker_element(tracker, producer, (0, at), state, f", making {state}", remedy):
             tracker.decided.add(id(node))
+    _repeat_lengths(tracker, site, inputs)
     return None
 
 
-def _repeat_constant_state(tracker: Deciding, site: NodeSite, operand: int, at: tuple[int, int], state: str) -> None:
+def _repeat_lengths(tracker: Deciding, site: NodeSite, inputs: PointInputs) -> None:
+    """``sequence_lens`` ([batch]) that keeps its size at every batch: a static export folds the one
+    sample's full length into a constant ``[T]``, which onnxruntime refuses at batch 4 ("Input
+    sequence_lens must have shape {4}"). One sample's length made from constants is repeated like a
+    starting state; several samples' are undecided."""
+    node = site.node
+    if len(node.input) <= LENGTHS or not node.input[LENGTHS]:
+        return
+    first, second = sizes_of(inputs[tracker.a][LENGTHS]), sizes_of(inputs[tracker.b][LENGTHS])
+    if first is None or second is None or len(first) != 1 or first != second:
+        return  # the lengths follow the batch
+    lengths = f"the sequence lengths (sequence_lens) of {node.op_type} '{node.name or node.output[0]}'"
+    _repeat_constant_state(tracker, site, LENGTHS, (0, first[0]), lengths, rank=1)
+
+
+def _repeat_constant_state(
+    tracker: Deciding, site: NodeSite, operand: int, at: tuple[int, int], state: str, rank: int = 3
+) -> None:
     """A starting state made from constants alone is one sample's state, repeated to the new batch by a
     Tile: dynamo folds ``torch.zeros(1, B, H)`` at batch 1 into a constant ``[1, 1, H]``, TorchScript
     keeps ``h0.expand(-1, B, -1)`` of a parameter as an Expand of constants. A state of several
@@ -154,8 +174,9 @@ def _repeat_constant_state(tracker: Deciding, site: NodeSite, operand: int, at: 
         if repeats is None:
             return  # before opset 11 nothing computes the batch: batch_pinned refuses it
         source = "constant" if tracker.operands.is_constant(site, operand) else "tensor made from constants"
-        reason = f"{state}: the {source} '{node.input[operand]}' holds one sample's state; repeated {repeats} times"
-        trace.tilings.append(Tiling(site, operand, axis, 3, repeats, reason))
+        what = "lengths" if operand == LENGTHS else "state"
+        reason = f"{state}: the {source} '{node.input[operand]}' holds one sample's {what}; repeated {repeats} times"
+        trace.tilings.append(Tiling(site, operand, axis, rank, repeats, reason))
         tracker.decided.add(id(node))
         return
     trace.undecided.append(
