@@ -16,6 +16,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from helpers import graph_model, tensor_info
+from patchspec.errors import PatchError
 from patchspec.testing import patch_context
 from patchspec_plugins.set_batch import SetBatchPatch
 
@@ -91,9 +92,11 @@ def test_a_constant_of_one_sample_read_with_per_sample_indices_is_repeated(op: s
 
 
 def test_a_scatter_along_the_batch_is_not_repeated() -> None:
-    """Along axis 0 the indices address samples: no tile (batch_pinned and the verifiers judge it)."""
-    result = set_batch(scatter("ScatterElements", axis=0), size=4)
-    assert not any("holds one sample's rows; repeated" in line for line in result.details), result.details
+    """Along axis 0 the indices address samples: no tile. Every sample's label lands in the one row of
+    the output, which has that one row at every batch: refused (before, written untiled)."""
+    with pytest.raises(PatchError, match="no output follows the batch: 'y' \\[1, 5\\] keeps its shape") as raised:
+        set_batch(scatter("ScatterElements", axis=0), size=4)
+    assert "holds one sample's rows; repeated" not in str(raised.value)
 
 
 def test_data_of_one_sample_computed_from_an_input_is_undecided() -> None:

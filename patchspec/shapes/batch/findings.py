@@ -91,7 +91,33 @@ class BatchFindings:
                 f"{self.b1}"
             )
             found.append(self.conflict(site, why))
-        return found + self.uneven_outputs()
+        return found + self.uneven_outputs() + self.lost_batch()
+
+    def lost_batch(self) -> list[str]:
+        """Every graph output known at both witnesses and the same there: the batch reaches none of them.
+        The samples' outputs side by side would have each sample's rows, so such a model, as evaluated,
+        is not batchable (tf2onnx writes a transpose of a batch of 1 as a Reshape, ``[1, 7, 5]`` to
+        ``[7, 1, 5]``; a rewrite then folds the batch into the time axis, and a Loop over 7 steps reads
+        sample 0's)."""
+        if not self.trace.batch_axes or self.trace.coupled:
+            return []  # an op that couples the samples (a mean over the batch) is told, not refused
+        shapes = []
+        for info in self.evaluator.model.graph.output:
+            knowns = self.evaluator.at(info.name)
+            first, second = sizes_of(knowns[1 if self.b2 > 1 else 0]), sizes_of(knowns[-1])
+            if first is None or first != second:
+                return []
+            shapes.append(f"'{info.name}' {list(first)}")
+        if not shapes:
+            return []
+        folded = "; the constants rewritten (-v lists them) may have folded the batch into another axis" * bool(
+            self.trace.rewrites
+        )
+        return [
+            f"no output follows the batch: {', '.join(shapes[:3])} "
+            f"{'keeps its' if len(shapes) == 1 else 'keep their'} shape at every batch, so the batch is "
+            f"lost inside the model (a Loop over a fixed count, a Reshape that is a transpose at batch {self.b1}){folded}"
+        ]
 
     def uneven_outputs(self) -> list[str]:
         """Graph outputs with an axis that changes with the batch but not in step with it (5 rows at batch
