@@ -130,4 +130,4 @@ def test_a_batch_no_output_follows_is_refused(tmp_path, run_cli) -> None:
     result = run_cli("apply", spec, "--no-verify")
     assert result.exit_code == 4, result.output
     assert "no output follows the batch: 'y' [1, 2] keeps its shape at every batch" in result.output
-    assert "may have folded the batch into another axis" in result.output
+    assert "Reshape 'transpose' ([1, 7, 5] to [7, 1, 5]) moves the batch's axis at batch 1" in result.output

@@ -113,6 +113,12 @@ class BatchFindings:
         folded = "; the constants rewritten (-v lists them) may have folded the batch into another axis" * bool(
             self.trace.rewrites
         )
+        moved = self._transposing_reshapes()
+        if moved:
+            folded = (
+                f"; {moved[0]} moves the batch's axis at batch {self.b1}, a transpose there that no Reshape can "
+                "be at another batch: export the model with a dynamic batch"
+            )
         return [
             f"no output follows the batch: {', '.join(shapes[:3])} "
             f"{'keeps its' if len(shapes) == 1 else 'keep their'} shape at every batch, so the batch is "
@@ -149,6 +155,21 @@ class BatchFindings:
                     "runs, but mixes samples,",
                 )
             )
+        return found
+
+    def _transposing_reshapes(self) -> list[str]:
+        """Rewritten Reshapes that, at the old batch of 1, move an axis of 1 and keep the other dims in
+        order (``[1, 7, 5]`` to ``[7, 1, 5]``): the same bytes as a transpose there only."""
+        found = []
+        for rewrite in self.trace.rewrites:
+            node = rewrite.site.node
+            if node.op_type != "Reshape" or self.b1 != 1:
+                continue
+            data, out = (sizes_of(self.evaluator.at(name)[0]) for name in (node.input[0], node.output[0]))
+            if data is None or out is None or len(data) != len(out) or data == out or 1 not in data:
+                continue
+            if [d for d in data if d != 1] == [d for d in out if d != 1] and data.index(1) != out.index(1):
+                found.append(f"{self.label(rewrite.site)} ({list(data)} to {list(out)})")
         return found
 
     def _uneven_axis(self, name: str) -> tuple[int, tuple[int, int]] | None:
