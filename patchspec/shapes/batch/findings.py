@@ -18,6 +18,12 @@ from patchspec.shapes.batch.pinned import pinned_batch
 from patchspec.shapes.batch.trace import AXIS_FREE, BatchTrace, Undecided, product, shape_text, sizes_of
 from patchspec.shapes.evaluate import BROADCASTING, ShapeEvaluator
 
+#: what a rewritten Reshape that is a transpose at batch 1 (``_transposing_reshapes``) means
+_TRANSPOSE = (
+    "moves the batch's axis at batch 1, a transpose there that no Reshape can be at another batch: export "
+    "the model with a dynamic batch"
+)
+
 
 class BatchFindings:
     """Reads a finished trace; ``decided`` holds the ids of nodes the walk already reported."""
@@ -43,6 +49,16 @@ class BatchFindings:
         return found
 
     def conflicts(self) -> list[str]:
+        """Nodes that run at the old batch and not at the new one, each with the likely reason; outputs
+        that are not the samples' side by side; and a Reshape that was a transpose, where it is the cause."""
+        found = self._node_conflicts() + self.uneven_outputs()
+        lost = self.lost_batch()
+        moved = self._transposing_reshapes()
+        if moved and not lost and (found or self.trace.refusals):  # the likely cause of what is refused
+            found.append(f"{moved[0]} {_TRANSPOSE}")
+        return found + lost
+
+    def _node_conflicts(self) -> list[str]:
         """Nodes that run at the old batch and not at the new one, each with the likely reason."""
         found = []
         known, squeezed, decided = self.evaluator.known, self.trace.squeezed_names(), self.decided
@@ -91,7 +107,7 @@ class BatchFindings:
                 f"{self.b1}"
             )
             found.append(self.conflict(site, why))
-        return found + self.uneven_outputs() + self.lost_batch()
+        return found
 
     def lost_batch(self) -> list[str]:
         """Every graph output known at both witnesses and the same there: the batch reaches none of them.
@@ -115,10 +131,7 @@ class BatchFindings:
         )
         moved = self._transposing_reshapes()
         if moved:
-            folded = (
-                f"; {moved[0]} moves the batch's axis at batch {self.b1}, a transpose there that no Reshape can "
-                "be at another batch: export the model with a dynamic batch"
-            )
+            folded = f"; {moved[0]} {_TRANSPOSE}"
         return [
             f"no output follows the batch: {', '.join(shapes[:3])} "
             f"{'keeps its' if len(shapes) == 1 else 'keep their'} shape at every batch, so the batch is "
