@@ -52,13 +52,19 @@ def positions() -> onnx.ModelProto:
     return graph_model(nodes, [tensor_info("x", ["batch", "length"])], outputs, constants)
 
 
-def test_a_dim_that_runs_at_one_size_is_evaluated_there_and_keeps_its_name() -> None:
-    model = marker()
+def _batched(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
+    """set_batch 4 on ``model`` (in place): the original, and the line that says which dim was moved;
+    nothing may be undecided, and the one Reshape constant is rewritten."""
     original = onnx.ModelProto()
     original.CopyFrom(model)
     result = set_batch(model, size=4)
     assert "undecided" not in result.summary and "1 shape constant rewritten" in result.summary, result.summary
-    note = next(line for line in result.details if "declared symbolic" in line)
+    return original, next(line for line in result.details if "declared symbolic" in line)
+
+
+def test_a_dim_that_runs_at_one_size_is_evaluated_there_and_keeps_its_name() -> None:
+    model = marker()
+    original, note = _batched(model)
     assert "bits[1] ('nbits')" in note and "Mul 'embed'" in note and "evaluated at 8 only" in note, note
     assert read_dims(model.graph.output[1]) == [4, "nbits"]  # the 8 it was evaluated at is not declared
     feeds = {"image": rand(4, 8), "bits": rand(4, 8, seed=1)}
@@ -68,11 +74,7 @@ def test_a_dim_that_runs_at_one_size_is_evaluated_there_and_keeps_its_name() -> 
 
 def test_a_dim_that_runs_below_a_size_is_evaluated_at_two_sizes_that_run() -> None:
     model = positions()
-    original = onnx.ModelProto()
-    original.CopyFrom(model)
-    result = set_batch(model, size=4)
-    assert "undecided" not in result.summary and "1 shape constant rewritten" in result.summary, result.summary
-    note = next(line for line in result.details if "declared symbolic" in line)
+    original, note = _batched(model)
     assert "x[1] ('length')" in note and "evaluated at 64 and 48" in note, note
     feeds = {"x": rand(4, 10)}
     (got,) = run(model, feeds)
