@@ -163,16 +163,40 @@ class _Uses:
 
     def _wraps(self, site: NodeSite, operand: int) -> bool:
         """A step of a negative-index wrap, which keeps an index in [0, n) as it is: a Where's branch, a
-        Mod's dividend, or an offset by a constant that a Where or a Mod then takes."""
+        Mod's dividend, or an offset by a constant that a Where or a Mod then takes. tf2onnx spells the
+        Where in arithmetic (``mask * (ids + n) + not_mask * ids``, each mask a Cast of a comparison): a
+        product by such a mask, and the sum of two of them, are steps too."""
         node = site.node
         if node.op_type in _WRAPS:
             return operand in _WRAPS[node.op_type]
+        if self._masked(node, operand):
+            return True
+        if node.op_type == "Add" and all(self._masked_product(name) for name in node.input):
+            return True  # the two masked branches joined
         if node.op_type not in ("Add", "Sub") or operand > 1 or self.constant(site, 1 - operand) is None:
             return False
         takers = self.consumers.get(node.output[0], [])
         return bool(takers) and all(
-            _WRAPS.get(taker.node.op_type) and i in _WRAPS[taker.node.op_type] for taker, i in takers
+            (_WRAPS.get(taker.node.op_type) and i in _WRAPS[taker.node.op_type]) or self._masked(taker.node, i)
+            for taker, i in takers
         )
+
+    def _masked(self, node: onnx.NodeProto, operand: int) -> bool:
+        """Input ``operand`` of a Mul whose other input is a boolean cast to a number (0 or 1)."""
+        if node.op_type != "Mul" or operand > 1 or len(node.input) != 2:
+            return False
+        cast = self.producers.get(node.input[1 - operand])
+        if cast is None or cast.op_type != "Cast" or not cast.input:
+            return False
+        source = self.producers.get(cast.input[0])
+        return source is not None and (source.op_type in _COMPARISONS or source.op_type in {"Not", "And", "Or", "Xor"})
+
+    def _masked_product(self, name: str) -> bool:
+        """``name`` is made by a Mul of something by a boolean cast to a number."""
+        producer = self.producers.get(name)
+        if producer is None or producer.op_type != "Mul" or len(producer.input) != 2:
+            return False
+        return any(self._masked(producer, operand) for operand in (0, 1))
 
     def constant(self, site: NodeSite, operand: int) -> np.ndarray[Any, Any] | None:
         if operand >= len(site.node.input):
