@@ -58,6 +58,7 @@ from patchspec.shapes.batch.as_is import not_as_exported as not_as_exported
 from patchspec.shapes.batch.rewrite import (
     rewrite_batch_constants as rewrite_batch_constants,
     explicit_squeezes as explicit_squeezes,
+    keep_flattened_batch as keep_flattened_batch,
     declare_from_trace as declare_from_trace,
 )
 from patchspec.shapes.batch.joins import tile_inputs as tile_inputs

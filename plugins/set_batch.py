@@ -120,9 +120,12 @@ class SetBatchPatch(PatchType[SetBatchParams]):
             (trace, not_at_one), others = follow_batch(model, batch, inputs, b2, symbolic, others.trace), None
         if trace.refusals and not same:
             refuse(trace, size, _where(batch), context, others.hint if others else None)
+        flattened = [] if same else api.keep_flattened_batch(model, trace.flattens)
+        if flattened:  # the outputs' shapes changed: follow the batch through the model as it now is
+            trace, not_at_one = follow_batch(model, batch, inputs, b2, symbolic)
         rewrites: list[api.Rewrite] = [] if same else trace.rewrites
         undecided: list[api.Undecided] = [] if same else trace.undecided
-        changed = api.rewrite_batch_constants(model, rewrites, f"batch_{size}")
+        changed = flattened + api.rewrite_batch_constants(model, rewrites, f"batch_{size}")
         squeezes = [] if same else api.explicit_squeezes(model, trace.squeezes)
         tiled = [] if same else api.tile_inputs(model, trace.tilings, f"batch_{size}")
         changed += [] if same else api.compute_shapes(model, trace.computed, f"batch_{size}")
@@ -131,9 +134,7 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         counts = summary_counts(changed, squeezes, undecided, len(others.found) if others else 0, corrected, tiled)
         notes = tuple(undecided_text(point) for point in undecided)
         coupled = tuple(f"couples samples: {line}" for line in trace.coupled)
-        context.state.get(UNDECIDED).extend(point.message for point in undecided)  # apply --no-verify refuses them
-        context.state.get(UNDECIDED).extend(coupled[:1])  # only a verifier measures what the coupling costs
-        context.state.get(COUPLED).extend(trace.coupled)
+        _record(context, undecided, coupled, trace.coupled)
         details = (
             batch.notes
             + ((not_at_one,) if not_at_one else ())
@@ -148,6 +149,14 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         )
         summary = _summary_line(size, batch, counts, inlined, bool(not_at_one and symbolic), trace.coupled)
         return PatchResult(True, summary, details)
+
+
+def _record(context: PatchContext, undecided: list[api.Undecided], told: tuple[str, ...], coupled: list[str]) -> None:
+    """What apply and the verifiers read after the patch: the undecided points (``--no-verify`` refuses
+    them; only a verifier measures what a coupling costs, so the first is one) and the couplings."""
+    context.state.get(UNDECIDED).extend(point.message for point in undecided)
+    context.state.get(UNDECIDED).extend(told[:1])
+    context.state.get(COUPLED).extend(coupled)
 
 
 def set_and_declare(

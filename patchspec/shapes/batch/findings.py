@@ -257,6 +257,36 @@ class BatchFindings:
             return str(producer.node.input[0])
         return None
 
+    def record_repairs(self) -> None:
+        """Put on the trace what set_batch repairs: Squeezes that drop a batch of 1, and flattened outputs."""
+        self.trace.squeezes.extend(self.batch_squeezes())
+        self.trace.flattens.extend(self.batch_flattens())
+
+    def batch_flattens(self) -> list[NodeSite]:
+        """Reshapes to ``[-1]`` that make a graph output from data whose axis 0 is the batch (a batch of 1):
+        ``view(-1)`` at the end of a model traced at batch 1 gives each sample's values without a batch
+        axis, and at batch 4 all the samples' run together in one axis. Kept as ``[0, -1]``, the output
+        has the batch on axis 0 and each sample's values after it, as a Squeeze given axes does."""
+        if self.b1 != 1:
+            return []
+        found = []
+        for info in self.evaluator.model.graph.output:
+            site = self.evaluator.producer.get(info.name)
+            if site is None or site.node.op_type != "Reshape" or site.node.domain not in ("", "ai.onnx"):
+                continue
+            shape = self.index.constant(site.node.input[1], site.scopes) if self.index is not None else None
+            if shape is None or [int(v) for v in shape.reshape(-1)] != [-1] or len(site.scopes) != 1:
+                continue
+            data = [sizes_of(known) for known in self.evaluator.at(site.node.input[0])]
+            a, b = (1 if self.b2 > 1 else 0), len(data) - 1
+            old, first, second = data[0], data[a], data[b]
+            if old is None or first is None or second is None or len(first) < 2 or old[0] != 1:
+                continue
+            wa, wb = self.trace.sizes[a], self.trace.sizes[b]
+            if first[0] == wa and second[0] == wb and first[1:] == second[1:]:  # the batch alone on axis 0
+                found.append(site)
+        return found
+
     def batch_squeezes(self) -> list[tuple[NodeSite, list[int]]]:
         """Squeezes without axes whose output loses the batch at the old batch of 1 only.
 

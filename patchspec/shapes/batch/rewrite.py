@@ -151,6 +151,27 @@ def explicit_squeezes(model: onnx.ModelProto, squeezes: list[tuple[NodeSite, lis
     return lines
 
 
+def keep_flattened_batch(model: onnx.ModelProto, flattens: list[NodeSite]) -> list[str]:
+    """Give each Reshape to ``[-1]`` that flattened the batch into a graph output (``trace.flattens``) the
+    shape ``[0, -1]``: the batch on axis 0, each sample's values after it. One line per change."""
+    taken = all_names(model) if flattens else set()
+    lines = []
+    for site in flattens:
+        node = site.node
+        name = fresh_name(f"{node.name or node.output[0]}/batch_kept", taken)
+        taken.add(name)
+        site.graph.initializer.append(numpy_helper.from_array(np.array([0, -1], dtype=np.int64), name))
+        node.input[1] = name
+        kept = [attr for attr in node.attribute if attr.name != "allowzero"]  # 0 copies the batch (dynamo sets 1)
+        del node.attribute[:]
+        node.attribute.extend(kept)
+        lines.append(
+            f"made Reshape '{node.name or node.output[0]}' keep the batch ([-1] -> [0, -1]): it flattened each "
+            f"sample's values into output '{node.output[0]}' with the batch, which at batch 1 dropped the batch axis"
+        )
+    return lines
+
+
 def declare_from_trace(
     model: onnx.ModelProto,
     trace: BatchTrace,
@@ -362,4 +383,4 @@ def _at_size(found: BatchDim, size: Size) -> Dim:
     return size * factor if isinstance(size, int) else (size if factor == 1 else None)
 
 
-__all__ = ["declare_from_trace", "explicit_squeezes", "rewrite_batch_constants"]
+__all__ = ["declare_from_trace", "explicit_squeezes", "keep_flattened_batch", "rewrite_batch_constants"]

@@ -139,6 +139,8 @@ class BatchTrace:
     far: dict[str, list[Known]] = field(default_factory=dict)
     #: Squeezes without axes that drop a batch of 1, with the axes they remove at the new batch
     squeezes: list[tuple[NodeSite, list[int]]] = field(default_factory=list)
+    #: Reshapes to [-1] that make a graph output and flatten the batch with each sample's values
+    flattens: list[NodeSite] = field(default_factory=list)
     #: the batch at each point: b1, b2, (b1 again where other dims move), then the second witness
     sizes: tuple[int, ...] = ()
     #: (input, axis) of each input axis that carries the batch
