@@ -132,11 +132,32 @@ class BatchFindings:
         moved = self._transposing_reshapes()
         if moved:
             folded = f"; {moved[0]} {_TRANSPOSE}"
+        where = self._where_lost(self.evaluator.model.graph.output[0].name)
         return [
             f"no output follows the batch: {', '.join(shapes[:3])} "
             f"{'keeps its' if len(shapes) == 1 else 'keep their'} shape at every batch, so the batch is "
-            f"lost inside the model (a Loop over a fixed count, a Reshape that is a transpose at batch {self.b1}){folded}"
+            f"lost inside the model{where}{folded}"
         ]
+
+    def _where_lost(self, name: str) -> str:
+        """`` at Loop 'x' (...)``: the node nearest ``name`` upstream whose own output keeps its shape at both
+        witnesses while one of its inputs does not; '' where none is found (then a hint at the usual causes)."""
+        a = 1 if self.b2 > 1 else 0
+        site, seen = self.evaluator.producer.get(name), set()
+        while site is not None and id(site.node) not in seen:
+            seen.add(id(site.node))
+            moving = [n for n in site.node.input if n and self._moves(n, a)]
+            if moving:
+                shapes = ", ".join(f"{n} {shape_text(self.evaluator.at(n)[a])}" for n in moving[:2])
+                return f" at {self.label(site)}, whose input {shapes} follows it"
+            steady = [n for n in site.node.input if n in self.evaluator.producer]
+            site = self.evaluator.producer.get(steady[0]) if len(steady) == 1 else None
+        return f" (a reduction over it, a Loop over a fixed count, a Reshape that is a transpose at batch {self.b1})"
+
+    def _moves(self, name: str, a: int) -> bool:
+        knowns = self.evaluator.at(name)
+        first, second = sizes_of(knowns[a]), sizes_of(knowns[-1])
+        return first is not None and second is not None and first != second
 
     def uneven_outputs(self) -> list[str]:
         """Graph outputs with an axis that changes with the batch but not in step with it (5 rows at batch
