@@ -118,11 +118,11 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         if others is not None and others.proved:  # the batch under other names too: set on them all
             batch = api.BatchAxes(others.axes, batch.old_size, batch.notes + (others.hint,), batch.unread)
             (trace, not_at_one), others = follow_batch(model, batch, inputs, b2, symbolic, others.trace), None
-        if trace.refusals and not same:
-            refuse(trace, size, _where(batch), context, others.hint if others else None)
-        flattened = [] if same else api.keep_flattened_batch(model, trace.flattens)
+        flattened = [] if same or trace.refusals else api.keep_flattened_batch(model, trace.flattens)
         if flattened:  # the outputs' shapes changed: follow the batch through the model as it now is
             trace, not_at_one = follow_batch(model, batch, inputs, b2, symbolic)
+        if trace.refusals and not same:
+            refuse(trace, size, _where(batch), context, others.hint if others else None)
         rewrites: list[api.Rewrite] = [] if same else trace.rewrites
         undecided: list[api.Undecided] = [] if same else trace.undecided
         changed = flattened + api.rewrite_batch_constants(model, rewrites, f"batch_{size}")

@@ -109,6 +109,18 @@ class BatchFindings:
             found.append(self.conflict(site, why))
         return found
 
+    @cached_property
+    def witnesses(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        """The two points whose batches are both above 1 (as the tracker decides at), and those batches."""
+        a, b = (1 if self.b2 > 1 else 0), len(self.trace.sizes) - 1
+        return (a, b), (self.trace.sizes[a], self.trace.sizes[b])
+
+    def at_witnesses(self, name: str) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+        """The sizes of ``name`` at the two witnesses (None where unknown)."""
+        (a, b), _ = self.witnesses
+        knowns = self.evaluator.at(name)
+        return sizes_of(knowns[a]), sizes_of(knowns[b])
+
     def lost_batch(self) -> list[str]:
         """Every graph output known at both witnesses and the same there: the batch reaches none of them.
         The samples' outputs side by side would have each sample's rows, so such a model, as evaluated,
@@ -119,8 +131,7 @@ class BatchFindings:
             return []  # an op that couples the samples (a mean over the batch) is told, not refused
         shapes = []
         for info in self.evaluator.model.graph.output:
-            knowns = self.evaluator.at(info.name)
-            first, second = sizes_of(knowns[1 if self.b2 > 1 else 0]), sizes_of(knowns[-1])
+            first, second = self.at_witnesses(info.name)
             if first is None or first != second:
                 return []
             shapes.append(f"'{info.name}' {list(first)}")
@@ -142,11 +153,11 @@ class BatchFindings:
     def _where_lost(self, name: str) -> str:
         """`` at Loop 'x' (...)``: the node nearest ``name`` upstream whose own output keeps its shape at both
         witnesses while one of its inputs does not; '' where none is found (then a hint at the usual causes)."""
-        a = 1 if self.b2 > 1 else 0
+        (a, _), _ = self.witnesses
         site, seen = self.evaluator.producer.get(name), set()
         while site is not None and id(site.node) not in seen:
             seen.add(id(site.node))
-            moving = [n for n in site.node.input if n and self._moves(n, a)]
+            moving = [n for n in site.node.input if n and self._moves(n)]
             if moving:
                 shapes = ", ".join(f"{n} {shape_text(self.evaluator.at(n)[a])}" for n in moving[:2])
                 return f" at {self.label(site)}, whose input {shapes} follows it"
@@ -154,9 +165,8 @@ class BatchFindings:
             site = self.evaluator.producer.get(steady[0]) if len(steady) == 1 else None
         return f" (a reduction over it, a Loop over a fixed count, a Reshape that is a transpose at batch {self.b1})"
 
-    def _moves(self, name: str, a: int) -> bool:
-        knowns = self.evaluator.at(name)
-        first, second = sizes_of(knowns[a]), sizes_of(knowns[-1])
+    def _moves(self, name: str) -> bool:
+        first, second = self.at_witnesses(name)
         return first is not None and second is not None and first != second
 
     def uneven_outputs(self) -> list[str]:
@@ -179,7 +189,7 @@ class BatchFindings:
             self.decided.add(id(site.node))
             name = next(o for o in site.node.output if o)
             axis, (first, second) = self._uneven_axis(name) or (0, (0, 0))
-            witnesses = self.trace.sizes[1 if self.b2 > 1 else 0], self.trace.sizes[-1]
+            _, witnesses = self.witnesses
             found.append(
                 self.conflict(
                     site,
@@ -209,12 +219,10 @@ class BatchFindings:
     def _uneven_axis(self, name: str) -> tuple[int, tuple[int, int]] | None:
         """The first axis of ``name`` whose size differs between the two witnesses (batches above 1) and
         is not the same multiple of each, with those sizes; None where there is none."""
-        knowns = self.evaluator.at(name)
-        a, b = (1 if self.b2 > 1 else 0), len(knowns) - 1
-        first, second = sizes_of(knowns[a]), sizes_of(knowns[b])
+        first, second = self.at_witnesses(name)
         if first is None or second is None or len(first) != len(second) or first == second:
             return None
-        wa, wb = self.trace.sizes[a], self.trace.sizes[b]
+        _, (wa, wb) = self.witnesses
         for axis, (x, y) in enumerate(zip(first, second)):
             if x != y and x * wb != y * wa:
                 return axis, (x, y)
@@ -298,12 +306,11 @@ class BatchFindings:
             shape = self.index.constant(site.node.input[1], site.scopes) if self.index is not None else None
             if shape is None or [int(v) for v in shape.reshape(-1)] != [-1] or len(site.scopes) != 1:
                 continue
-            data = [sizes_of(known) for known in self.evaluator.at(site.node.input[0])]
-            a, b = (1 if self.b2 > 1 else 0), len(data) - 1
-            old, first, second = data[0], data[a], data[b]
+            old = sizes_of(self.evaluator.at(site.node.input[0])[0])
+            first, second = self.at_witnesses(site.node.input[0])
             if old is None or first is None or second is None or len(first) < 2 or old[0] != 1:
                 continue
-            wa, wb = self.trace.sizes[a], self.trace.sizes[b]
+            _, (wa, wb) = self.witnesses
             if first[0] == wa and second[0] == wb and first[1:] == second[1:]:  # the batch alone on axis 0
                 found.append(site)
         return found

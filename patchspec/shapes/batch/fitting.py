@@ -77,13 +77,15 @@ def symbol_sizes(index: int) -> tuple[int, int]:
     return size, size + SYMBOL_SHIFT
 
 
-def fit_other_dims(model: onnx.ModelProto, point: Mapping[str, Known], axes: Collection[Place]) -> FittedDim | None:
-    """For set_batch, whose evaluation stopped at ``point`` (the batch on ``axes``): the other symbolic
-    dim to evaluate elsewhere. An input's axis 0 is never moved: there another input may name the
-    batch apart (set_batch's ``other_batch_names`` settles those)."""
+def fit_other_dims(
+    model: onnx.ModelProto, evaluated: ShapeEvaluator, point: Mapping[str, Known], axes: Collection[Place]
+) -> FittedDim | None:
+    """For set_batch, whose evaluation (``evaluated``, its first point ``point``, the batch on ``axes``)
+    stopped before an output: the other symbolic dim to evaluate elsewhere. An input's axis 0 is never
+    moved: there another input may name the batch apart (set_batch's ``other_batch_names`` settles those)."""
     shapes = {name: [dim or 0 for dim in known.shape or ()] for name, known in point.items()}  # all sizes
     free = free_dims(model, {*axes, *((name, 0) for name in shapes)})
-    return fit_dim(model, shapes, free, shift=SYMBOL_SHIFT)
+    return fit_dim(model, shapes, free, shift=SYMBOL_SHIFT, evaluated=evaluated)
 
 
 def free_dims(model: onnx.ModelProto, kept: Collection[Place]) -> dict[SymbolKey, list[Place]]:
@@ -97,17 +99,12 @@ def free_dims(model: onnx.ModelProto, kept: Collection[Place]) -> dict[SymbolKey
     return free
 
 
-def stops_at(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> set[int] | None:
-    """None where every graph output evaluates at ``shapes``; else the sizes two inputs of the first
-    node the evaluation stops at disagree on (aligned from the last axis, as broadcasting and MatMul's
-    batch dims are; a MatMul's contracted pair too; a Concat's axes but the joined one), empty where
-    they agree."""
-    found = _stop(model, shapes)
-    return None if found is None else found[0]
-
-
 def fit_dim(
-    model: onnx.ModelProto, shapes: Shapes, free: Mapping[SymbolKey, list[Place]], shift: int | None = None
+    model: onnx.ModelProto,
+    shapes: Shapes,
+    free: Mapping[SymbolKey, list[Place]],
+    shift: int | None = None,
+    evaluated: ShapeEvaluator | None = None,
 ) -> FittedDim | None:
     """The first symbolic dim of ``free`` that, moved alone, makes the model evaluate where at ``shapes``
     it stops; None where it evaluates there already, or no dim tried fits (within ``MAX_TRIES``).
@@ -116,7 +113,7 @@ def fit_dim(
     disagreeing sizes, then at halves, quarters and eighths of its size (see :func:`_candidates`). With ``shift``, a fitting size
     is then tried ``shift`` larger, half and a quarter of itself larger, and a quarter smaller, for the
     point where dims move (without, ``moved`` is ``size``)."""
-    found = _stop(model, shapes)
+    found = _stop(model, shapes) if evaluated is None else _stop_in(model, evaluated, 0)
     if found is None or not free:
         return None
     sizes, stopped = found
@@ -183,13 +180,17 @@ def _stop(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> tuple[
         for name, shape in shapes.items()
         if name in inputs
     }
-    evaluator = ShapeEvaluator(model, [point]).run()
-    if all(evaluator.at(info.name)[0].shape is not None for info in model.graph.output):
+    return _stop_in(model, ShapeEvaluator(model, [point]).run(), 0)
+
+
+def _stop_in(model: onnx.ModelProto, evaluator: ShapeEvaluator, point: int) -> tuple[set[int], str] | None:
+    """:func:`_stop` of an evaluation already made, at its ``point``."""
+    if all(evaluator.at(info.name)[point].shape is not None for info in model.graph.output):
         return None
-    node = evaluator.stopped_at(0)
+    node = evaluator.stopped_at(point)
     if node is None:
         return set(), "a node it cannot evaluate"
-    shapes_in = [tuple(evaluator.at(name)[0].shape or ()) for name in node.input if name]
+    shapes_in = [tuple(evaluator.at(name)[point].shape or ()) for name in node.input if name]
     label = f"{node.op_type} '{node.name or node.output[0]}' ({', '.join(str(list(s)) for s in shapes_in)})"
     return set(_disagreeing(node, shapes_in)), label
 
@@ -225,6 +226,5 @@ __all__ = [
     "fit_other_dims",
     "fitting_shapes",
     "free_dims",
-    "stops_at",
     "symbol_sizes",
 ]

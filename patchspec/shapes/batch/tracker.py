@@ -68,8 +68,8 @@ def trace_batch(
     axes = tuple(batch_axes)
     trace, points = new_trace(model, axes, b1, b2, symbolic)
     _follow(model, trace, points, decide)
-    if trace.moves_symbols and not all(trace.at(info.name)[0].shape is not None for info in model.graph.output):
-        fitted = fit_other_dims(model, points[0], axes)  # the export stops at another dim's usual sizes
+    if trace.moves_symbols and trace.evaluator is not None:  # the export may stop at another dim's usual sizes
+        fitted = fit_other_dims(model, trace.evaluator, points[0], axes)
         if fitted is not None:
             trace, points = new_trace(model, axes, b1, b2, symbolic, fitted)
             _follow(model, trace, points, decide)
