@@ -61,6 +61,7 @@ from patchspec.shapes.batch.rewrite import (
     keep_flattened_batch as keep_flattened_batch,
     declare_from_trace as declare_from_trace,
 )
+from patchspec.shapes.batch.transposes import transpose_batch_reshapes as transpose_batch_reshapes
 from patchspec.shapes.batch.joins import tile_inputs as tile_inputs
 from patchspec.shapes.batch.computed import compute_shapes as compute_shapes
 from patchspec.shapes.batch.counts import count_samples as count_samples

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Annotated, TypedDict
 
 from patchspec import COUPLED, UNDECIDED, Param, ParamProblem, PatchContext, PatchResult, PatchType, api, hookimpl
+
+from ._set_batch_walks import Repairs, follow_batch, other_batch_names
 
 if sys.version_info >= (3, 11):
     from typing import NotRequired
@@ -118,20 +120,20 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         if others is not None and others.proved:  # the batch under other names too: set on them all
             batch = api.BatchAxes(others.axes, batch.old_size, batch.notes + (others.hint,), batch.unread)
             (trace, not_at_one), others = follow_batch(model, batch, inputs, b2, symbolic, others.trace), None
-        flattened = [] if same or trace.refusals else api.keep_flattened_batch(model, trace.flattens)
-        if flattened:  # the outputs' shapes changed: follow the batch through the model as it now is
-            trace, not_at_one = follow_batch(model, batch, inputs, b2, symbolic)
+        repairs = Repairs(f"batch_{size}", partial(follow_batch, model, batch, inputs, b2, symbolic))
+        trace, not_at_one = (trace, not_at_one) if same else repairs.make(model, (trace, not_at_one))
         if trace.refusals and not same:
             refuse(trace, size, _where(batch), context, others.hint if others else None)
         rewrites: list[api.Rewrite] = [] if same else trace.rewrites
         undecided: list[api.Undecided] = [] if same else trace.undecided
-        changed = flattened + api.rewrite_batch_constants(model, rewrites, f"batch_{size}")
+        changed = api.rewrite_batch_constants(model, rewrites, f"batch_{size}")
         squeezes = [] if same else api.explicit_squeezes(model, trace.squeezes)
         tiled = [] if same else api.tile_inputs(model, trace.tilings, f"batch_{size}")
         changed += [] if same else api.compute_shapes(model, trace.computed, f"batch_{size}")
         changed += [] if same else api.count_samples(model, trace.countings, f"batch_{size}")
         corrected = set_and_declare(model, batch, trace, size, context)
         counts = summary_counts(changed, squeezes, undecided, len(others.found) if others else 0, corrected, tiled)
+        counts += repairs.count()
         notes = tuple(undecided_text(point) for point in undecided)
         coupled = tuple(f"couples samples: {line}" for line in trace.coupled)
         _record(context, undecided, coupled, trace.coupled)
@@ -140,9 +142,9 @@ class SetBatchPatch(PatchType[SetBatchParams]):
             + ((not_at_one,) if not_at_one else ())
             + ((trace.fitted.note(),) if trace.fitted else ())
             + ((others.hint,) if others else ())
-            + tuple(changed)
+            + tuple(repairs.reshaped + changed)
             + tuple(squeezes)
-            + tuple(tiled)
+            + tuple(repairs.states + tiled)
             + tuple(corrected)
             + coupled
             + notes
@@ -252,125 +254,6 @@ def coupling_summary(coupled: list[str]) -> str:
         return ""
     more = f" (and {len(coupled) - 1} more, -v lists them)" if len(coupled) > 1 else ""
     return f"; the samples are not independent: {coupled[0]}{more}"
-
-
-def follow_batch(
-    model: onnx.ModelProto,
-    batch: api.BatchAxes,
-    inputs: dict[str, onnx.ValueInfoProto],
-    b2: int,
-    symbolic: bool,
-    decided: api.BatchTrace | None = None,
-) -> tuple[api.BatchTrace, str | None]:
-    """The trace set_batch acts on, and a note when the model as exported does not run at batch 1.
-
-    A batch that is already dynamic was exported to run at any batch: when the model runs at the new
-    one as it is, no constant is touched (at batch 1 a channel of 1 looks like the batch; only a model
-    that fails, or runs without carrying the batch through (``api.not_as_exported``), is decided
-    constant by constant). An export traced at a batch above 1 may not run at 1 (hummingbird's
-    ``Squeeze`` without axes drops the batch there, and a ``Transpose`` after it fails): when it
-    cannot run at batch 1 and runs from batch 2 to the new one as it is (every output evaluated at
-    every point, nothing refused), that is the model the user has, and the note says where batch 1
-    fails. One that runs at batch 1 and mixes samples above it (traced at 1) is refused as before."""
-    dims = [(api.read_dims(inputs[name]) or [0])[axis] for name, axis in batch.axes]
-    if all(not isinstance(dim, int) for dim in dims):
-        names = {d for d in dims if isinstance(d, str)}
-        as_is = api.trace_batch(model, batch.axes, batch.old_size, b2, symbolic=symbolic, decide=False)
-        if not as_is.refusals and not api.not_as_exported(model, as_is, names):
-            return as_is, None
-        fails_at_one = any(as_is.at(info.name)[0].shape is None for info in model.graph.output)
-        if batch.old_size == 1 and b2 > 2 and as_is.refusals and fails_at_one:
-            from_two = api.trace_batch(model, batch.axes, 2, b2, symbolic=symbolic, decide=False)
-            runs = all(from_two.reached(info.name, everywhere=True) for info in model.graph.output)
-            if runs and not from_two.refusals and not api.not_as_exported(model, from_two, names):
-                return from_two, _not_at_one(as_is)
-    if decided is not None:  # traced with these axes already (other_batch_names)
-        return decided, None
-    return api.trace_batch(model, batch.axes, batch.old_size, b2, symbolic=symbolic), None
-
-
-def _not_at_one(as_is: api.BatchTrace) -> str:
-    """Where the model as exported stops at batch 1 (the evaluation's first point)."""
-    node = as_is.evaluator.stopped_at(0) if as_is.evaluator is not None else None
-    if node is None:
-        return f"as exported, the model does not run at batch 1: {as_is.refusals[0]}"
-    shapes = ", ".join(str(list(as_is.at(name)[0].shape or ())) for name in node.input if name)
-    where = f"{node.op_type} '{node.name or node.output[0]}' cannot take its inputs there ({shapes})"
-    return f"as exported, the model does not run at batch 1: {where}; it was judged from batch 2"
-
-
-@dataclass(frozen=True)
-class OtherNames:
-    """Inputs whose axis 0 has a batch name of its own: ``found`` (``mask[0] ('unk__6135')``), the axes
-    with them all (``axes``), whether the evaluation proves them the batch, and what the details say."""
-
-    found: list[str]
-    axes: tuple[tuple[str, int], ...]
-    proved: bool
-    hint: str
-    trace: api.BatchTrace  # the model traced with them all (follow_batch takes it rather than trace again)
-
-
-def other_batch_names(
-    model: onnx.ModelProto,
-    batch: api.BatchAxes,
-    inputs: dict[str, onnx.ValueInfoProto],
-    size: int | str,
-    b2: int,
-    trace: api.BatchTrace,
-) -> OtherNames | None:
-    """Inputs whose axis 0 has a name of its own (tf2onnx's ``unk__6135`` beside ``unk__6134``).
-
-    Each exporter may name the batch once per input. The detected batch is the first input's name
-    only. The others are proved to be the batch too when the model, evaluated with them moving with
-    the batch, runs at the new batch where with sizes of their own (``trace``) it did not (two images
-    of a Siamese model subtracted from each other), or where with sizes of their own the evaluation
-    stopped before any output (features concatenated beside the batch's): set_batch then sets them all,
-    says so, and refuses what the model does with them all as it would for one input. Else
-    the details only say that they keep a name of their own, with the entry that would set them."""
-    names = {(api.read_dims(inputs[name]) or [None])[axis] for name, axis in batch.axes}
-    chosen = {name for name, _ in batch.axes}
-    left = [
-        (name, 0)
-        for name, info in inputs.items()
-        if name not in chosen and (dims := api.read_dims(info)) and isinstance(dims[0], str) and dims[0] not in names
-    ]
-    if not left:
-        return None
-    every = (*batch.axes, *left)
-    together = api.trace_batch(model, list(every), batch.old_size, b2, symbolic=isinstance(size, str))
-    stops_alone = _stops_alone(model, trace, together)
-    if together.refusals and not stops_alone:
-        return None
-    proved = bool(trace.refusals) or len(together.undecided) < len(trace.undecided) or stops_alone
-    listed: api.FlowValue = (
-        [name for name, _ in every] if all(axis == 0 for _, axis in every) else {name: axis for name, axis in every}
-    )
-    fix = api.SpecFix("set_batch", (("size", size), ("inputs", listed)))
-    found = [f"{name}[0] ('{(api.read_dims(inputs[name]) or [''])[0]}')" for name, _ in left]
-    one = len(found) == 1
-    if proved:
-        hint = (
-            f"{', '.join(found)} name{'s' * one} the batch under another name: the model runs at the new batch "
-            f"with {'it' if one else 'them'} at the batch's size, not with {'its' if one else 'their'} own, so "
-            f"set_batch sets {'it' if one else 'them'} too; to say so in the spec (or list other inputs):\n"
-        )
-    else:
-        hint = (
-            f"{', '.join(found)} keep{'s' * one} a batch name of {'its' if one else 'their'} own; if "
-            f"{'it carries' if one else 'they carry'} the batch too, use instead:\n"
-        )
-    return OtherNames(found, every, proved, hint + api.spec_lines(fix), together)
-
-
-def _stops_alone(model: onnx.ModelProto, alone: api.BatchTrace, together: api.BatchTrace) -> bool:
-    """Whether the evaluation with the other names at sizes of their own reaches no graph output and
-    reaches fewer tensors than with them moving with the batch (ICLabel concatenates three inputs'
-    features): they meet the batch, so what the evaluation with them all refuses stands."""
-    if any(alone.reached(info.name) for info in model.graph.output):
-        return False
-    names = [name for node in model.graph.node for name in node.output if name]
-    return sum(map(together.reached, names)) > sum(map(alone.reached, names))
 
 
 def undecided_text(point: api.Undecided) -> str:

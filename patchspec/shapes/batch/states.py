@@ -21,6 +21,7 @@ from patchspec.model.graph import NodeSite
 from patchspec.shapes import expressions
 from patchspec.shapes.batch.operands import Operands
 from patchspec.shapes.batch.trace import BatchTrace, PointInputs, Rewrite, Tiling, Undecided, ints_of, sizes_of
+from patchspec.shapes.batch.transposes import Walked
 from patchspec.shapes.compiler import MIN_OPSET
 from patchspec.shapes.evaluate import ShapeEvaluator
 from patchspec.shapes.known import Known
@@ -188,12 +189,76 @@ def _repeat_constant_state(
     )
 
 
+def repeat_loop_states(findings: Walked) -> None:
+    """A Loop's carried value that starts as a constant of one sample (tf2onnx folds a Keras RNN's zero
+    state at a static batch 1 into ``[1, H]``) while the body's next value follows the batch, or fails
+    at every batch but the old one (a Gemm whose bias follows the batch and whose state does not): the
+    state is repeated to the batch by a Tile, as for an RNN op's starting state, and set_batch follows
+    the batch again. A state whose shape changes after the first step fails in onnxruntime where the
+    body's declared shapes let it reuse a buffer ("Shape mismatch attempting to re-use buffer {1,18}
+    != {4,18}"). Before opset 11 a symbolic batch has nothing to size the Tile: undecided."""
+    trace, index = findings.trace, findings.index
+    if trace.b1 != 1 or index is None or not trace.batch_axes:
+        return
+    for _, site in findings.sites:
+        node = site.node
+        body = next((a.g for a in node.attribute if a.name == "body"), None)
+        if node.op_type != "Loop" or node.domain not in ("", "ai.onnx") or body is None:
+            continue
+        passed = {info.name for info in body.input}  # a value the body passes on unchanged is no state
+        for k, start in enumerate(node.input[2:]):
+            after = body.output[1 + k].name if 1 + k < len(body.output) else None
+            axis = _state_axis(findings, start, after) if after is not None and after not in passed else None
+            if axis is not None and index.constant_source(start, site.scopes) is not None:
+                _tile_loop_state(findings, site, 2 + k, axis)
+
+
+def _state_axis(findings: Walked, start: str, after: str) -> tuple[int, int, bool] | None:
+    """(axis, rank, whether the body runs) of the one sample's axis of 1 in ``start`` that the body's next
+    value ``after`` gives the batch, or fails on at the witnesses (then ``start`` has one axis of 1); None
+    otherwise."""
+    first, second = findings.at_witnesses(start)
+    if first is None or first != second or 1 not in first:
+        return None
+    axis = findings.batch_axis(after)
+    if axis is None and findings.at_witnesses(after) == (None, None) and first.count(1) == 1:
+        at_one = sizes_of(findings.evaluator.at(after)[0])
+        axis = first.index(1) if at_one == first else None  # the next state, like the start, at batch 1
+    if axis is None or axis >= len(first) or first[axis] != 1:
+        return None
+    return axis, len(first), findings.batch_axis(after) is not None
+
+
+def _tile_loop_state(findings: Walked, site: NodeSite, operand: int, where: tuple[int, int, bool]) -> None:
+    """Record the Tile of the Loop's starting value ``operand`` (``where``: axis, rank, and whether the body
+    follows the batch without it) to the batch: by the batch input's dim at run time, so that the model
+    is followed again at any batch; before opset 11, where nothing computes that dim, by the new batch
+    after the last walk where the body runs without it, and undecided where it does not."""
+    trace, (axis, rank, runs) = findings.trace, where
+    name, label = site.node.input[operand], f"Loop '{site.node.name or site.node.output[0]}'"
+    reason = f"the starting value '{name}' that {label} carries holds one sample's state"
+    first, at = trace.batch_axes[0]
+    if findings.evaluator.opset() >= MIN_OPSET:
+        repeats = f"dim({expressions.quote_tensor(first)}, {at})"
+        trace.loop_states.append(Tiling(site, operand, axis, rank, repeats, f"{reason}; repeated {repeats} times"))
+    elif runs and not trace.symbolic:
+        trace.tilings.append(Tiling(site, operand, axis, rank, trace.b2, f"{reason}; repeated {trace.b2} times"))
+    else:
+        trace.undecided.append(
+            Undecided(
+                f"undecided: {reason}, and its body needs the batch there; before opset {MIN_OPSET} nothing "
+                "can size a Tile to the batch at run time: export the model with a dynamic batch or a newer opset"
+            )
+        )
+
+
 __all__ = [
     "RECURRENT",
     "batch_expression",
     "follow_batch_at",
     "layout_axes",
     "maker_values",
+    "repeat_loop_states",
     "rewrite_maker_element",
     "settle_states",
 ]

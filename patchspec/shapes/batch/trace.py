@@ -5,10 +5,8 @@ The model is evaluated (``evaluate.ShapeEvaluator``) at two points that differ o
 symbolic batch); a third point moves every other symbolic input dim, so dims that depend on them
 are told apart, and a last point at a third batch ``b3`` (above 1, apart from both) is the
 tracker's second witness. Every dim is then a number at each point, and a dim *carries the batch*
-when it differs between the two batch points as ``k * b1`` -> ``k * b2``. ``tracker`` does the
-following; this module holds what it returns (``BatchTrace``) and the small helpers it shares with
-``findings``.
-"""
+when it differs between the two batch points as ``k * b1`` -> ``k * b2``. ``tracker`` follows; this
+module holds what it returns (``BatchTrace``) and the helpers it shares with ``findings``."""
 
 from __future__ import annotations
 
@@ -77,6 +75,16 @@ class Tiling:
 
 
 @dataclass(frozen=True)
+class Transposition:
+    """A Reshape that is a transpose at batch 1, to replace by a Transpose of ``perm`` (or, with
+    ``before``, to give one before it): ``transposes``."""
+
+    site: NodeSite
+    perm: tuple[int, ...]
+    before: bool = False
+
+
+@dataclass(frozen=True)
 class Computed:
     """Give input ``operand`` of ``site.node`` the shape ``items``, computed at run time (expressions):
     a symbolic batch no constant can say (``computed``)."""
@@ -141,6 +149,10 @@ class BatchTrace:
     squeezes: list[tuple[NodeSite, list[int]]] = field(default_factory=list)
     #: Reshapes to [-1] that make a graph output and flatten the batch with each sample's values
     flattens: list[NodeSite] = field(default_factory=list)
+    #: Reshapes that are a transpose at the old batch of 1 (``transposes``), and constant starting values
+    #: of one sample that a Loop carries (``states``): set_batch repairs them, then follows the batch again
+    transposes: list[Transposition] = field(default_factory=list)
+    loop_states: list[Tiling] = field(default_factory=list)
     #: the batch at each point: b1, b2, (b1 again where other dims move), then the second witness
     sizes: tuple[int, ...] = ()
     #: (input, axis) of each input axis that carries the batch
@@ -428,17 +440,6 @@ def shape_text(known: Known) -> str:
 
 
 __all__ = [
-    "AXIS_FREE",
-    "INT64_MAX",
-    "BatchTrace",
-    "Computed",
-    "Counting",
-    "Rewrite",
-    "Tiling",
-    "Undecided",
-    "batch_position",
-    "far_point",
-    "ints_of",
-    "make_points",
-    "new_trace",
-]
+    "AXIS_FREE", "INT64_MAX", "BatchTrace", "Computed", "Counting", "Rewrite", "Tiling", "Transposition",
+    "Undecided", "batch_position", "far_point", "ints_of", "make_points", "new_trace",
+]  # fmt: skip

@@ -87,7 +87,7 @@ def _follow(model: onnx.ModelProto, trace: BatchTrace, points: list[dict[str, Kn
         findings = BatchFindings(trace, tracker.evaluator, tracker.decided, tracker.operands.index)
         trace.refusals.extend(findings.pinned())
         trace.refusals.extend(findings.conflicts())
-        findings.record_repairs()
+        findings.record_repairs(decide)
 
 
 #: an element's value at one point, from the point's index and the element's value there

@@ -1,0 +1,149 @@
+"""Reshapes that are a transpose at the exported batch of 1: found after the walk, and made transposes.
+
+A transpose that moves only an axis of 1 moves no bytes, so exporters and optimizers write it as a
+Reshape: tf2onnx does for the time-major input of a Keras RNN (``[1, 7, 5]`` to ``[7, 1, 5]``), and
+onnxruntime's transpose optimizer does too. At another batch no Reshape is that transpose: rewriting
+its batch element, or a ``-1`` beside it, folds the batch into time, and a Loop over the 7 steps reads
+sample 0's. Two cases, each the same op at batch 1 and the batched one everywhere else:
+
+- the Reshape moves the batch's axis of 1 and keeps the other dims in order: it becomes a Transpose;
+- in a model where one such Reshape was found, a Reshape that reads the batch off axis 0 (an RNN's
+  time-major output, ``[7, 1, 6]`` to ``[7, 6]``) read a transpose back to the batch first, folded
+  into it: a Transpose that puts the batch first is put before it, and the walk then decides the
+  Reshape's constant as for any Reshape of batch-first data.
+
+set_batch replaces what one walk finds and walks the model again: a Reshape whose data a folded
+Reshape upstream made is found in the next walk. The Transposes written carry :data:`MARK` as their
+doc_string, which is also how a later walk knows the model folds transposes.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import onnx
+
+from patchspec.model.graph import NodeSite, ScopeIndex, all_names, fresh_name
+from patchspec.shapes.batch.trace import BatchTrace, Transposition, sizes_of
+from patchspec.shapes.evaluate import ShapeEvaluator
+
+#: the doc_string of each Transpose written here
+MARK = "patchspec set_batch: a Reshape that was a transpose at batch 1"
+
+
+class Walked(Protocol):
+    """What of a finished walk (``findings.BatchFindings``) the repairs read."""
+
+    b1: int
+    trace: BatchTrace
+    evaluator: ShapeEvaluator
+    index: ScopeIndex | None
+
+    @property
+    def sites(self) -> list[tuple[str, NodeSite]]: ...
+
+    def at_witnesses(self, name: str) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]: ...
+
+    def batch_axis(self, name: str) -> int | None: ...
+
+
+def batch_transposes(findings: Walked) -> list[Transposition]:
+    """Every Reshape of the walk that is a transpose at the old batch of 1 (the module's two cases).
+
+    A Reshape that makes a graph output nothing reads, from data with the batch on axis 0, is left to
+    a rewrite of its first element alone: each sample's rows then lie side by side on axis 0."""
+    if findings.b1 != 1:
+        return []
+    sites = [site for _, site in findings.sites if _is_reshape(site.node)]
+    folds = any(site.node.doc_string == MARK for _, site in findings.sites)
+    read = {name for _, site in findings.sites for name in site.node.input}
+    outputs = {info.name for info in findings.evaluator.model.graph.output}
+    found = []
+    for site in sites:
+        node = site.node
+        if node.output[0] in outputs and node.output[0] not in read and _leads(findings, site):
+            continue
+        data, out = (sizes_of(findings.evaluator.at(name)[0]) for name in (node.input[0], node.output[0]))
+        axis = findings.batch_axis(node.input[0])
+        if data is None or out is None or axis is None:
+            continue
+        perm = _moved_one(data, out, axis)
+        if perm is not None:
+            found.append(Transposition(site, perm))
+            folds = True
+    if folds:
+        replaced = {id(t.site.node) for t in found}
+        found += [t for site in sites if id(site.node) not in replaced and (t := _batch_first(findings, site))]
+    return found
+
+
+def _is_reshape(node: onnx.NodeProto) -> bool:
+    return node.op_type == "Reshape" and node.domain in ("", "ai.onnx") and bool(node.input[0])
+
+
+def _moved_one(data: tuple[int, ...], out: tuple[int, ...], axis: int) -> tuple[int, ...] | None:
+    """The permutation that is ``data`` -> ``out`` where both have one axis of 1, ``data``'s on the batch
+    ``axis``, and the other dims keep their order; None where the Reshape is no such transpose."""
+    if len(data) != len(out) or data.count(1) != 1 or out.count(1) != 1 or data[axis] != 1:
+        return None
+    if out.index(1) == axis:
+        return None
+    rest = [k for k in range(len(data)) if k != axis]
+    if [data[k] for k in rest] != [d for d in out if d != 1]:
+        return None
+    rest.insert(out.index(1), axis)
+    return tuple(rest)
+
+
+def _batch_first(findings: Walked, site: NodeSite) -> Transposition | None:
+    """A Reshape that reads data with the batch (of 1) on an axis other than 0: read it batch first."""
+    data = sizes_of(findings.evaluator.at(site.node.input[0])[0])
+    axis = findings.batch_axis(site.node.input[0])
+    if data is None or axis is None or axis == 0 or data[axis] != 1:
+        return None
+    return Transposition(site, (axis, *(k for k in range(len(data)) if k != axis)), before=True)
+
+
+def _leads(findings: Walked, site: NodeSite) -> bool:
+    """Whether the Reshape at ``site`` reads data with the batch on axis 0 and is rewritten in its first
+    element alone: its output then has each sample's rows side by side on axis 0."""
+    rewritten = [
+        at for r in findings.trace.rewrites if r.site.node is site.node and r.operand == 1 for at, _ in r.elements
+    ]
+    return findings.batch_axis(site.node.input[0]) == 0 and rewritten == [0]
+
+
+def transpose_batch_reshapes(model: onnx.ModelProto, transposes: list[Transposition]) -> list[str]:
+    """Make each Reshape of ``transposes`` (``trace.transposes``) the Transpose it is at batch 1, or give
+    it one before it. One line per change."""
+    taken = all_names(model) if any(t.before for t in transposes) else set()
+    lines = []
+    for change in transposes:
+        node, perm = change.site.node, list(change.perm)
+        label = node.name or node.output[0]
+        if change.before:
+            name = fresh_name(f"{node.input[0]}/batch_first", taken)
+            taken.add(name)
+            first = onnx.helper.make_node("Transpose", [node.input[0]], [name], name=name, perm=perm, doc_string=MARK)
+            nodes = change.site.graph.node
+            nodes.insert(next(k for k, other in enumerate(nodes) if other is node), first)
+            node.input[0] = name
+            lines.append(
+                f"gave Reshape '{label}' a Transpose before it (perm {perm}): it read the batch on axis "
+                f"{perm[0]}, where a transpose that only moved the batch of 1 had been folded into it"
+            )
+            continue
+        shape = node.input[1]
+        node.op_type = "Transpose"
+        del node.input[1:]
+        del node.attribute[:]
+        node.attribute.append(onnx.helper.make_attribute("perm", perm))
+        node.doc_string = MARK
+        lines.append(
+            f"replaced Reshape '{label}' (shape '{shape}') by a Transpose (perm {perm}): at batch 1 it moved "
+            f"the batch's axis, a transpose that no Reshape is at another batch"
+        )
+    return lines
+
+
+__all__ = ["MARK", "Walked", "batch_transposes", "transpose_batch_reshapes"]
