@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from patchspec.author.init_case import (
     per_sample_reason,
     probe_values,
     run_step,
+    runnable_shapes,
     sequence_first,
     unified_shapes,
 )
@@ -74,14 +76,14 @@ def _draft_spec(model_path: Path, spec_path: Path, size: int | str, registry: An
     output = output_ref(spec_path, f"{model_path.stem}.{label}.onnx")
     prober = _Prober(model_path, spec_path, model_ref, registry)
     model = prober.model
-    renames = prober.renames = _renames(model)
     rules = input_rules(model)
     runner = _Runner(model, OriginalRuns(model_path, model), probe_values(rules))
+    renames = prober.renames = _renames(model, runner)
     axes, how = _batch_axes(model, prober, size, runner)
     probe = prober.patched(axes)
     old_size = batch_axes(model, {name: axis for name, axis in axes}).old_size
     batch = size if isinstance(size, int) else old_size if old_size > 1 else CASE_BATCH
-    shapes = sequence_first(model, axes, runner.evidence.shapes or case_shapes(model))
+    shapes = sequence_first(model, axes, runner.evidence.shapes or runner.shapes)
     rows, case = case_inputs(model, axes, how, rules, shapes, batch, runner.evidence.untied)
     split = _per_sample(model, axes, old_size, runner, batch, probe)
     coupled = prober.coupled(axes)
@@ -135,8 +137,17 @@ class _Runner:
         self.model, self.runs, self.values = model, runs, values
         self.evidence = BatchEvidence()
 
-    def layouts(self, batch: list[Pair]) -> list[CaseLayout]:
+    @cached_property
+    def shapes(self) -> dict[str, list[int]]:
+        """The case's sizes: ``case_shapes``, grown where the original fails at them (``runnable_shapes``) in
+        a graph small enough to run it cheaply."""
         shapes = case_shapes(self.model)
+        if len(self.model.graph.node) > LOAD_CHECK_NODES:
+            return shapes
+        return runnable_shapes(self.model, self.runs, shapes, self.values)
+
+    def layouts(self, batch: list[Pair]) -> list[CaseLayout]:
+        shapes = self.shapes
         unified = unified_shapes(self.model, shapes, batch)
         return [CaseLayout(shapes, self.values)] + ([CaseLayout(unified, self.values)] if unified != shapes else [])
 
@@ -156,8 +167,9 @@ class _Runner:
         return self.evidence
 
 
-#: init asks onnxruntime whether it loads the original only for graphs of at most this many nodes, where
-#: a session costs about 0.1 s; a larger model's run step says so at apply (an LLM's session costs seconds)
+#: init asks onnxruntime whether it loads (and runs) the original only for graphs of at most this many
+#: nodes, where a session costs about 0.1 s; a larger model's run step says so at apply (an LLM's session
+#: costs seconds)
 LOAD_CHECK_NODES = 20_000
 
 
@@ -184,7 +196,7 @@ def _per_sample(
             f"the original has a fixed batch of {old_size}: compare per sample (split_batch runs it with each "
             f"sample repeated {old_size} times)"
         )
-    layout = CaseLayout(runner.evidence.shapes or case_shapes(model), runner.values)
+    layout = CaseLayout(runner.evidence.shapes or runner.shapes, runner.values)
     failing = per_sample_reason(runner.runs, layout, axes, batch)
     if failing:
         return failing
@@ -395,21 +407,21 @@ class _Prober:
         return self.tried[key]
 
 
-def _renames(model: onnx.ModelProto) -> list[DraftStep]:
-    """rename_dims for a dim name an input repeats on several axes: they may differ at run time."""
+def _renames(model: onnx.ModelProto, runner: _Runner) -> list[DraftStep]:
+    """rename_dims for a dim name an input repeats on several axes: they may differ at run time (SCRFD
+    names every dim '?'). Not where the original runs with them equal and fails with them apart (a
+    distance matrix [1, seq_len, seq_len] is square by construction)."""
     steps = []
     for name, info in fed_inputs(model.graph).items():
         dims = read_dims(info) or []
         repeated = {d for d in dims if isinstance(d, str) and dims.count(d) > 1}
-        if not repeated:
-            continue
         axes = {}
         for axis, dim in enumerate(dims):
             if dim in repeated and axis != 0:  # axis 0 keeps it: set_batch names the batch there
                 axes[axis] = (
                     {2: "height", 3: "width"}.get(axis, f"{name}_{axis}") if len(dims) == 4 else f"{name}_{axis}"
                 )
-        if axes:
+        if axes and not _kept_equal(runner, name, sorted(axes)):
             names = ", ".join(f"'{d}'" for d in sorted(repeated))
             steps.append(
                 DraftStep(
@@ -419,6 +431,20 @@ def _renames(model: onnx.ModelProto) -> list[DraftStep]:
                 )
             )
     return steps
+
+
+def _kept_equal(runner: _Runner, name: str, axes: list[int]) -> bool:
+    """Whether the original runs with ``name``'s ``axes`` at one size and fails with them apart."""
+    if len(runner.model.graph.node) > LOAD_CHECK_NODES or runner.runs.session is None or name not in runner.shapes:
+        return False
+    apart = {tensor: list(shape) for tensor, shape in runner.shapes.items()}
+    for step, axis in enumerate(axes[1:], start=1):
+        size = apart[name][axis]
+        apart[name][axis] = size + step * max(size // 2, 1)  # 64 -> 96: still a multiple of 32 where it was one
+    together, separate = (
+        runner.runs.run(CaseLayout(shapes, runner.values).items(0, [])) for shapes in (runner.shapes, apart)
+    )
+    return together is not None and together.ok and separate is not None and not separate.ok
 
 
 __all__ = ["InitResult", "draft_spec"]

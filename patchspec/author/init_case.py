@@ -8,6 +8,7 @@ original runs one sample at a time: a batch must give what its samples give alon
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -92,6 +93,41 @@ def case_shapes(model: onnx.ModelProto) -> dict[str, list[int]]:
         if len(dims) == 2 and not isinstance(dims[1], int):
             shapes[name][1] = 512
     return fitting_shapes(model, shapes) or shapes
+
+
+#: how many times init doubles the sizes an original fails at, and the most elements an input may reach
+_DOUBLINGS, _MOST_ELEMENTS = 6, 1 << 24
+
+
+def runnable_shapes(
+    model: onnx.ModelProto, runs: OriginalRuns, shapes: dict[str, list[int]], values: dict[str, dict[str, Any]]
+) -> dict[str, list[int]]:
+    """``shapes``, or where the original fails at them, with its symbolic sizes past axis 0 doubled until it
+    runs (up to 64 times): a TopK of 300 over a detector's anchors needs more than 64 x 96 pixels, a speech
+    front end more than 512 samples. Unchanged where it runs, where nothing doubled runs, or where the
+    original cannot be run."""
+    if runs.session is None or _runs_at(runs, shapes, values):
+        return shapes
+    free = [
+        (name, axis)
+        for name, info in fed_inputs(model.graph).items()
+        for axis, dim in enumerate(read_dims(info) or [])
+        if axis > 0 and not isinstance(dim, int) and name in shapes
+    ]
+    grown = {name: list(shape) for name, shape in shapes.items()}
+    for _ in range(_DOUBLINGS if free else 0):
+        for name, axis in free:
+            grown[name][axis] *= 2
+        if any(math.prod(shape) > _MOST_ELEMENTS for shape in grown.values()):
+            break
+        if _runs_at(runs, grown, values):
+            return grown
+    return shapes
+
+
+def _runs_at(runs: OriginalRuns, shapes: dict[str, list[int]], values: dict[str, dict[str, Any]]) -> bool:
+    ran = runs.run(CaseLayout(shapes, values).items(0, []))
+    return ran is not None and ran.ok
 
 
 def unified_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]], batch: list[Pair]) -> dict[str, list[int]]:
@@ -248,6 +284,7 @@ __all__ = [
     "per_sample_reason",
     "probe_values",
     "run_step",
+    "runnable_shapes",
     "sequence_first",
     "unified_shapes",
 ]

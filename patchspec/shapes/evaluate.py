@@ -328,6 +328,9 @@ class ShapeEvaluator:
         for p in range(self.count):
             trips = inputs[p][0].value if inputs[p] and inputs[p][0].value is not None else None
             trip = int(np.asarray(trips).reshape(-1)[0]) if trips is not None and np.asarray(trips).size == 1 else None
+            trip = (
+                None if trip is not None and trip >= _ENDLESS else trip
+            )  # a bound, not a count: the condition stops it
             states = [merge(first, after) for first, after in zip(inputs[p][2:], body_out[p][1 : 1 + carried])]
             scans = [stacked(k, trip, 0) for k in body_out[p][1 + carried :]]
             outputs.append((states + scans)[: len(site.node.output)])
@@ -414,6 +417,10 @@ COMPARISONS = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And
 BROADCASTING = COMPARISONS | {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "Where", "PRelu"}
 #: ops whose ONNX inference reads its inputs' types and shapes, never their values (``_point_key``)
 SHAPE_ONLY = BROADCASTING | {"MatMul", "Gemm", "Conv", "LayerNormalization"}
+
+
+#: a Loop's trip count from which it is only a bound (tf.map_fn's INT64_MAX): its condition stops it
+_ENDLESS = 1 << 31
 
 
 def _bias_fits(bias: list[Known], output: Known) -> bool:

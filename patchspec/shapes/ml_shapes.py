@@ -57,6 +57,8 @@ def ml_outputs(node: onnx.NodeProto, inputs: Sequence[Known]) -> list[Known] | N
 
 def _same_shape_type(op: str, dtype: int, attrs: dict[str, object]) -> int:
     if op == "LabelEncoder":
+        if attrs.get("classes_strings"):  # LabelEncoder-1: a string to its index in the classes, or back
+            return TensorProto.STRING if dtype == TensorProto.INT64 else TensorProto.INT64
         for key, element in (
             ("values_strings", TensorProto.STRING),
             ("values_int64s", TensorProto.INT64),

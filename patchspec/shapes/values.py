@@ -54,7 +54,7 @@ _FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DO
 
 #: ops whose attributes name the strings a STRING input holds
 _STRING_KEYS = {
-    "LabelEncoder": ("keys_strings",),
+    "LabelEncoder": ("keys_strings", "classes_strings"),  # classes_strings: LabelEncoder-1's strings
     "CategoryMapper": ("cats_strings",),
     "OneHotEncoder": ("cats_strings",),
 }

@@ -50,6 +50,27 @@ def test_a_label_encoder_over_letters_is_fed_its_own_keys(tmp_path, run_cli):
     assert applied.exit_code == 0, applied.output
 
 
+def test_a_label_encoder_of_opset_1_is_fed_its_classes_and_followed(tmp_path, run_cli):
+    """LabelEncoder-1 (``classes_strings`` + ``default_int64``: old skl2onnx and keras2onnx): its output's
+    type was unknown, so the Cast after it stopped the evaluation and set_batch left the output undecided."""
+    encoder = helper.make_node(
+        "LabelEncoder", ["letters"], ["ids"], domain="ai.onnx.ml", classes_strings=["a", "b", "c"], default_int64=-1
+    )
+    model = graph_model(
+        [encoder, helper.make_node("Cast", ["ids"], ["codes"], to=TensorProto.FLOAT)],
+        [tensor_info("letters", ["N", 8], TensorProto.STRING)],
+        [tensor_info("codes", ["M", 8])],
+    )
+    model.opset_import.append(helper.make_opsetid("ai.onnx.ml", 1))
+    text, spec, applied = _init_and_apply(run_cli, model, tmp_path)
+    assert spec["verify"][1]["run"]["cases"][0]["inputs"]["letters"]["value"] == ["a", "b", "c"], text
+    assert applied.exit_code == 0, applied.output
+    (tmp_path / "plain.yaml").write_text("patchspec: 1\nmodel: m.onnx\noutput: b4.onnx\npatches:\n  - set_batch: 4\n")
+    plain = run_cli("apply", tmp_path / "plain.yaml", "--no-verify")
+    assert plain.exit_code == 0, plain.output
+    assert [d.dim_value for d in onnx.load(tmp_path / "b4.onnx").graph.output[0].type.tensor_type.shape.dim] == [4, 8]
+
+
 def test_keys_that_look_like_numbers_stay_strings_in_the_spec(tmp_path, run_cli):
     text, spec, applied = _init_and_apply(run_cli, _label_encoder(("1", "no", "2.5")), tmp_path)
     assert spec["verify"][1]["run"]["cases"][0]["inputs"]["letters"]["value"] == ["1", "no", "2.5"], text

@@ -136,7 +136,7 @@ def _fixed_coordinates(trace: BatchTrace, site: NodeSite) -> str | None:
     (a count of the exported samples baked upstream): the node reads or writes as many samples as the
     export saw, whatever the batch."""
     node = site.node
-    if len(node.input) < 2 or not _addressed(trace, site):
+    if len(node.input) < 2 or not _addressed(trace, site) or _per_iteration(trace, site):
         return None
     shapes = {known.shape for known in trace.at(node.input[1])}
     shape = shapes.pop() if len(shapes) == 1 else None
@@ -149,6 +149,27 @@ def _fixed_coordinates(trace: BatchTrace, site: NodeSite) -> str | None:
         "so the model is not batchable as exported (a count of the exported batch upstream, such as an arange "
         "folded to a constant, makes those indices: export the model with the batch dynamic there)"
     )
+
+
+def _per_iteration(trace: BatchTrace, site: NodeSite) -> bool:
+    """Whether the node is in a Loop's body and its indices are made from the body's inputs (the
+    iteration number, a carried counter): ``tf.map_fn`` reads sample ``i`` at iteration ``i``, one at a
+    time at any batch, and the Loop's condition (or count) says how many; a Loop over a count of the
+    exported batch is refused where no output then follows the batch."""
+    if len(site.scopes) < 2 or trace.evaluator is None:
+        return False
+    body, producers = site.graph, trace.evaluator.producer
+    inputs = {info.name for info in body.input}
+    todo, seen = [site.node.input[1]], set()
+    while todo:
+        name = todo.pop()
+        if name in inputs:
+            return True
+        producer = producers.get(name)
+        if name not in seen and producer is not None and producer.graph is body:
+            seen.add(name)
+            todo.extend(n for n in producer.node.input if n)
+    return False
 
 
 def _addressed(trace: BatchTrace, site: NodeSite) -> bool:
