@@ -223,9 +223,10 @@ def _match(
     label = f"{node.op_type} '{node.name or node.output[0]}'"
     selector = {"name": node.name} if node.name else {"produces": node.output[0]}
     suggestion = Suggestion(label, selector, operand, values)
+    heads = {k + j for k in range(len(values) - 1) if values[k] * values[k + 1] in features for j in (0, 1)}
     for entry, value in enumerate(values):
-        if value < SMALLEST_ENTRY or value >= 2**31 or value in features:
-            continue  # a channel count is the weights', not the input size's
+        if value < SMALLEST_ENTRY or value >= 2**31 or value in features or entry in heads:
+            continue  # a channel count is the weights', not the input size's; so are heads x head size
         matches = _expressions(value, dims)
         if not matches:
             continue

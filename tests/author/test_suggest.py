@@ -102,6 +102,23 @@ def test_a_coincidence_between_sizes_is_called_ambiguous(tmp_path, run_cli):
     assert "entry 2: ambiguous, could also be dim(image, 2) * dim(image, 3) // 64" in result.stdout
 
 
+def test_a_head_split_stays_numbers(tmp_path, run_cli):
+    """Sequence-first attention q [64, 1, 128] split into 4 heads of 32: 4 * 32 is the 128 features, not
+    64 // 16 and 64 // 2 (a coincidence that broke every sequence length but 64); the 64 follows q."""
+    shape = numpy_helper.from_array(np.array([64, 1, 4, 32], np.int64), "heads")
+    model = graph_model(
+        [helper.make_node("Reshape", ["q", "heads"], ["split"], name="/Reshape")],
+        [tensor_info("q", [64, 1, 128])],
+        [tensor_info("split", [64, 1, 4, 32])],
+        [shape],
+    )
+    onnx.save(model, tmp_path / "m.onnx")
+    shown = run_cli("inspect", tmp_path / "m.onnx", "--suggest", "--json")
+    assert shown.exit_code == 0, shown.output
+    by_node = {s["node"]: s["shape"] for s in json.loads(shown.stdout)["suggestions"]}
+    assert by_node["Reshape '/Reshape'"] == ["dim(q, 0)", 1, 4, 32], by_node
+
+
 def test_nothing_to_suggest_and_symbolic_inputs_are_noted(tmp_path, run_cli):
     nodes = [helper.make_node("Reshape", ["x", "shape"], ["y"])]
     model = graph_model(
