@@ -58,3 +58,25 @@ def test_the_size_the_model_runs_at_settles_where_it_was_lost() -> None:
     result = apply(SetBatchPatch(), model, "set_batch", size=4)
     lost = next(line for line in result.details if "nothing derives its shape" in line)
     assert "lost it at" not in lost, lost
+
+
+def test_an_output_the_evaluation_lost_everywhere_is_undecided_though_onnx_named_its_dims() -> None:
+    """d [1, S1, S2] + its transpose + atoms [1, 1, S] runs only where S1 == S2 == S (chython-rxnmap's
+    distance matrix): with d's axes told apart (a rename_dims from an old init) the evaluation fails at
+    every point, and onnx's inference names the output's dims itself ('unk__0'). Before, nothing was
+    undecided and --no-verify wrote the model."""
+    model = graph_model(
+        [
+            helper.make_node("Transpose", ["d"], ["dt"], perm=[0, 2, 1]),
+            helper.make_node("Add", ["d", "dt"], ["square"], name="square"),
+            helper.make_node("Unsqueeze", ["atoms", "one"], ["row"]),
+            helper.make_node("Add", ["square", "row"], ["y"], name="bias"),
+        ],
+        [tensor_info("d", [1, "seq_len", "seq_len"]), tensor_info("atoms", [1, "seq_len"])],
+        [tensor_info("y", [1, "seq_len", "seq_len"])],
+        [numpy_helper.from_array(np.array([1], np.int64), "one")],
+    )
+    apply(RenameDimsPatch(), model, "rename_dims", tensor="d", axes={1: "rows", 2: "cols"})
+    result = apply(SetBatchPatch(), model, "set_batch", size=4, inputs={"d": 0, "atoms": 0})
+    assert "undecided" in result.summary, result.summary
+    assert any("output 'y'" in line and "nothing derives its shape" in line for line in result.details)

@@ -196,9 +196,10 @@ def declare_from_trace(
         _keep_declared_sizes(info, before, trace, size, batch_names)
         now = read_dims(info)
         ranks = trace.ranks(info.name)[:2]
-        if ranks[1] is None and before is not None and now is not None and None in now:
-            # nothing derives it (a custom op upstream): the rank and the sizes kept are the old declaration's
-            # (onnx's checker wants a shape on an output); the batch's axis is unknown, so a verifier must judge it
+        if ranks[1] is None and before is not None and now is not None and not all(isinstance(d, int) for d in now):
+            # nothing derives it (a custom op upstream, an evaluation that failed): the rank and the sizes kept
+            # are the old declaration's, or names onnx made up (onnx's checker wants a shape on an output); the
+            # batch's axis is unknown, so a verifier must judge it
             trace.undecided.append(
                 Undecided(
                     f"undecided: output '{info.name}' was declared {format_dims(before)}; nothing derives its "
