@@ -20,6 +20,7 @@ from patchspec.model.graph import (
     constant_value as constant_value,
     default_opset as default_opset,
     fresh_name as fresh_name,
+    sort_nodes as sort_nodes,
     subgraphs as subgraphs,
     use_counts as use_counts,
 )

@@ -108,10 +108,8 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         _refuse_name_in_use(size, inputs, batch, context)
         if all((api.read_dims(inputs[name]) or [])[axis:][:1] == [size] for name, axis in batch.axes):
             return already_at(model, batch, size, _where(batch), context)
-        inlined = api.inline_local_functions(model)  # the evaluation follows the batch through their bodies
-        if inlined:
-            batch = api.BatchAxes(batch.axes, batch.old_size, (_inlined_note(inlined), *batch.notes), batch.unread)
-            inputs = api.fed_inputs(model.graph)  # the inliner made a new graph: its inputs are new objects
+        batch, inlined = prepared(model, batch)
+        inputs = api.fed_inputs(model.graph)  # the inliner made a new graph: its inputs are new objects
         symbolic = isinstance(size, str)
         same = not symbolic and size == batch.old_size  # constants are baked for this size already
         b2 = batch.old_size + 6 if isinstance(size, str) or same else size
@@ -287,6 +285,18 @@ def choose_batch_axes(model: onnx.ModelProto, params: SetBatchParams, context: P
         return api.batch_axes(model, params.get("inputs"))
     except api.BatchAxesError as exc:
         context.fail(exc.message, key=exc.key, hint=exc.hint)
+
+
+def prepared(model: onnx.ModelProto, batch: api.BatchAxes) -> tuple[api.BatchAxes, dict[str, int]]:
+    """The model made fit to follow the batch node by node, with a note per change: model-local functions
+    inlined (the evaluation follows the batch through their bodies), and a graph whose nodes are out of
+    order (onnxruntime runs it, onnx's checker refuses it) put in order. Returns the calls inlined."""
+    inlined = api.inline_local_functions(model)
+    moved = api.sort_nodes(model.graph)
+    notes = (_inlined_note(inlined),) * bool(inlined) + (
+        f"put the graph's nodes in the order they run ({moved} moved): the export wrote some before what they read",
+    ) * bool(moved)
+    return api.BatchAxes(batch.axes, batch.old_size, (*notes, *batch.notes), batch.unread), inlined
 
 
 def _refuse_name_in_use(

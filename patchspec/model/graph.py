@@ -6,6 +6,7 @@ shape modules import these rather than walking graphs their own way.
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -248,6 +249,52 @@ def sync_initializer_inputs(model: onnx.ModelProto, before: onnx.ModelProto) -> 
     return bool(stale or missing)
 
 
+def sort_nodes(graph: onnx.GraphProto) -> int:
+    """Put ``graph``'s nodes in an order where each runs after what it reads (onnx's checker requires it,
+    onnxruntime sorts them itself, so exports that break it run), keeping the file's order where it
+    already holds; a body's reads of outer names count as its owner's. Returns how many nodes moved (0:
+    the graph was in order, or a cycle or a name nothing makes leaves it as it is)."""
+    made = {name: k for k, node in enumerate(graph.node) for name in node.output if name}
+    needs = [{made[n] for n in _reads(node) if n in made and made[n] != k} for k, node in enumerate(graph.node)]
+    if all(max(wants, default=-1) < k for k, wants in enumerate(needs)):
+        return 0
+    waiting = [len(wants) for wants in needs]
+    readers: list[list[int]] = [[] for _ in needs]
+    for k, wants in enumerate(needs):
+        for want in wants:
+            readers[want].append(k)
+    ready = [k for k, count in enumerate(waiting) if count == 0]
+    heapq.heapify(ready)  # the first in the file of those ready: the file's order wherever it holds
+    order: list[int] = []
+    while ready:
+        k = heapq.heappop(ready)
+        order.append(k)
+        for reader in readers[k]:
+            waiting[reader] -= 1
+            if waiting[reader] == 0:
+                heapq.heappush(ready, reader)
+    if len(order) < len(needs):
+        return 0  # a cycle: not ours to settle
+    nodes = [graph.node[k] for k in order]
+    copies = [type(node)() for node in nodes]
+    for copy, node in zip(copies, nodes):
+        copy.CopyFrom(node)
+    del graph.node[:]
+    graph.node.extend(copies)
+    return sum(1 for position, k in enumerate(order) if position != k)
+
+
+def _reads(node: onnx.NodeProto) -> Iterator[str]:
+    """The names a node reads: its inputs, and what its bodies read from outside them."""
+    yield from (name for name in node.input if name)
+    for body in subgraphs(node):
+        inner = {i.name for i in body.input} | {t.name for t in body.initializer}
+        for each in body.node:
+            inner.update(each.output)
+        for each in body.node:
+            yield from (name for name in _reads(each) if name not in inner)
+
+
 __all__ = [
     "IR_INITIALIZERS_NEED_INPUTS",
     "Namer",
@@ -260,6 +307,7 @@ __all__ = [
     "default_opset",
     "fresh_name",
     "node_label",
+    "sort_nodes",
     "subgraphs",
     "sync_initializer_inputs",
     "use_counts",
