@@ -429,10 +429,7 @@ def _bias_fits(bias: list[Known], output: Known) -> bool:
     if len(shapes) < 2 or any(shape is None or None in shape for shape in shapes):
         return True
     c, out = (tuple(d or 0 for d in shape or ()) for shape in shapes)
-    try:
-        return tuple(np.broadcast_shapes(c, out)) == out
-    except ValueError:
-        return False
+    return len(c) <= len(out) and all(d in (1, o) for d, o in zip(reversed(c), reversed(out)))
 
 
 def _broadcast(op: str, inputs: list[Known]) -> Known | None:
