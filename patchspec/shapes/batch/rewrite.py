@@ -196,14 +196,15 @@ def declare_from_trace(
         _keep_declared_sizes(info, before, trace, size, batch_names)
         now = read_dims(info)
         ranks = trace.ranks(info.name)[:2]
-        if ranks[1] is None and before is not None and now is not None and not all(isinstance(d, int) for d in now):
+        unsure = now is not None and not all(d == size or isinstance(d, int) for d in now)
+        if ranks[1] is None and before is not None and unsure:
             # nothing derives it (a custom op upstream, an evaluation that failed): the rank and the sizes kept
-            # are the old declaration's, or names onnx made up (onnx's checker wants a shape on an output); the
-            # batch's axis is unknown, so a verifier must judge it
+            # are the old declaration's (the new batch where it named the batch), or names onnx made up (onnx's
+            # checker wants a shape on an output); what those are is unknown, so a verifier must judge it
             trace.undecided.append(
                 Undecided(
                     f"undecided: output '{info.name}' was declared {format_dims(before)}; nothing derives its "
-                    f"shape at the new batch, so its rank ({len(now)}) is the old declaration's, unchecked"
+                    f"shape at the new batch, so its rank ({len(now or ())}) is the old declaration's, unchecked"
                     + _lost_at(trace, info.name)
                 )
             )
