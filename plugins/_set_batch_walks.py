@@ -34,10 +34,23 @@ class Repairs:
     follow: Callable[[], _Followed]  # walks the model as it now is
     reshaped: list[str] = field(default_factory=list)
     states: list[str] = field(default_factory=list)
+    ordered: list[str] = field(default_factory=list)
 
     def make(self, model: onnx.ModelProto, followed: _Followed) -> _Followed:
-        """Repair ``model`` where the walk ``followed`` says, walking it again after each round; the last walk."""
+        """Repair ``model`` where the walk ``followed`` says, walking it again after each round; the last walk.
+
+        A walk that refused, left a point undecided or lost an output may have met a graph whose nodes are out of order
+        (onnxruntime runs it, onnx's checker refuses it, the walk reads a name before its node makes it):
+        the nodes are put in order and the model walked again (looked for only then: 0.2 s at 56,000 nodes)."""
         trace = followed[0]
+        lost = any(trace.ranks(info.name)[1] is None for info in model.graph.output)
+        moved = api.sort_nodes(model.graph) if trace.refusals or trace.undecided or lost else 0
+        if moved:
+            self.ordered.append(
+                f"put the graph's nodes in the order they run ({moved} moved): the export wrote some before what they read"
+            )
+            followed = self.follow()
+            trace = followed[0]
         while (trace.transposes or trace.loop_states) and len(self.reshaped + self.states) < MOST_REPAIRS:
             self.reshaped += api.transpose_batch_reshapes(model, trace.transposes)
             self.states += api.tile_inputs(model, trace.loop_states, self.label)

@@ -140,7 +140,7 @@ class SetBatchPatch(PatchType[SetBatchParams]):
             + ((not_at_one,) if not_at_one else ())
             + ((trace.fitted.note(),) if trace.fitted else ())
             + ((others.hint,) if others else ())
-            + tuple(repairs.reshaped + changed)
+            + tuple(repairs.ordered + repairs.reshaped + changed)
             + tuple(squeezes)
             + tuple(repairs.states + tiled)
             + tuple(corrected)
@@ -288,15 +288,12 @@ def choose_batch_axes(model: onnx.ModelProto, params: SetBatchParams, context: P
 
 
 def prepared(model: onnx.ModelProto, batch: api.BatchAxes) -> tuple[api.BatchAxes, dict[str, int]]:
-    """The model made fit to follow the batch node by node, with a note per change: model-local functions
-    inlined (the evaluation follows the batch through their bodies), and a graph whose nodes are out of
-    order (onnxruntime runs it, onnx's checker refuses it) put in order. Returns the calls inlined."""
+    """The model made fit to follow the batch node by node: model-local functions inlined (the evaluation
+    follows the batch through their bodies), with a note. Returns the calls inlined."""
     inlined = api.inline_local_functions(model)
-    moved = api.sort_nodes(model.graph)
-    notes = (_inlined_note(inlined),) * bool(inlined) + (
-        f"put the graph's nodes in the order they run ({moved} moved): the export wrote some before what they read",
-    ) * bool(moved)
-    return api.BatchAxes(batch.axes, batch.old_size, (*notes, *batch.notes), batch.unread), inlined
+    if not inlined:
+        return batch, inlined
+    return api.BatchAxes(batch.axes, batch.old_size, (_inlined_note(inlined), *batch.notes), batch.unread), inlined
 
 
 def _refuse_name_in_use(

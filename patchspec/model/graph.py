@@ -254,10 +254,11 @@ def sort_nodes(graph: onnx.GraphProto) -> int:
     onnxruntime sorts them itself, so exports that break it run), keeping the file's order where it
     already holds; a body's reads of outer names count as its owner's. Returns how many nodes moved (0:
     the graph was in order, or a cycle or a name nothing makes leaves it as it is)."""
-    made = {name: k for k, node in enumerate(graph.node) for name in node.output if name}
-    needs = [{made[n] for n in _reads(node) if n in made and made[n] != k} for k, node in enumerate(graph.node)]
-    if all(max(wants, default=-1) < k for k, wants in enumerate(needs)):
+    if _in_order(graph):
         return 0
+    made = {name: k for k, node in enumerate(graph.node) for name in node.output if name}
+    reads = [list(_reads(node)) if has_body(node) else node.input for node in graph.node]
+    needs = [{made[n] for n in names if n in made and made[n] != k} for k, names in enumerate(reads)]
     waiting = [len(wants) for wants in needs]
     readers: list[list[int]] = [[] for _ in needs]
     for k, wants in enumerate(needs):
@@ -282,6 +283,16 @@ def sort_nodes(graph: onnx.GraphProto) -> int:
     del graph.node[:]
     graph.node.extend(copies)
     return sum(1 for position, k in enumerate(order) if position != k)
+
+
+def _in_order(graph: onnx.GraphProto) -> bool:
+    """Whether no node reads a name a later node makes (most graphs: one look at each input)."""
+    later = {name for node in graph.node for name in node.output}
+    for node in graph.node:
+        if not later.isdisjoint(_reads(node) if has_body(node) else node.input):
+            return False
+        later.difference_update(node.output)
+    return True
 
 
 def _reads(node: onnx.NodeProto) -> Iterator[str]:

@@ -202,8 +202,10 @@ def repeat_loop_states(findings: Walked) -> None:
         return
     for _, site in findings.sites:
         node = site.node
+        if node.op_type != "Loop" or node.domain not in ("", "ai.onnx"):
+            continue  # told by the type first: reading attributes of every node costs a walk of them all
         body = next((a.g for a in node.attribute if a.name == "body"), None)
-        if node.op_type != "Loop" or node.domain not in ("", "ai.onnx") or body is None:
+        if body is None:
             continue
         passed = {info.name for info in body.input}  # a value the body passes on unchanged is no state
         for k, start in enumerate(node.input[2:]):

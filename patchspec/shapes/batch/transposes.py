@@ -56,13 +56,15 @@ def batch_transposes(findings: Walked) -> list[Transposition]:
         return []
     sites = [site for _, site in findings.sites if _is_reshape(site.node)]
     folds = any(site.node.doc_string == MARK for _, site in findings.sites)
-    read = {name for _, site in findings.sites for name in site.node.input}
     outputs = {info.name for info in findings.evaluator.model.graph.output}
+    read: set[str] | None = None  # what the nodes read, gathered where a Reshape makes a graph output
     found = []
     for site in sites:
         node = site.node
-        if node.output[0] in outputs and node.output[0] not in read and _leads(findings, site):
-            continue
+        if node.output[0] in outputs:
+            read = read if read is not None else {name for _, each in findings.sites for name in each.node.input}
+            if node.output[0] not in read and _leads(findings, site):
+                continue
         data, out = (sizes_of(findings.evaluator.at(name)[0]) for name in (node.input[0], node.output[0]))
         axis = findings.batch_axis(node.input[0])
         if data is None or out is None or axis is None:
