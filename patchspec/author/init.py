@@ -37,6 +37,7 @@ from patchspec.author.init_case import (
     probe_values,
     run_step,
     runnable_shapes,
+    runs_at,
     sequence_first,
     unified_shapes,
 )
@@ -441,10 +442,7 @@ def _kept_equal(runner: _Runner, name: str, axes: list[int]) -> bool:
     for step, axis in enumerate(axes[1:], start=1):
         size = apart[name][axis]
         apart[name][axis] = size + step * max(size // 2, 1)  # 64 -> 96: still a multiple of 32 where it was one
-    together, separate = (
-        runner.runs.run(CaseLayout(shapes, runner.values).items(0, [])) for shapes in (runner.shapes, apart)
-    )
-    return together is not None and together.ok and separate is not None and not separate.ok
+    return runs_at(runner.runs, runner.shapes, runner.values) and not runs_at(runner.runs, apart, runner.values)
 
 
 __all__ = ["InitResult", "draft_spec"]

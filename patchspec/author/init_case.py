@@ -106,7 +106,7 @@ def runnable_shapes(
     runs (up to 64 times): a TopK of 300 over a detector's anchors needs more than 64 x 96 pixels, a speech
     front end more than 512 samples. Unchanged where it runs, where nothing doubled runs, or where the
     original cannot be run."""
-    if runs.session is None or _runs_at(runs, shapes, values):
+    if runs.session is None or runs_at(runs, shapes, values):
         return shapes
     free = [
         (name, axis)
@@ -120,12 +120,13 @@ def runnable_shapes(
             grown[name][axis] *= 2
         if any(math.prod(shape) > _MOST_ELEMENTS for shape in grown.values()):
             break
-        if _runs_at(runs, grown, values):
+        if runs_at(runs, grown, values):
             return grown
     return shapes
 
 
-def _runs_at(runs: OriginalRuns, shapes: dict[str, list[int]], values: dict[str, dict[str, Any]]) -> bool:
+def runs_at(runs: OriginalRuns, shapes: dict[str, list[int]], values: dict[str, dict[str, Any]]) -> bool:
+    """Whether the original runs with its inputs at ``shapes`` (and ``values``)."""
     ran = runs.run(CaseLayout(shapes, values).items(0, []))
     return ran is not None and ran.ok
 
@@ -285,6 +286,7 @@ __all__ = [
     "probe_values",
     "run_step",
     "runnable_shapes",
+    "runs_at",
     "sequence_first",
     "unified_shapes",
 ]

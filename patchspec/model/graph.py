@@ -299,11 +299,21 @@ def _reads(node: onnx.NodeProto) -> Iterator[str]:
     """The names a node reads: its inputs, and what its bodies read from outside them."""
     yield from (name for name in node.input if name)
     for body in subgraphs(node):
-        inner = {i.name for i in body.input} | {t.name for t in body.initializer}
-        for each in body.node:
-            inner.update(each.output)
-        for each in body.node:
-            yield from (name for name in _reads(each) if name not in inner)
+        yield from free_names(body)
+
+
+def free_names(graph: onnx.GraphProto) -> set[str]:
+    """Names a graph (and its own bodies) read from enclosing scopes."""
+    defined = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    defined |= {t.values.name for t in graph.sparse_initializer}
+    used: set[str] = set()
+    for node in graph.node:
+        defined.update(out for out in node.output if out)
+        used.update(name for name in node.input if name)
+        for sub in subgraphs(node):
+            used |= free_names(sub)
+    used.update(v.name for v in graph.output)
+    return used - defined
 
 
 __all__ = [
@@ -316,6 +326,7 @@ __all__ = [
     "bodies",
     "constant_value",
     "default_opset",
+    "free_names",
     "fresh_name",
     "node_label",
     "sort_nodes",

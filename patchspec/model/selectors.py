@@ -23,7 +23,7 @@ from typing import Any, NoReturn, Protocol
 import onnx
 
 from patchspec.errors import did_you_mean
-from patchspec.model.graph import bodies, subgraphs
+from patchspec.model.graph import bodies, free_names
 from patchspec.model.selector_schema import (
     DEFAULT_EXPECT,
     PATTERN_KEYS,
@@ -102,7 +102,7 @@ class GraphIndex:
     def _link_body(self, index: int, body: onnx.GraphProto, body_path: str, owner_path: str) -> None:
         self.writes[index].extend((body_path, v.name) for v in body.input if v.name)
         self.reads[index].extend(self.resolve(body_path, v.name) for v in body.output if v.name)
-        for name in sorted(_free_names(body)):
+        for name in sorted(free_names(body)):
             self.reads[index].append(self.resolve(owner_path, name))
 
     def resolve(self, path: str | None, name: str) -> TensorId:
@@ -149,20 +149,6 @@ def _bodies(node: onnx.NodeProto, path: str, position: int) -> Iterator[tuple[st
     label = node.name or f"{node.op_type}#{position}"
     for attr_name, body in bodies(node):
         yield f"{path}/{label}.{attr_name}", body
-
-
-def _free_names(graph: onnx.GraphProto) -> set[str]:
-    """Names a graph (and its own bodies) read from enclosing scopes."""
-    defined = {v.name for v in graph.input} | {t.name for t in graph.initializer}
-    defined |= {t.values.name for t in graph.sparse_initializer}
-    used: set[str] = set()
-    for node in graph.node:
-        defined.update(out for out in node.output if out)
-        used.update(name for name in node.input if name)
-        for sub in subgraphs(node):
-            used |= _free_names(sub)
-    used.update(v.name for v in graph.output)
-    return used - defined
 
 
 # -- selection ---------------------------------------------------------------------------------------

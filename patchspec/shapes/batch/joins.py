@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from patchspec.model.graph import NodeSite, all_names, fresh_name
+from patchspec.model.graph import NodeSite, all_names, bodies, fresh_name
 from patchspec.shapes.annotations import shape_dims, write_dim
 from patchspec.shapes.batch.computed import compiled_before
 from patchspec.shapes.batch.counts import arange_coordinates, indexes_the_batch
@@ -163,8 +163,8 @@ def _undeclare_carried(node: onnx.NodeProto, tiling: Tiling) -> None:
     """A Loop's carried state now repeated to the batch: its body declared the one sample's size on that
     axis (``[1, 6]``), which onnxruntime would trust; the dim is made unknown there and in the body's
     output of the next state."""
-    body = next((a.g for a in node.attribute if a.name == "body"), None)
-    if node.op_type != "Loop" or body is None or tiling.operand < 2:
+    body = dict(bodies(node)).get("body") if node.op_type == "Loop" else None
+    if body is None or tiling.operand < 2:
         return
     for infos, at in ((body.input, tiling.operand), (body.output, tiling.operand - 1)):
         dims = shape_dims(infos[at]) if at < len(infos) and infos[at].type.HasField("tensor_type") else []

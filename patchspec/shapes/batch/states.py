@@ -17,7 +17,7 @@ from typing import Protocol
 
 import onnx
 
-from patchspec.model.graph import NodeSite
+from patchspec.model.graph import NodeSite, bodies
 from patchspec.shapes import expressions
 from patchspec.shapes.batch.operands import Operands
 from patchspec.shapes.batch.trace import BatchTrace, PointInputs, Rewrite, Tiling, Undecided, ints_of, sizes_of
@@ -204,7 +204,7 @@ def repeat_loop_states(findings: Walked) -> None:
         node = site.node
         if node.op_type != "Loop" or node.domain not in ("", "ai.onnx"):
             continue  # told by the type first: reading attributes of every node costs a walk of them all
-        body = next((a.g for a in node.attribute if a.name == "body"), None)
+        body = dict(bodies(node)).get("body")
         if body is None:
             continue
         passed = {info.name for info in body.input}  # a value the body passes on unchanged is no state
@@ -222,13 +222,13 @@ def _state_axis(findings: Walked, start: str, after: str) -> tuple[int, int, boo
     first, second = findings.at_witnesses(start)
     if first is None or first != second or 1 not in first:
         return None
-    axis = findings.batch_axis(after)
+    axis = follows = findings.batch_axis(after)
     if axis is None and findings.at_witnesses(after) == (None, None) and first.count(1) == 1:
         at_one = sizes_of(findings.evaluator.at(after)[0])
         axis = first.index(1) if at_one == first else None  # the next state, like the start, at batch 1
     if axis is None or axis >= len(first) or first[axis] != 1:
         return None
-    return axis, len(first), findings.batch_axis(after) is not None
+    return axis, len(first), follows is not None
 
 
 def _tile_loop_state(findings: Walked, site: NodeSite, operand: int, where: tuple[int, int, bool]) -> None:
