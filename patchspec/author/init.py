@@ -34,6 +34,7 @@ from patchspec.author.init_case import (
     case_shapes,
     input_rules,
     per_sample_reason,
+    listed_shapes,
     probe_values,
     run_step,
     runnable_shapes,
@@ -142,7 +143,7 @@ class _Runner:
     def shapes(self) -> dict[str, list[int]]:
         """The case's sizes: ``case_shapes``, grown where the original fails at them (``runnable_shapes``) in
         a graph small enough to run it cheaply."""
-        shapes = case_shapes(self.model)
+        shapes = {**case_shapes(self.model), **listed_shapes(self.values)}
         if len(self.model.graph.node) > LOAD_CHECK_NODES:
             return shapes
         return runnable_shapes(self.model, self.runs, shapes, self.values)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import onnx
 
 from patchspec.author.batch_ties import CaseLayout, Pair
@@ -81,6 +82,15 @@ def probe_values(rules: dict[str, InputValues | None]) -> dict[str, dict[str, An
         elif rule is not None:
             values[name] = {"fill": "ones"} if rule.flag or rule.upto else dict(rule.item)  # ones: valid lengths
     return values
+
+
+def listed_shapes(values: dict[str, dict[str, Any]]) -> dict[str, list[int]]:
+    """The shapes of inputs whose values are a list of numbers (a Resize's sizes): the list's own."""
+    return {
+        name: list(np.shape(item["value"]))
+        for name, item in values.items()
+        if isinstance(item.get("value"), list) and not any(isinstance(v, str) for v in np.ravel(item["value"]))
+    }
 
 
 def case_shapes(model: onnx.ModelProto) -> dict[str, list[int]]:

@@ -21,6 +21,8 @@ _SIZE_USES = frozenset(
 )
 #: comparisons with positions that make a padding mask
 _ORDERINGS = frozenset({"Less", "LessOrEqual", "Greater", "GreaterOrEqual"})
+#: ops that clamp their operand 0 into bounds, which may be computed (the frames a shape holds)
+_CLAMPS = frozenset({"Clip"})
 #: ops a count of positions passes through on its way to the comparison
 _POSITION_STEPS = frozenset({"Unsqueeze", "Reshape", "Cast", "Expand", "Identity"})
 
@@ -59,7 +61,8 @@ def _length_axes(uses: Uses, name: str) -> list[tuple[str, int]]:
 def _length_use(uses: Uses, name: str) -> tuple[str | None, int | None]:
     """How a length is used, and how many positions a constant count of them holds (else None): compared
     with positions, or only computed on into outputs. Every value computed from it and constants alone
-    (a floor division spelled out in Mod, Less and Where) is followed in graph order."""
+    (a floor division spelled out in Mod, Less and Where), or clamped (by a bound computed or not), is
+    followed in graph order."""
     graph = uses.model.graph
     derived, ends, count = {name}, set(), None
     for node in graph.node:
@@ -75,7 +78,8 @@ def _length_use(uses: Uses, name: str) -> tuple[str | None, int | None]:
                 ends.add("mask")
                 count = positions if positions > 0 else count
                 continue
-        if all(uses.index.constant(tensor, (graph,)) is not None for tensor in others):
+        clamped = (node.op_type in _CLAMPS and reads == [0]) or node.op_type in {"Min", "Max"}
+        if clamped or all(uses.index.constant(tensor, (graph,)) is not None for tensor in others):
             derived.update(o for o in node.output if o)
         else:  # a divisor of a mean over the valid frames, an index near the end: still lengths
             ends.add("other")

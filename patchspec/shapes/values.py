@@ -20,6 +20,7 @@ import onnx
 from patchspec.model.graph import NodeSite, ScopeIndex, all_graphs, node_label, walk_nodes
 from patchspec.shapes.coordinates import Bounds, coordinates
 from patchspec.shapes.lengths import lengths_along
+from patchspec.shapes.sizes import output_sizes
 
 #: ops that pass a value through unchanged, or pick some of its elements (operand 0: the last token of
 #: a prefix, Gather(prefix, -1, axis=1); any operand of a Concat), for following an input to where it is used
@@ -88,7 +89,7 @@ def input_values(model: onnx.ModelProto, name: str, elem_type: int) -> InputValu
     pixels = uses.cast_to_float(name, elem_type) if elem_type in _BYTES else None  # an image, not a mask
     found = pixels or uses.branch_value(name) or uses.table_rows(name) or uses.mask(name) or uses.zeroed(name)
     found = found or _bounded(coordinates(uses, name)) or uses.classes(name) or uses.broadcast_shape(name)
-    found = found or uses.sequence_lengths(name) or _lengths(uses, name)
+    found = found or uses.sequence_lengths(name) or _lengths(uses, name) or _sizes(uses, name)
     if found is not None:
         return found
     if elem_type == onnx.TensorProto.BOOL:
@@ -116,6 +117,11 @@ def _lengths(uses: _Uses, name: str) -> InputValues | None:
         if isinstance(bound, int)
         else InputValues({"low": 1}, why, upto=bound)
     )
+
+
+def _sizes(uses: _Uses, name: str) -> InputValues | None:
+    found = output_sizes(uses, name)
+    return None if found is None else InputValues({"value": found[0]}, found[1])
 
 
 def _bounded(bounds: Bounds | None) -> InputValues | None:

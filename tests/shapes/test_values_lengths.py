@@ -142,3 +142,31 @@ def test_a_static_exports_lengths_are_bounded_by_its_constant_positions() -> Non
     found = input_values(frames_model(static=True), "lens", TensorProto.INT64)
     assert found is not None and not found.flag, found
     assert found.item == {"low": 1, "high": 10} and found.upto is None, found
+
+
+def clamped_frames_model() -> object:
+    """A text recogniser's widths: frames ``(widths + 3) // 4`` clamped to the frames the image holds
+    (``Clip(frames, max=Shape(x)[3] // 4)``: a bound computed, not a constant), then a padding mask."""
+    nodes = [
+        helper.make_node("Add", ["widths", "three"], ["padded"]),
+        helper.make_node("Div", ["padded", "four"], ["frames"]),
+        helper.make_node("Shape", ["x"], ["w_1d"], start=3, end=4),
+        helper.make_node("Squeeze", ["w_1d"], ["w"]),
+        helper.make_node("Div", ["w", "four"], ["t"]),
+        helper.make_node("Clip", ["frames", "", "t"], ["lengths"], name="clamp"),
+        helper.make_node("Range", ["zero", "t", "one"], ["positions"]),
+        helper.make_node("Unsqueeze", ["lengths", "axis1"], ["lengths_2d"]),
+        helper.make_node("Less", ["positions", "lengths_2d"], ["mask"]),
+        helper.make_node("Cast", ["mask"], ["features"], to=TensorProto.FLOAT),
+    ]
+    constants = [("zero", 0), ("one", 1), ("three", 3), ("four", 4), ("axis1", [1])]
+    weights = [numpy_helper.from_array(np.array(value, dtype=np.int64), name) for name, value in constants]
+    inputs = [tensor_info("x", ["B", 1, 96, "W"]), tensor_info("widths", ["B"], TensorProto.INT64)]
+    outputs = [tensor_info("features", ["B", None]), tensor_info("lengths", ["B"], TensorProto.INT64)]
+    return graph_model(nodes, inputs, outputs, weights)
+
+
+def test_lengths_clamped_by_a_computed_bound_are_still_lengths() -> None:
+    found = input_values(clamped_frames_model(), "widths", TensorProto.INT64)
+    assert found is not None and not found.flag, found
+    assert found.upto == ("x", 3) and "padding mask" in found.why, found

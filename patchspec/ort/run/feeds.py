@@ -123,12 +123,7 @@ def input_array(
         )
         raise RunFailure(msg, STRING_HINT)
     if "value" in item:
-        value = item["value"]
-        array = np.full(tuple(item["shape"]), value) if "shape" in item else np.array(value)
-        try:
-            return array.astype(BFLOAT16 if dtype == "bfloat16" else dtype)
-        except (TypeError, ValueError) as exc:
-            raise RunFailure(f"input '{decl.name}': value {value!r} is not a {dtype}: {exc}") from None
+        return _value_array(decl.name, item["value"], item.get("shape"), dtype)
     if "file" in item:
         array = load_array(decl.name, resolve(item["file"]))
         expected = {"shape": list(array.shape) if item.get("shape") is None else list(item["shape"]), "dtype": dtype}
@@ -149,6 +144,16 @@ def input_array(
         item.get("low"),
         item.get("high"),
     )
+
+
+def _value_array(name: str, value: Any, shape: list[int] | None, dtype: str) -> np.ndarray:
+    """A case's ``value``: one number filling ``shape``, or a list of its own shape."""
+    try:
+        array = np.full(tuple(shape), value) if shape is not None else np.array(value)
+        return array.astype(BFLOAT16 if dtype == "bfloat16" else dtype)
+    except (TypeError, ValueError) as exc:
+        shaped = f" of shape {list(shape)}" if shape is not None else ""
+        raise RunFailure(f"input '{name}': value {value!r} cannot make a {dtype}{shaped}: {exc}") from None
 
 
 #: an older onnx (1.17) has no ml_dtypes and stores bfloat16 as uint16: casting to it would truncate

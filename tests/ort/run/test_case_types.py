@@ -138,3 +138,9 @@ def test_an_input_over_the_callers_limit_too_names_both_fixes_in_one_round() -> 
     assert "--limit max-elements=268435456" in problem[1], problem
     (within,) = size_problems([2**20, 2**6], ("x",), 2**25)  # over the spec's limit only
     assert "'max_elements' to 67,108,864" in within[1] and "--limit" not in within[1], within
+
+
+def test_a_value_list_that_does_not_fill_the_shape_is_a_run_failure_not_a_crash(tmp_path) -> None:
+    """init's own runs of the original may ask for a list of sizes at another shape (its batch ties)."""
+    with pytest.raises(RunFailure, match=r"input 'size': value \[64, 64\] cannot make a int64 of shape \[5\]"):
+        input_array(TensorDecl("size", "int64", ("dim",)), {"value": [64, 64], "shape": [5]}, 0, tmp_path.joinpath)
