@@ -39,6 +39,7 @@ from patchspec.shapes.known import (
     stacked,
     type_proto,
 )
+from patchspec.shapes.loop_trips import loop_trips
 from patchspec.shapes.ml_shapes import ml_outputs
 from patchspec.shapes.ms_shapes import ms_outputs
 
@@ -328,8 +329,8 @@ class ShapeEvaluator:
         for p in range(self.count):
             trips = inputs[p][0].value if inputs[p] and inputs[p][0].value is not None else None
             trip = int(np.asarray(trips).reshape(-1)[0]) if trips is not None and np.asarray(trips).size == 1 else None
-            if trip is not None and trip >= _ENDLESS:
-                trip = None  # a bound, not a count: the condition stops it
+            if trip is None or trip >= _ENDLESS:  # a bound, not a count: the condition stops it, if it counts
+                trip = loop_trips(body, (site.node.input, inputs[p]), (self.known, p), self.opset())
             states = [merge(first, after) for first, after in zip(inputs[p][2:], body_out[p][1 : 1 + carried])]
             scans = [stacked(k, trip, 0) for k in body_out[p][1 + carried :]]
             outputs.append((states + scans)[: len(site.node.output)])

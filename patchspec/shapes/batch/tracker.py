@@ -199,8 +199,7 @@ class _Tracker:
                 self.folds.folded[site.node.output[0]] = behind
                 return None
         proved = [i for i in range(len(values)) if self._proves(values, i, prefix, trials)]
-        if len(proved) > 1:  # the same memory either way (dims of 1): keep the batch where the data has it
-            proved = [i for i in proved if values[:i] == prefix] or proved
+        proved = self.folds.placed(site, proved, values, prefix, lambda j: self.consistent(*trials(j), j))
 
         folds = {} if fold is not None else self.folds.candidates(values, self.b1, data, axis, factor, trials)
         per_sample = factor * product(data[axis + 1 :])

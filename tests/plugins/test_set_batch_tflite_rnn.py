@@ -1,0 +1,110 @@
+"""Keras RNNs converted to TFLite, then to ONNX by tf2onnx's ``from_tflite``, at their static batch 1:
+
+- the Loop's trip count is INT64_MAX, a bound: the body stops it by comparing a counter it carries
+  with the steps (``i + 1 < 7``). Its scan output stacks one step each, so its first axis was unknown
+  and the Reshape back to batch-major after it could not be decided. The evaluator now runs such a
+  counting condition (``shapes/loop_trips``);
+- each step is written as ``[1, 1, H]`` and squeezed on axis 0: of the two axes of 1 the batch is the
+  one the Squeeze keeps (``Folds.placed``), not the first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+from set_batch_kit import per_sample, rand, run, set_batch
+
+from helpers import graph_model, tensor_info
+from patchspec.shapes.known import Known
+from patchspec.shapes.loop_trips import MOST_TRIPS, loop_trips
+
+STEPS, H = 7, 5
+INT64_MAX = np.iinfo(np.int64).max
+
+
+def counting_body(limit: str = "limit") -> onnx.GraphProto:
+    """Step ``i`` of ``steps`` added to the state, written as [1, 1, H] and squeezed on axis 0 (the scan
+    output); the carried counter goes up by one and the condition is ``counter + 1 < limit``."""
+    nodes = [
+        helper.make_node("Gather", ["steps", "counter"], ["row"], axis=0),
+        helper.make_node("Add", ["state", "row"], ["next"]),
+        helper.make_node("Reshape", ["next", "one_step"], ["step"], name="item"),
+        helper.make_node("Squeeze", ["step", "axis0"], ["scan"], name="unitem"),
+        helper.make_node("Add", ["counter", "one"], ["counter_next"]),
+        helper.make_node("Less", ["counter_next", limit], ["cond_out"]),
+    ]
+    constants = [
+        numpy_helper.from_array(np.array([1, 1, H], np.int64), "one_step"),
+        numpy_helper.from_array(np.array([0], np.int64), "axis0"),
+        numpy_helper.from_array(np.array(1, np.int64), "one"),
+    ]
+    inputs = [
+        tensor_info("i", [], onnx.TensorProto.INT64),
+        tensor_info("cond", [], onnx.TensorProto.BOOL),
+        tensor_info("counter", [], onnx.TensorProto.INT64),
+        tensor_info("state", [1, H]),
+    ]
+    outputs = [
+        tensor_info("cond_out", [], onnx.TensorProto.BOOL),
+        tensor_info("counter_next", [], onnx.TensorProto.INT64),
+        tensor_info("next", [1, H]),
+        tensor_info("scan", [1, H]),
+    ]
+    return helper.make_graph(nodes, "step", inputs, outputs, constants)
+
+
+def tflite_rnn() -> onnx.ModelProto:
+    """x [1, 7, 5] -> Reshape [7, 1, 5] (the time-major transpose at batch 1) -> the counting Loop ->
+    its steps [7, 1, 5] -> Reshape [1, 7, 5] (batch-major again) -> y."""
+    nodes = [
+        helper.make_node("Reshape", ["x", "time_major"], ["steps"], name="transpose"),
+        helper.make_node(
+            "Loop", ["bound", "", "zero", "zeros"], ["count", "last", "steps_out"], name="rnn", body=counting_body()
+        ),
+        helper.make_node("Reshape", ["steps_out", "batch_major"], ["y"], name="transpose_back"),
+    ]
+    constants = [
+        numpy_helper.from_array(np.array([STEPS, 1, H], np.int64), "time_major"),
+        numpy_helper.from_array(np.array([1, STEPS, H], np.int64), "batch_major"),
+        numpy_helper.from_array(np.array(INT64_MAX, np.int64), "bound"),
+        numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        numpy_helper.from_array(np.array(STEPS, np.int64), "limit"),
+        numpy_helper.from_array(np.zeros([1, H], np.float32), "zeros"),
+    ]
+    return graph_model(nodes, [tensor_info("x", [1, STEPS, H])], [tensor_info("y", [1, STEPS, H])], constants)
+
+
+@pytest.mark.parametrize("size", [4, "N"])
+def test_a_tflite_rnn_is_batched_sample_by_sample(size: int | str) -> None:
+    original = tflite_rnn()
+    model = onnx.ModelProto()
+    model.CopyFrom(original)
+    result = set_batch(model, size=size)
+    assert "Reshapes changed to keep samples apart" in result.summary, result.summary
+    x = rand(4, STEPS, H)
+    np.testing.assert_allclose(run(model, {"x": x})[0], per_sample(original, {"x": x}, ["x"])[0], rtol=1e-5, atol=1e-6)
+
+
+def knowns(*values: object) -> list[Known]:
+    return [Known(onnx.TensorProto.INT64, (), None if v is None else np.asarray(v)) for v in values]
+
+
+@pytest.mark.parametrize(
+    ("bound", "condition", "limit", "trips"),
+    [
+        (INT64_MAX, True, STEPS, STEPS),  # the last step makes counter + 1 < 7 false
+        (3, True, STEPS, 3),  # the bound stops it first
+        (INT64_MAX, False, STEPS, 0),  # never entered
+        (INT64_MAX, True, None, None),  # a limit not known: not counted
+        (INT64_MAX, True, MOST_TRIPS + 10, None),  # longer than it is run here
+    ],
+)
+def test_a_counting_condition_gives_the_trips(
+    bound: int, condition: bool, limit: int | None, trips: int | None
+) -> None:
+    names = ["bound", "cond", "zero", "zeros"]
+    given = [*knowns(bound), Known(onnx.TensorProto.BOOL, (), np.array(condition)), *knowns(0), Known(1, (1, H))]
+    scope = {"limit": knowns(limit)}
+    assert loop_trips(counting_body(), (names, given), (scope, 0), 17) == trips
