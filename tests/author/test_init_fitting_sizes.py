@@ -44,3 +44,21 @@ def test_sizes_that_evaluate_are_kept_and_a_disagreement_no_input_sets_gives_non
         [numpy_helper.from_array(np.zeros(3, np.float32), "three")],
     )
     assert fitting_shapes(fixed, {"x": [1, 5]}) is None
+
+
+def test_a_height_that_must_pool_to_one_row_is_found_below_the_default(tmp_path, run_cli):
+    """x pooled by 32 on the height and squeezed there: init's default 64 fails; before, init wrote it
+    and apply failed with the original's own error."""
+    nodes = [
+        helper.make_node("AveragePool", ["x"], ["pooled"], kernel_shape=[32, 1], strides=[32, 1]),
+        helper.make_node("Squeeze", ["pooled", "axis2"], ["y"], name="drop_height"),
+    ]
+    axis = numpy_helper.from_array(np.array([2], np.int64), "axis2")
+    model = graph_model(nodes, [tensor_info("x", ["N", 3, "h", "w"])], [tensor_info("y", ["N", 3, "w"])], [axis])
+    onnx.save(model, tmp_path / "m.onnx")
+    init = run_cli("init", str(tmp_path / "m.onnx"), "--batch", "4", "--output", str(tmp_path / "spec.yaml"))
+    assert init.exit_code == 0, init.output
+    written = (tmp_path / "spec.yaml").read_text()
+    assert "x: [4, 3, 32, " in written, written
+    applied = run_cli("apply", str(tmp_path / "spec.yaml"))
+    assert applied.exit_code == 0, applied.output

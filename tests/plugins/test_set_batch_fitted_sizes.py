@@ -111,3 +111,28 @@ def test_a_stop_where_no_inputs_disagree_tries_no_other_size(monkeypatch) -> Non
     assert fitting.fit_dim(marker(), {"image": [1, 8], "bits": [1, 384]}, {"nbits": [("bits", 1)]}, shift=64) == (
         fitting.FittedDim("nbits", (("bits", 1),), 384, 8, 8, "Mul 'embed' ([1, 8], [1, 384])")
     )
+
+
+def pooled_height() -> onnx.ModelProto:
+    """PP-OCRv2's recognizer, in short: x [N, 3, h, w] pooled by 32 on the height, which a Squeeze then
+    drops (it must be 1 there: h runs from 32 to 63 only), then a Reshape baked at batch 1."""
+    nodes = [
+        helper.make_node("AveragePool", ["x"], ["pooled"], kernel_shape=[32, 1], strides=[32, 1]),
+        helper.make_node("Squeeze", ["pooled", "axis2"], ["rows"], name="drop_height"),
+        helper.make_node("Reshape", ["rows", "flat"], ["y"], name="flatten"),
+    ]
+    constants = [
+        numpy_helper.from_array(np.array([2], np.int64), "axis2"),
+        numpy_helper.from_array(np.array([1, -1], np.int64), "flat"),
+    ]
+    return graph_model(nodes, [tensor_info("x", ["N", 3, "h", "w"])], [tensor_info("y", ["N", None])], constants)
+
+
+def test_a_stop_at_a_squeeze_tries_smaller_sizes_where_no_inputs_disagree() -> None:
+    """Before, nothing disagreed at the Squeeze, so no other height was tried and --no-verify refused."""
+    model = pooled_height()
+    original, note = _batched(model)
+    assert "x[2] ('h') is declared symbolic, but at 128" in note and "Squeeze 'drop_height'" in note, note
+    assert "evaluated at 32 and 48" in note, note
+    feeds = {"x": rand(4, 3, 32, 10)}
+    np.testing.assert_allclose(run(model, feeds)[0], per_sample(original, feeds, feeds)[0], rtol=1e-6)

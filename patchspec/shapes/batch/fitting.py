@@ -8,7 +8,8 @@ original refuses, and nothing downstream of that node can be judged.
 
 So the model is evaluated at the sizes asked (weights are never read); where the evaluation stops at a
 node, each symbolic dim is tried at each size two inputs of that node disagree on, then at smaller
-sizes, and the first size at which every graph output evaluates is kept. set_batch also needs the dim
+sizes (those alone where a Squeeze, a Reshape or a Split stops it: PP-OCRv2 squeezes a height pooled
+by 32), and the first size at which every graph output evaluates is kept. set_batch also needs the dim
 to move (its third point tells which dims follow which input dims): a second size is tried;
 where none evaluates either, the dim keeps one size at every point (``FittedDim.fixed``).
 """
@@ -34,6 +35,9 @@ SYMBOL_SHIFT = 64
 MAX_TRIES = 12
 #: below the sizes asked, these fractions of them are tried (a height pooled to a few rows)
 SMALLER = (2, 4, 8)
+#: ops that stop at a size too large though no two inputs disagree, tried at the smaller sizes alone (a
+#: height pooled by 32 and squeezed, which must be 1 there: PP-OCRv2's recognizer)
+_SHRINKS = ("Squeeze ", "Reshape ", "Split ")
 #: disagreeing sizes below this are tried last
 TINY = 16
 
@@ -117,7 +121,7 @@ def fit_dim(
     if found is None or not free:
         return None
     sizes, stopped = found
-    if not sizes:
+    if not sizes and not stopped.startswith(_SHRINKS):
         return None  # no two inputs disagree (a custom op, a shape from data): no size would help
     tries = 0
     for key in sorted(free, key=lambda k: _size_at(shapes, free[k]) not in sizes):
