@@ -8,9 +8,8 @@
 2. Dim names an input repeats on several axes (SCRFD's ``[?, 3, ?, ?]``) are told apart.
 3. A verify block: ``check``, and ``run`` against the original, per sample (``split_batch``) wherever
    the original runs one sample at a time, dynamic batch included (:mod:`.init_case`); ops that couple
-   the samples (set_batch names them) are said in the spec, with the key that accepts them.
-   Integer inputs get values where the graph says what they are (:mod:`patchspec.shapes.values`);
-   others are flagged, in the spec and on the terminal.
+   the samples (set_batch names them) are said in the spec, with the key that accepts them. Integer
+   inputs get values where the graph says what they are (:mod:`patchspec.shapes.values`), or are flagged.
 
 The graph is read once; the original is run a few times on onnxruntime's CPU provider, when it loads
 there. The spec is checked by the loader before it is written.
@@ -34,6 +33,7 @@ from patchspec.author.init_case import (
     case_shapes,
     input_rules,
     listed_shapes,
+    original_fails,
     per_sample_reason,
     probe_values,
     run_step,
@@ -98,6 +98,7 @@ def _draft_spec(model_path: Path, spec_path: Path, size: int | str, registry: An
         draft.verify.append(run_step(probe, rows, case, split, coupled))
     text = checked(draft, spec_path, registry)
     notes = [f"{row.name}: {row.values}" for row in rows if row.flagged]
+    notes = notes or original_fails(runner.runs, shapes, runner.values, len(model.graph.node) <= LOAD_CHECK_NODES)
     return InitResult(text, rows, notes, next_command(spec_path, root))
 
 

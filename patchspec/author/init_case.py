@@ -141,6 +141,17 @@ def runs_at(runs: OriginalRuns, shapes: dict[str, list[int]], values: dict[str, 
     return ran is not None and ran.ok
 
 
+def original_fails(
+    runs: OriginalRuns, shapes: dict[str, list[int]], values: dict[str, dict[str, Any]], small: bool
+) -> list[str]:
+    """A note where the original, run here (``small``: a graph cheap to load), fails at the case's sizes:
+    apply's run step would fail alike."""
+    ran = runs.run(CaseLayout(shapes, values).items(0, [])) if small and runs.session is not None else None
+    if ran is None or ran.ok:
+        return []
+    return [f"the original itself fails at the case's sizes ({ran.failure}): edit the case to sizes it runs at"]
+
+
 def unified_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]], batch: list[Pair]) -> dict[str, list[int]]:
     """``shapes`` with every other unnamed or symbolic axis at one size: exporters that name each
     input's axes apart (``unk__12``, ``unk__13``) still mean one sequence length."""

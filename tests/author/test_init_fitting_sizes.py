@@ -62,3 +62,19 @@ def test_a_height_that_must_pool_to_one_row_is_found_below_the_default(tmp_path,
     assert "x: [4, 3, 32, " in written, written
     applied = run_cli("apply", str(tmp_path / "spec.yaml"))
     assert applied.exit_code == 0, applied.output
+
+
+def test_a_case_the_original_itself_fails_at_is_said(tmp_path, run_cli):
+    """Rows of 7 from a symbolic length: no size init tries is a multiple of 7. Before, init said nothing
+    and apply's run step failed as if the patched model were at fault."""
+    nodes = [helper.make_node("Reshape", ["x", "sevens"], ["y"], name="rows_of_7")]
+    sevens = numpy_helper.from_array(np.array([-1, 7], np.int64), "sevens")
+    model = graph_model(nodes, [tensor_info("x", ["N", "length"])], [tensor_info("y", None)], [sevens])
+    onnx.save(model, tmp_path / "m.onnx")
+    init = run_cli("init", str(tmp_path / "m.onnx"), "--batch", "4", "--output", str(tmp_path / "spec.yaml"))
+    assert init.exit_code == 0, init.output
+    assert "flagged: the original itself fails at the case's sizes (at node 'rows_of_7'" in init.output, init.output
+    assert "edit the case to sizes it runs at" in init.output
+    onnx.save(watermark_model(), tmp_path / "w.onnx")  # one it runs: no such note
+    init = run_cli("init", str(tmp_path / "w.onnx"), "--batch", "4", "--output", str(tmp_path / "w.yaml"))
+    assert init.exit_code == 0 and "fails at the case" not in init.output, init.output
