@@ -16,7 +16,9 @@ constants it folds (numbered again in the order they are read), and the order of
 again, except the Keras family's: tf2onnx numbers the nodes its optimizer makes (``Transpose__20``) and keeps
 one of an LSTM's two identical zero-state subgraphs in an order that varies from run to run, so node names
 and order may differ (checked on 2026-11-28 over four runs: the same ops and the same weights every time;
-keras_cnn_op9 and keras_cnn_op9_b1 came out as committed in each, the others vary).
+keras_cnn_op9 and keras_cnn_op9_b1 came out as committed in each, the others vary). The TFLite RNNs
+(tflite_*_b1 but the CNN) vary the same way: the order of a Loop body's nodes, and so the numbers its folded
+constants get (checked over four runs: the same ops and weights).
 """
 
 from __future__ import annotations

@@ -148,6 +148,8 @@ def tflite(save: Save, seed: int) -> None:
         ),
         "tflite_cnn_b1.onnx": tf.lite.TFLiteConverter.from_keras_model(cnn),
     }
+    for name, model in _tflite_rnns(keras_).items():
+        converters[f"tflite_{name}_b1.onnx"] = tf.lite.TFLiteConverter.from_keras_model(model)
     with tempfile.TemporaryDirectory() as folder:
         for name, converter in converters.items():
             flat = Path(folder) / name.replace(".onnx", ".tflite")
@@ -156,22 +158,48 @@ def tflite(save: Save, seed: int) -> None:
             save("tf2onnx-tflite", name, _folded_names_in_order(converted))
 
 
+def _tflite_rnns(keras_: Any) -> dict[str, Any]:
+    """Keras RNNs at batch 1 as TFLite writes them (a while-loop bounded by INT64_MAX whose condition counts
+    the steps; each step's state written [1, 1, H] and squeezed): a GRU with a Dense per step, an LSTM
+    whose recurrent product is squeezed to [4H] before a Gemm adds it, and a bidirectional LSTM."""
+    layers, models = keras_.layers, {}
+    seq = keras_.Input((7, 5), batch_size=1, name="seq")
+    models["gru_seq"] = keras_.Model(seq, layers.Dense(3)(layers.GRU(6, return_sequences=True)(seq)))
+    seq = keras_.Input((7, 5), batch_size=1, name="seq")
+    models["lstm"] = keras_.Model(seq, layers.Dense(3)(layers.LSTM(6)(seq)))
+    seq = keras_.Input((7, 5), batch_size=1, name="seq")
+    models["bilstm"] = keras_.Model(seq, layers.Bidirectional(layers.LSTM(4))(seq))
+    return models
+
+
 def _folded_names_in_order(model: Any) -> Any:
     """tf2onnx's from_tflite numbers the constants it folds in an order that changes from run to run (the
-    values and the graph do not): they are numbered again in the order the nodes first read them."""
-    folded = [i.name for i in model.graph.initializer if i.name.startswith("const_fold_opt__")]
-    order = [name for node in model.graph.node for name in node.input if name in folded]
+    values and the graph do not): they are numbered again in the order the nodes first read them, in the
+    main graph and then in each Loop body (an RNN's while-loop folds constants there too)."""
+    graphs = list(_graphs(model.graph))
+    folded = {i.name for graph in graphs for i in graph.initializer if i.name.startswith("const_fold_opt__")}
+    order = [name for graph in graphs for node in graph.node for name in node.input if name in folded]
     names = {old: f"const_fold_opt__{n}" for n, old in enumerate(dict.fromkeys(order))}
-    for tensor in model.graph.initializer:
-        tensor.name = names.get(tensor.name, tensor.name)
-    places = [n for n, tensor in enumerate(model.graph.initializer) if tensor.name in names.values()]
-    copies = []
-    for place in places:
-        copy = type(model.graph.initializer[place])()
-        copy.CopyFrom(model.graph.initializer[place])
-        copies.append(copy)
-    for place, tensor in zip(places, sorted(copies, key=lambda t: int(t.name.rsplit("_", 1)[1]))):
-        model.graph.initializer[place].CopyFrom(tensor)
-    for node in model.graph.node:
-        node.input[:] = [names.get(name, name) for name in node.input]
+    for graph in graphs:
+        for tensor in graph.initializer:
+            tensor.name = names.get(tensor.name, tensor.name)
+        places = [n for n, tensor in enumerate(graph.initializer) if tensor.name in names.values()]
+        copies = []
+        for place in places:
+            copy = type(graph.initializer[place])()
+            copy.CopyFrom(graph.initializer[place])
+            copies.append(copy)
+        for place, tensor in zip(places, sorted(copies, key=lambda t: int(t.name.rsplit("_", 1)[1]))):
+            graph.initializer[place].CopyFrom(tensor)
+        for node in graph.node:
+            node.input[:] = [names.get(name, name) for name in node.input]
     return model
+
+
+def _graphs(graph: Any) -> Any:
+    """``graph`` and every body in it, depth first."""
+    yield graph
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.HasField("g"):
+                yield from _graphs(attribute.g)
