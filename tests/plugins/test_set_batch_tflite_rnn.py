@@ -5,7 +5,12 @@
   and the Reshape back to batch-major after it could not be decided. The evaluator now runs such a
   counting condition (``shapes/loop_trips``);
 - each step is written as ``[1, 1, H]`` and squeezed on axis 0: of the two axes of 1 the batch is the
-  one the Squeeze keeps (``Folds.placed``), not the first.
+  one the Squeeze keeps (``Folds.placed``), not the first;
+- an RNN that returns its last state carries a list of one step ``[1, 1, H]`` out of the Loop and slices
+  its last element: the batch is again the axis the Slice does not keep (``singles``), and the list's
+  starting value is repeated to the batch on that axis;
+- an LSTM's recurrent product ``[1, 4H]`` is reshaped to ``[4H]`` (the batch's axis of 1 dropped) and
+  added as a Gemm's C: it becomes an Identity, so each sample keeps its own row.
 """
 
 from __future__ import annotations
@@ -85,6 +90,84 @@ def test_a_tflite_rnn_is_batched_sample_by_sample(size: int | str) -> None:
     assert "Reshapes changed to keep samples apart" in result.summary, result.summary
     x = rand(4, STEPS, H)
     np.testing.assert_allclose(run(model, {"x": x})[0], per_sample(original, {"x": x}, ["x"])[0], rtol=1e-5, atol=1e-6)
+
+
+def last_state_body() -> onnx.GraphProto:
+    """One LSTM-like step as TFLite writes it: the recurrent product [1, H] reshaped to [H] and added as the
+    Gemm's C; the next state is also written [1, 1, H] as the carried list of the last step."""
+    nodes = [
+        helper.make_node("Gather", ["steps", "counter"], ["row"], axis=0),
+        helper.make_node("MatMul", ["state", "r"], ["recurrent"]),
+        helper.make_node("Reshape", ["recurrent", "flat"], ["recurrent_flat"], name="drop_batch"),
+        helper.make_node("Gemm", ["row", "w", "recurrent_flat"], ["pre"]),
+        helper.make_node("Tanh", ["pre"], ["next"]),
+        helper.make_node("Reshape", ["next", "one_step"], ["item"], name="item"),
+        helper.make_node("Add", ["counter", "one"], ["counter_next"]),
+        helper.make_node("Less", ["counter_next", "limit"], ["cond_out"]),
+    ]
+    rng = np.random.default_rng(2)
+    constants = [
+        numpy_helper.from_array(rng.standard_normal((H, H)).astype(np.float32), "r"),
+        numpy_helper.from_array(rng.standard_normal((H, H)).astype(np.float32), "w"),
+        numpy_helper.from_array(np.array([H], np.int64), "flat"),
+        numpy_helper.from_array(np.array([1, 1, H], np.int64), "one_step"),
+        numpy_helper.from_array(np.array(1, np.int64), "one"),
+    ]
+    inputs = [
+        tensor_info("i", [], onnx.TensorProto.INT64),
+        tensor_info("cond", [], onnx.TensorProto.BOOL),
+        tensor_info("counter", [], onnx.TensorProto.INT64),
+        tensor_info("state", [1, H]),
+        tensor_info("last", [1, 1, H]),
+    ]
+    outputs = [
+        tensor_info("cond_out", [], onnx.TensorProto.BOOL),
+        tensor_info("counter_next", [], onnx.TensorProto.INT64),
+        tensor_info("next", [1, H]),
+        tensor_info("item", [1, 1, H]),
+    ]
+    return helper.make_graph(nodes, "step", inputs, outputs, constants)
+
+
+def tflite_last_state() -> onnx.ModelProto:
+    """x [1, 7, 5] -> Reshape [7, 1, 5] -> the Loop -> its carried list [1, 1, 5], sliced [-1:] and squeezed
+    on axis 0 -> y [1, 5]."""
+    nodes = [
+        helper.make_node("Reshape", ["x", "time_major"], ["steps"], name="transpose"),
+        helper.make_node(
+            "Loop",
+            ["bound", "", "zero", "zeros", "empty_list"],
+            ["count", "state_out", "list_out"],
+            name="rnn",
+            body=last_state_body(),
+        ),
+        helper.make_node("Slice", ["list_out", "starts", "ends", "axes"], ["last_step"], name="last"),
+        helper.make_node("Squeeze", ["last_step", "axis0"], ["y"]),
+    ]
+    constants = [
+        numpy_helper.from_array(np.array([STEPS, 1, H], np.int64), "time_major"),
+        numpy_helper.from_array(np.array(INT64_MAX, np.int64), "bound"),
+        numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        numpy_helper.from_array(np.array(STEPS, np.int64), "limit"),
+        numpy_helper.from_array(np.zeros([1, H], np.float32), "zeros"),
+        numpy_helper.from_array(np.zeros([1, 1, H], np.float32), "empty_list"),
+        numpy_helper.from_array(np.array([-1, 0, 0], np.int64), "starts"),
+        numpy_helper.from_array(np.array([2**31 - 1] * 3, np.int64), "ends"),
+        numpy_helper.from_array(np.array([0, 1, 2], np.int64), "axes"),
+        numpy_helper.from_array(np.array([0], np.int64), "axis0"),
+    ]
+    return graph_model(nodes, [tensor_info("x", [1, STEPS, H])], [tensor_info("y", [1, H])], constants)
+
+
+@pytest.mark.parametrize("size", [4, "N"])
+def test_an_rnn_that_returns_its_last_state_is_batched_sample_by_sample(size: int | str) -> None:
+    original = tflite_last_state()
+    model = onnx.ModelProto()
+    model.CopyFrom(original)
+    result = set_batch(model, size=size)
+    assert any("replaced Reshape 'drop_batch' (shape 'flat') by an Identity" in line for line in result.details)
+    x = rand(4, STEPS, H)
+    np.testing.assert_allclose(run(model, {"x": x})[0], per_sample(original, {"x": x}, ["x"])[0], rtol=1e-5, atol=1e-5)
 
 
 def knowns(*values: object) -> list[Known]:

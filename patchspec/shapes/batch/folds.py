@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import onnx
-from onnx import numpy_helper
 
 from patchspec.model.graph import NodeSite
+from patchspec.shapes.batch.singles import Singles
 from patchspec.shapes.batch.trace import product, sizes_of
 from patchspec.shapes.evaluate import ShapeEvaluator
 from patchspec.shapes.known import Known
@@ -32,7 +32,7 @@ class Folds:
         self.wa, self.wb = sizes
         self.folded: dict[str, Fold] = {}
         self.not_folded: set[str] = set()
-        self.squeezes: dict[int, dict[str, list[int]]] = {}  # by id(graph): the axes Squeezes remove
+        self.singles = Singles(evaluator)
 
     def folded_behind(self, data_shape: Sequence[int], axis: int, factor: int, out1: Known, out2: Known) -> Fold | None:
         """The Reshape merges the batch into an output axis as its innermost part, behind data dims that
@@ -81,24 +81,19 @@ class Folds:
         self, site: NodeSite, proved: list[int], values: list[int], prefix: list[int], fits: Callable[[int], bool]
     ) -> list[int]:
         """Of the elements of a Reshape's shape proved to be the batch, the one where the data has it (dims
-        of 1: the same memory either way); where a Squeeze after it removes that axis, the other 1 at the
-        same memory that ``fits`` (TFLite's RNN writes each step as ``[1, 1, H]`` and squeezes axis 0)."""
+        of 1: the same memory either way); where a reader keeps one element of that axis (a Squeeze, a
+        Slice ``[-1:]``: :mod:`.singles`), the other 1 at the same memory that ``fits`` (TFLite's RNN writes
+        each step as ``[1, 1, H]``, a list of one step, and squeezes or slices axis 0)."""
         if len(proved) > 1:
             proved = [i for i in proved if values[:i] == prefix] or proved
         if len(proved) != 1 or values[proved[0]] != 1:
             return proved
-        removed = self._squeezed(site.graph, site.node.output[0], len(values))
+        removed = self.singles.axes(site, site.node.output[0], len(values))
         i = proved[0]
         if i not in removed:
             return proved
         others = [j for j in range(len(values)) if j not in removed and values[j] == 1 and fits(j)]
         return others if len(others) == 1 else proved
-
-    def _squeezed(self, graph: onnx.GraphProto, tensor: str, rank: int) -> set[int]:
-        """The axes of ``tensor`` that a Squeeze in ``graph`` removes (read once per graph)."""
-        if id(graph) not in self.squeezes:
-            self.squeezes[id(graph)] = _squeezes(graph)
-        return {axis % rank for axis in self.squeezes[id(graph)].get(tensor, ())}
 
     def fold_of(self, name: str) -> Fold | None:
         """Where a folded batch sits in ``name``: carried from the Reshape that folded it through ops
@@ -138,20 +133,6 @@ class Folds:
             if axis >= len(made.shape) or given.shape[axis] != made.shape[axis]:
                 return None
         return fold
-
-
-def _squeezes(graph: onnx.GraphProto) -> dict[str, list[int]]:
-    """The axes each Squeeze in ``graph`` removes, by the tensor it reads, where they are constant."""
-    constants = {t.name: t for t in graph.initializer}
-    removed: dict[str, list[int]] = {}
-    for node in graph.node:
-        if node.op_type != "Squeeze" or not node.input:
-            continue
-        attribute = next((list(a.ints) for a in node.attribute if a.name == "axes"), None)
-        given = constants.get(node.input[1]) if len(node.input) > 1 else None
-        axes = attribute if given is None else numpy_helper.to_array(given).reshape(-1).tolist()
-        removed.setdefault(node.input[0], []).extend(int(axis) for axis in axes or ())
-    return removed
 
 
 def kept_whole(data: Known, output: Known, axis: int) -> int | None:

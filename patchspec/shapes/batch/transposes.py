@@ -29,6 +29,10 @@ from patchspec.shapes.evaluate import ShapeEvaluator
 
 #: the doc_string of each Transpose written here
 MARK = "patchspec set_batch: a Reshape that was a transpose at batch 1"
+#: the doc_string of each Identity written here (a Reshape that dropped the batch's axis of 1)
+KEPT = "patchspec set_batch: a Reshape that dropped the batch's axis of 1"
+#: elementwise ops of two operands that broadcast them against each other
+_BROADCASTS = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "PRelu"})
 
 
 class Walked(Protocol):
@@ -58,6 +62,7 @@ def batch_transposes(findings: Walked) -> list[Transposition]:
     folds = any(site.node.doc_string == MARK for _, site in findings.sites)
     outputs = {info.name for info in findings.evaluator.model.graph.output}
     read: set[str] | None = None  # what the nodes read, gathered where a Reshape makes a graph output
+    readers: dict[str, list[tuple[NodeSite, int]]] | None = None  # who reads what, where a Reshape drops the batch
     found = []
     for site in sites:
         node = site.node
@@ -73,6 +78,10 @@ def batch_transposes(findings: Walked) -> list[Transposition]:
         if perm is not None:
             found.append(Transposition(site, perm))
             folds = True
+        elif _dropped(data, out, axis):
+            readers = readers if readers is not None else _readers(findings)
+            if _broadcast_back(findings, readers.get(node.output[0], []), len(data)):
+                found.append(Transposition(site, ()))
     if folds:
         replaced = {id(t.site.node) for t in found}
         found += [t for site in sites if id(site.node) not in replaced and (t := _batch_first(findings, site))]
@@ -86,7 +95,7 @@ def _is_reshape(node: onnx.NodeProto) -> bool:
 def _moved_one(data: tuple[int, ...], out: tuple[int, ...], axis: int) -> tuple[int, ...] | None:
     """The permutation that is ``data`` -> ``out`` where both have one axis of 1, ``data``'s on the batch
     ``axis``, and the other dims keep their order; None where the Reshape is no such transpose."""
-    if len(data) != len(out) or data.count(1) != 1 or out.count(1) != 1 or data[axis] != 1:
+    if axis >= len(data) or len(data) != len(out) or data.count(1) != 1 or out.count(1) != 1 or data[axis] != 1:
         return None
     if out.index(1) == axis:
         return None
@@ -95,6 +104,40 @@ def _moved_one(data: tuple[int, ...], out: tuple[int, ...], axis: int) -> tuple[
         return None
     rest.insert(out.index(1), axis)
     return tuple(rest)
+
+
+def _dropped(data: tuple[int, ...], out: tuple[int, ...], axis: int) -> bool:
+    """``out`` is ``data`` without its batch ``axis`` of 1 (a Squeeze written as a Reshape)."""
+    return axis < len(data) and data[axis] == 1 and list(out) == [d for k, d in enumerate(data) if k != axis]
+
+
+def _readers(findings: Walked) -> dict[str, list[tuple[NodeSite, int]]]:
+    readers: dict[str, list[tuple[NodeSite, int]]] = {}
+    for _, site in findings.sites:
+        for operand, name in enumerate(site.node.input):
+            readers.setdefault(name, []).append((site, operand))
+    return readers
+
+
+def _broadcast_back(findings: Walked, readers: list[tuple[NodeSite, int]], rank: int) -> bool:
+    """Every reader broadcasts the dropped axis back against an operand of the data's ``rank`` or more that
+    carries the batch: a Gemm's C (TFLite's LSTM adds the recurrent product so), an elementwise op."""
+    if not readers:
+        return False
+    for site, operand in readers:
+        node = site.node
+        transposed = any(a.name == "transA" and a.i for a in node.attribute)
+        if node.op_type == "Gemm" and operand == 2 and not transposed:
+            others = [node.input[0]]  # A's rows are the output's: the batch on them
+        elif node.op_type in _BROADCASTS and len(node.input) == 2:
+            others = [node.input[1 - operand]]
+        else:
+            return False
+        for other in others:
+            shape = sizes_of(findings.evaluator.at(other)[0])
+            if shape is None or len(shape) < rank or findings.batch_axis(other) != len(shape) - rank:
+                return False
+    return True
 
 
 def _batch_first(findings: Walked, site: NodeSite) -> Transposition | None:
@@ -136,6 +179,15 @@ def transpose_batch_reshapes(model: onnx.ModelProto, transposes: list[Transposit
             )
             continue
         shape = node.input[1]
+        if not perm:
+            node.op_type = "Identity"
+            del node.input[1:]
+            node.doc_string = KEPT
+            lines.append(
+                f"replaced Reshape '{label}' (shape '{shape}') by an Identity: at batch 1 it dropped the batch's "
+                "axis of 1, which what reads it broadcasts back; batched, each sample keeps its own row"
+            )
+            continue
         node.op_type = "Transpose"
         del node.input[1:]
         del node.attribute[:]
@@ -148,4 +200,4 @@ def transpose_batch_reshapes(model: onnx.ModelProto, transposes: list[Transposit
     return lines
 
 
-__all__ = ["MARK", "Walked", "batch_transposes", "transpose_batch_reshapes"]
+__all__ = ["KEPT", "MARK", "Walked", "batch_transposes", "transpose_batch_reshapes"]
