@@ -161,7 +161,8 @@ def tflite(save: Save, seed: int) -> None:
 def _tflite_rnns(keras_: Any) -> dict[str, Any]:
     """Keras RNNs at batch 1 as TFLite writes them (a while-loop bounded by INT64_MAX whose condition counts
     the steps; each step's state written [1, 1, H] and squeezed): a GRU with a Dense per step, an LSTM
-    whose recurrent product is squeezed to [4H] before a Gemm adds it, and a bidirectional LSTM."""
+    whose recurrent product is squeezed to [4H] before a Gemm adds it, a bidirectional LSTM, and a Conv1D
+    before an LSTM (its NHWC output [1, 1, 10, 8] made time-major [10, 1, 8] by one Reshape)."""
     layers, models = keras_.layers, {}
     seq = keras_.Input((7, 5), batch_size=1, name="seq")
     models["gru_seq"] = keras_.Model(seq, layers.Dense(3)(layers.GRU(6, return_sequences=True)(seq)))
@@ -169,6 +170,10 @@ def _tflite_rnns(keras_: Any) -> dict[str, Any]:
     models["lstm"] = keras_.Model(seq, layers.Dense(3)(layers.LSTM(6)(seq)))
     seq = keras_.Input((7, 5), batch_size=1, name="seq")
     models["bilstm"] = keras_.Model(seq, layers.Bidirectional(layers.LSTM(4))(seq))
+    seq = keras_.Input((12, 5), batch_size=1, name="seq")
+    models["conv_lstm"] = keras_.Model(
+        seq, layers.Dense(2)(layers.LSTM(6)(layers.Conv1D(8, 3, activation="relu")(seq)))
+    )
     return models
 
 

@@ -60,9 +60,10 @@ def counting_body(limit: str = "limit") -> onnx.GraphProto:
     return helper.make_graph(nodes, "step", inputs, outputs, constants)
 
 
-def tflite_rnn() -> onnx.ModelProto:
+def tflite_rnn(conv1d: bool = False) -> onnx.ModelProto:
     """x [1, 7, 5] -> Reshape [7, 1, 5] (the time-major transpose at batch 1) -> the counting Loop ->
-    its steps [7, 1, 5] -> Reshape [1, 7, 5] (batch-major again) -> y."""
+    its steps [7, 1, 5] -> Reshape [1, 7, 5] (batch-major again) -> y. With ``conv1d`` x is [1, 1, 7, 5],
+    as TFLite's Conv1D leaves it (NHWC, a height of 1), and the same Reshape drops that 1 too."""
     nodes = [
         helper.make_node("Reshape", ["x", "time_major"], ["steps"], name="transpose"),
         helper.make_node(
@@ -78,17 +79,25 @@ def tflite_rnn() -> onnx.ModelProto:
         numpy_helper.from_array(np.array(STEPS, np.int64), "limit"),
         numpy_helper.from_array(np.zeros([1, H], np.float32), "zeros"),
     ]
-    return graph_model(nodes, [tensor_info("x", [1, STEPS, H])], [tensor_info("y", [1, STEPS, H])], constants)
+    x = [1, 1, STEPS, H] if conv1d else [1, STEPS, H]
+    return graph_model(nodes, [tensor_info("x", x)], [tensor_info("y", [1, STEPS, H])], constants)
 
 
 @pytest.mark.parametrize("size", [4, "N"])
-def test_a_tflite_rnn_is_batched_sample_by_sample(size: int | str) -> None:
-    original = tflite_rnn()
+@pytest.mark.parametrize("conv1d", [False, True])
+def test_a_tflite_rnn_is_batched_sample_by_sample(size: int | str, conv1d: bool) -> None:
+    """With ``conv1d`` the data [1, 1, 7, 5] has a second axis of 1: it gets a Transpose before the Reshape
+    that puts the batch where the Reshape's one 1 is ([1, 7, 1, 5]); before, it was refused."""
+    original = tflite_rnn(conv1d)
     model = onnx.ModelProto()
     model.CopyFrom(original)
     result = set_batch(model, size=size)
     assert "Reshapes changed to keep samples apart" in result.summary, result.summary
-    x = rand(4, STEPS, H)
+    assert (
+        any("gave Reshape 'transpose' a Transpose before it (perm [1, 2, 0, 3])" in line for line in result.details)
+        == conv1d
+    )
+    x = rand(4, 1, STEPS, H) if conv1d else rand(4, STEPS, H)
     np.testing.assert_allclose(run(model, {"x": x})[0], per_sample(original, {"x": x}, ["x"])[0], rtol=1e-5, atol=1e-6)
 
 

@@ -4,9 +4,13 @@ A transpose that moves only an axis of 1 moves no bytes, so exporters and optimi
 Reshape: tf2onnx does for the time-major input of a Keras RNN (``[1, 7, 5]`` to ``[7, 1, 5]``), and
 onnxruntime's transpose optimizer does too. At another batch no Reshape is that transpose: rewriting
 its batch element, or a ``-1`` beside it, folds the batch into time, and a Loop over the 7 steps reads
-sample 0's. Two cases, each the same op at batch 1 and the batched one everywhere else:
+sample 0's. The cases, each the same op at batch 1 and the batched one everywhere else:
 
 - the Reshape moves the batch's axis of 1 and keeps the other dims in order: it becomes a Transpose;
+- the Reshape moves the batch's axis of 1 and drops or adds other axes of 1 (TFLite's Conv1D output
+  ``[1, 1, 10, 8]`` to ``[10, 1, 8]``): a Transpose before it puts the batch where the output's one 1 is;
+- the Reshape drops the batch's axis of 1 (``[1, 24]`` to ``[24]``) and what reads it broadcasts it back
+  against the batch (TFLite's LSTM adds it as a Gemm's C): it becomes an Identity;
 - in a model where one such Reshape was found, a Reshape that reads the batch off axis 0 (an RNN's
   time-major output, ``[7, 1, 6]`` to ``[7, 6]``) read a transpose back to the batch first, folded
   into it: a Transpose that puts the batch first is put before it, and the walk then decides the
@@ -52,7 +56,7 @@ class Walked(Protocol):
 
 
 def batch_transposes(findings: Walked) -> list[Transposition]:
-    """Every Reshape of the walk that is a transpose at the old batch of 1 (the module's two cases).
+    """Every Reshape of the walk that is a transpose at the old batch of 1 (the module's cases).
 
     A Reshape that makes a graph output nothing reads, from data with the batch on axis 0, is left to
     a rewrite of its first element alone: each sample's rows then lie side by side on axis 0."""
@@ -75,8 +79,9 @@ def batch_transposes(findings: Walked) -> list[Transposition]:
         if data is None or out is None or axis is None:
             continue
         perm = _moved_one(data, out, axis)
-        if perm is not None:
-            found.append(Transposition(site, perm))
+        before = _moved_among_ones(data, out, axis) if perm is None else None
+        if perm is not None or before is not None:
+            found.append(Transposition(site, perm) if perm is not None else Transposition(site, before or (), True))
             folds = True
         elif _dropped(data, out, axis):
             readers = readers if readers is not None else _readers(findings)
@@ -104,6 +109,26 @@ def _moved_one(data: tuple[int, ...], out: tuple[int, ...], axis: int) -> tuple[
         return None
     rest.insert(out.index(1), axis)
     return tuple(rest)
+
+
+def _moved_among_ones(data: tuple[int, ...], out: tuple[int, ...], axis: int) -> tuple[int, ...] | None:
+    """The Transpose to put before a Reshape that, at batch 1, moves the batch's axis of 1 past other dims and
+    drops or adds other axes of 1 (TFLite's Conv1D output ``[1, 1, 10, 8]`` to the RNN's time-major
+    ``[10, 1, 8]``): the batch placed among the data's other dims where the output has its one 1, so the
+    Reshape then keeps the batch where it is; None where the output has no single 1, or other dims differ."""
+    others = [k for k in range(len(data)) if k != axis]
+    big = [k for k in others if data[k] != 1]
+    if (
+        axis >= len(data)
+        or data[axis] != 1
+        or out.count(1) != 1
+        or [data[k] for k in big] != [d for d in out if d != 1]
+    ):
+        return None
+    before = sum(1 for d in out[: out.index(1)] if d != 1)  # the output's dims before the batch
+    place = others.index(big[before - 1]) + 1 if before else (others.index(big[0]) if big else 0)
+    perm = (*others[:place], axis, *others[place:])
+    return None if perm == tuple(range(len(data))) else perm
 
 
 def _dropped(data: tuple[int, ...], out: tuple[int, ...], axis: int) -> bool:
@@ -146,6 +171,9 @@ def _batch_first(findings: Walked, site: NodeSite) -> Transposition | None:
     axis = findings.batch_axis(site.node.input[0])
     if data is None or axis is None or axis == 0 or data[axis] != 1:
         return None
+    made = findings.evaluator.producer.get(site.node.input[0])
+    if made is not None and made.node.doc_string == MARK:
+        return None  # its data was put in the order it reads already
     return Transposition(site, (axis, *(k for k in range(len(data)) if k != axis)), before=True)
 
 
