@@ -16,6 +16,8 @@ from onnx import numpy_helper
 from patchspec.model.graph import NodeSite
 from patchspec.shapes.evaluate import ShapeEvaluator
 
+#: the ops that can keep one element of an axis
+_READERS = frozenset({"Squeeze", "Slice", "Gather"})
 #: an end at or past this (INT32_MAX, INT64_MAX) is "to the end" in a Slice
 _TO_THE_END = 2**31 - 1
 
@@ -49,11 +51,11 @@ class Singles:
 def _singles(graph: onnx.GraphProto) -> dict[str, list[int]]:
     """By the tensor read, the axes each Squeeze, Slice or Gather of ``graph`` keeps one element of, where
     its axes, bounds or index are constant."""
-    constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer if _small(t)}
+    readers = [node for node in graph.node if node.op_type in _READERS and node.input]
+    needed = {name for node in readers for name in node.input[1:]}  # only these are read as arrays
+    constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer if t.name in needed and _small(t)}
     found: dict[str, list[int]] = {}
-    for node in graph.node:
-        if not node.input or node.op_type not in ("Squeeze", "Slice", "Gather"):
-            continue
+    for node in readers:
         attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         given = [constants.get(name) if name else None for name in node.input[1:]]
         if node.op_type == "Squeeze":
