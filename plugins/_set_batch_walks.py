@@ -92,7 +92,7 @@ def follow_batch(
         names = {d for d in dims if isinstance(d, str)}
         as_is = api.trace_batch(model, batch.axes, batch.old_size, b2, symbolic=symbolic, decide=False)
         if not as_is.refusals and not api.not_as_exported(model, as_is, names):
-            return as_is, None
+            return (as_is if not as_is.coupled else _uncoupled(model, batch, b2, symbolic, as_is)), None
         fails_at_one = any(as_is.at(info.name)[0].shape is None for info in model.graph.output)
         if batch.old_size == 1 and b2 > 2 and as_is.refusals and fails_at_one:
             from_two = api.trace_batch(model, batch.axes, 2, b2, symbolic=symbolic, decide=False)
@@ -102,6 +102,17 @@ def follow_batch(
     if decided is not None:  # traced with these axes already (other_batch_names)
         return decided, None
     return api.trace_batch(model, batch.axes, batch.old_size, b2, symbolic=symbolic), None
+
+
+def _uncoupled(
+    model: onnx.ModelProto, batch: api.BatchAxes, b2: int, symbolic: bool, as_is: api.BatchTrace
+) -> api.BatchTrace:
+    """A dynamic batch whose samples an op couples as exported: where a constant baked at the exported batch
+    causes it (a Reshape's ``[1, -1, C]`` folds the batch beside a sequence a mean then runs over), the walk
+    that decides the constants couples fewer and refuses nothing; that walk, else ``as_is``."""
+    decided = api.trace_batch(model, batch.axes, batch.old_size, b2, symbolic=symbolic)
+    fewer = len(decided.coupled) < len(as_is.coupled) and decided.rewrites
+    return decided if fewer and not decided.refusals and not decided.undecided else as_is
 
 
 def _not_at_one(as_is: api.BatchTrace) -> str:

@@ -232,3 +232,40 @@ def test_a_real_coupled_export_at_its_own_batch_is_refused_without_verification_
     result = run_cli("apply", spec, "--no-verify")
     assert result.exit_code == 4, result.output
     assert "couples samples" in result.stderr and not (tmp_path / "out.onnx").exists()
+
+
+def folded_mean(batch: str = "N") -> object:
+    """x [N, 4, 6] -> Reshape [1, -1, 6] (a 1 baked at the exported batch: the batch folds into the rows)
+    -> x minus its mean over the rows -> Reshape [-1, 4, 6]: per sample at batch 1; as exported, a batch of
+    4 centers every sample on the mean of all 16 rows."""
+    nodes = [
+        helper.make_node("Reshape", ["x", "rows"], ["flat"], name="fold"),
+        helper.make_node("ReduceMean", ["flat"], ["mean"], axes=[1], keepdims=1, name="mean"),
+        helper.make_node("Sub", ["flat", "mean"], ["centered"]),
+        helper.make_node("Reshape", ["centered", "back"], ["y"], name="unfold"),
+    ]
+    constants = [axes([1, -1, 6], "rows"), axes([-1, 4, 6], "back")]
+    return graph_model(nodes, [tensor_info("x", [batch, 4, 6])], [tensor_info("y", [batch, 4, 6])], constants, opset=13)
+
+
+@pytest.mark.parametrize("size", [4, "B"])  # "B": another name than the export's "N"
+def test_a_dynamic_batch_coupled_only_by_a_constant_baked_at_1_is_decided(size) -> None:
+    """tesseranet (a reCAPTCHA solver's export with dynamic_axes): the walk as exported couples the samples,
+    the walk that decides constants rewrites the 1 and couples none: that one is taken."""
+    import onnxruntime as ort
+
+    original, model = folded_mean(), folded_mean()
+    result = set_batch(model, size=size)
+    assert "not independent" not in result.summary, result.summary
+    assert any("rewrote Reshape 'fold': element 0 is the batch" in line for line in result.details), result.details
+    x = np.random.default_rng(0).standard_normal((4, 4, 6)).astype(np.float32)
+    run = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run
+    one = ort.InferenceSession(original.SerializeToString(), providers=["CPUExecutionProvider"]).run
+    want = np.concatenate([one(None, {"x": x[k : k + 1]})[0] for k in range(4)])
+    np.testing.assert_allclose(run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_coupling_no_constant_causes_is_still_told() -> None:
+    """Dynamic quantization couples the samples whatever the constants: the walk as exported stands."""
+    result = set_batch(quantized(), size=4)
+    assert "the samples are not independent: DynamicQuantizeLinear 'quantize_x'" in result.summary, result.summary
