@@ -196,6 +196,31 @@ def test_a_declared_size_another_free_input_dim_may_move_is_not_kept():
     assert dims(model, "y") == [None, None]
 
 
+def test_a_declared_size_both_batches_find_is_kept_where_moving_other_dims_fails():
+    """LORE's processor (lineless-table-rec) declares ``[batch, 54, 4]``: the 54 its cells at export, the 4 a
+    constant. Where the evaluation moves the other symbolic dims it fails (here: a table of 128 positions
+    sliced to the length), so nothing says the 4 stays 4 there; found at both batches, it is kept."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["n"], start=1, end=2),
+        helper.make_node("Slice", ["table", "zero", "n"], ["positions"]),
+        helper.make_node("Add", ["x", "positions"], ["placed"], name="place"),
+        helper.make_node("Unsqueeze", ["placed", "two"], ["column"]),
+        helper.make_node("MatMul", ["column", "w"], ["wide"]),  # [batch, n, 4]
+        helper.make_node("Gelu", ["wide"], ["z"], domain="com.microsoft"),  # onnx's inference says nothing
+    ]
+    constants = [
+        numpy_helper.from_array(np.arange(128, dtype=np.float32), "table"),
+        numpy_helper.from_array(np.array([0], np.int64), "zero"),
+        numpy_helper.from_array(np.array([2], np.int64), "two"),
+        numpy_helper.from_array(np.ones((1, 4), np.float32), "w"),
+    ]
+    declared = [tensor_info("z", ["batch", 54, 4])]  # 54: the length at export
+    model = graph_model(nodes, [tensor_info("x", ["batch", "n"])], declared, constants, opset=13)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    set_batch(model, size=4)
+    assert dims(model, "z") == [4, None, 4]
+
+
 def test_init_gives_an_unread_input_the_batch_and_the_spec_applies(tmp_path, run_cli):
     import yaml
 

@@ -316,6 +316,14 @@ def _keep_declared_sizes(
         found = trace.batch_dim(info.name, axis)
         if found == old or (found is None and old not in (trace.b1, 1) and not trace.moves_symbols):
             write_dim(dim, old)
+        elif found is None and old not in (trace.b1, 1) and _at_both_batches(trace, info.name, axis, old):
+            write_dim(dim, old)  # where the other dims moved the evaluation failed: the two batches agree with it
+
+
+def _at_both_batches(trace: BatchTrace, name: str, axis: int, size: int) -> bool:
+    """``name`` has ``size`` on ``axis`` at the old batch's point and the new one's (of the same rank)."""
+    points = trace.at(name)[:2]
+    return all(k.shape is not None and axis < len(k.shape) and k.shape[axis] == size for k in points)
 
 
 def _contradicted(before: Dims | None, now: Dims | None, trace: BatchTrace, name: str) -> bool:
