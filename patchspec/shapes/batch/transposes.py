@@ -27,7 +27,7 @@ from typing import Protocol
 
 import onnx
 
-from patchspec.model.graph import NodeSite, ScopeIndex, all_names, fresh_name
+from patchspec.model.graph import NodeSite, ScopeIndex, all_graphs, all_names, fresh_name
 from patchspec.shapes.batch.trace import BatchTrace, Transposition, sizes_of
 from patchspec.shapes.evaluate import ShapeEvaluator
 
@@ -190,7 +190,8 @@ def transpose_batch_reshapes(model: onnx.ModelProto, transposes: list[Transposit
     """Make each Reshape of ``transposes`` (``trace.transposes``) the Transpose it is at batch 1, or give
     it one before it. One line per change."""
     taken = all_names(model) if any(t.before for t in transposes) else set()
-    lines = []
+    lines: list[str] = []
+    detached: list[tuple[onnx.GraphProto, str]] = []  # (graph, shape) of each Reshape replaced
     for change in transposes:
         node, perm = change.site.node, list(change.perm)
         label = node.name or node.output[0]
@@ -202,11 +203,12 @@ def transpose_batch_reshapes(model: onnx.ModelProto, transposes: list[Transposit
             nodes.insert(next(k for k, other in enumerate(nodes) if other is node), first)
             node.input[0] = name
             lines.append(
-                f"gave Reshape '{label}' a Transpose before it (perm {perm}): it read the batch on axis "
-                f"{perm[0]}, where a transpose that only moved the batch of 1 had been folded into it"
+                f"gave Reshape '{label}' a Transpose before it (perm {perm}), so that it reads the batch where its "
+                "shape has it: a transpose that only moved the batch of 1 had been folded into it"
             )
             continue
         shape = node.input[1]
+        detached.append((change.site.graph, shape))
         if not perm:
             node.op_type = "Identity"
             del node.input[1:]
@@ -225,7 +227,21 @@ def transpose_batch_reshapes(model: onnx.ModelProto, transposes: list[Transposit
             f"replaced Reshape '{label}' (shape '{shape}') by a Transpose (perm {perm}): at batch 1 it moved "
             f"the batch's axis, a transpose that no Reshape is at another batch"
         )
+    _drop_unread(model, detached)
     return lines
+
+
+def _drop_unread(model: onnx.ModelProto, detached: list[tuple[onnx.GraphProto, str]]) -> None:
+    """Remove the shape initializers the replaced Reshapes no longer read, where nothing else does
+    (onnxruntime warns of each unused initializer at every session)."""
+    if not detached:
+        return
+    read = {name for graph in all_graphs(model.graph) for node in graph.node for name in node.input}
+    read |= {info.name for info in model.graph.output}
+    for graph, name in detached:
+        unread = [t for t in graph.initializer if t.name == name and name not in read]
+        for tensor in unread:
+            graph.initializer.remove(tensor)
 
 
 __all__ = ["KEPT", "MARK", "Walked", "batch_transposes", "transpose_batch_reshapes"]
