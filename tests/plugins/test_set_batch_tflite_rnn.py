@@ -200,3 +200,25 @@ def test_a_counting_condition_gives_the_trips(
     given = [*knowns(bound), Known(onnx.TensorProto.BOOL, (), np.array(condition)), *knowns(0), Known(1, (1, H))]
     scope = {"limit": knowns(limit)}
     assert loop_trips(counting_body(), (names, given), (scope, 0), 17) == trips
+
+
+def test_a_reshape_that_drops_a_1_after_the_batch_gets_no_transpose() -> None:
+    """YOLOv8's DFL: a conv's [1, 1, 4, 2100] made [1, 4, 2100] keeps the batch before the same dims; a
+    first form of the Conv1D rule put it behind the dropped 1 and the head's Slice read 28 rows at batch 7."""
+    nodes = [
+        helper.make_node("Reshape", ["x", "three_d"], ["boxes"], name="dfl"),
+        helper.make_node("Slice", ["boxes", "start", "end", "axis1"], ["y"], name="xy"),
+    ]
+    constants = [
+        numpy_helper.from_array(np.array([1, 4, 6], np.int64), "three_d"),
+        numpy_helper.from_array(np.array([0], np.int64), "start"),
+        numpy_helper.from_array(np.array([2], np.int64), "end"),
+        numpy_helper.from_array(np.array([1], np.int64), "axis1"),
+    ]
+    original = graph_model(nodes, [tensor_info("x", [1, 1, 4, 6])], [tensor_info("y", [1, 2, 6])], constants)
+    model = onnx.ModelProto()
+    model.CopyFrom(original)
+    result = set_batch(model, size=4)
+    assert not any("Transpose" in line for line in result.details), result.details
+    x = rand(4, 1, 4, 6)
+    np.testing.assert_allclose(run(model, {"x": x})[0], per_sample(original, {"x": x}, ["x"])[0])

@@ -126,6 +126,8 @@ def _moved_among_ones(data: tuple[int, ...], out: tuple[int, ...], axis: int) ->
     ):
         return None
     before = sum(1 for d in out[: out.index(1)] if d != 1)  # the output's dims before the batch
+    if before == sum(1 for k in big if k < axis):
+        return None  # the batch among the same dims already (YOLOv8's [1, 1, 4, 2100] to [1, 4, 2100])
     place = others.index(big[before - 1]) + 1 if before else (others.index(big[0]) if big else 0)
     perm = (*others[:place], axis, *others[place:])
     return None if perm == tuple(range(len(data))) else perm
