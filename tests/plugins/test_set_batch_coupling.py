@@ -269,3 +269,26 @@ def test_a_coupling_no_constant_causes_is_still_told() -> None:
     """Dynamic quantization couples the samples whatever the constants: the walk as exported stands."""
     result = set_batch(quantized(), size=4)
     assert "the samples are not independent: DynamicQuantizeLinear 'quantize_x'" in result.summary, result.summary
+
+
+def flattened_nms() -> object:
+    """torchvision's batched_nms at a static batch 1: the boxes [1, 5, 4] flattened to [-1, 4] and given to
+    one NonMaxSuppression as a single image's: at batch 4 the samples' boxes suppress each other."""
+    nodes = [
+        helper.make_node("Reshape", ["boxes", "rows"], ["flat"]),
+        helper.make_node("Reshape", ["scores", "all"], ["flat_scores"]),
+        helper.make_node("Unsqueeze", ["flat", "ax0"], ["one_image"]),
+        helper.make_node("Unsqueeze", ["flat_scores", "ax01"], ["one_class"]),
+        helper.make_node("NonMaxSuppression", ["one_image", "one_class", "most", "iou"], ["keep"], name="nms"),
+    ]
+    constants = [axes([-1, 4], "rows"), axes([-1], "all"), axes([0], "ax0"), axes([0, 1], "ax01"), axes([100], "most")]
+    constants.append(numpy_helper.from_array(np.array([0.5], np.float32), "iou"))
+    inputs = [tensor_info("boxes", [1, 5, 4]), tensor_info("scores", [1, 5])]
+    return graph_model(nodes, inputs, [tensor_info("keep", ["K", 3], TensorProto.INT64)], constants)
+
+
+def test_a_non_max_suppression_over_the_flattened_batch_couples_the_samples() -> None:
+    """Before, --no-verify wrote it without a word (a control written wrong: 'keep' indexed the 20 boxes
+    of the batch, not each sample's 5)."""
+    result = set_batch(flattened_nms(), size=4)
+    assert "NonMaxSuppression 'nms' suppresses boxes across axis 1 of 'one_image'" in result.summary, result.summary

@@ -222,3 +222,36 @@ def test_a_reshape_that_drops_a_1_after_the_batch_gets_no_transpose() -> None:
     assert not any("Transpose" in line for line in result.details), result.details
     x = rand(4, 1, 4, 6)
     np.testing.assert_allclose(run(model, {"x": x})[0], per_sample(original, {"x": x}, ["x"])[0])
+
+
+def test_a_padding_mask_merged_with_the_heads_gets_no_transpose() -> None:
+    """torch's attention with a key_padding_mask at batch 1: the mask [1, 1, 1, T] expanded to the heads
+    [1, 2, 1, T] and reshaped to [2, 1, T] (batch x heads): its 1 is no batch, and a walk that refuses
+    nothing takes no guess at it. A first form of the Conv1D rule made it a Transpose and refused."""
+    nodes = [
+        helper.make_node("Reshape", ["scores", "merged"], ["per_head"]),  # [B, 2, 3, 5] -> [B*2, 3, 5]
+        helper.make_node("Reshape", ["mask", "b111"], ["mask4"]),  # [B, 5] -> [B, 1, 1, 5]
+        helper.make_node("Expand", ["mask4", "heads"], ["mask_heads"]),  # [B, 2, 1, 5]
+        helper.make_node("Reshape", ["mask_heads", "merged_mask"], ["mask3"], name="mask_merge"),  # [B*2, 1, 5]
+        helper.make_node("Add", ["per_head", "mask3"], ["masked"]),
+        helper.make_node("Softmax", ["masked"], ["p"], axis=-1),
+        helper.make_node("Reshape", ["p", "out"], ["y"]),  # [B, 2, 3, 5]
+    ]
+    constants = [
+        numpy_helper.from_array(np.array(value, np.int64), name)
+        for name, value in (
+            ("merged", [2, 3, 5]),
+            ("b111", [1, 1, 1, 5]),
+            ("heads", [1, 2, 1, 1]),
+            ("merged_mask", [2, 1, 5]),
+            ("out", [1, 2, 3, 5]),
+        )
+    ]
+    inputs = [tensor_info("scores", [1, 2, 3, 5]), tensor_info("mask", [1, 5])]
+    original = graph_model(nodes, inputs, [tensor_info("y", [1, 2, 3, 5])], constants)
+    model = onnx.ModelProto()
+    model.CopyFrom(original)
+    result = set_batch(model, size=4)
+    assert not any("Transpose" in line for line in result.details), result.details
+    feeds = {"scores": rand(4, 2, 3, 5), "mask": rand(4, 5, seed=1)}
+    np.testing.assert_allclose(run(model, feeds)[0], per_sample(original, feeds, list(feeds))[0], rtol=1e-6)

@@ -9,6 +9,8 @@ of each tensor carry the batch; an op couples the samples when it reads across s
   MeanVarianceNormalization whose axes include the batch axis;
 - a BatchNormalization in training mode (statistics over the batch);
 - a MatMul or Gemm that contracts the batch axis (``x^T x`` over the samples);
+- a NonMaxSuppression whose boxes carry the batch on their boxes axis (torchvision's ``batched_nms`` after
+  ``boxes.reshape(-1, 4)``): the samples' boxes suppress each other;
 - a MatMul, Gemm or broadcasting op whose output carries the batch on two axes where no input does
   (``x x^T``, ``x[:, None] - x[None, :]``): every sample is met with every other.
 
@@ -52,7 +54,7 @@ _DYNAMIC_CONTRIB = frozenset({"DynamicQuantizeMatMul", "DynamicQuantizeLSTM", "Q
 _PAIRING = BROADCASTING | {"MatMul", "Gemm"}
 COUPLING_OPS = frozenset(
     {*_REDUCTIONS, *_ONE_AXIS, *_FLATTENING, "DynamicQuantizeLinear", "CumSum", "LayerNormalization"}
-    | {"MeanVarianceNormalization", "BatchNormalization", *_PAIRING, *_DYNAMIC_CONTRIB}
+    | {"MeanVarianceNormalization", "BatchNormalization", "NonMaxSuppression", *_PAIRING, *_DYNAMIC_CONTRIB}
 )
 
 
@@ -99,6 +101,13 @@ def _why(trace: BatchTrace, site: NodeSite, batch: set[int], index: ScopeIndex |
     if op in _PAIRING:
         return (_contracts(trace, node) if op in ("MatMul", "Gemm") else None) or _pairs(trace, node)
     rank = trace.ranks(data)[1] or 0
+    if op == "NonMaxSuppression":  # boxes [images, boxes, 4]: one suppression over the boxes of each image
+        return (
+            f"suppresses boxes across axis 1 of '{data}', which carries the batch: one sample's boxes suppress "
+            "another's (the boxes of the batch were flattened into one image's)"
+            if 1 in batch
+            else None
+        )
     if op == "BatchNormalization":
         training = _attribute(node, "training_mode", 0)
         return (

@@ -68,6 +68,9 @@ def batch_transposes(findings: Walked) -> list[Transposition]:
     read: set[str] | None = None  # what the nodes read, gathered where a Reshape makes a graph output
     readers: dict[str, list[tuple[NodeSite, int]]] | None = None  # who reads what, where a Reshape drops the batch
     found = []
+    # a batch moved among other 1s is a guess (``[1, 2, 1, 5]`` to ``[2, 1, 5]`` merges attention heads with
+    # the batch): made only where the walk as it is refused or left a point undecided
+    troubled = bool(findings.trace.refusals or findings.trace.undecided)
     for site in sites:
         node = site.node
         if node.output[0] in outputs:
@@ -79,7 +82,7 @@ def batch_transposes(findings: Walked) -> list[Transposition]:
         if data is None or out is None or axis is None:
             continue
         perm = _moved_one(data, out, axis)
-        before = _moved_among_ones(data, out, axis) if perm is None else None
+        before = _moved_among_ones(data, out, axis) if perm is None and troubled else None
         if perm is not None or before is not None:
             found.append(Transposition(site, perm) if perm is not None else Transposition(site, before or (), True))
             folds = True
