@@ -330,6 +330,12 @@ def keras() -> None:
     export_all(_save, SEED)
 
 
+def torch_families() -> None:
+    from generate_torch_families import torch_families as export_all
+
+    export_all(_save, SEED)
+
+
 def tflite() -> None:
     from generate_tf import tflite as export_all
 
@@ -345,6 +351,7 @@ FAMILIES: dict[str, Callable[[], None]] = {
     "keras": keras,
     "hummingbird": hummingbird,
     "tflite": tflite,
+    "torch_families": torch_families,
 }
 
 
