@@ -3,6 +3,7 @@
     make corpus-generate                                    # both venvs, every family
     .venv-corpus-gen/bin/python benchmarks/corpus/generate.py sklearn onnxmltools catboost torch quant
     .venv-corpus-tf/bin/python benchmarks/corpus/generate.py keras tflite
+    python benchmarks/corpus/generate.py torch_families   # in a venv with torch 2.14.1 and torchvision 0.29.1
 
 Each family is written by the converter a user would call, at pinned versions (CORPUS_GEN_PINS and
 CORPUS_TF_PINS in the Makefile), into benchmarks/corpus/generated/<package>/ where <package> is the

@@ -25,6 +25,7 @@ from typing import Any
 
 import onnx
 
+from patchspec.author.batch_retry import uncoupled_axes, with_another_input
 from patchspec.author.batch_ties import BatchEvidence, CaseLayout, Pair, refuted, tie_batch
 from patchspec.author.init_case import (
     PROBE,
@@ -240,8 +241,8 @@ def _batch_axes(
     _add_ties(prober, runner, chosen, how)
     refusal = prober.refusal(chosen)
     if refusal is not None:
-        return _with_another_input(model, prober, size, chosen, how, refusal, detected.old_size)
-    chosen = _uncoupled_axes(model, prober, chosen, how) or chosen
+        return with_another_input(model, prober, size, chosen, how, refusal, detected.old_size)
+    chosen = uncoupled_axes(model, prober, chosen, how) or chosen
     paired = state_pairs(model, prober.patched(chosen), chosen, old_size)
     if not paired or prober.refusal(chosen + list(paired)) is not None:
         return chosen, how
@@ -298,62 +299,6 @@ def _add_ties(prober: _Prober, runner: _Runner, chosen: list[Pair], how: dict[Pa
             runner.evidence.untied[tie.name] = (
                 f"the original ties it to the batch, but set_batch refuses it: {refused.detail.splitlines()[0]}"
             )
-
-
-def _with_another_input(
-    model: onnx.ModelProto,
-    prober: _Prober,
-    size: int | str,
-    chosen: list[Pair],
-    how: dict[Pair, str],
-    refusal: Any,
-    old_size: int | None,
-) -> tuple[list[Pair], dict[Pair, str]]:
-    """set_batch refuses ``chosen``: try adding an input axis that may carry the batch (one at a time,
-    then all), else raise the refusal, said at the batch the user asked for."""
-    candidates = [
-        (name, axis)
-        for name, info in fed_inputs(model.graph).items()
-        for axis, dim in enumerate(read_dims(info) or [])
-        if (name, axis) not in chosen and name not in {n for n, _ in chosen} and dim in (None, old_size)
-    ]
-    for extra in [[c] for c in candidates] + ([candidates] if len(candidates) > 1 else []):
-        if prober.refusal(chosen + extra) is None:
-            first = refusal.detail.splitlines()[0]
-            how.update({pair: f"tried: set_batch refuses the model without it ({first})" for pair in extra})
-            return chosen + extra, how
-    if isinstance(size, int):  # the probe's batch is symbolic: the batch the user asked for may still do
-        at_size = prober.refusal(chosen, size)
-        if at_size is None:  # a constant state of one sample: repeated at a size, not at any batch
-            return chosen, how
-        refusal = at_size
-    raise PatchError(
-        f"set_batch cannot batch this model: {refusal.detail}",
-        "list the inputs that carry the batch yourself: patchspec init does not guess further",
-        node=refusal.node,
-    )
-
-
-def _uncoupled_axes(
-    model: onnx.ModelProto, prober: _Prober, chosen: list[Pair], how: dict[Pair, str]
-) -> list[Pair] | None:
-    """Axis 0 was chosen and set_batch finds that it couples the samples (a sequence-first model's time,
-    named ``time`` or exported at 6): the first other axis where every chosen input has 1 or an unknown
-    size, where set_batch accepts the model and finds the samples independent; None when there is none."""
-    coupled = prober.coupled(chosen)
-    if not coupled or any(axis != 0 for _, axis in chosen):
-        return None
-    inputs = fed_inputs(model.graph)
-    dims = {name: read_dims(inputs[name]) or [] for name, _ in chosen}
-    for axis in range(1, min(len(d) for d in dims.values())):
-        moved = [(name, axis) for name, _ in chosen]
-        if all(dims[name][axis] in (1, None) for name in dims) and prober.refusal(moved) is None:
-            if not prober.coupled(moved):
-                for old, new in zip(chosen, moved):
-                    how.pop(old, None)
-                    how[new] = f"on axis 0 the samples would not be independent ({coupled[0]}); on axis {axis} they are"
-                return moved
-    return None
 
 
 class _Prober:
