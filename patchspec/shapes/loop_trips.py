@@ -10,7 +10,6 @@ with the evaluator's kernels (:mod:`patchspec.shapes.kernels`); any other loop i
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,23 +17,12 @@ import onnx
 from onnx import numpy_helper
 
 from patchspec.shapes.kernels import values_of
-from patchspec.shapes.known import Known
+from patchspec.shapes.known import UNKNOWN, Known
 
 #: the most steps a loop is run here; a condition that holds longer leaves the count unknown
 MOST_TRIPS = 4096
 
 Array = np.ndarray[Any, Any]
-
-
-@dataclass(frozen=True)
-class _Value:
-    """A kernel's view of one input: its value and shape."""
-
-    value: Array | None
-
-    @property
-    def shape(self) -> tuple[int | None, ...] | None:
-        return None if self.value is None else tuple(int(d) for d in self.value.shape)
 
 
 def loop_trips(
@@ -111,12 +99,17 @@ def _run(
 ) -> bool:
     """Compute ``nodes`` in order into ``values``; False where one cannot be computed."""
     for node in nodes:
-        args = [_Value(values[t] if t in values else outer(t)) if t else _Value(None) for t in node.input]
+        args = [_known(values[t] if t in values else outer(t)) if t else UNKNOWN for t in node.input]
         results = values_of(node, args, opset)
         if results is None:
             return False
         values.update(zip(node.output, results))
     return True
+
+
+def _known(value: Array | None) -> Known:
+    """A value as the kernels read it (its shape with it)."""
+    return UNKNOWN if value is None else Known(0, tuple(int(d) for d in np.shape(value)), value)
 
 
 __all__ = ["MOST_TRIPS", "loop_trips"]

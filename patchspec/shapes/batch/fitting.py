@@ -37,7 +37,7 @@ MAX_TRIES = 12
 SMALLER = (2, 4, 8)
 #: ops that stop at a size too large though no two inputs disagree, tried at the smaller sizes alone (a
 #: height pooled by 32 and squeezed, which must be 1 there: PP-OCRv2's recognizer)
-_SHRINKS = ("Squeeze ", "Reshape ", "Split ")
+_SHRINKS = frozenset({"Squeeze", "Reshape", "Split"})
 #: disagreeing sizes below this are tried last
 TINY = 16
 
@@ -46,6 +46,8 @@ Place = tuple[str, int]
 #: a symbolic dim: its dim_param, or (input, axis) for an unnamed one
 SymbolKey = str | tuple[str, int]
 Shapes = dict[str, list[int]]
+#: where an evaluation stopped: the sizes the node's inputs disagree on, the node for messages, its op
+Stopped = tuple[set[int], str, str]
 
 
 @dataclass(frozen=True)
@@ -120,8 +122,8 @@ def fit_dim(
     found = _stop(model, shapes) if evaluated is None else _stop_in(model, evaluated, 0)
     if found is None or not free:
         return None
-    sizes, stopped = found
-    if not sizes and not stopped.startswith(_SHRINKS):
+    sizes, stopped, op = found
+    if not sizes and op not in _SHRINKS:
         return None  # no two inputs disagree (a custom op, a shape from data): no size would help
     tries = 0
     for key in sorted(free, key=lambda k: _size_at(shapes, free[k]) not in sizes):
@@ -175,9 +177,9 @@ def _moved(shapes: Shapes, places: list[Place], size: int) -> Shapes:
     return moved
 
 
-def _stop(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> tuple[set[int], str] | None:
+def _stop(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> Stopped | None:
     """None where every graph output evaluates at ``shapes``; else the disagreeing sizes of the node the
-    evaluation stops at, and that node with its inputs' shapes for messages."""
+    evaluation stops at, that node with its inputs' shapes for messages, and its op ("" if unknown)."""
     inputs = fed_inputs(model.graph)
     point = {
         name: Known(inputs[name].type.tensor_type.elem_type, tuple(shape))
@@ -187,16 +189,16 @@ def _stop(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> tuple[
     return _stop_in(model, ShapeEvaluator(model, [point]).run(), 0)
 
 
-def _stop_in(model: onnx.ModelProto, evaluator: ShapeEvaluator, point: int) -> tuple[set[int], str] | None:
+def _stop_in(model: onnx.ModelProto, evaluator: ShapeEvaluator, point: int) -> Stopped | None:
     """:func:`_stop` of an evaluation already made, at its ``point``."""
     if all(evaluator.at(info.name)[point].shape is not None for info in model.graph.output):
         return None
     node = evaluator.stopped_at(point)
     if node is None:
-        return set(), "a node it cannot evaluate"
+        return set(), "a node it cannot evaluate", ""
     shapes_in = [tuple(evaluator.at(name)[point].shape or ()) for name in node.input if name]
     label = f"{node.op_type} '{node.name or node.output[0]}' ({', '.join(str(list(s)) for s in shapes_in)})"
-    return set(_disagreeing(node, shapes_in)), label
+    return set(_disagreeing(node, shapes_in)), label, node.op_type
 
 
 def _disagreeing(node: onnx.NodeProto, shapes: list[tuple[int | None, ...]]) -> Iterator[int]:

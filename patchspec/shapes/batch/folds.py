@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 import onnx
 
-from patchspec.model.graph import NodeSite
+from patchspec.model.graph import NodeSite, ScopeIndex
 from patchspec.shapes.batch.singles import Singles
 from patchspec.shapes.batch.trace import product, sizes_of
 from patchspec.shapes.evaluate import ShapeEvaluator
@@ -25,14 +25,17 @@ Fold = tuple[int, int]
 class Folds:
     """The folds found so far, by tensor name, and the tensors known to hold none."""
 
-    def __init__(self, evaluator: ShapeEvaluator, witnesses: tuple[int, int], sizes: tuple[int, int]) -> None:
-        """``witnesses``: the two points compared (their batches ``sizes``, both above 1)."""
+    def __init__(
+        self, evaluator: ShapeEvaluator, witnesses: tuple[int, int], sizes: tuple[int, int], index: ScopeIndex
+    ) -> None:
+        """``witnesses``: the two points compared (their batches ``sizes``, both above 1); ``index``: the
+        constants by scope."""
         self.evaluator = evaluator
         self.witnesses = witnesses
         self.wa, self.wb = sizes
         self.folded: dict[str, Fold] = {}
         self.not_folded: set[str] = set()
-        self.singles = Singles(evaluator)
+        self.singles = Singles(evaluator, index)
 
     def folded_behind(self, data_shape: Sequence[int], axis: int, factor: int, out1: Known, out2: Known) -> Fold | None:
         """The Reshape merges the batch into an output axis as its innermost part, behind data dims that

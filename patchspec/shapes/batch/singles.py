@@ -9,11 +9,12 @@ A Loop's carried value is followed out of its body to what reads the Loop's outp
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
-from patchspec.model.graph import NodeSite
+from patchspec.model.graph import NodeSite, ScopeIndex
 from patchspec.shapes.evaluate import ShapeEvaluator
 
 #: the ops that can keep one element of an axis
@@ -25,45 +26,47 @@ _TO_THE_END = 2**31 - 1
 class Singles:
     """The axes that readers keep one element of, per graph, read once each."""
 
-    def __init__(self, evaluator: ShapeEvaluator) -> None:
-        self.evaluator = evaluator
+    def __init__(self, evaluator: ShapeEvaluator, index: ScopeIndex) -> None:
+        """``index``: the constants by scope (the tracker's, shared with its operands)."""
+        self.evaluator, self.index = evaluator, index
         self.by_graph: dict[int, dict[str, list[int]]] = {}
 
     def axes(self, site: NodeSite, tensor: str, rank: int) -> set[int]:
         """The axes of ``tensor`` (made at ``site``, of ``rank``) that a reader keeps one element of: in
         ``site``'s graph, and where it is a Loop body's next value of a carried state, in the Loop's."""
-        found = {axis % rank for axis in self._in(site.graph).get(tensor, ())}
+        found = {axis % rank for axis in self._in(site.scopes).get(tensor, ())}
         outputs = [info.name for info in site.graph.output]
         owner, _ = self.evaluator.owners.get(id(site.graph), (None, ""))
         if owner is None or owner.op_type != "Loop" or tensor not in outputs[1:] or len(site.scopes) < 2:
             return found
         k = outputs.index(tensor) - 1  # the carried state k: the Loop's output k
         if k < len(owner.input) - 2 and k < len(owner.output):
-            found |= {axis % rank for axis in self._in(site.scopes[-2]).get(owner.output[k], ())}
+            found |= {axis % rank for axis in self._in(site.scopes[:-1]).get(owner.output[k], ())}
         return found
 
-    def _in(self, graph: onnx.GraphProto) -> dict[str, list[int]]:
-        if id(graph) not in self.by_graph:
-            self.by_graph[id(graph)] = _singles(graph)
-        return self.by_graph[id(graph)]
+    def _in(self, scopes: Sequence[onnx.GraphProto]) -> dict[str, list[int]]:
+        """The table of the innermost of ``scopes`` (its constants looked up outwards), read once."""
+        if id(scopes[-1]) not in self.by_graph:
+            self.by_graph[id(scopes[-1])] = _singles(scopes, self.index)
+        return self.by_graph[id(scopes[-1])]
 
 
-def _singles(graph: onnx.GraphProto) -> dict[str, list[int]]:
-    """By the tensor read, the axes each Squeeze, Slice or Gather of ``graph`` keeps one element of, where
-    its axes, bounds or index are constant."""
-    readers = [node for node in graph.node if node.op_type in _READERS and node.input]
-    needed = {name for node in readers for name in node.input[1:]}  # only these are read as arrays
-    constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer if t.name in needed and _small(t)}
+def _singles(scopes: Sequence[onnx.GraphProto], index: ScopeIndex) -> dict[str, list[int]]:
+    """By the tensor read, the axes each Squeeze, Slice or Gather of the innermost of ``scopes`` keeps one
+    element of, where its axes, bounds or index are constant (an initializer or a Constant node)."""
     found: dict[str, list[int]] = {}
-    for node in readers:
+    for node in scopes[-1].node:
+        if node.op_type not in _READERS or not node.input:
+            continue
         attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        given = [constants.get(name) if name else None for name in node.input[1:]]
+        given = [index.constant(name, scopes) if name else None for name in node.input[1:]]
         if node.op_type == "Squeeze":
             axes = attributes.get("axes") if not given else given[0]
             kept = [] if axes is None else [int(axis) for axis in np.reshape(axes, -1)]
         elif node.op_type == "Gather":
-            index = given[0] if given else None
-            kept = [int(attributes.get("axis", 0))] if index is not None and index.size == 1 and index.ndim == 0 else []
+            index_value = given[0] if given else None
+            one = index_value is not None and index_value.size == 1 and index_value.ndim == 0
+            kept = [int(attributes.get("axis", 0))] if one else []
         else:
             kept = _one_element_slices(given)
         found.setdefault(node.input[0], []).extend(kept)
@@ -81,10 +84,6 @@ def _one_element_slices(given: list[np.ndarray | None]) -> list[int]:
         for start, end, axis in zip(starts, ends, axes)
         if (start == -1 and end >= _TO_THE_END) or (start >= 0 and end == start + 1)
     ]
-
-
-def _small(tensor: onnx.TensorProto) -> bool:
-    return int(np.prod(tensor.dims, dtype=np.int64)) <= 16 and tensor.data_type in (6, 7)
 
 
 __all__ = ["Singles"]

@@ -108,8 +108,8 @@ class _Tracker:
         counts = ARITHMETIC if counting_candidates(model) else frozenset()  # where a Range may count the batch
         self.evaluator = ShapeEvaluator(model, points, hook=self.hook, hook_ops=_HANDLED | counts)
         trace.evaluator = self.evaluator
-        self.folds = Folds(self.evaluator, (self.a, self.b), (self.wa, self.wb))
         self.operands = Operands(model, self.evaluator)
+        self.folds = Folds(self.evaluator, (self.a, self.b), (self.wa, self.wb), self.operands.index)
         self.decided: set[int] = set()  # ids of nodes with a rewrite or an undecided report
         self.deciding = True  # False: the hook leaves every node as it is
 
