@@ -94,8 +94,8 @@ def follow_batch(
         if not as_is.refusals and not api.not_as_exported(model, as_is, names):
             return (as_is if not as_is.coupled else _uncoupled(model, batch, b2, symbolic, as_is)), None
         fails_at_one = any(as_is.at(info.name)[0].shape is None for info in model.graph.output)
-        if batch.old_size == 1 and b2 > 2 and as_is.refusals and fails_at_one:
-            from_two = api.trace_batch(model, batch.axes, 2, b2, symbolic=symbolic, decide=False)
+        if batch.old_size == 1 and as_is.refusals and fails_at_one:  # batch 2 itself: judged from 2 and 8
+            from_two = api.trace_batch(model, batch.axes, 2, b2 if b2 > 2 else 8, symbolic=symbolic, decide=False)
             runs = all(from_two.reached(info.name, everywhere=True) for info in model.graph.output)
             if runs and not from_two.refusals and not api.not_as_exported(model, from_two, names):
                 return from_two, _not_at_one(as_is)
