@@ -133,8 +133,9 @@ class SetBatchPatch(PatchType[SetBatchParams]):
         counts = summary_counts(changed, squeezes, undecided, len(others.found) if others else 0, corrected, tiled)
         counts += repairs.count()
         notes = tuple(undecided_text(point) for point in undecided)
-        coupled = tuple(f"couples samples: {line}" for line in trace.coupled)
-        _record(context, undecided, coupled, trace.coupled)
+        found = told_coupled(trace, size)
+        coupled = tuple(f"couples samples: {line}" for line in found)
+        _record(context, undecided, coupled, found)
         details = (
             batch.notes
             + ((not_at_one,) if not_at_one else ())
@@ -147,7 +148,7 @@ class SetBatchPatch(PatchType[SetBatchParams]):
             + coupled
             + notes
         )
-        summary = _summary_line(size, batch, counts, inlined, bool(not_at_one and symbolic), trace.coupled)
+        summary = _summary_line(size, batch, counts, inlined, bool(not_at_one and symbolic), found)
         return PatchResult(True, summary, details)
 
 
@@ -208,16 +209,17 @@ def already_at(
     inputs = api.fed_inputs(model.graph)
     as_is = api.trace_batch(model, batch.axes, batch.old_size, batch.old_size + 6, decide=False)
     # the batch stays; whether its samples are independent is still told, and --no-verify refuses it
-    context.state.get(COUPLED).extend(as_is.coupled)
-    context.state.get(UNDECIDED).extend(f"couples samples: {c}" for c in as_is.coupled[:1])
+    found = told_coupled(as_is, size)
+    context.state.get(COUPLED).extend(found)
+    context.state.get(UNDECIDED).extend(f"couples samples: {c}" for c in found[:1])
     declared = {info.name: api.read_dims(info) for info in model.graph.output}
     names = {d for name, axis in batch.axes if isinstance(d := (api.read_dims(inputs[name]) or [])[axis], str)}
     before = [info.SerializeToString() for info in (*model.graph.output, *model.graph.value_info)]
     corrected = api.declare_from_trace(model, as_is, size, declared, names)  # an export's false output rank
     changed = before != [info.SerializeToString() for info in (*model.graph.output, *model.graph.value_info)]
     fixed = f"; {len(corrected)} output declaration{'s' * (len(corrected) != 1)} corrected" if corrected else ""
-    summary = f"batch already {size} on {where}{fixed}{coupling_summary(as_is.coupled)}"
-    coupled = tuple(f"couples samples: {c}" for c in as_is.coupled)
+    summary = f"batch already {size} on {where}{fixed}{coupling_summary(found)}"
+    coupled = tuple(f"couples samples: {c}" for c in found)
     return PatchResult(changed, summary, batch.notes + tuple(corrected) + coupled)
 
 
@@ -243,6 +245,12 @@ def summary_counts(
     if corrected:
         counts += f", {len(corrected)} output declaration{'s' * (len(corrected) != 1)} corrected"
     return counts
+
+
+def told_coupled(trace: api.BatchTrace, size: int | str) -> list[str]:
+    """What couples the samples at ``size``: nothing at a static batch of 1 (one sample has no other to
+    depend on, though a constant baked at 1 mixes samples at any larger batch the trace tried)."""
+    return [] if size == 1 else list(trace.coupled)
 
 
 def coupling_summary(coupled: list[str]) -> str:

@@ -215,6 +215,33 @@ def test_a_batch_already_at_its_size_still_says_the_samples_are_coupled(tmp_path
     assert result.exit_code == 1 and "couples samples (DynamicQuantizeLinear 'quantize_x'" in result.stderr
 
 
+@pytest.mark.parametrize("model", [quantized(batch="N"), quantized(batch=1)], ids=["dynamic", "already 1"])
+def test_a_static_batch_of_one_couples_nothing(model):
+    """One sample has no other to depend on: nothing is told (and --no-verify does not refuse it)."""
+    result = set_batch(model, size=1)
+    assert "not independent" not in result.summary, result.summary
+    assert not any(line.startswith("couples samples") for line in result.details), result.details
+
+
+def test_an_export_at_batch_1_set_to_1_keeps_its_declarations(tmp_path, run_cli):
+    """cnn_fp16_io_b1 (a Reshape to [1, -1] before a Gemm): at batch 1 it is what it was. Before, set_batch
+    called the Gemm a coupling, refused it under --no-verify, and 'corrected' the output [1, 5] to [?, 5]."""
+    import onnx
+
+    weight = numpy_helper.from_array(np.ones((6, 5), np.float32), "w")
+    nodes = [helper.make_node("Reshape", ["x", "flat"], ["rows"]), helper.make_node("Gemm", ["rows", "w"], ["y"])]
+    model = graph_model(
+        nodes, [tensor_info("x", [1, 3, 2])], [tensor_info("y", [1, 5])], [axes([1, -1], "flat"), weight]
+    )
+    onnx.save(model, tmp_path / "m.onnx")
+    spec = write_spec(tmp_path, "patchspec: 1\nmodel: m.onnx\noutput: out.onnx\npatches:\n  - set_batch: 1\n")
+    result = run_cli("apply", spec, "--no-verify")
+    assert result.exit_code == 0, result.output
+    assert "unchanged batch already 1 on x[0]" in result.output, result.output
+    written = onnx.load(tmp_path / "out.onnx").graph.output[0].type.tensor_type.shape.dim
+    assert [d.dim_value for d in written] == [1, 5]
+
+
 def test_a_real_coupled_export_at_its_own_batch_is_refused_without_verification_not_a_crash(tmp_path, run_cli):
     """benchmarks/corpus's batch_mean_center (torch, x - x.mean(0)) at N, its own batch: set_batch
     corrects declarations only, says the samples are coupled, and --no-verify refuses it (exit 4).

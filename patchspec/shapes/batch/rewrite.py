@@ -316,14 +316,17 @@ def _keep_declared_sizes(
         found = trace.batch_dim(info.name, axis)
         if found == old or (found is None and old not in (trace.b1, 1) and not trace.moves_symbols):
             write_dim(dim, old)
-        elif found is None and old not in (trace.b1, 1) and _at_both_batches(trace, info.name, axis, old):
+        elif found is None and old not in (trace.b1, 1) and _found_at_batches(trace, info.name, axis, old):
             write_dim(dim, old)  # where the other dims moved the evaluation failed: the two batches agree with it
+        elif found is None and size == trace.b1 and _found_at_batches(trace, info.name, axis, old, points=1):
+            write_dim(dim, old)  # the batch stays (already at size): the model at that size agrees with it
 
 
-def _at_both_batches(trace: BatchTrace, name: str, axis: int, size: int) -> bool:
-    """``name`` has ``size`` on ``axis`` at the old batch's point and the new one's (of the same rank)."""
-    points = trace.at(name)[:2]
-    return all(k.shape is not None and axis < len(k.shape) and k.shape[axis] == size for k in points)
+def _found_at_batches(trace: BatchTrace, name: str, axis: int, size: int, points: int = 2) -> bool:
+    """``name`` has ``size`` on ``axis`` at the old batch's point and the new one's (of the same rank);
+    at the old batch's point alone with ``points=1``."""
+    known = trace.at(name)[:points]
+    return all(k.shape is not None and axis < len(k.shape) and k.shape[axis] == size for k in known)
 
 
 def _contradicted(before: Dims | None, now: Dims | None, trace: BatchTrace, name: str) -> bool:
