@@ -300,15 +300,19 @@ def external_stub(tensor: onnx.TensorProto, location: str) -> onnx.TensorProto:
 def copy_derived_shapes(source: onnx.GraphProto, target: onnx.GraphProto) -> None:
     """Copy value_info and output shapes of an inferred copy onto the graph it was made from."""
     del target.value_info[:]
-    target.value_info.extend(info for info in source.value_info if typed(info))
+    # a graph's own outputs are annotated where they are listed: onnx refuses a Loop body whose output is
+    # untyped and has a value_info beside it (onnxscript writes body outputs without types)
+    outputs = {info.name for info in target.output}
+    target.value_info.extend(info for info in source.value_info if typed(info) and info.name not in outputs)
     inferred_outputs = {info.name: info for info in source.output}
     for info in target.output:
         found = inferred_outputs.get(info.name)
-        if found is None or not has_shape(found) or not typed(found):
+        if found is None or not typed(found):
             continue  # never write a shape without an element type: onnxruntime >= 1.32 refuses the model
         if not typed(info):
             info.type.tensor_type.elem_type = found.type.tensor_type.elem_type
-        info.type.tensor_type.shape.CopyFrom(found.type.tensor_type.shape)
+        if has_shape(found):
+            info.type.tensor_type.shape.CopyFrom(found.type.tensor_type.shape)
     for index, target_node in enumerate(target.node):  # the inferred copy's node read only where a body is
         if has_body(target_node):
             for source_sub, target_sub in zip(subgraphs(source.node[index]), subgraphs(target_node)):

@@ -162,3 +162,44 @@ def test_an_exporters_minus_one_is_unknown_everywhere_never_a_size():
     assert known_of_type(info.type).shape == (2, None)
     model = graph_model([helper.make_node("Relu", ["x"], ["y"])], [info], [tensor_info("y", [2, 3])])
     assert TensorIndex([model.graph]).get("x").dims == [2, None]
+
+
+def test_a_loop_body_with_untyped_outputs_stays_valid():
+    """onnxscript writes a Loop body's outputs without types (probe4's os_loop_concat_b1). Before, the
+    body's value_info got a typed entry beside the untyped output 'acc_out' and onnx's checker refused the
+    model set_batch wrote; now the output itself gets its element type and no value_info repeats it."""
+    weight = numpy_helper.from_array(np.ones((6, 4), np.float32), "w")
+    body = helper.make_graph(
+        [
+            helper.make_node("Unsqueeze", ["i", "zero_axis"], ["i1"]),
+            helper.make_node("Gather", ["x", "i1"], ["row"], axis=0),
+            helper.make_node("MatMul", ["row", "w"], ["h"]),
+            helper.make_node("Concat", ["acc_in", "h"], ["acc_out"], axis=0),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [
+            tensor_info("i", [], TensorProto.INT64),
+            tensor_info("cond_in", [], TensorProto.BOOL),
+            onnx.ValueInfoProto(name="acc_in"),
+        ],
+        [onnx.ValueInfoProto(name="cond_out"), onnx.ValueInfoProto(name="acc_out")],
+        [numpy_helper.from_array(np.array([0], np.int64), "zero_axis")],
+    )
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+        helper.make_node("Loop", ["n", "", "acc0"], ["y"], body=body),
+    ]
+    constants = [
+        numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        numpy_helper.from_array(np.zeros((0, 4), np.float32), "acc0"),
+        weight,
+    ]
+    model = graph_model(nodes, [tensor_info("x", [1, 6])], [tensor_info("y", [1, 4])], constants)
+    onnx.checker.check_model(model, full_check=True)
+    rederive_shapes(model, RunState())
+    onnx.checker.check_model(model, full_check=True)
+    patched = model.graph.node[-1].attribute[0].g
+    assert patched.output[1].type.tensor_type.elem_type == TensorProto.FLOAT
+    assert "acc_out" not in {info.name for info in patched.value_info}
