@@ -71,6 +71,8 @@ def values_of(node: onnx.NodeProto, inputs: Sequence[_HasValue], opset: int) -> 
     if function is None or any(k.value is None for k in present):
         return None
     args = [None if not name else np.asarray(k.value) for name, k in zip(node.input, inputs)]
+    if op == "Split":  # an even split makes as many parts as the node has outputs
+        attrs.setdefault("num_outputs", len(node.output))
     if _output_size(op, args) > SMALL:
         return None  # a large constant-filled tensor: its shape comes from inference
     result = function(args, attrs, opset)
@@ -197,6 +199,19 @@ def _binary(function: Callable[[Any, Any], Any]) -> Kernel:
     return lambda args, attrs, opset: function(args[0], args[1])
 
 
+def _split(args: Args, attrs: Attrs, opset: int) -> list[Any]:
+    """Split: sizes an attribute before opset 13, an input from then; without them, even parts (from
+    opset 18 the last may be smaller, as ``num_outputs`` allows)."""
+    data, axis = args[0], int(attrs.get("axis", 0))
+    sizes = attrs.get("split") if opset < 13 else (args[1] if len(args) > 1 and args[1] is not None else None)
+    if sizes is None:
+        count, length = int(attrs["num_outputs"]), data.shape[axis]
+        part = -(-length // count)  # ceil: equal parts, the last smaller (onnx >= 18)
+        sizes = [min(part, max(length - part * k, 0)) for k in range(count)]
+    bounds = np.cumsum([int(size) for size in sizes])[:-1]
+    return list(np.split(data, bounds, axis=axis))
+
+
 def _variadic(function: Callable[[Any, Any], Any]) -> Kernel:
     def apply(args: Args, attrs: Attrs, opset: int) -> Any:
         result = args[0]
@@ -213,6 +228,7 @@ VALUE_OPS: dict[str, Kernel] = {
     "Gather": _gather,
     "Concat": _concat,
     "Slice": _slice,
+    "Split": _split,
     "Squeeze": _squeeze,
     "Unsqueeze": _unsqueeze,
     "Reshape": _reshape,
