@@ -42,6 +42,8 @@ COUPLED = {
         constants=[numpy_helper.from_array(np.ones((1, 4, 6), np.float32), "scale")],
     ),
     "MeanVarianceNormalization on its default axes": one_op("MeanVarianceNormalization", shape=(1, 4, 6, 6)),
+    "Einsum summing over the batch's letter": one_op("Einsum", {"equation": "bij,cij->bij"}, extra_inputs=["x"]),
+    "Einsum with an implicit output": one_op("Einsum", {"equation": "bij,bij"}, extra_inputs=["x"]),
 }
 
 INDEPENDENT = {
@@ -57,6 +59,15 @@ INDEPENDENT = {
         constants=[numpy_helper.from_array(np.ones(6, np.float32), "scale")],
     ),
     "ArgMax on axis 2": one_op("ArgMax", {"axis": 2}),
+    "Einsum within each sample": one_op("Einsum", {"equation": "bij,bkj->bik"}, extra_inputs=["x"]),
+    "Einsum keeping the broadcast axes": one_op("Einsum", {"equation": "...j,...j->..."}, extra_inputs=["x"]),
+    "Conv over each sample": one_op(
+        "Conv",
+        extra_inputs=["w"],
+        constants=[numpy_helper.from_array(np.ones((2, 4, 3, 3), np.float32), "w")],
+        shape=(1, 4, 6, 6),
+    ),
+    "MaxPool over each sample": one_op("MaxPool", {"kernel_shape": [3, 3]}, shape=(1, 4, 6, 6)),
 }
 
 
@@ -73,6 +84,83 @@ def test_an_op_within_each_sample_is_not_named(label):
     result = set_batch(INDEPENDENT[label], size=4)
     assert "not independent" not in result.summary, result.summary
     assert not any(line.startswith("couples samples") for line in result.details)
+
+
+def batch_on_a_spatial_axis(op, **attrs):
+    """x [N, 4] -> Transpose -> [1, 4, N]: the samples side by side along the only spatial axis, then ``op``."""
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0]),
+        helper.make_node("Unsqueeze", ["t", "zero"], ["row"]),
+        helper.make_node(op, ["row", *(["w"] if op == "Conv" else [])], ["y"], name="op", **attrs),
+    ]
+    weight = numpy_helper.from_array(np.ones((4, 4, 3), np.float32), "w")
+    return graph_model(nodes, [tensor_info("x", [1, 4])], [tensor_info("y", None)], [axes([0], "zero"), weight])
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs"),
+    [("MaxPool", {"kernel_shape": [3], "pads": [1, 1]}), ("Conv", {"pads": [1, 1]}), ("GlobalAveragePool", {})],
+)
+def test_a_window_along_the_batch_couples_the_samples(op, attrs):
+    """probe4: a MaxPool or a conv1d along the batch after a Transpose was written without a word."""
+    summary = set_batch(batch_on_a_spatial_axis(op, **attrs), size=4).summary
+    assert f"{op} 'op' " in summary and "axis 2 of 'row', which carries the batch" in summary, summary
+
+
+def test_a_conv_over_channels_that_carry_the_batch_couples_them():
+    nodes = [
+        helper.make_node("Unsqueeze", ["x", "zero"], ["row"]),
+        helper.make_node("Conv", ["row", "w"], ["y"], name="op"),
+    ]
+    weight = numpy_helper.from_array(np.ones((2, 1, 1, 1), np.float32), "w")
+    model = graph_model(nodes, [tensor_info("x", [1, 5, 5])], [tensor_info("y", None)], [axes([0], "zero"), weight])
+    summary = set_batch(model, size=4).summary
+    assert "Conv 'op' sums over the channels (axis 1) of 'row', which carries the batch" in summary, summary
+
+
+def test_a_window_of_one_along_the_batch_does_not():
+    summary = set_batch(batch_on_a_spatial_axis("MaxPool", kernel_shape=[1]), size=4).summary
+    assert "not independent" not in summary, summary
+
+
+def scan(states: int, scan_axis: int):
+    """x [N, 4] scanned along ``scan_axis``, with a running sum as its state when ``states``."""
+    step_in = [tensor_info("row", None)]
+    if states:
+        body_nodes = [
+            helper.make_node("Add", ["total_in", "row"], ["total_out"]),
+            helper.make_node("Identity", ["total_out"], ["each"]),
+        ]
+        body = helper.make_graph(
+            body_nodes,
+            "body",
+            [tensor_info("total_in", None), *step_in],
+            [tensor_info("total_out", None), tensor_info("each", None)],
+        )
+    else:
+        body = helper.make_graph(
+            [helper.make_node("Relu", ["row"], ["each"])], "body", step_in, [tensor_info("each", None)]
+        )
+    start = numpy_helper.from_array(np.zeros(1, np.float32), "start")
+    inputs = (["start"] if states else []) + ["x"]
+    outputs = (["total"] if states else []) + ["y"]
+    node = helper.make_node(
+        "Scan", inputs, outputs, name="op", body=body, num_scan_inputs=1, scan_input_axes=[scan_axis]
+    )
+    return graph_model(
+        [node], [tensor_info("x", [1, 4])], [tensor_info(name, None) for name in outputs], [start] if states else []
+    )
+
+
+def test_a_scan_with_a_state_along_the_batch_couples_the_samples():
+    summary = set_batch(scan(1, 0), size=4).summary
+    assert "Scan 'op' scans along axis 0 of 'x', which carries the batch" in summary, summary
+
+
+@pytest.mark.parametrize(("states", "scan_axis"), [(0, 0), (1, 1)], ids=["no state", "along the features"])
+def test_a_scan_without_a_state_or_along_another_axis_does_not(states, scan_axis):
+    summary = set_batch(scan(states, scan_axis), size=4).summary
+    assert "not independent" not in summary, summary
 
 
 def batch_norm(training):

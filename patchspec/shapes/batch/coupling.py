@@ -11,8 +11,12 @@ of each tensor carry the batch; an op couples the samples when it reads across s
 - a MatMul or Gemm that contracts the batch axis (``x^T x`` over the samples);
 - a NonMaxSuppression whose boxes carry the batch on their boxes axis (torchvision's ``batched_nms`` after
   ``boxes.reshape(-1, 4)``): the samples' boxes suppress each other;
-- a MatMul, Gemm or broadcasting op whose output carries the batch on two axes where no input does
-  (``x x^T``, ``x[:, None] - x[None, :]``): every sample is met with every other.
+- a MatMul, Gemm, Einsum or broadcasting op whose output carries the batch on two axes where no input
+  does (``x x^T``, ``x[:, None] - x[None, :]``): every sample is met with every other;
+- an Einsum that sums over a letter on an axis that carries the batch (``bd,cd->bd``);
+- a convolution or pooling window that slides along an axis carrying the batch (the batch moved to a
+  spatial axis by a Transpose), a global pool over one, and a Conv that sums over channels that carry it;
+- a Scan with a state that scans along an axis carrying the batch: the samples are its steps.
 
 None of this is a proof that the model is wrong: it is what a per-sample comparison then measures,
 and what set_batch tells the user at the default verbosity.
@@ -51,10 +55,16 @@ _FLATTENING = frozenset({"Softmax", "LogSoftmax", "Hardmax"})  # before opset 13
 #: onnxruntime's contrib ops that quantize their input dynamically, per tensor
 _DYNAMIC_CONTRIB = frozenset({"DynamicQuantizeMatMul", "DynamicQuantizeLSTM", "QAttention"})
 #: ops that can meet each sample with every other (their output then carries the batch on two axes)
-_PAIRING = BROADCASTING | {"MatMul", "Gemm"}
+_PAIRING = BROADCASTING | {"MatMul", "Gemm", "Einsum"}
+#: ops with a window over the spatial axes (2 and on) of their first input, and those over all of them
+_WINDOWED = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool"})
+_GLOBAL = frozenset({"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"})
+#: ops looked at whatever their first input carries (the batch may be on another input only)
+_ANY_INPUT = _PAIRING | {"Scan"}
 COUPLING_OPS = frozenset(
     {*_REDUCTIONS, *_ONE_AXIS, *_FLATTENING, "DynamicQuantizeLinear", "CumSum", "LayerNormalization"}
     | {"MeanVarianceNormalization", "BatchNormalization", "NonMaxSuppression", *_PAIRING, *_DYNAMIC_CONTRIB}
+    | {*_WINDOWED, *_GLOBAL, "Scan"}
 )
 
 
@@ -69,7 +79,7 @@ def coupling(
         if node.op_type in BROADCASTING and not _moves_twice(trace, node.output[0]):
             continue  # most of a graph: only an output whose two axes follow the batch can pair samples
         batch = batch_axes(trace, node.input[0])
-        if not batch and node.op_type not in _PAIRING:
+        if not batch and node.op_type not in _ANY_INPUT:
             continue
         why = _why(trace, site, batch, index, opset)
         if why:
@@ -99,7 +109,12 @@ def _why(trace: BatchTrace, site: NodeSite, batch: set[int], index: ScopeIndex |
     if node.domain not in _ONNX:
         return None
     if op in _PAIRING:
-        return (_contracts(trace, node) if op in ("MatMul", "Gemm") else None) or _pairs(trace, node)
+        contracted = _contracts(trace, node) if op in ("MatMul", "Gemm") else None
+        return (_einsum(trace, node) if op == "Einsum" else contracted) or _pairs(trace, node)
+    if op in _WINDOWED or op in _GLOBAL:
+        return _windowed(trace, node, batch)
+    if op == "Scan":
+        return _scan(trace, node)
     rank = trace.ranks(data)[1] or 0
     if op == "NonMaxSuppression":  # boxes [images, boxes, 4]: one suppression over the boxes of each image
         return (
@@ -161,6 +176,80 @@ def _contracts(trace: BatchTrace, node: onnx.NodeProto) -> str | None:
     for name, axis in ((left, inner[0]), (right, inner[1])):
         if axis in batch_axes(trace, name):
             return f"sums over axis {axis} of '{name}', which carries the batch: each sample's result depends on the others"
+    return None
+
+
+def _einsum(trace: BatchTrace, node: onnx.NodeProto) -> str | None:
+    """An Einsum whose equation sums over a letter that labels an axis carrying the batch."""
+    written = _attribute(node, "equation", b"")
+    equation = (written.decode() if isinstance(written, bytes) else str(written)).replace(" ", "")
+    terms, arrow, output = equation.partition("->")
+    operands = terms.split(",")
+    if not arrow:  # implicit output: the letters used once, in order, after the broadcast ones
+        letters = "".join(operands)
+        output = ("..." if "..." in letters else "") + "".join(
+            sorted(c for c in set(letters) if letters.count(c) == 1 and c != ".")
+        )
+    for name, term in zip(node.input, operands):
+        rank = trace.ranks(name)[1] if name else None
+        if rank is None:
+            continue
+        for axis in batch_axes(trace, name):
+            letter = _letter(term, axis, rank)
+            if letter is not None and letter not in output:
+                return (
+                    f"sums over axis {axis} of '{name}' (letter '{letter}' of '{equation}'), which carries the batch: "
+                    "each sample's result depends on the others"
+                )
+    return None
+
+
+def _letter(term: str, axis: int, rank: int) -> str | None:
+    """The letter that labels ``axis`` in an Einsum operand's term ('...' for a broadcast axis)."""
+    head, dots, tail = term.partition("...")
+    if not dots:
+        return term[axis] if axis < len(term) else None
+    if axis < len(head):
+        return head[axis]
+    return tail[axis - rank] if axis >= rank - len(tail) else "..."
+
+
+def _windowed(trace: BatchTrace, node: onnx.NodeProto, batch: set[int]) -> str | None:
+    """A window (or a global pool) over a spatial axis that carries the batch; a Conv over channels
+    that carry it (one group)."""
+    data = node.input[0]
+    op = node.op_type
+    if op.startswith("Conv") and 1 in batch and int(_attribute(node, "group", 1)) == 1:
+        return f"sums over the channels (axis 1) of '{data}', which carries the batch: each sample's result depends on the others"
+    spatial = sorted(axis for axis in batch if axis >= 2)
+    if not spatial:
+        return None
+    kernel = list(_attribute(node, "kernel_shape", []))
+    if not kernel and op.startswith("Conv") and len(node.input) > 1:
+        weight = trace.at(node.input[1])[1].shape
+        kernel = list(weight[2:]) if weight is not None else []
+    for axis in spatial:
+        size = kernel[axis - 2] if axis - 2 < len(kernel) else None
+        if op in _GLOBAL or size is None or size > 1:
+            what = "pools over" if op in _GLOBAL else "slides its window along"
+            return f"{what} axis {axis} of '{data}', which carries the batch: each sample's result depends on its neighbours"
+    return None
+
+
+def _scan(trace: BatchTrace, node: onnx.NodeProto) -> str | None:
+    """A Scan with a state whose scanned input carries the batch on its scan axis."""
+    scanned = int(_attribute(node, "num_scan_inputs", 0))
+    states = len(node.input) - scanned
+    if states <= 0:
+        return None
+    axes = list(_attribute(node, "scan_input_axes", [0] * scanned))
+    for name, axis in zip(node.input[states:], axes):
+        rank = trace.ranks(name)[1] if name else None
+        if rank is not None and int(axis) % max(rank, 1) in batch_axes(trace, name):
+            return (
+                f"scans along axis {int(axis) % rank} of '{name}', which carries the batch, with a state carried "
+                "from step to step: each sample's result depends on the samples before it"
+            )
     return None
 
 
