@@ -72,6 +72,7 @@ def coupling(
     trace: BatchTrace, sites: Sequence[NodeSite], index: ScopeIndex | None, opset: int
 ) -> Iterator[tuple[NodeSite, str]]:
     """Each node whose result for one sample depends on the other samples, and why."""
+    inverted: set[str] | None = None  # what ScatterElements take as indices: a permutation being inverted
     for site in sites:
         node = site.node
         if node.op_type not in COUPLING_OPS or not node.input or not node.input[0]:
@@ -82,6 +83,9 @@ def coupling(
         if not batch and node.op_type not in _ANY_INPUT:
             continue
         why = _why(trace, site, batch, index, opset)
+        if why and node.op_type == "TopK":
+            inverted = _inverted(sites) if inverted is None else inverted
+            why = None if _sorts_and_restores(trace, node, inverted) else why
         if why:
             yield site, why
 
@@ -177,6 +181,29 @@ def _contracts(trace: BatchTrace, node: onnx.NodeProto) -> str | None:
         if axis in batch_axes(trace, name):
             return f"sums over axis {axis} of '{name}', which carries the batch: each sample's result depends on the others"
     return None
+
+
+def _inverted(sites: Sequence[NodeSite]) -> set[str]:
+    """The tensors ScatterElements take as indices (``inverse[perm] = arange(n)`` inverts a permutation)."""
+    return {s.node.input[1] for s in sites if s.node.op_type == "ScatterElements" and len(s.node.input) > 1}
+
+
+def _sorts_and_restores(trace: BatchTrace, node: onnx.NodeProto, inverted: set[str]) -> bool:
+    """A TopK that sorts the whole batch (k is the batch, at every point) whose order the model inverts
+    later (torch's ``pack_padded_sequence(enforce_sorted=False)``: sort by length, run, scatter back): it
+    moves the samples and puts them back, each computed alone."""
+    if len(node.output) < 2 or node.output[1] not in inverted or len(node.input) < 2:
+        return False
+    axis = int(_attribute(node, "axis", -1))
+    for data, k in zip(trace.at(node.input[0]), trace.at(node.input[1])):
+        if (
+            data.shape is None
+            or k.value is None
+            or k.value.size != 1
+            or data.shape[axis] != int(k.value.reshape(-1)[0])
+        ):
+            return False
+    return True
 
 
 def _einsum(trace: BatchTrace, node: onnx.NodeProto) -> str | None:
