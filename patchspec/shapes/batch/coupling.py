@@ -84,7 +84,7 @@ def coupling(
             continue
         why = _why(trace, site, batch, index, opset)
         if why and node.op_type == "TopK":
-            inverted = _inverted(sites) if inverted is None else inverted
+            inverted = _inverted(trace, sites) if inverted is None else inverted
             why = None if _sorts_and_restores(trace, node, inverted) else why
         if why:
             yield site, why
@@ -183,9 +183,18 @@ def _contracts(trace: BatchTrace, node: onnx.NodeProto) -> str | None:
     return None
 
 
-def _inverted(sites: Sequence[NodeSite]) -> set[str]:
-    """The tensors ScatterElements take as indices (``inverse[perm] = arange(n)`` inverts a permutation)."""
-    return {s.node.input[1] for s in sites if s.node.op_type == "ScatterElements" and len(s.node.input) > 1}
+def _inverted(trace: BatchTrace, sites: Sequence[NodeSite]) -> set[str]:
+    """The tensors ScatterElements take as indices (``inverse[perm] = arange(n)`` inverts a permutation),
+    each followed back through Casts and Identities to where it is made."""
+    producer = trace.evaluator.producer if trace.evaluator is not None else {}
+    found = set()
+    for site in sites:
+        if site.node.op_type == "ScatterElements" and len(site.node.input) > 1:
+            name = site.node.input[1]
+            while (made := producer.get(name)) is not None and made.node.op_type in ("Cast", "Identity"):
+                name = made.node.input[0]
+            found.add(name)
+    return found
 
 
 def _sorts_and_restores(trace: BatchTrace, node: onnx.NodeProto, inverted: set[str]) -> bool:
