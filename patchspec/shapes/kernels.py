@@ -76,6 +76,8 @@ def values_of(node: onnx.NodeProto, inputs: Sequence[_HasValue], opset: int) -> 
     if _output_size(op, args) > SMALL:
         return None  # a large constant-filled tensor: its shape comes from inference
     result = function(args, attrs, opset)
+    if result is None:
+        return None
     results = result if isinstance(result, list) else [result]
     if any(np.asarray(r).size > SMALL for r in results):
         return None
@@ -199,11 +201,15 @@ def _binary(function: Callable[[Any, Any], Any]) -> Kernel:
     return lambda args, attrs, opset: function(args[0], args[1])
 
 
-def _split(args: Args, attrs: Attrs, opset: int) -> list[Any]:
+def _split(args: Args, attrs: Attrs, opset: int) -> list[Any] | None:
     """Split: sizes an attribute before opset 13, an input from then; without them, even parts (from
-    opset 18 the last may be smaller, as ``num_outputs`` allows)."""
+    opset 18 the last may be smaller, as ``num_outputs`` allows). No value where a part is empty: tf2onnx
+    frames a signal so (``split [0, 1, 0]`` of a shape), and at the sizes the evaluation tries for a
+    symbolic signal length the frames counted from it can be 0, where a Reshape with -1 then fails."""
     data, axis = args[0], int(attrs.get("axis", 0))
     sizes = attrs.get("split") if opset < 13 else (args[1] if len(args) > 1 and args[1] is not None else None)
+    if sizes is not None and 0 in [int(size) for size in sizes]:
+        return None
     if sizes is None:
         count, length = int(attrs["num_outputs"]), data.shape[axis]
         part = -(-length // count)  # ceil: equal parts, the last smaller (onnx >= 18)

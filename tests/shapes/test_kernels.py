@@ -207,6 +207,7 @@ NO_VALUE = [
     no_value("Size", Known(1, (2, None)), id="unknown-dim"),
     no_value("Add", value(i64(1)), Known(7, (1,)), id="an-unknown-input"),
     no_value("Relu", value(f32(1)), id="no-kernel"),
+    no_value("Split", value(i64(3, 5)), value(i64(0, 2)), opset=13, id="an-empty-part"),  # tf2onnx's frames
 ]
 
 
