@@ -16,7 +16,10 @@ of each tensor carry the batch; an op couples the samples when it reads across s
 - an Einsum that sums over a letter on an axis that carries the batch (``bd,cd->bd``);
 - a convolution or pooling window that slides along an axis carrying the batch (the batch moved to a
   spatial axis by a Transpose), a global pool over one, and a Conv that sums over channels that carry it;
-- a Scan with a state that scans along an axis carrying the batch: the samples are its steps.
+- a Scan with a state that scans along an axis carrying the batch: the samples are its steps;
+- the batch size used as a number: arithmetic between a tensor that carries the batch and a small value
+  whose elements change with the batch size (``x / x.size(0)``, ``x + arange(B)[:, None]``), and an If
+  whose condition does (``if x.shape[0] == 1``): a sample computes otherwise alone than in a batch.
 
 None of this is a proof that the model is wrong: it is what a per-sample comparison then measures,
 and what set_batch tells the user at the default verbosity.
@@ -64,8 +67,10 @@ _ANY_INPUT = _PAIRING | {"Scan"}
 COUPLING_OPS = frozenset(
     {*_REDUCTIONS, *_ONE_AXIS, *_FLATTENING, "DynamicQuantizeLinear", "CumSum", "LayerNormalization"}
     | {"MeanVarianceNormalization", "BatchNormalization", "NonMaxSuppression", *_PAIRING, *_DYNAMIC_CONTRIB}
-    | {*_WINDOWED, *_GLOBAL, "Scan"}
+    | {*_WINDOWED, *_GLOBAL, "Scan", "If"}
 )
+#: arithmetic whose operand may be the batch size as a number
+_ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Div", "Pow"})
 
 
 def coupling(
@@ -76,6 +81,12 @@ def coupling(
     for site in sites:
         node = site.node
         if node.op_type not in COUPLING_OPS or not node.input or not node.input[0]:
+            continue
+        if node.op_type in _ARITHMETIC and node.domain in _ONNX and (why := _counts_the_batch(trace, node)):
+            yield site, why
+            continue
+        if node.op_type == "If" and node.domain in _ONNX and (why := _branches_on_the_batch(trace, node)):
+            yield site, why
             continue
         if node.op_type in BROADCASTING and not _moves_twice(trace, node.output[0]):
             continue  # most of a graph: only an output whose two axes follow the batch can pair samples
@@ -181,6 +192,44 @@ def _contracts(trace: BatchTrace, node: onnx.NodeProto) -> str | None:
         if axis in batch_axes(trace, name):
             return f"sums over axis {axis} of '{name}', which carries the batch: each sample's result depends on the others"
     return None
+
+
+def _batch_valued(trace: BatchTrace, name: str) -> bool:
+    """Whether ``name`` is a small value whose elements change with the batch size (not only its shape:
+    a mask of ones stays ones): the batch size, or a range of it, as a number."""
+    knowns = trace.at(name)[:2] if name else []
+    if len(knowns) < 2 or knowns[0].value is None or knowns[1].value is None:
+        return False
+    return set(np.unique(knowns[0].value).tolist()) != set(np.unique(knowns[1].value).tolist())
+
+
+def _counts_the_batch(trace: BatchTrace, node: onnx.NodeProto) -> str | None:
+    """Arithmetic between a tensor that carries the batch and the batch size as a number."""
+    names = [name for name in node.input[:2] if name]
+    if len(names) < 2 or not any(trace.at(name)[1].value is not None for name in names):
+        return None  # most arithmetic: no operand has a value
+    for data, number in ((names[0], names[1]), (names[1], names[0])):
+        if trace.at(data)[1].value is None and batch_axes(trace, data) and _batch_valued(trace, number):
+            return (
+                f"computes '{data}', which carries the batch, with '{number}', whose values change with the batch "
+                "size (the batch size used as a number): a sample gives another result alone than in a batch"
+            )
+    return None
+
+
+def _branches_on_the_batch(trace: BatchTrace, node: onnx.NodeProto) -> str | None:
+    """An If whose condition changes with the batch size: another branch runs at another batch."""
+    knowns = trace.at(node.input[0])[:2] if node.input else []
+    if len(knowns) < 2 or knowns[0].value is None or knowns[1].value is None:
+        return None
+    first, second = (bool(np.asarray(k.value).reshape(-1)[0]) for k in knowns)
+    if first == second:
+        return None
+    return (
+        f"takes its {'then' if first else 'else'} branch at batch {trace.b1} and its {'then' if second else 'else'} "
+        f"branch at batch {trace.b2} (its condition '{node.input[0]}' follows the batch size): a sample computes "
+        "otherwise alone than in a batch"
+    )
 
 
 def _inverted(trace: BatchTrace, sites: Sequence[NodeSite]) -> set[str]:
