@@ -75,3 +75,18 @@ def branch_on_batch_of_one(batch="N"):
 def test_an_if_on_the_batch_size_couples(batch):
     summary = set_batch(branch_on_batch_of_one(batch), size=4).summary
     assert "If 'op' takes its then branch at batch 1 and its else branch at batch" in summary, summary
+
+
+def test_an_if_that_drops_the_batch_axis_at_batch_1_does_not():
+    """silero VAD's decoder (torch's RNN cell on unbatched input): If(batch == 1) squeezes the batch axis
+    in one branch only; the values are the same. A first form of the If rule refused silero under --no-verify."""
+    model = branch_on_batch_of_one()
+    squeeze = helper.make_graph(
+        [helper.make_node("Squeeze", ["x", "zero_axis"], ["dropped"])], "then", [], [tensor_info("dropped", None)]
+    )
+    branch = next(a for a in model.graph.node[-1].attribute if a.name == "then_branch")
+    branch.g.CopyFrom(squeeze)
+    model.graph.initializer.append(constant([0], "zero_axis"))
+    model.graph.output[0].type.tensor_type.ClearField("shape")  # a rank that differs by branch
+    summary = set_batch(model, size=4).summary
+    assert "not independent" not in summary, summary

@@ -223,8 +223,11 @@ def _branches_on_the_batch(trace: BatchTrace, node: onnx.NodeProto) -> str | Non
     if len(knowns) < 2 or knowns[0].value is None or knowns[1].value is None:
         return None
     first, second = (bool(np.asarray(k.value).reshape(-1)[0]) for k in knowns)
-    if first == second:
-        return None
+    ranks = [trace.ranks(name)[:2] for name in node.output if name]
+    if first == second or any(None in pair or pair[0] != pair[1] for pair in ranks):
+        return (
+            None  # a branch that drops the batch's axis at batch 1 only (torch's unbatched RNN cell) keeps the values
+        )
     return (
         f"takes its {'then' if first else 'else'} branch at batch {trace.b1} and its {'then' if second else 'else'} "
         f"branch at batch {trace.b2} (its condition '{node.input[0]}' follows the batch size): a sample computes "
