@@ -44,6 +44,7 @@ from patchspec.author.init_case import (
     unified_shapes,
 )
 from patchspec.author.original_runs import OriginalRuns
+from patchspec.author.own_noise import own_noise
 from patchspec.author.recurrent_inputs import SEQUENCES, recurrent_states, state_pairs
 from patchspec.author.spec_text import DraftStep, SpecDraft, checked, next_command, output_ref, quoted, root_needed
 from patchspec.author.weightless import weightless_copy
@@ -96,7 +97,9 @@ def _draft_spec(model_path: Path, spec_path: Path, size: int | str, registry: An
     unloadable = _unloadable(model, runner.runs)
     draft.verify.append(_check_step(unloadable))
     if not unloadable:  # else a run step could only fail, the original's own failure and the output's alike
-        draft.verify.append(run_step(probe, rows, case, split, coupled))
+        small = len(model.graph.node) <= LOAD_CHECK_NODES and bool((ran := runner.runs.run(case)) and ran.ok)
+        noise = own_noise(model_path, case) if small else {}  # what the original needs between levels
+        draft.verify.append(run_step(probe, rows, case, split, coupled, noise))
     text = checked(draft, spec_path, registry)
     notes = [f"{row.name}: {row.values}" for row in rows if row.flagged]
     notes = notes or original_fails(runner.runs, shapes, runner.values, len(model.graph.node) <= LOAD_CHECK_NODES)

@@ -239,11 +239,17 @@ def run_step(
     case: dict[str, Any],
     split: str | None,
     coupled: list[str] | None = None,
+    noise: dict[str, float] | None = None,
 ) -> DraftStep:
     """The ``run`` verifier: the case against the original, per sample when ``split`` says why;
-    ``coupled``: set_batch's ops that couple the samples, said in the comments."""
+    ``coupled``: set_batch's ops that couple the samples, said in the comments; ``noise``: per output,
+    the atol the original itself needs between optimization levels on these inputs."""
     comments = ["run the output and compare it with the original on the same inputs"]
     compare: dict[str, Any] = {"against": "original"}
+    if noise:
+        compare["outputs"] = {name: {"atol": atol} for name, atol in noise.items()}
+        named = ", ".join(f"{quoted(name)} atol {atol:g}" for name, atol in noise.items())
+        comments.append(f"on these random inputs the original itself differs between optimization levels: {named}")
     if split:
         comments.append(split)
         inputs = {

@@ -1,0 +1,54 @@
+"""How far the original itself moves between onnxruntime's optimization levels, for ``init``'s tolerances.
+
+The run verifier compares the patched model with the original at each optimization level, and calls a
+reference that differs from itself between levels "unstable" (then the comparison proves nothing, and
+the run fails). Random inputs make some models' outputs ill-conditioned: a Keras RNN read through a
+tf2onnx Loop moves by 1.5e-4 between levels, above the default tolerance. ``init`` runs the original
+on the case's inputs at both levels once, and writes, for each float output that moves more than the
+defaults allow, the tolerance the verifier itself would suggest (twice the difference, one digit).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from patchspec.ort.run.comparison import compare_output
+from patchspec.ort.run.feeds import make_feeds
+from patchspec.ort.run_failure import RunFailure
+from patchspec.ort.sessions import Session
+from patchspec.ort.settings import DEFAULT_ATOL, DEFAULT_RTOL, DTYPE_TOLERANCES
+
+LEVELS = ("disabled", "all")
+
+
+def own_noise(model_path: Path, items: dict[str, Any]) -> dict[str, float]:
+    """Per float output of the original that differs between optimization levels beyond the default
+    tolerance on the case ``items``: the atol to write (twice the difference, one digit). Empty when
+    nothing moves, or when the original cannot run the case (the caller compares per sample then)."""
+    if any(isinstance(item, dict) and "file" in item for item in items.values()):
+        return {}  # the user's own values: not known yet
+    runs = []
+    for level in LEVELS:
+        try:
+            session = Session(model_path, "CPUExecutionProvider", optimization=level)
+            outputs, _ = session.run(make_feeds(items, session.inputs, Path))
+        except (RunFailure, MemoryError):
+            return {}
+        runs.append(outputs)
+    noise = {}
+    for name, plain in runs[0].items():
+        optimized = runs[1].get(name)
+        array = np.asarray(plain)
+        if optimized is None or array.dtype.kind != "f":
+            continue
+        rtol, atol = DTYPE_TOLERANCES.get(str(array.dtype), (DEFAULT_RTOL, DEFAULT_ATOL))
+        check = compare_output(name, np.asarray(optimized), array, rtol, atol)
+        if not check.passed and np.isfinite(check.max_abs):
+            noise[name] = float(f"{check.max_abs * 2:.1g}")
+    return noise
+
+
+__all__ = ["own_noise"]
