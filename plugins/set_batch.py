@@ -172,6 +172,10 @@ def set_and_declare(
     for name, axis in batch.axes:
         api.write_dim(api.shape_dims(inputs[name])[axis], size)
         pins.get(name, {}).pop(axis, None)
+    for info in inputs.values():  # an exporter's -1 (paddle2onnx) is an unknown dim: written as one
+        for dim in info.type.tensor_type.shape.dim if info.type.HasField("tensor_type") else ():
+            if dim.HasField("dim_value") and dim.dim_value < 0:
+                dim.Clear()
     api.rederive_shapes(model, context.state)  # pins is the state's own dict: the batch axes popped above
     corrected = api.declare_from_trace(model, trace, size, declared, names)
     api.apply_pins(model.graph, pins)

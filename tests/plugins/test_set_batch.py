@@ -54,6 +54,17 @@ def test_batch_declared_minus_one_or_unnamed(batch_dim):
     assert run(model, {"x": rand(5, 3)})[0].shape == (5, 3)
 
 
+def test_an_exporters_minus_one_beside_the_batch_is_written_unknown():
+    """paddle2onnx declares [-1, 3, -1, -1]: the -1s past the batch were left as dim_value -1."""
+    model = graph_model(
+        [helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [-1, 3, -1])], [tensor_info("y", None)]
+    )
+    set_batch(model, size=4)
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_value for d in dims[:2]] == [4, 3]
+    assert not dims[2].HasField("dim_value") and not dims[2].HasField("dim_param")
+
+
 def two_names_model():
     nodes = [helper.make_node("Add", ["a", "b"], ["y"])]
     return graph_model(nodes, [tensor_info("a", ["B1", 4]), tensor_info("b", ["B2", 4])], [tensor_info("y", ["B1", 4])])
