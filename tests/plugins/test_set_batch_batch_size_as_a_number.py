@@ -90,3 +90,21 @@ def test_an_if_that_drops_the_batch_axis_at_batch_1_does_not():
     model.graph.output[0].type.tensor_type.ClearField("shape")  # a rank that differs by branch
     summary = set_batch(model, size=4).summary
     assert "not independent" not in summary, summary
+
+
+def test_integer_indices_offset_by_the_sample_do_not():
+    """torch's x[arange(B), idx] linearized: idx + arange(B) * 4 indexes each sample's own row of x [B*4]."""
+    nodes = [
+        helper.make_node("Shape", ["idx"], ["shape"]),
+        helper.make_node("Gather", ["shape", "zero"], ["b"]),
+        helper.make_node("Range", ["zero", "b", "one"], ["rows"]),
+        helper.make_node("Mul", ["rows", "four"], ["starts"]),
+        helper.make_node("Add", ["idx", "starts"], ["flat"], name="op"),
+        helper.make_node("Reshape", ["x", "all"], ["x_flat"]),
+        helper.make_node("Gather", ["x_flat", "flat"], ["y"]),
+    ]
+    constants = [constant(0, "zero"), constant(1, "one"), constant(4, "four"), constant([-1], "all")]
+    inputs = [tensor_info("x", ["N", 4]), tensor_info("idx", ["N"], TensorProto.INT64)]
+    model = graph_model(nodes, inputs, [tensor_info("y", ["N"])], constants, opset=13)
+    summary = set_batch(model, size=4).summary
+    assert "not independent" not in summary, summary

@@ -69,6 +69,9 @@ COUPLING_OPS = frozenset(
     | {"MeanVarianceNormalization", "BatchNormalization", "NonMaxSuppression", *_PAIRING, *_DYNAMIC_CONTRIB}
     | {*_WINDOWED, *_GLOBAL, "Scan", "If"}
 )
+_FLOATS = frozenset(
+    {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE}
+)
 #: arithmetic whose operand may be the batch size as a number
 _ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Div", "Pow"})
 
@@ -209,7 +212,9 @@ def _counts_the_batch(trace: BatchTrace, node: onnx.NodeProto) -> str | None:
     if len(names) < 2 or not any(trace.at(name)[1].value is not None for name in names):
         return None  # most arithmetic: no operand has a value
     for data, number in ((names[0], names[1]), (names[1], names[0])):
-        if trace.at(data)[1].value is None and batch_axes(trace, data) and _batch_valued(trace, number):
+        # float data only: integer indices offset by arange(B) * stride are torch's per-sample gather
+        known = trace.at(data)[1]
+        if known.value is None and known.dtype in _FLOATS and batch_axes(trace, data) and _batch_valued(trace, number):
             return (
                 f"computes '{data}', which carries the batch, with '{number}', whose values change with the batch "
                 "size (the batch size used as a number): a sample gives another result alone than in a batch"
