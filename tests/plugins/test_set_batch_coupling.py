@@ -123,13 +123,16 @@ def test_a_window_of_one_along_the_batch_does_not():
     assert "not independent" not in summary, summary
 
 
-def scan(states: int, scan_axis: int):
-    """x [N, 4] scanned along ``scan_axis``, with a running sum as its state when ``states``."""
+def scan(states: int, scan_axis: int, passed: bool = False):
+    """x [N, 4] scanned along ``scan_axis``, with a running sum as its state when ``states`` (``passed``: a
+    state the steps pass on untouched, as probe4's h_scan_over_batch_b1 has)."""
     step_in = [tensor_info("row", None)]
     if states:
         body_nodes = [
-            helper.make_node("Add", ["total_in", "row"], ["total_out"]),
-            helper.make_node("Identity", ["total_out"], ["each"]),
+            helper.make_node(
+                "Identity" if passed else "Add", ["total_in"] if passed else ["total_in", "row"], ["total_out"]
+            ),
+            helper.make_node("Relu" if passed else "Identity", ["row" if passed else "total_out"], ["each"]),
         ]
         body = helper.make_graph(
             body_nodes,
@@ -157,9 +160,13 @@ def test_a_scan_with_a_state_along_the_batch_couples_the_samples():
     assert "Scan 'op' scans along axis 0 of 'x', which carries the batch" in summary, summary
 
 
-@pytest.mark.parametrize(("states", "scan_axis"), [(0, 0), (1, 1)], ids=["no state", "along the features"])
-def test_a_scan_without_a_state_or_along_another_axis_does_not(states, scan_axis):
-    summary = set_batch(scan(states, scan_axis), size=4).summary
+@pytest.mark.parametrize(
+    ("states", "scan_axis", "passed"),
+    [(0, 0, False), (1, 1, False), (1, 0, True)],
+    ids=["no state", "along the features", "a state passed on untouched"],
+)
+def test_a_scan_without_a_state_or_along_another_axis_does_not(states, scan_axis, passed):
+    summary = set_batch(scan(states, scan_axis, passed), size=4).summary
     assert "not independent" not in summary, summary
 
 

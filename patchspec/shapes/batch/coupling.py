@@ -335,6 +335,8 @@ def _scan(trace: BatchTrace, node: onnx.NodeProto) -> str | None:
     states = len(node.input) - scanned
     if states <= 0:
         return None
+    if not _carries_the_scanned(node, states):
+        return None  # a state no scanned element reaches (a counter, a pass-through): nothing goes from step to step
     axes = list(_attribute(node, "scan_input_axes", [0] * scanned))
     for name, axis in zip(node.input[states:], axes):
         rank = trace.ranks(name)[1] if name else None
@@ -344,6 +346,18 @@ def _scan(trace: BatchTrace, node: onnx.NodeProto) -> str | None:
                 "from step to step: each sample's result depends on the samples before it"
             )
     return None
+
+
+def _carries_the_scanned(node: onnx.NodeProto, states: int) -> bool:
+    """Whether a Scan body's state outputs depend on its scanned inputs (in the body's node order)."""
+    body = next((attr.g for attr in node.attribute if attr.name == "body"), None)
+    if body is None:
+        return True
+    reached = {info.name for info in body.input[states:]}
+    for inner in body.node:
+        if any(name in reached for name in inner.input) or inner.op_type in ("If", "Loop", "Scan"):
+            reached.update(inner.output)  # a nested body is taken to read whatever it may
+    return any(info.name in reached for info in body.output[:states])
 
 
 def _moves_twice(trace: BatchTrace, name: str) -> bool:
