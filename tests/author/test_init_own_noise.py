@@ -61,3 +61,30 @@ def test_init_writes_it_and_apply_passes(tmp_path: Path, run_cli) -> None:
     assert "y: {atol: " in text, text
     applied = run_cli("apply", str(spec))
     assert applied.exit_code == 0, applied.output
+
+
+def test_a_difference_as_large_as_the_output_is_no_noise(tmp_path: Path) -> None:
+    """Where the original moves by as much as it outputs, any patch would pass under that tolerance:
+    none is written (the verifier then says the reference is unstable)."""
+    onnx.save(layer_norm_by_hand(3e6), tmp_path / "m.onnx")
+    assert own_noise(tmp_path / "m.onnx", {"x": [4, 8]}) == {}
+
+
+def test_init_writes_none_over_a_coupling(tmp_path: Path, run_cli) -> None:
+    """A dynamically quantized T5 decoder (a corpus control): init's tolerance (atol 200) let its per-sample
+    compare pass, a silent pass. Where set_batch says the samples are coupled (here a mean over the batch
+    beside a noisy layer norm), init writes none."""
+    model = layer_norm_by_hand(30000.0)  # y = layer_norm(x) + mean of x over the batch
+    model.graph.node[-1].output[0] = "normed_y"
+    model.graph.node.extend(
+        [
+            helper.make_node("ReduceMean", ["x"], ["batch_mean"], axes=[0], name="over_the_batch"),
+            helper.make_node("Add", ["normed_y", "batch_mean"], ["y"]),
+        ]
+    )
+    onnx.save(model, tmp_path / "m.onnx")
+    spec = tmp_path / "spec.yaml"
+    init = run_cli("init", str(tmp_path / "m.onnx"), "--batch", "4", "--output", str(spec))
+    assert init.exit_code == 0, init.output
+    text = spec.read_text()
+    assert "THE SAMPLES ARE NOT INDEPENDENT" in text and "atol" not in text, text
