@@ -91,6 +91,7 @@ def _draft_spec(model_path: Path, spec_path: Path, size: int | str, registry: An
     rows, case = case_inputs(model, axes, how, rules, shapes, batch, runner.evidence.untied)
     split = _per_sample(model, axes, old_size, runner, batch, probe)
     coupled = prober.coupled(axes)
+    _refuse_collapsed(probe, axes, coupled)
     root = root_needed(spec_path, [model_path])
     draft = SpecDraft(model_ref, output, header=_header(model_path, spec_path, root))
     draft.patches += [*renames, _set_batch_step(size, axes, how, rows)]
@@ -104,6 +105,21 @@ def _draft_spec(model_path: Path, spec_path: Path, size: int | str, registry: An
     notes = [f"{row.name}: {row.values}" for row in rows if row.flagged]
     notes = notes or original_fails(runner.runs, shapes, runner.values, len(model.graph.node) <= LOAD_CHECK_NODES)
     return InitResult(text, rows, notes, next_command(spec_path, root))
+
+
+def _refuse_collapsed(probe: onnx.ModelProto | None, axes: list[Pair], coupled: list[str]) -> None:
+    """No output keeps the batch and set_batch finds the samples coupled: the batch is folded into every
+    output (madmom's key CNN: axis 0 is time, pooled into one key). A compare could only be batch against
+    batch, which passes whatever the samples do, so init writes none and says why."""
+    outputs = probe.graph.output if probe is not None else []
+    if not coupled or not outputs or any(PROBE in (read_dims(info) or []) for info in outputs):
+        return
+    where = ", ".join(f"{quoted(name)}[{axis}]" for name, axis in axes)
+    raise PatchError(
+        f"the model cannot be batched on {where}: no output keeps the batch, and set_batch finds its samples "
+        f"coupled ({coupled[0]}): every output is one result for the whole input, so that axis is no batch",
+        "if another axis is the batch, say so: set_batch with inputs: {INPUT: AXIS} in a spec of your own",
+    )
 
 
 def _header(model_path: Path, spec_path: Path, root: Path | None) -> list[str]:
