@@ -112,7 +112,12 @@ def _refuse_collapsed(probe: onnx.ModelProto | None, axes: list[Pair], coupled: 
     output (madmom's key CNN: axis 0 is time, pooled into one key). A compare could only be batch against
     batch, which passes whatever the samples do, so init writes none and says why."""
     outputs = probe.graph.output if probe is not None else []
-    if not coupled or not outputs or any(PROBE in (read_dims(info) or []) for info in outputs):
+    fixed = [read_dims(info) for info in outputs]  # every dim a size: the shape does not follow the batch
+    if (
+        not coupled
+        or not outputs
+        or not all(dims is not None and all(isinstance(d, int) for d in dims) for dims in fixed)
+    ):
         return
     where = ", ".join(f"{quoted(name)}[{axis}]" for name, axis in axes)
     raise PatchError(
