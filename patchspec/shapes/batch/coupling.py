@@ -16,10 +16,14 @@ of each tensor carry the batch; an op couples the samples when it reads across s
 - an Einsum that sums over a letter on an axis that carries the batch (``bd,cd->bd``);
 - a convolution or pooling window that slides along an axis carrying the batch (the batch moved to a
   spatial axis by a Transpose), a global pool over one, and a Conv that sums over channels that carry it;
-- a Scan with a state that scans along an axis carrying the batch: the samples are its steps;
-- the batch size used as a number: arithmetic between a tensor that carries the batch and a small value
-  whose elements change with the batch size (``x / x.size(0)``, ``x + arange(B)[:, None]``), and an If
-  whose condition does (``if x.shape[0] == 1``): a sample computes otherwise alone than in a batch.
+- a Scan along an axis carrying the batch whose state a scanned element reaches: the samples are its steps;
+- the batch size used as a number: float arithmetic between a tensor that carries the batch and a small
+  value whose elements change with the batch size (``x / x.size(0)``, ``x + arange(B)[:, None]``), and an
+  If whose condition does (``if x.shape[0] == 1``) where both branches keep the rank: a sample computes
+  otherwise alone than in a batch.
+
+A sort of the whole batch that the model inverts later (a TopK whose order a ScatterElements undoes) moves
+the samples and puts them back: not a coupling.
 
 None of this is a proof that the model is wrong: it is what a per-sample comparison then measures,
 and what set_batch tells the user at the default verbosity.
@@ -228,11 +232,10 @@ def _branches_on_the_batch(trace: BatchTrace, node: onnx.NodeProto) -> str | Non
     if len(knowns) < 2 or knowns[0].value is None or knowns[1].value is None:
         return None
     first, second = (bool(np.asarray(k.value).reshape(-1)[0]) for k in knowns)
+    # a branch that drops the batch's axis at batch 1 only (torch's unbatched RNN cell) keeps the values
     ranks = [trace.ranks(name)[:2] for name in node.output if name]
     if first == second or any(None in pair or pair[0] != pair[1] for pair in ranks):
-        return (
-            None  # a branch that drops the batch's axis at batch 1 only (torch's unbatched RNN cell) keeps the values
-        )
+        return None
     return (
         f"takes its {'then' if first else 'else'} branch at batch {trace.b1} and its {'then' if second else 'else'} "
         f"branch at batch {trace.b2} (its condition '{node.input[0]}' follows the batch size): a sample computes "
