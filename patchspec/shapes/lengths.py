@@ -52,7 +52,9 @@ def length_axes(uses: Uses, name: str) -> list[tuple[str, int]]:
     constants = {t.name for t in uses.model.graph.initializer}
     found: dict[object, tuple[str, int]] = {}
     for other, info in infos.items():
-        for axis, dim in enumerate(read_dims(info) or [] if other not in constants and other != name else []):
+        if other in constants or other == name:
+            continue
+        for axis, dim in enumerate(read_dims(info) or []):
             if not isinstance(dim, int) and (dim != mine[0] if isinstance(mine[0], str) else axis != 0):
                 found.setdefault(dim if isinstance(dim, str) else (other, axis), (other, axis))
     return list(found.values())
