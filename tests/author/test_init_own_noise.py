@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from patchspec.author.own_noise import own_noise
@@ -40,9 +42,35 @@ def layer_norm_by_hand(offset: float) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
 
 
+def moves_between_levels(path: Path) -> tuple[float, float]:
+    """(how far onnxruntime's output moves between 'disabled' and 'all', the output's largest magnitude)
+    here. The fusion that makes the spelled-out layer norm move differs by version: onnxruntime 1.32 moves
+    it by about 0.2% of the output, 1.18 (make test-oldest) by as much as the output itself."""
+    x = np.random.default_rng(0).uniform(-1, 1, (4, 8)).astype(np.float32)
+    outputs = []
+    for level in (ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_ALL):
+        options = ort.SessionOptions()
+        options.graph_optimization_level = level
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        outputs.append(session.run(None, {"x": x})[0])
+    difference = float(np.nan_to_num(np.abs(outputs[0] - outputs[1]), nan=np.inf).max())
+    return difference, float(np.abs(outputs[0]).max())
+
+
+def noisy(tmp_path: Path, model: onnx.ModelProto, small: bool = True) -> Path:
+    """The model saved, where this onnxruntime moves it as the test needs (a little, or as much as the
+    output); else the test is skipped, saying how it moved."""
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    difference, scale = moves_between_levels(path)
+    fits = 1e-4 < difference <= 0.01 * scale if small else difference > 0.01 * scale
+    if not fits:
+        pytest.skip(f"onnxruntime {ort.__version__} moves this layer norm by {difference:.3g} (output {scale:.3g})")
+    return path
+
+
 def test_an_output_that_moves_between_levels_gets_its_tolerance(tmp_path: Path) -> None:
-    onnx.save(layer_norm_by_hand(30000.0), tmp_path / "m.onnx")
-    noise = own_noise(tmp_path / "m.onnx", {"x": [4, 8]})
+    noise = own_noise(noisy(tmp_path, layer_norm_by_hand(30000.0)), {"x": [4, 8]})
     assert set(noise) == {"y"} and 1e-4 < noise["y"] < 0.1, noise
 
 
@@ -52,7 +80,7 @@ def test_an_output_that_does_not_move_gets_none(tmp_path: Path) -> None:
 
 
 def test_init_writes_it_and_apply_passes(tmp_path: Path, run_cli) -> None:
-    onnx.save(layer_norm_by_hand(30000.0), tmp_path / "m.onnx")
+    noisy(tmp_path, layer_norm_by_hand(30000.0))
     spec = tmp_path / "spec.yaml"
     init = run_cli("init", str(tmp_path / "m.onnx"), "--batch", "4", "--output", str(spec))
     assert init.exit_code == 0, init.output
@@ -66,8 +94,7 @@ def test_init_writes_it_and_apply_passes(tmp_path: Path, run_cli) -> None:
 def test_a_difference_as_large_as_the_output_is_no_noise(tmp_path: Path) -> None:
     """Where the original moves by as much as it outputs, any patch would pass under that tolerance:
     none is written (the verifier then says the reference is unstable)."""
-    onnx.save(layer_norm_by_hand(3e6), tmp_path / "m.onnx")
-    assert own_noise(tmp_path / "m.onnx", {"x": [4, 8]}) == {}
+    assert own_noise(noisy(tmp_path, layer_norm_by_hand(3e6), small=False), {"x": [4, 8]}) == {}
 
 
 def test_init_writes_none_over_a_coupling(tmp_path: Path, run_cli) -> None:
@@ -82,7 +109,7 @@ def test_init_writes_none_over_a_coupling(tmp_path: Path, run_cli) -> None:
             helper.make_node("Add", ["normed_y", "batch_mean"], ["y"]),
         ]
     )
-    onnx.save(model, tmp_path / "m.onnx")
+    noisy(tmp_path, model)
     spec = tmp_path / "spec.yaml"
     init = run_cli("init", str(tmp_path / "m.onnx"), "--batch", "4", "--output", str(spec))
     assert init.exit_code == 0, init.output
