@@ -205,9 +205,12 @@ def _batch_valued(trace: BatchTrace, name: str) -> bool:
     """Whether ``name`` is a small value whose elements change with the batch size (not only its shape:
     a mask of ones stays ones): the batch size, or a range of it, as a number."""
     knowns = trace.at(name)[:2] if name else []
-    if len(knowns) < 2 or knowns[0].value is None or knowns[1].value is None:
+    if len(knowns) < 2 or knowns[0] is knowns[1] or knowns[0].value is None or knowns[1].value is None:
+        return False  # the same Known at both points (a constant: most operands with a value)
+    first, second = knowns[0].value, knowns[1].value
+    if first.shape == second.shape and np.array_equal(first, second):
         return False
-    return set(np.unique(knowns[0].value).tolist()) != set(np.unique(knowns[1].value).tolist())
+    return set(np.unique(first).tolist()) != set(np.unique(second).tolist())
 
 
 def _counts_the_batch(trace: BatchTrace, node: onnx.NodeProto) -> str | None:
@@ -218,7 +221,7 @@ def _counts_the_batch(trace: BatchTrace, node: onnx.NodeProto) -> str | None:
     for data, number in ((names[0], names[1]), (names[1], names[0])):
         # float data only: integer indices offset by arange(B) * stride are torch's per-sample gather
         known = trace.at(data)[1]
-        if known.value is None and known.dtype in _FLOATS and batch_axes(trace, data) and _batch_valued(trace, number):
+        if known.value is None and known.dtype in _FLOATS and _batch_valued(trace, number) and batch_axes(trace, data):
             return (
                 f"computes '{data}', which carries the batch, with '{number}', whose values change with the batch "
                 "size (the batch size used as a number): a sample gives another result alone than in a batch"
