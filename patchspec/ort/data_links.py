@@ -23,6 +23,7 @@ import weakref
 from pathlib import Path
 
 from patchspec.errors import ModelFileError
+from patchspec.interrupts import deferred
 from patchspec.model.external_data import data_files, validate_external_data
 from patchspec.model.io import load_model
 from patchspec.run.commit import remove_dead_folders
@@ -41,8 +42,9 @@ def staged_copy(model_path: Path, owner: object, root: Path | None = None) -> Pa
     refs = validate_external_data(model, model_path, roots=(allowed,))
     try:
         remove_dead_folders(Path(tempfile.gettempdir()), PREFIX)
-        folder = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
-        weakref.finalize(owner, shutil.rmtree, folder, True)
+        with deferred():  # made and registered for removal whole: a signal between them left it behind
+            folder = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
+            weakref.finalize(owner, shutil.rmtree, folder, True)
         staged = folder / model_path.name
         _link_or_copy(model_path, staged)
         for data in data_files(refs):

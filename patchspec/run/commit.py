@@ -50,11 +50,16 @@ class Staging:
         folder = self.output.parent
         self.created = [p for p in (folder, *folder.parents) if not p.exists()]
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-            remove_dead_folders(folder, PREFIX)
-            self.folder = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=folder))
+            with deferred():  # made and recorded whole: a signal between the two left the folder behind
+                folder.mkdir(parents=True, exist_ok=True)
+                remove_dead_folders(folder, PREFIX)
+                self.folder = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=folder))
         except OSError as exc:
+            self.__exit__()
             raise ModelFileError(f"{folder}: cannot write the output here: {exc.strerror or exc}") from None
+        except BaseException:  # the signal held meanwhile: __exit__ never runs after a failed __enter__
+            self.__exit__()
+            raise
         return self
 
     def path(self, final: Path) -> Path:
