@@ -99,7 +99,7 @@ def _draft_spec(model_path: Path, spec_path: Path, size: int | str, registry: An
     draft.verify.append(_check_step(unloadable))
     if not unloadable:  # else a run step could only fail, the original's own failure and the output's alike
         small = len(model.graph.node) <= LOAD_CHECK_NODES and bool((ran := runner.runs.run(case)) and ran.ok)
-        noise = own_noise(model_path, case) if small and not coupled else {}  # never over a coupling
+        noise = own_noise(runner.runs, case) if small and not coupled else {}  # never over a coupling
         draft.verify.append(run_step(probe, rows, case, split, coupled, noise))
     text = checked(draft, spec_path, registry)
     notes = [f"{row.name}: {row.values}" for row in rows if row.flagged]

@@ -19,34 +19,35 @@ from typing import Any
 
 import numpy as np
 
+from patchspec.author.original_runs import OriginalRuns
 from patchspec.ort.run.comparison import compare_output
 from patchspec.ort.run.feeds import make_feeds
 from patchspec.ort.run_failure import RunFailure
 from patchspec.ort.sessions import Session
 from patchspec.ort.settings import DEFAULT_ATOL, DEFAULT_RTOL, DTYPE_TOLERANCES
 
-LEVELS = ("disabled", "all")
 #: the largest difference, as a share of the output's largest magnitude, that is taken as the original's noise
 MOST = 0.01
 
 
-def own_noise(model_path: Path, items: dict[str, Any]) -> dict[str, float]:
+def own_noise(runs: OriginalRuns, items: dict[str, Any]) -> dict[str, float]:
     """Per float output of the original that differs between optimization levels beyond the default
     tolerance on the case ``items``: the atol to write (twice the difference, one digit). Empty when
-    nothing moves, or when the original cannot run the case (the caller compares per sample then)."""
-    if any(isinstance(item, dict) and "file" in item for item in items.values()):
-        return {}  # the user's own values: not known yet
-    runs = []
-    for level in LEVELS:
+    nothing moves, or when the original cannot run the case (the caller compares per sample then).
+    ``runs``: init's session of the original (optimizations disabled); only the optimized one is built here."""
+    if runs.session is None or any(isinstance(item, dict) and "file" in item for item in items.values()):
+        return {}  # no session, or the user's own values: not known yet
+    outcomes = []
+    for session in (runs.session, None):
         try:
-            session = Session(model_path, "CPUExecutionProvider", optimization=level)
+            session = session or Session(runs.path, "CPUExecutionProvider", optimization="all")
             outputs, _ = session.run(make_feeds(items, session.inputs, Path))
         except (RunFailure, MemoryError):
             return {}
-        runs.append(outputs)
+        outcomes.append(outputs)
     noise = {}
-    for name, plain in runs[0].items():
-        optimized = runs[1].get(name)
+    for name, plain in outcomes[0].items():
+        optimized = outcomes[1].get(name)
         array = np.asarray(plain)
         if optimized is None or array.dtype.kind != "f":
             continue

@@ -12,6 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from patchspec.author.original_runs import OriginalRuns
 from patchspec.author.own_noise import own_noise
 
 
@@ -70,13 +71,13 @@ def noisy(tmp_path: Path, model: onnx.ModelProto, small: bool = True) -> Path:
 
 
 def test_an_output_that_moves_between_levels_gets_its_tolerance(tmp_path: Path) -> None:
-    noise = own_noise(noisy(tmp_path, layer_norm_by_hand(30000.0)), {"x": [4, 8]})
+    noise = own_noise(OriginalRuns(noisy(tmp_path, layer_norm_by_hand(30000.0))), {"x": [4, 8]})
     assert set(noise) == {"y"} and 1e-4 < noise["y"] < 0.1, noise
 
 
 def test_an_output_that_does_not_move_gets_none(tmp_path: Path) -> None:
     onnx.save(layer_norm_by_hand(0.0), tmp_path / "m.onnx")
-    assert own_noise(tmp_path / "m.onnx", {"x": [4, 8]}) == {}
+    assert own_noise(OriginalRuns(tmp_path / "m.onnx"), {"x": [4, 8]}) == {}
 
 
 def test_init_writes_it_and_apply_passes(tmp_path: Path, run_cli) -> None:
@@ -94,7 +95,7 @@ def test_init_writes_it_and_apply_passes(tmp_path: Path, run_cli) -> None:
 def test_a_difference_as_large_as_the_output_is_no_noise(tmp_path: Path) -> None:
     """Where the original moves by as much as it outputs, any patch would pass under that tolerance:
     none is written (the verifier then says the reference is unstable)."""
-    assert own_noise(noisy(tmp_path, layer_norm_by_hand(3e6), small=False), {"x": [4, 8]}) == {}
+    assert own_noise(OriginalRuns(noisy(tmp_path, layer_norm_by_hand(3e6), small=False)), {"x": [4, 8]}) == {}
 
 
 def test_init_writes_none_over_a_coupling(tmp_path: Path, run_cli) -> None:
